@@ -1,0 +1,45 @@
+# The two commands that matter: `make run` and `make test` (see README.md).
+SHELL := /bin/bash
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/airlock
+PY := .venv/bin/python
+# Use the uv on PATH when it runs; otherwise bootstrap one into .tools/.
+UV := $(shell uv --version >/dev/null 2>&1 && echo uv || echo .tools/bin/uv)
+
+.PHONY: setup run test test-sqlite test-postgres browser lint bench
+
+.tools/bin/uv:
+	python3 -m venv .tools
+	.tools/bin/python -m pip install --quiet uv
+
+setup: $(filter .tools/bin/uv,$(UV))
+	$(UV) sync --frozen --quiet
+	$(PY) manage.py migrate --noinput -v0
+	$(PY) manage.py collectstatic --noinput -v0
+
+run: setup
+	$(PY) manage.py seed_demo
+	@echo "Airlock console: http://$(HOST):$(PORT)/"
+	$(PY) -m daphne -b $(HOST) -p $(PORT) console.asgi:application
+
+# Browser tests drive Debian's Chromium; install it when it is missing and we may.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+		|| { echo "Chromium is missing: apt-get install chromium"; exit 1; }
+
+test: setup browser test-sqlite test-postgres
+
+test-sqlite:
+	$(PY) -m pytest
+
+# The same suite on PostgreSQL (browser tests run on SQLite only: they prove the UI, not the database).
+test-postgres:
+	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null || [ -n "$$CI" ]; then \
+		DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -m "not browser"; \
+	else echo "PostgreSQL is not running on 127.0.0.1:5432: skipped the PostgreSQL pass"; fi
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy .

@@ -1,0 +1,113 @@
+from datetime import datetime
+
+from django.db import IntegrityError
+from django.db.models import F
+from django.http import HttpRequest
+from ninja import Router, Schema
+from pydantic import ConfigDict
+from pydantic.alias_generators import to_camel
+
+from agents.definitions import DefinitionContent
+from agents.models import Agent, AgentVersion
+from console.api import ApiError, require_role
+
+router = Router(tags=["agents"])
+
+
+class AgentOut(DefinitionContent):
+    version: int
+    created_at: datetime
+
+
+class VersionSummary(Schema):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    version: int
+    created_at: datetime
+    created_by: str | None
+    note: str
+
+
+class RollbackIn(Schema):
+    version: int
+
+
+def _agent(request: HttpRequest, name: str) -> Agent:
+    agent = Agent.objects.live().filter(tenant=request.membership.tenant, name=name).first()  # type: ignore[attr-defined]
+    if agent is None:
+        raise ApiError(404, "agent_not_found", f"No agent named {name!r} in this tenant.")
+    return agent
+
+
+def _out(version: AgentVersion) -> AgentOut:
+    return AgentOut(**version.definition.model_dump(), version=version.number, created_at=version.created_at)
+
+
+@router.get("", response=list[AgentOut], by_alias=True)
+def list_agents(request: HttpRequest) -> list[AgentOut]:
+    versions = AgentVersion.objects.filter(
+        agent__tenant=request.membership.tenant,  # type: ignore[attr-defined]
+        agent__deleted_at__isnull=True,
+        number=F("agent__current_version"),
+    ).order_by("agent__name")
+    return [_out(v) for v in versions]
+
+
+@router.post("", response={201: AgentOut}, by_alias=True)
+def create_agent(request: HttpRequest, payload: DefinitionContent) -> tuple[int, AgentOut]:
+    membership = require_role(request, "admin")
+    if Agent.objects.live().filter(tenant=membership.tenant, name=payload.name).exists():
+        raise ApiError(409, "duplicate_name", f"An agent named {payload.name!r} exists already.")
+    try:
+        agent = Agent.create(membership.tenant, payload, request.user)
+    except IntegrityError:
+        raise ApiError(409, "duplicate_name", f"An agent named {payload.name!r} exists already.") from None
+    return 201, _out(agent.current)
+
+
+@router.get("/{name}", response=AgentOut, by_alias=True)
+def get_agent(request: HttpRequest, name: str) -> AgentOut:
+    return _out(_agent(request, name).current)
+
+
+@router.put("/{name}", response=AgentOut, by_alias=True)
+def update_agent(request: HttpRequest, name: str, payload: DefinitionContent) -> AgentOut:
+    require_role(request, "admin")
+    agent = _agent(request, name)
+    if payload.name != name:
+        raise ApiError(400, "invalid_request", "The name of an agent cannot change.",
+                       errors=[{"field": "name", "message": f"must stay {name!r}"}])
+    return _out(agent.append_version(payload, request.user, note="edited"))
+
+
+@router.delete("/{name}", response={204: None})
+def delete_agent(request: HttpRequest, name: str) -> tuple[int, None]:
+    require_role(request, "admin")
+    _agent(request, name).soft_delete()
+    return 204, None
+
+
+@router.get("/{name}/versions", response=list[VersionSummary], by_alias=True)
+def list_versions(request: HttpRequest, name: str) -> list[VersionSummary]:
+    agent = _agent(request, name)
+    return [
+        VersionSummary(version=v.number, created_at=v.created_at,
+                       created_by=v.created_by.username if v.created_by else None, note=v.note)
+        for v in agent.versions.select_related("created_by")
+    ]
+
+
+@router.get("/{name}/versions/{number}", response=AgentOut, by_alias=True)
+def get_version(request: HttpRequest, name: str, number: int) -> AgentOut:
+    version = _agent(request, name).versions.filter(number=number).first()
+    if version is None:
+        raise ApiError(404, "version_not_found", f"Agent {name!r} has no version {number}.")
+    return _out(version)
+
+
+@router.post("/{name}/rollback", response=AgentOut, by_alias=True)
+def rollback(request: HttpRequest, name: str, payload: RollbackIn) -> AgentOut:
+    require_role(request, "admin")
+    agent = _agent(request, name)
+    if not agent.versions.filter(number=payload.version).exists():
+        raise ApiError(404, "version_not_found", f"Agent {name!r} has no version {payload.version}.")
+    return _out(agent.rollback(payload.version, request.user))

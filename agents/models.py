@@ -1,0 +1,99 @@
+from typing import Any
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from agents.definitions import DefinitionContent
+from console.models import Tenant
+
+
+class AgentQuerySet(models.QuerySet["Agent"]):
+    def live(self) -> "AgentQuerySet":
+        return self.filter(deleted_at__isnull=True)
+
+
+class Agent(models.Model):
+    """An agent definition; its content lives in immutable versions, the newest being current."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="agents")
+    name = models.SlugField(max_length=63)
+    current_version = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AgentQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "name"], condition=Q(deleted_at__isnull=True), name="agent_name_unique_live"
+            )
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def create(cls, tenant: Tenant, content: DefinitionContent, user: Any) -> "Agent":
+        with transaction.atomic():
+            agent = cls.objects.create(tenant=tenant, name=content.name)
+            agent.append_version(content, user, note="created")
+        return agent
+
+    def append_version(self, content: DefinitionContent, user: Any, note: str = "") -> "AgentVersion":
+        """Store `content` as the next version; earlier versions are never touched."""
+        with transaction.atomic():
+            locked = Agent.objects.select_for_update().get(pk=self.pk)
+            number = locked.current_version + 1
+            version = AgentVersion.objects.create(
+                agent=self,
+                number=number,
+                content=content.wire(),
+                created_by=user if getattr(user, "is_authenticated", False) else None,
+                note=note,
+            )
+            self.current_version = number
+            self.updated_at = version.created_at
+            self.save(update_fields=["current_version", "updated_at"])
+        return version
+
+    def rollback(self, number: int, user: Any) -> "AgentVersion":
+        old = self.versions.get(number=number)
+        return self.append_version(old.definition, user, note=f"rollback to version {number}")
+
+    def soft_delete(self) -> None:
+        self.deleted_at = timezone.now()
+        self.save(update_fields=["deleted_at"])
+
+    @property
+    def current(self) -> "AgentVersion":
+        return self.versions.get(number=self.current_version)
+
+
+class AgentVersion(models.Model):
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    content = models.JSONField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "number"], name="version_number_unique")]
+        ordering = ["-number"]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name} v{self.number}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise ValueError("an agent version is immutable")
+        super().save(*args, **kwargs)
+
+    @property
+    def definition(self) -> DefinitionContent:
+        return DefinitionContent.model_validate(self.content)

@@ -1,0 +1,55 @@
+"""Typed readers for settings taken from the environment. A bad value stops start-up with a clear message."""
+
+import os
+from collections.abc import Mapping
+
+
+class EnvError(ValueError):
+    pass
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str, environ: Mapping[str, str] = os.environ) -> str:
+    return environ.get(name, default)
+
+
+def env_bool(name: str, default: bool, environ: Mapping[str, str] = os.environ) -> bool:
+    if name not in environ:
+        return default
+    value = environ[name].strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise EnvError(f"{name} must be one of 1/0, true/false, yes/no, on/off; got {environ[name]!r}")
+
+
+def env_int(name: str, default: int, environ: Mapping[str, str] = os.environ, *, minimum: int = 0) -> int:
+    if name not in environ:
+        return default
+    try:
+        value = int(environ[name])
+    except ValueError:
+        raise EnvError(f"{name} must be a whole number; got {environ[name]!r}") from None
+    if value < minimum:
+        raise EnvError(f"{name} must be at least {minimum}; got {value}")
+    return value
+
+
+def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:
+    if name not in environ:
+        return default
+    items = [item.strip() for item in environ[name].split(",")]
+    if not all(items):
+        raise EnvError(f"{name} must be a comma-separated list without empty items; got {environ[name]!r}")
+    return items
+
+
+def env_url(name: str, default: str, environ: Mapping[str, str] = os.environ, *, schemes: tuple[str, ...]) -> str:
+    value = environ.get(name, default)
+    if value and value.split("://", 1)[0] not in schemes:
+        raise EnvError(f"{name} must start with one of {', '.join(s + '://' for s in schemes)}; got {value!r}")
+    return value

@@ -1,0 +1,18 @@
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from console import views
+from console.api import api
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("tenant/", views.switch_tenant, name="switch_tenant"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke_token"),
+    path("agents/", include("agents.urls")),
+    path("healthz", views.healthz, name="healthz"),
+    path("api/", api.urls),
+    *[path(f"{page}/", views.not_yet, {"page": page}, name=page) for page in ("trial", "inbox", "rules", "runs", "audit")],
+]

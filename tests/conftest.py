@@ -1,0 +1,84 @@
+"""Personas shared by every test: an admin, an operator and a reader of tenant "acme", and an outsider
+who is admin of another tenant ("globex")."""
+
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agents.definitions import DefinitionContent
+from agents.models import Agent
+from console.models import ApiToken, Membership, Tenant
+
+PASSWORD = "correct horse battery staple"
+
+
+@dataclass
+class Persona:
+    user: User
+    membership: Membership
+    client: Client
+    token: str
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.membership.tenant
+
+    def api(self, method: str, path: str, body: object = None, **headers: str):
+        """Call the JSON API with this persona's bearer token."""
+        import json
+
+        kwargs = {"HTTP_AUTHORIZATION": f"Bearer {self.token}", **headers}
+        if body is not None:
+            kwargs["data"] = json.dumps(body)
+            kwargs["content_type"] = "application/json"
+        return getattr(Client(), method.lower())(path, **kwargs)
+
+
+def make_persona(username: str, tenant: Tenant, role: str) -> Persona:
+    user = User.objects.create_user(username, password=PASSWORD)
+    membership = Membership.objects.create(user=user, tenant=tenant, role=role)
+    client = Client()
+    client.force_login(user)
+    _, token = ApiToken.issue(membership, "tests")
+    return Persona(user, membership, client, token)
+
+
+@pytest.fixture
+def acme(db) -> Tenant:
+    return Tenant.objects.create(slug="acme", name="Acme")
+
+
+@pytest.fixture
+def globex(db) -> Tenant:
+    return Tenant.objects.create(slug="globex", name="Globex")
+
+
+@pytest.fixture
+def admin(acme) -> Persona:
+    return make_persona("ada", acme, "admin")
+
+
+@pytest.fixture
+def operator(acme) -> Persona:
+    return make_persona("otto", acme, "operator")
+
+
+@pytest.fixture
+def reader(acme) -> Persona:
+    return make_persona("rita", acme, "reader")
+
+
+@pytest.fixture
+def outsider(globex) -> Persona:
+    return make_persona("oscar", globex, "admin")
+
+
+def definition(name: str = "helper", **fields) -> DefinitionContent:
+    return DefinitionContent.model_validate({"name": name, "instructions": "You help {{team}}.", **fields})
+
+
+@pytest.fixture
+def agent(admin) -> Agent:
+    return Agent.create(admin.tenant, definition(parameters=[{"name": "team", "default": "ops"}]), admin.user)
