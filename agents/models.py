@@ -1,3 +1,4 @@
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -97,3 +98,105 @@ class AgentVersion(models.Model):
     @property
     def definition(self) -> DefinitionContent:
         return DefinitionContent.model_validate(self.content)
+
+
+class Session(models.Model):
+    """A conversation: the engine's message history and the agent it is bound to."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sessions")
+    key = models.CharField(max_length=200)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="sessions")
+    conversation = models.JSONField(null=True, blank=True)
+    last_run = models.ForeignKey("Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "key"], name="session_key_unique")]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_INPUT = "awaiting_input"
+    AWAITING_TOOL_RESULT = "awaiting_tool_result"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+AWAITING = (RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_INPUT, RunStatus.AWAITING_TOOL_RESULT)
+FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, *AWAITING)
+
+
+class Run(models.Model):
+    """One turn of a session (or a sessionless one-off). Once finished it is never rewritten."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="runs")
+    version = models.ForeignKey(AgentVersion, on_delete=models.PROTECT, related_name="runs")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
+    previous_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    status = models.CharField(max_length=24, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    message = models.TextField(null=True, blank=True)
+    culture = models.CharField(max_length=35, blank=True)
+    parameters = models.JSONField(default=dict)
+    output = models.TextField(null=True, blank=True)
+    usage = models.JSONField(default=dict)
+    error = models.JSONField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="run_tenant_recent"),
+            models.Index(fields=["tenant", "status", "-created_at"], name="run_tenant_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.status})"
+
+
+class Event(models.Model):
+    """A stored event of a run's history; `parent` chains each event to the one before it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    sequence = models.PositiveIntegerField()
+    parent_id = models.UUIDField(null=True, blank=True)
+    type = models.CharField(max_length=48)
+    data = models.JSONField(default=dict)
+    timestamp = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "sequence"]
+        constraints = [models.UniqueConstraint(fields=["run", "sequence"], name="event_sequence_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.sequence} {self.type}"
+
+
+def _attachment_path(instance: "Attachment", filename: str) -> str:
+    return f"attachments/{instance.tenant_id}/{instance.id}"
+
+
+class Attachment(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="attachments")
+    name = models.CharField(max_length=255)
+    content_type = models.CharField(max_length=255)
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    file = models.FileField(upload_to=_attachment_path)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name

@@ -22,13 +22,27 @@ class ApiError(Exception):
         self.status, self.code, self.detail, self.extra = status, code, detail, extra
 
 
-TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 409: "Conflict",
-          413: "Payload too large", 422: "Unprocessable", 500: "Server error"}
+TITLES = {
+    400: "Bad request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not found",
+    409: "Conflict",
+    413: "Payload too large",
+    422: "Unprocessable",
+    500: "Server error",
+}
 
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> HttpResponse:
-    body = {"type": f"https://airlock.dev/problems/{code}", "title": TITLES.get(status, "Error"),
-            "status": status, "detail": detail, "code": code, **extra}
+    body = {
+        "type": f"https://airlock.dev/problems/{code}",
+        "title": TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extra,
+    }
     return HttpResponse(json.dumps(body), status=status, content_type="application/problem+json")
 
 
@@ -44,6 +58,13 @@ class BearerToken(HttpBearer):
 
 class BrowserSession(SessionAuth):
     """The console's own session; CSRF is checked on unsafe methods."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        # Without a logged-in session there is nothing to forge: skip the CSRF check so a request
+        # without valid credentials ends as 401, not as a misleading 403 "CSRF check failed".
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Membership | None:
         membership = current_membership(request)
@@ -101,3 +122,4 @@ def _invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
 
 
 api.add_router("/agents", "agents.api.router")
+api.add_router("", "agents.runs_api.router")

@@ -79,6 +79,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # SQLite creates the file but not its folder; a fresh checkout has no data folder yet.
+    if DATABASES["default"]["NAME"] != ":memory:":
+        Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # WAL lets the inbox read while a run writes; the timeout rides out short write bursts.
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
@@ -89,9 +92,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_url("REDIS_URL", "", schemes=("redis", "rediss", "unix"))
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
-    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
@@ -111,19 +112,33 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+MEDIA_ROOT = DATA_DIR / "media"
+ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440 * 4, minimum=1)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-# Mail goes to files in the data folder unless MAIL_BACKEND names another backend.
-MAIL_BACKEND = env_str("MAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
-MAILERS = {
-    "default": {
-        "BACKEND": MAIL_BACKEND,
-        "OPTIONS": {"file_path": str(DATA_DIR / "mail")} if MAIL_BACKEND.endswith(".filebased.EmailBackend") else {},
+# With DEBUG on, mail goes to files in the data folder; in production it goes out over SMTP
+# (a file backend there would drop every email, and `check --deploy` refuses it). MAIL_BACKEND overrides.
+MAIL_BACKEND = env_str(
+    "MAIL_BACKEND",
+    "django.core.mail.backends.filebased.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend",
+)
+if MAIL_BACKEND.endswith(".filebased.EmailBackend"):
+    MAIL_OPTIONS: dict[str, object] = {"file_path": str(DATA_DIR / "mail")}
+elif MAIL_BACKEND.endswith(".smtp.EmailBackend"):
+    MAIL_OPTIONS = {
+        "host": env_str("MAIL_HOST", "localhost"),
+        "port": env_int("MAIL_PORT", 25, minimum=1),
+        "username": env_str("MAIL_USER", ""),
+        "password": env_str("MAIL_PASSWORD", ""),
+        "use_tls": env_bool("MAIL_USE_TLS", False),
     }
-}
+else:
+    MAIL_OPTIONS = {}
+MAILERS = {"default": {"BACKEND": MAIL_BACKEND, "OPTIONS": MAIL_OPTIONS}}
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "airlock@localhost")
 
 SESSION_COOKIE_HTTPONLY = True

@@ -1,0 +1,360 @@
+"""The engine adapter: one turn of an agent definition on pydantic-ai.
+
+It knows nothing of the database. The caller (agents/runs.py) gives it the definition, the resolved
+instructions, the stored conversation, the new prompt or the answers, the active rules and an `emit`
+callback; it gets back a TurnOutcome: the output, the calls now waiting on the outside world, the
+conversation to store, the usage, or a TurnError.
+"""
+
+import json
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic_ai import (
+    Agent,
+    AgentRunResultEvent,
+    ApprovalRequired,
+    CallDeferred,
+    ConversationTypeAdapter,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ExternalToolset,
+    FunctionToolCallEvent,
+    FunctionToolset,
+    PartDeltaEvent,
+    PartEndEvent,
+    PartStartEvent,
+    RunContext,
+    TextPart,
+    TextPartDelta,
+    ThinkingPartDelta,
+    Tool,
+    ToolApproved,
+    ToolDefinition,
+    ToolDenied,
+    ToolFailed,
+    UnexpectedModelBehavior,
+    WrapperToolset,
+)
+from pydantic_ai import exceptions as pai_errors
+from pydantic_ai.models import Model
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_ai.usage import RunUsage
+
+from agents.definitions import DefinitionContent
+from agents.scripted import document_prompt, scripted_model
+from agents.tools import REGISTRY
+from approvals.rules import first_matching
+
+Emit = Callable[[str, dict[str, Any], bool], Awaitable[None]]
+RequestKindName = Literal["approval", "client_tool", "input"]
+
+
+class TurnError(Exception):
+    """A turn that could not finish; `code` is stable, `transient` says a retry may help."""
+
+    def __init__(self, code: str, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.code, self.message, self.transient = code, message, transient
+
+
+@dataclass
+class PendingCall:
+    kind: RequestKindName
+    tool_name: str
+    call_id: str
+    arguments: dict[str, Any]
+    message: str = ""
+    requested_schema: dict[str, Any] | None = None
+    engine_state: dict[str, Any] | None = None
+
+
+@dataclass
+class Answers:
+    """The answers a turn carries to the engine, keyed by tool call id."""
+
+    approvals: dict[str, ToolApproved | ToolDenied] = field(default_factory=dict)
+    tool_results: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.approvals or self.tool_results or self.inputs)
+
+    def deferred_results(self) -> DeferredToolResults:
+        approvals: dict[str, Any] = dict(self.approvals)
+        metadata: dict[str, dict[str, Any]] = {}
+        for call_id, answer in self.inputs.items():
+            # An answered elicitation re-runs the MCP call from its start with the answer at hand.
+            approvals[call_id] = ToolApproved()
+            metadata[call_id] = {"input_answer": answer}
+        return DeferredToolResults(approvals=approvals, calls=dict(self.tool_results), metadata=metadata)
+
+
+@dataclass
+class TurnOutcome:
+    output: str | None
+    pending: list[PendingCall]
+    conversation: dict[str, Any]
+    usage: dict[str, int]
+
+
+@dataclass
+class TurnDeps:
+    """What tools see of the turn (pydantic-ai's `deps`)."""
+
+    emit: Emit
+    approval_modes: dict[str, str]
+    rules: Sequence[Any]
+
+
+def build_model(content: DefinitionContent) -> Model:
+    binding = content.model
+    if binding.provider == "scripted":
+        return scripted_model()
+    api_key = None
+    if binding.api_key_env:
+        api_key = os.environ.get(binding.api_key_env)
+        if not api_key:
+            raise TurnError("provider_key_missing", f"The environment variable {binding.api_key_env} is not set.")
+    if binding.provider == "openai":
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        provider = OpenAIProvider(base_url=binding.base_url, api_key=api_key or "not-needed")
+        return OpenAIChatModel(binding.name or "", provider=provider)
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
+    return AnthropicModel(
+        binding.name or "", provider=AnthropicProvider(api_key=api_key or "not-needed", base_url=binding.base_url)
+    )
+
+
+@dataclass
+class GatedToolset(WrapperToolset[TurnDeps]):
+    """Asks for approval where the definition says so (unless a rule answers) and reports each execution."""
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[TurnDeps], tool: ToolsetTool[TurnDeps]
+    ) -> Any:
+        deps, call_id = ctx.deps, ctx.tool_call_id or ""
+        if not ctx.tool_call_approved:
+            mode = deps.approval_modes.get(name, "never")
+            if mode == "every_time":
+                raise ApprovalRequired
+            if mode == "always":
+                rule = first_matching(deps.rules, name, tool_args)
+                if rule is None:
+                    raise ApprovalRequired
+                decision = {"kind": "approved-by-rule", "ruleId": str(rule.id)}
+                await deps.emit(
+                    "permission.completed",
+                    {"toolName": name, "callId": call_id, "arguments": tool_args, "result": decision},
+                    False,
+                )
+        await deps.emit("tool.execution_start", {"toolName": name, "callId": call_id, "arguments": tool_args}, False)
+        try:
+            result = await super().call_tool(name, tool_args, ctx, tool)
+        except (ApprovalRequired, CallDeferred):
+            raise
+        except (ToolFailed, pai_errors.ModelRetry) as error:
+            await self._complete(deps, name, call_id, error=str(error))
+            raise
+        except Exception as error:  # a tool's own failure is the model's to see, not the run's end
+            await self._complete(deps, name, call_id, error=f"{type(error).__name__}: {error}")
+            raise ToolFailed(f"{type(error).__name__}: {error}") from error
+        await self._complete(deps, name, call_id, result=result)
+        return result
+
+    @staticmethod
+    async def _complete(
+        deps: TurnDeps, name: str, call_id: str, *, result: Any = None, error: str | None = None
+    ) -> None:
+        data: dict[str, Any] = {"toolName": name, "callId": call_id, "success": error is None}
+        data["error" if error is not None else "result"] = error if error is not None else _jsonable(result)
+        await deps.emit("tool.execution_complete", data, False)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
+
+
+_AGENTS: dict[str, Agent[TurnDeps, Any]] = {}
+
+
+def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
+    """An agent for the definition's model and tools; cached by content, as versions never change."""
+    key = json.dumps(content.wire(), sort_keys=True)
+    agent = _AGENTS.get(key)
+    if agent is None:
+        server_tools = FunctionToolset[TurnDeps](
+            [
+                Tool(REGISTRY[t.name].function, name=t.name, description=REGISTRY[t.name].description)
+                for t in content.tools
+            ]
+        )
+        client_tools = ExternalToolset[TurnDeps](
+            [
+                ToolDefinition(name=t.name, description=t.description, parameters_json_schema=t.parameters)
+                for t in content.client_tools
+            ]
+        )
+        toolsets: list[AbstractToolset[TurnDeps]] = [GatedToolset(server_tools), client_tools]
+        agent = Agent(
+            build_model(content),
+            output_type=[str, DeferredToolRequests],
+            deps_type=TurnDeps,
+            toolsets=toolsets,
+            retries=1,
+        )
+        if len(_AGENTS) > 256:
+            _AGENTS.clear()
+        _AGENTS[key] = agent
+    return agent
+
+
+async def run_turn(
+    content: DefinitionContent,
+    *,
+    instructions: str,
+    conversation: dict[str, Any] | None,
+    message: str | None,
+    documents: Sequence[tuple[str, str]] = (),
+    answers: Answers | None = None,
+    rules: Sequence[Any] = (),
+    emit: Emit,
+) -> TurnOutcome:
+    """Run one turn and stream its events through `emit`; raises TurnError when the turn fails."""
+    try:
+        agent = agent_for(content)
+    except TurnError:
+        raise
+    restored = ConversationTypeAdapter.validate_python(conversation) if conversation else None
+    prompt: list[str] | None = None
+    if message is not None:
+        prompt = [document_prompt(name, text) for name, text in documents] + [message]
+    deps = TurnDeps(emit=emit, approval_modes={t.name: t.approval for t in content.tools}, rules=list(rules))
+    usage_before = restored.usage if restored is not None else RunUsage()
+    translator = _EventTranslator(emit)
+    result = None
+    try:
+        async with agent.run_stream_events(
+            prompt,
+            conversation=restored,
+            deferred_tool_results=answers.deferred_results() if answers else None,
+            instructions=instructions,
+            deps=deps,
+        ) as events:
+            async for event in events:
+                if isinstance(event, AgentRunResultEvent):
+                    result = event.result
+                else:
+                    await translator.translate(event)
+    except TurnError:
+        raise
+    except pai_errors.ModelAPIError as error:
+        raise provider_error(error) from error
+    except UnexpectedModelBehavior as error:
+        raise TurnError("provider_malformed_reply", f"The model's reply could not be used: {error}") from error
+    except pai_errors.UsageLimitExceeded as error:
+        raise TurnError("usage_limit_exceeded", str(error)) from error
+    await translator.finish()
+    assert result is not None
+    usage = result.usage
+    output = result.output
+    pending = _pending_calls(output) if isinstance(output, DeferredToolRequests) else []
+    return TurnOutcome(
+        output=output if isinstance(output, str) else None,
+        pending=pending,
+        conversation=ConversationTypeAdapter.dump_python(result.conversation, mode="json"),
+        usage={
+            "requests": usage.requests - usage_before.requests,
+            "inputTokens": usage.input_tokens - usage_before.input_tokens,
+            "outputTokens": usage.output_tokens - usage_before.output_tokens,
+        },
+    )
+
+
+def provider_error(error: pai_errors.ModelAPIError) -> TurnError:
+    categories: list[tuple[type[Exception], str, bool]] = [
+        (pai_errors.ModelRateLimitError, "provider_rate_limited", True),
+        (pai_errors.ModelAuthenticationError, "provider_auth_failed", False),
+        (pai_errors.ModelNotFoundError, "provider_model_not_found", False),
+        (pai_errors.ModelTimeoutError, "provider_timeout", True),
+        (pai_errors.ModelConnectionError, "provider_unreachable", True),
+        (pai_errors.ModelUnavailableError, "provider_unavailable", True),
+        (pai_errors.ModelServerError, "provider_server_error", True),
+        (pai_errors.ModelRequestRejectedError, "provider_rejected", False),
+    ]
+    for kind, code, transient in categories:
+        if isinstance(error, kind):
+            return TurnError(code, f"The model provider failed: {error}", transient=transient)
+    return TurnError("provider_error", f"The model provider failed: {error}")
+
+
+def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
+    pending: list[PendingCall] = []
+    for call in requests.approvals:
+        metadata = requests.metadata.get(call.tool_call_id) or {}
+        question = metadata.get("question")
+        if question is not None:
+            pending.append(
+                PendingCall(
+                    "input",
+                    call.tool_name,
+                    call.tool_call_id,
+                    call.args_as_dict(),
+                    message=question["message"],
+                    requested_schema=question["schema"],
+                    engine_state=metadata.get("engine_state"),
+                )
+            )
+        else:
+            pending.append(PendingCall("approval", call.tool_name, call.tool_call_id, call.args_as_dict()))
+    for call in requests.calls:
+        pending.append(PendingCall("client_tool", call.tool_name, call.tool_call_id, call.args_as_dict()))
+    return pending
+
+
+class _EventTranslator:
+    """pydantic-ai stream events -> the console's event types (SPEC section 5)."""
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+        self.in_turn = False
+
+    async def translate(self, event: Any) -> None:
+        if isinstance(event, PartStartEvent):
+            await self._turn_start()
+            if isinstance(event.part, TextPart) and event.part.content:
+                await self.emit("assistant.message_delta", {"delta": event.part.content}, True)
+        elif isinstance(event, PartDeltaEvent):
+            if isinstance(event.delta, TextPartDelta) and event.delta.content_delta:
+                await self.emit("assistant.message_delta", {"delta": event.delta.content_delta}, True)
+            elif isinstance(event.delta, ThinkingPartDelta) and event.delta.content_delta:
+                await self.emit("assistant.reasoning_delta", {"delta": event.delta.content_delta}, True)
+        elif isinstance(event, PartEndEvent):
+            if isinstance(event.part, TextPart):
+                await self.emit("assistant.message", {"content": event.part.content}, False)
+        elif isinstance(event, FunctionToolCallEvent):
+            await self._turn_end()
+
+    async def _turn_start(self) -> None:
+        if not self.in_turn:
+            self.in_turn = True
+            await self.emit("assistant.turn_start", {}, False)
+
+    async def _turn_end(self) -> None:
+        if self.in_turn:
+            self.in_turn = False
+            await self.emit("assistant.turn_end", {}, False)
+
+    async def finish(self) -> None:
+        await self._turn_end()

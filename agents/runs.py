@@ -1,0 +1,579 @@
+"""Starting and finishing runs: every check of a run request, the answers it carries, the event log.
+
+A run request is checked whole before anything is written (`prepare_run`); a rejected request
+changes nothing. `start_run` then records the run, the answers and any remembered rules in one
+transaction; `execute` runs the engine turn and `finish_run` stores the outcome.
+"""
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+from pydantic import Field, field_validator
+
+from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
+from agents.definitions import CULTURE, WireModel
+from agents.engine import Answers, TurnError, TurnOutcome, run_turn
+from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus, Session
+from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.rules import arguments_hash
+from console.models import Membership
+
+LANE = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+class RunRejected(Exception):
+    """A run request that fails a check; nothing was changed."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+class ApprovalAnswer(WireModel):
+    request_id: uuid.UUID
+    approved: bool
+    reason: str | None = Field(default=None, max_length=2000)
+    remember: bool = False
+    remember_arguments_only: bool = False
+    override_arguments: dict[str, Any] | None = None
+
+
+class ToolResultAnswer(WireModel):
+    call_id: str = Field(min_length=1, max_length=200)
+    result: Any = None
+    error_message: str | None = Field(default=None, max_length=5000)
+
+
+class InputAnswer(WireModel):
+    request_id: uuid.UUID
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+
+
+class Document(WireModel):
+    name: str = Field(min_length=1, max_length=255)
+    content: str = Field(max_length=1_000_000)
+
+
+class RunRequest(WireModel):
+    message: str | None = Field(default=None, max_length=200_000)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    parameters: dict[str, Any] | None = None
+    culture: str | None = Field(default=None, max_length=35)
+    documents: list[Document] = Field(default_factory=list)
+    attachment_ids: list[uuid.UUID] = Field(default_factory=list)
+    approvals: list[ApprovalAnswer] = Field(default_factory=list)
+    tool_results: list[ToolResultAnswer] = Field(default_factory=list)
+    input_responses: list[InputAnswer] = Field(default_factory=list)
+    abandon_pending: bool = False
+    definition_version: int | None = Field(default=None, ge=1)
+    lane: str | None = Field(default=None, pattern=LANE)
+
+    @field_validator("culture")
+    @classmethod
+    def _culture(cls, value: str | None) -> str | None:
+        if value is not None and not CULTURE.match(value):
+            raise ValueError("not a culture name (like 'tr' or 'tr-TR')")
+        return value
+
+    @property
+    def has_answers(self) -> bool:
+        return bool(self.approvals or self.tool_results or self.input_responses)
+
+
+@dataclass
+class PreparedRun:
+    """A checked run request: everything `start_run` writes, nothing written yet."""
+
+    membership: Membership
+    agent: Agent
+    version: AgentVersion
+    request: RunRequest
+    session: Session | None
+    bound: dict[str, Any]
+    culture: str
+    instructions: str
+    documents: list[tuple[str, str]]
+    previous_run: Run | None
+    # (request, answer payload) pairs answered by this request, and earlier stored answers now used.
+    answered: list[tuple[PendingRequest, dict[str, Any]]] = field(default_factory=list)
+    stored_answers: list[PendingRequest] = field(default_factory=list)
+    abandoned: list[PendingRequest] = field(default_factory=list)
+
+
+def prepare_run(membership: Membership, agent: Agent, request: RunRequest) -> PreparedRun:
+    """Check the whole request (SPEC section 4, "Rules"); raises RunRejected, writes nothing."""
+    version = _version(agent, request.definition_version)
+    if request.has_answers and not request.session_id:
+        raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
+    session = None
+    if request.session_id:
+        session = Session.objects.filter(tenant=membership.tenant, key=request.session_id).first()
+        if session is not None and session.agent_id != agent.pk:
+            raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
+    previous_run = session.last_run if session is not None else None
+
+    prepared = PreparedRun(
+        membership=membership,
+        agent=agent,
+        version=version,
+        request=request,
+        session=session,
+        bound={},
+        culture="",
+        instructions="",
+        documents=[],
+        previous_run=previous_run,
+    )
+    _check_answers(prepared)
+    if not prepared.answered and not prepared.stored_answers and not request.message:
+        raise RunRejected(400, "message_required", "Send a message (it may be empty only when answers are sent).")
+    content = version.definition
+    values = request.parameters
+    if values is None:
+        values = previous_run.parameters if previous_run is not None else {}
+    try:
+        prepared.bound = bind_parameters(content, values)
+    except BindingError as error:
+        raise RunRejected(400, error.code, error.detail) from None
+    prepared.culture = request.culture or (previous_run.culture if previous_run is not None else "")
+    prepared.instructions = render_instructions(resolve_culture(content, prepared.culture), prepared.bound)
+    prepared.documents = [(d.name, d.content) for d in request.documents] + _attachment_documents(
+        membership, request.attachment_ids
+    )
+    return prepared
+
+
+def _version(agent: Agent, number: int | None) -> AgentVersion:
+    version = agent.versions.filter(number=number or agent.current_version).first()
+    if version is None:
+        raise RunRejected(404, "version_not_found", f"Agent {agent.name!r} has no version {number}.")
+    return version
+
+
+def _check_answers(prepared: PreparedRun) -> None:
+    request, session = prepared.request, prepared.session
+    open_requests: dict[uuid.UUID, PendingRequest] = {}
+    if session is not None:
+        open_requests = {r.id: r for r in session.requests.filter(status=RequestStatus.PENDING, answered_in=None)}
+    by_call = {r.call_id: r for r in open_requests.values()}
+    approval_modes = {t.name: t.approval for t in prepared.version.definition.tools}
+
+    def target(request_id: uuid.UUID | None, kind: str, call_id: str | None = None) -> PendingRequest:
+        found = by_call.get(call_id) if call_id is not None else open_requests.get(request_id)  # type: ignore[arg-type]
+        if found is None:
+            lookup = {"call_id": call_id} if call_id is not None else {"id": request_id}
+            if session is not None and session.requests.filter(**lookup).exclude(status=RequestStatus.PENDING).exists():
+                raise RunRejected(409, "already_answered", f"The request {request_id or call_id} was answered before.")
+            raise RunRejected(400, "unknown_request", f"No pending request {request_id or call_id} in this session.")
+        if found.kind != kind or found.answer is not None:
+            if found.answer is not None:
+                raise RunRejected(409, "already_answered", f"The request {found.id} was answered before.")
+            raise RunRejected(400, "unknown_request", f"The request {found.id} is a {found.kind} request, not {kind}.")
+        return found
+
+    seen: set[uuid.UUID] = set()
+
+    def answer(found: PendingRequest, payload: dict[str, Any]) -> None:
+        if found.id in seen:
+            raise RunRejected(400, "duplicate_answer", f"The request {found.id} is answered twice in this request.")
+        seen.add(found.id)
+        prepared.answered.append((found, payload))
+
+    for approval in request.approvals:
+        found = target(approval.request_id, RequestKind.APPROVAL)
+        if approval.remember and not approval.approved:
+            raise RunRejected(400, "remember_refused", "`remember` applies to approvals only, not to a denial.")
+        if approval.remember and approval_modes.get(found.tool_name) == "every_time":
+            raise RunRejected(400, "remember_refused", f"{found.tool_name} asks every time; it cannot be remembered.")
+        answer(found, approval.model_dump(mode="json", by_alias=True))
+    for result in request.tool_results:
+        answer(
+            target(None, RequestKind.CLIENT_TOOL, call_id=result.call_id), result.model_dump(mode="json", by_alias=True)
+        )
+    for response in request.input_responses:
+        found = target(response.request_id, RequestKind.INPUT)
+        if response.action == "accept":
+            problems = _schema_problems(found.requested_schema or {"type": "object"}, response.content or {})
+            if problems:
+                raise RunRejected(
+                    400, "invalid_input_content", f"The content does not fit the requested schema: {problems}"
+                )
+        answer(found, response.model_dump(mode="json", by_alias=True))
+
+    stored = [r for r in open_requests.values() if r.answer is not None]
+    prepared.stored_answers = stored
+    unanswered = [r for r in open_requests.values() if r.id not in seen and r.answer is None]
+    if unanswered and request.abandon_pending:
+        prepared.abandoned = unanswered
+    elif unanswered and (request.message or prepared.answered):
+        if request.message:
+            raise RunRejected(
+                409, "pending_requests", "The session has unanswered requests; answer them or set abandonPending."
+            )
+        missing = ", ".join(str(r.id) for r in unanswered)
+        raise RunRejected(
+            400, "unanswered_requests", f"Answer every pending request of the session together; missing: {missing}"
+        )
+
+
+def _schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
+    errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
+    return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
+
+
+def _attachment_documents(membership: Membership, ids: list[uuid.UUID]) -> list[tuple[str, str]]:
+    if not ids:
+        return []
+    found = {a.id: a for a in Attachment.objects.filter(tenant=membership.tenant, id__in=ids)}
+    foreign = [str(i) for i in ids if i not in found]
+    if foreign:
+        raise RunRejected(400, "foreign_attachment", f"No attachment {', '.join(foreign)} in this tenant.")
+    documents = []
+    for attachment_id in ids:
+        attachment = found[attachment_id]
+        with attachment.file.open("rb") as stream:
+            raw = stream.read()
+        try:
+            documents.append((attachment.name, raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            documents.append((attachment.name, f"[binary {attachment.content_type}, {attachment.size} bytes]"))
+    return documents
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+
+Listener = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class EventLog:
+    """Builds the envelope chain of one run; stored events are written in one go by `finish_run`."""
+
+    def __init__(self, run: Run, listener: Listener | None = None) -> None:
+        self.run = run
+        self.listener = listener
+        self.stored: list[Event] = []
+        self.sequence = 0
+        self.parent: uuid.UUID | None = None
+
+    def envelope(self, event_type: str, data: dict[str, Any], ephemeral: bool) -> dict[str, Any]:
+        now = timezone.now()
+        if ephemeral:
+            return {
+                "id": str(uuid.uuid4()),
+                "runId": str(self.run.id),
+                "sequence": self.sequence,
+                "timestamp": now.isoformat(),
+                "parentId": str(self.parent) if self.parent else None,
+                "ephemeral": True,
+                "type": event_type,
+                "data": data,
+            }
+        self.sequence += 1
+        event = Event(
+            run=self.run, sequence=self.sequence, parent_id=self.parent, type=event_type, data=data, timestamp=now
+        )
+        self.stored.append(event)
+        self.parent = event.id
+        return event_envelope(event)
+
+    async def emit(self, event_type: str, data: dict[str, Any], ephemeral: bool = False) -> None:
+        envelope = self.envelope(event_type, data, ephemeral)
+        if self.listener is not None:
+            await self.listener(envelope)
+
+    def record(self, event_type: str, data: dict[str, Any]) -> None:
+        """A stored event from synchronous code (no live listener is called)."""
+        self.envelope(event_type, data, False)
+
+
+def event_envelope(event: Event) -> dict[str, Any]:
+    return {
+        "id": str(event.id),
+        "runId": str(event.run_id),
+        "sequence": event.sequence,
+        "timestamp": event.timestamp.isoformat(),
+        "parentId": str(event.parent_id) if event.parent_id else None,
+        "ephemeral": False,
+        "type": event.type,
+        "data": event.data,
+    }
+
+
+# --- starting, executing, finishing ---------------------------------------------------------------
+
+
+@dataclass
+class StartedRun:
+    run: Run
+    prepared: PreparedRun
+    log: EventLog
+    answers: Answers
+    rules: list[Rule]
+
+
+_DECISIONS = {True: "approved", False: "denied-interactively-by-user"}
+
+
+def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
+    """Record the run, the answers it carries and any rules they remember, in one transaction."""
+    request, membership = prepared.request, prepared.membership
+    with transaction.atomic():
+        session = prepared.session
+        if session is None and request.session_id:
+            session = Session.objects.create(tenant=membership.tenant, key=request.session_id, agent=prepared.agent)
+        run = Run.objects.create(
+            tenant=membership.tenant,
+            agent=prepared.agent,
+            version=prepared.version,
+            session=session,
+            previous_run=prepared.previous_run,
+            status=RunStatus.RUNNING,
+            message=request.message,
+            culture=prepared.culture,
+            parameters=prepared.bound,
+            created_by=user if user.is_authenticated else None,
+        )
+        log = EventLog(run)
+        log.record(
+            "run.started",
+            {
+                "agent": prepared.agent.name,
+                "definitionVersion": prepared.version.number,
+                "sessionId": request.session_id,
+                "culture": prepared.culture or None,
+                "parameters": prepared.bound,
+                "previousRunId": _id(prepared.previous_run),
+            },
+        )
+        now = timezone.now()
+        for pending in prepared.abandoned:
+            _close(pending, RequestStatus.ABANDONED, now)
+            log.record(
+                "request.terminated",
+                {
+                    "requestId": str(pending.id),
+                    "kind": "abandoned",
+                    "toolName": pending.tool_name,
+                    "callId": pending.call_id,
+                },
+            )
+        for pending, payload in prepared.answered:
+            pending.answer = payload
+            pending.answered_by = user if user.is_authenticated else None
+        answers = Answers()
+        for pending in [p for p, _ in prepared.answered] + prepared.stored_answers:
+            pending.status = RequestStatus.ANSWERED
+            pending.answered_in = run
+            pending.closed_at = pending.closed_at or now
+            pending.save(update_fields=["answer", "answered_by", "status", "answered_in", "closed_at"])
+            _apply_answer(pending, answers, log, user)
+        rules = list(Rule.objects.filter(agent=prepared.agent, revoked_at__isnull=True))
+        if request.message is not None and request.message != "":
+            log.record("user.message", {"content": request.message})
+        for name, text in prepared.documents:
+            log.record("document.attached", {"name": name, "size": len(text.encode())})
+    return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules)
+
+
+def _id(obj: Any) -> str | None:
+    return str(obj.pk) if obj is not None else None
+
+
+def _close(pending: PendingRequest, status: str, now: Any) -> None:
+    pending.status = status
+    pending.closed_at = now
+    pending.save(update_fields=["status", "closed_at"])
+
+
+def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user: Any) -> None:
+    from pydantic_ai import ToolApproved, ToolDenied, ToolFailed
+
+    answer = pending.answer or {}
+    who = pending.answered_by.username if pending.answered_by else None
+    base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id, "answeredBy": who}
+    if pending.kind == RequestKind.APPROVAL:
+        approved = bool(answer.get("approved"))
+        if approved:
+            answers.approvals[pending.call_id] = ToolApproved(override_args=answer.get("overrideArguments"))
+        else:
+            answers.approvals[pending.call_id] = ToolDenied(answer.get("reason") or "The operator denied the call.")
+        result: dict[str, Any] = {"kind": _DECISIONS[approved], "reason": answer.get("reason")}
+        if answer.get("overrideArguments") is not None:
+            result["overrideArguments"] = answer["overrideArguments"]
+        if approved and answer.get("remember"):
+            rule = Rule.objects.create(
+                tenant=pending.tenant,
+                agent=pending.agent,
+                tool_name=pending.tool_name,
+                arguments_hash=arguments_hash(pending.arguments) if answer.get("rememberArgumentsOnly") else "",
+                created_by=pending.answered_by,
+                created_from=pending,
+            )
+            result["rememberedRuleId"] = str(rule.id)
+        log.record("permission.completed", {**base, "result": result})
+    elif pending.kind == RequestKind.CLIENT_TOOL:
+        if answer.get("errorMessage"):
+            answers.tool_results[pending.call_id] = ToolFailed(answer["errorMessage"])
+        else:
+            answers.tool_results[pending.call_id] = answer.get("result")
+        log.record(
+            "external_tool.completed",
+            {**base, "result": answer.get("result"), "errorMessage": answer.get("errorMessage")},
+        )
+    else:
+        answers.inputs[pending.call_id] = {
+            "action": answer["action"],
+            "content": answer.get("content"),
+            "engine_state": pending.engine_state,
+        }
+        log.record("elicitation.completed", {**base, "action": answer["action"], "content": answer.get("content")})
+
+
+@dataclass
+class ExecutionResult:
+    outcome: TurnOutcome | None
+    error: TurnError | None
+    cancelled: bool = False
+
+
+async def execute(started: StartedRun) -> ExecutionResult:
+    """Run the engine turn; never raises for a failed turn (the result says so)."""
+    prepared = started.prepared
+    session = prepared.session
+    conversation = None
+    if session is not None:
+        conversation = await sync_to_async(
+            lambda: Session.objects.values_list("conversation", flat=True).get(pk=session.pk)
+        )()
+    message = prepared.request.message if prepared.request.message else None
+    if message is None and not started.answers:
+        message = ""
+    try:
+        outcome = await run_turn(
+            prepared.version.definition,
+            instructions=prepared.instructions,
+            conversation=conversation,
+            message=message,
+            documents=prepared.documents,
+            answers=started.answers or None,
+            rules=started.rules,
+            emit=started.log.emit,
+        )
+    except TurnError as error:
+        return ExecutionResult(None, error)
+    except asyncio.CancelledError:
+        return ExecutionResult(None, None, cancelled=True)
+    return ExecutionResult(outcome, None)
+
+
+_AWAITING_ORDER = [
+    (RequestKind.APPROVAL, RunStatus.AWAITING_APPROVAL),
+    (RequestKind.INPUT, RunStatus.AWAITING_INPUT),
+    (RequestKind.CLIENT_TOOL, RunStatus.AWAITING_TOOL_RESULT),
+]
+_REQUESTED_EVENT = {
+    RequestKind.APPROVAL: "permission.requested",
+    RequestKind.CLIENT_TOOL: "external_tool.requested",
+    RequestKind.INPUT: "elicitation.requested",
+}
+
+
+def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequest]:
+    """Store the turn's outcome: status, output, pending requests, conversation and the event log."""
+    run, log, prepared = started.run, started.log, started.prepared
+    opened: list[PendingRequest] = []
+    with transaction.atomic():
+        run.finished_at = timezone.now()
+        outcome = result.outcome
+        if result.cancelled:
+            run.status = RunStatus.CANCELLED
+            log.record("run.cancelled", {})
+        elif outcome is None:
+            assert result.error is not None
+            run.status = RunStatus.FAILED
+            run.error = {"code": result.error.code, "message": result.error.message}
+            log.record("run.failed", {"error": run.error})
+        elif outcome.pending and run.session is None:
+            # A sessionless run cannot be answered: its requests would have nowhere to go.
+            run.status = RunStatus.FAILED
+            run.error = {
+                "code": "session_required",
+                "message": "The agent asked for approval, input or a client tool; send a sessionId to answer.",
+            }
+            log.record("run.failed", {"error": run.error})
+        else:
+            run.usage = outcome.usage
+            log.record("assistant.usage", outcome.usage)
+            deadline = prepared.version.definition.request_deadline_seconds
+            expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
+            for call in outcome.pending:
+                pending = PendingRequest(
+                    tenant=run.tenant,
+                    agent=run.agent,
+                    session=run.session,
+                    run=run,
+                    kind=call.kind,
+                    tool_name=call.tool_name,
+                    call_id=call.call_id,
+                    arguments=call.arguments,
+                    message=call.message,
+                    requested_schema=call.requested_schema,
+                    engine_state=call.engine_state,
+                    expires_at=expires_at,
+                )
+                opened.append(pending)
+                log.record(
+                    _REQUESTED_EVENT[RequestKind(call.kind)], {k: v for k, v in pending.wire().items() if k != "kind"}
+                )
+            if opened:
+                kinds = {p.kind for p in opened}
+                run.status = next(status for kind, status in _AWAITING_ORDER if kind in kinds)
+                log.record("run.awaiting", {"status": run.status, "pendingRequests": [p.wire() for p in opened]})
+            else:
+                run.status = RunStatus.COMPLETED
+                run.output = outcome.output
+                log.record("run.completed", {"output": outcome.output})
+            if run.session is not None:
+                run.session.conversation = outcome.conversation
+        if outcome is None:
+            # The answers this run carried were not consumed: keep them for the next turn of the session.
+            PendingRequest.objects.filter(answered_in=run).update(
+                status=RequestStatus.PENDING, answered_in=None, closed_at=None
+            )
+        PendingRequest.objects.bulk_create(opened)
+        run.save(update_fields=["status", "output", "usage", "error", "finished_at"])
+        if run.session is not None:
+            run.session.last_run = run
+            run.session.updated_at = run.finished_at
+            fields = ["last_run", "updated_at"] + (["conversation"] if outcome is not None else [])
+            run.session.save(update_fields=fields)
+        Event.objects.bulk_create(log.stored)
+    return opened
+
+
+def run_result(run: Run, pending: list[PendingRequest] | None = None) -> dict[str, Any]:
+    if pending is None:
+        pending = list(run.requests.filter(status=RequestStatus.PENDING))
+    return {
+        "runId": str(run.id),
+        "sessionId": run.session.key if run.session else None,
+        "agent": run.agent.name,
+        "definitionVersion": run.version.number,
+        "status": run.status,
+        "output": run.output,
+        "pendingRequests": [p.wire() for p in pending],
+        "parameters": run.parameters,
+        "previousRunId": str(run.previous_run_id) if run.previous_run_id else None,
+        "usage": {"requests": 0, "inputTokens": 0, "outputTokens": 0, **run.usage},
+        "error": run.error,
+    }

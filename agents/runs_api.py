@@ -1,0 +1,229 @@
+"""The run routes of the JSON API: start a run (JSON or SSE), history, events, session state, cancel."""
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from ninja import Query, Router, Schema
+
+from agents.api import _agent as agent_or_404
+from agents.models import Event, Run, RunStatus, Session
+from agents.runs import (
+    RunRejected,
+    RunRequest,
+    StartedRun,
+    event_envelope,
+    execute,
+    finish_run,
+    prepare_run,
+    run_result,
+    start_run,
+)
+from approvals.models import RequestStatus
+from console.api import ApiError, require_role
+
+router = Router(tags=["runs"])
+
+_RUNNING: dict[uuid.UUID, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}
+_DETACHED: set["asyncio.Future[None]"] = set()
+
+
+def _tenant(request: HttpRequest) -> Any:
+    return request.membership.tenant  # type: ignore[attr-defined]
+
+
+def _run(request: HttpRequest, run_id: uuid.UUID) -> Run:
+    run = Run.objects.select_related("agent", "version", "session").filter(tenant=_tenant(request), id=run_id).first()
+    if run is None:
+        raise ApiError(404, "run_not_found", f"No run {run_id} in this tenant.")
+    return run
+
+
+async def _tracked(started: StartedRun) -> Any:
+    task = asyncio.current_task()
+    assert task is not None
+    _RUNNING[started.run.id] = (asyncio.get_running_loop(), task)
+    try:
+        return await execute(started)
+    finally:
+        _RUNNING.pop(started.run.id, None)
+
+
+def _sse(envelope: dict[str, Any]) -> str:
+    head = "" if envelope.get("ephemeral") else f"id: {envelope['sequence']}\n"
+    return f"{head}event: {envelope['type']}\ndata: {json.dumps(envelope)}\n\n"
+
+
+def _wants_sse(request: HttpRequest) -> bool:
+    return "text/event-stream" in request.headers.get("Accept", "")
+
+
+@router.post("/agents/{name}/runs", response={200: dict, 400: dict, 404: dict, 409: dict})
+def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
+    """Start a run. `Accept: text/event-stream` streams its events; otherwise the result comes when the turn ends.
+
+    `Prefer: respond-async` is not honoured yet: the run is answered synchronously, without
+    `Preference-Applied`."""
+    membership = require_role(request, "operator")
+    agent = agent_or_404(request, name)
+    try:
+        prepared = prepare_run(membership, agent, payload)
+    except RunRejected as rejected:
+        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+    started = start_run(prepared, request.user)
+    if _wants_sse(request):
+        response = StreamingHttpResponse(_stream(started), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+    result = async_to_sync(_tracked)(started)
+    opened = finish_run(started, result)
+    return JsonResponse(run_result(started.run, opened))
+
+
+async def _stream(started: StartedRun) -> AsyncIterator[str]:
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    sent = 0
+    for event in started.log.stored:
+        sent = event.sequence
+        yield _sse(event_envelope(event))
+
+    async def listener(envelope: dict[str, Any]) -> None:
+        await queue.put(envelope)
+
+    started.log.listener = listener
+    task = asyncio.ensure_future(_tracked(started))
+    try:
+        while not (task.done() and queue.empty()):
+            getter = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                envelope = getter.result()
+                if not envelope["ephemeral"]:
+                    sent = envelope["sequence"]
+                yield _sse(envelope)
+            else:
+                getter.cancel()
+        opened = await sync_to_async(finish_run)(started, task.result())
+        for event in started.log.stored:
+            if event.sequence > sent:
+                yield _sse(event_envelope(event))
+        result = await sync_to_async(run_result)(started.run, opened)
+        yield f"event: done\ndata: {json.dumps(result)}\n\n"
+    except (asyncio.CancelledError, GeneratorExit):
+        # The client went away; the turn still finishes and is stored.
+        started.log.listener = None
+        detached = asyncio.ensure_future(_finish_detached(task, started))
+        _DETACHED.add(detached)
+        detached.add_done_callback(_DETACHED.discard)
+        raise
+
+
+async def _finish_detached(task: "asyncio.Future[Any]", started: StartedRun) -> None:
+    await sync_to_async(finish_run)(started, await task)
+
+
+class RunFilters(Schema):
+    agent: str | None = None
+    status: RunStatus | None = None
+    sessionId: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+@router.get("/runs", response=dict)
+def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any]:
+    runs = Run.objects.select_related("agent", "version", "session").filter(tenant=_tenant(request))
+    if filters.agent:
+        runs = runs.filter(agent__name=filters.agent)
+    if filters.status:
+        runs = runs.filter(status=filters.status)
+    if filters.sessionId:
+        runs = runs.filter(session__key=filters.sessionId)
+    limit = max(1, min(filters.limit, 200))
+    page = list(runs[filters.offset : filters.offset + limit + 1])
+    return {
+        "items": [run_result(r) for r in page[:limit]],
+        "limit": limit,
+        "offset": filters.offset,
+        "next": filters.offset + limit if len(page) > limit else None,
+    }
+
+
+@router.get("/runs/{run_id}", response=dict)
+def get_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
+    return run_result(_run(request, run_id))
+
+
+@router.get("/runs/{run_id}/events", response=dict)
+def run_events(request: HttpRequest, run_id: uuid.UUID) -> Any:
+    """The stored events; with `Accept: text/event-stream` they stream, live until the run ends,
+    resuming after `Last-Event-ID`."""
+    run = _run(request, run_id)
+    if not _wants_sse(request):
+        return {"items": [event_envelope(e) for e in run.events.all()]}
+    after = request.headers.get("Last-Event-ID", "0")
+    if not after.isdigit():
+        raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be a sequence number.")
+    response = StreamingHttpResponse(_follow(run.id, int(after)), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    return response
+
+
+async def _follow(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
+    """Stored events after `after`, polling until the run has finished."""
+    while True:
+        events, status = await sync_to_async(_events_after)(run_id, after)
+        for event in events:
+            after = event.sequence
+            yield _sse(event_envelope(event))
+        if status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+            run = await sync_to_async(Run.objects.select_related("agent", "version", "session").get)(id=run_id)
+            result = await sync_to_async(run_result)(run)
+            yield f"event: done\ndata: {json.dumps(result)}\n\n"
+            return
+        await asyncio.sleep(0.2)
+
+
+def _events_after(run_id: uuid.UUID, after: int) -> tuple[list[Event], str]:
+    status = Run.objects.values_list("status", flat=True).get(id=run_id)
+    return list(Event.objects.filter(run_id=run_id, sequence__gt=after).order_by("sequence")), status
+
+
+@router.post("/runs/{run_id}/cancel", response=dict)
+def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> Any:
+    require_role(request, "operator")
+    run = _run(request, run_id)
+    if run.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+        raise ApiError(409, "run_finished", f"The run has finished ({run.status}); a finished run is never rewritten.")
+    running = _RUNNING.get(run.id)
+    if running is None:
+        raise ApiError(409, "run_not_here", "The run is not running in this process.")
+    loop, task = running
+    loop.call_soon_threadsafe(task.cancel)
+    return {"runId": str(run.id), "status": "cancelling"}
+
+
+class SessionState(Schema):
+    sessionId: str
+    agent: str
+    lastRunId: str | None
+    pendingRequests: list[dict[str, Any]]
+
+
+@router.get("/sessions/{session_id}/state", response=SessionState)
+def session_state(request: HttpRequest, session_id: str) -> dict[str, Any]:
+    session = Session.objects.select_related("agent").filter(tenant=_tenant(request), key=session_id).first()
+    if session is None:
+        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
+    pending = session.requests.filter(status=RequestStatus.PENDING)
+    return {
+        "sessionId": session.key,
+        "agent": session.agent.name,
+        "lastRunId": str(session.last_run_id) if session.last_run_id else None,
+        "pendingRequests": [p.wire() for p in pending],
+    }

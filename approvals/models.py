@@ -1,0 +1,95 @@
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from agents.models import Agent, Run, Session
+from console.models import Tenant
+
+
+class RequestKind(models.TextChoices):
+    APPROVAL = "approval"
+    CLIENT_TOOL = "client_tool"
+    INPUT = "input"
+
+
+class RequestStatus(models.TextChoices):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"
+
+
+TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDONED)
+
+
+class PendingRequest(models.Model):
+    """Something a run asks of the outside world; answered once, or closed with a terminal kind."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="requests")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="requests")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="requests")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="requests")
+    kind = models.CharField(max_length=16, choices=RequestKind.choices)
+    tool_name = models.CharField(max_length=200)
+    call_id = models.CharField(max_length=200)
+    arguments = models.JSONField(default=dict)
+    message = models.TextField(blank=True)
+    requested_schema = models.JSONField(null=True, blank=True)
+    # What the engine needs to resume the call (e.g. an MCP request state); never shown to users.
+    engine_state = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING)
+    opened_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    answer = models.JSONField(null=True, blank=True)
+    answered_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # The run that carried the answer to the engine (the continuation).
+    answered_in = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["opened_at"]
+        indexes = [
+            models.Index(fields=["tenant", "status", "opened_at"], name="request_tenant_status"),
+            models.Index(fields=["session", "status"], name="request_session_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.tool_name} ({self.status})"
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "requestId": str(self.id),
+            "kind": self.kind,
+            "toolName": self.tool_name,
+            "callId": self.call_id,
+            "arguments": self.arguments,
+            "message": self.message or None,
+            "requestedSchema": self.requested_schema,
+            "expiresAt": self.expires_at.isoformat() if self.expires_at else None,
+        }
+
+
+class Rule(models.Model):
+    """A remembered "do not ask again": approves matching calls of one agent's tool without asking."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rules")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="rules")
+    tool_name = models.CharField(max_length=200)
+    arguments_hash = models.CharField(max_length=64, blank=True)
+    conditions = models.JSONField(default=list, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_from = models.ForeignKey(PendingRequest, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "agent", "tool_name"], name="rule_lookup")]
+
+    def __str__(self) -> str:
+        return f"rule {self.tool_name} for {self.agent_id}"

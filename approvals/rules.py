@@ -1,0 +1,71 @@
+"""Remembered rules: when one approves a tool call without asking."""
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Operator = Literal["equals", "not_equals", "lt", "lte", "gt", "gte", "in", "not_in"]
+
+
+class Condition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    argument: str
+    operator: Operator
+    value: Any
+
+
+def arguments_hash(arguments: dict[str, Any]) -> str:
+    """A stable hash of a call's arguments (key order and whitespace do not matter)."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class _Undecidable(Exception):
+    pass
+
+
+def _holds(condition: Condition, arguments: dict[str, Any]) -> bool:
+    if condition.argument not in arguments:
+        raise _Undecidable
+    actual, expected = arguments[condition.argument], condition.value
+    try:
+        match condition.operator:
+            case "equals":
+                return bool(actual == expected)
+            case "not_equals":
+                return bool(actual != expected)
+            case "lt":
+                return bool(actual < expected)
+            case "lte":
+                return bool(actual <= expected)
+            case "gt":
+                return bool(actual > expected)
+            case "gte":
+                return bool(actual >= expected)
+            case "in":
+                return actual in expected
+            case "not_in":
+                return actual not in expected
+    except TypeError:
+        raise _Undecidable from None
+
+
+def rule_matches(arguments_digest: str, conditions: list[dict[str, Any]], arguments: dict[str, Any]) -> bool:
+    """All of a rule's narrowing must hold; a condition that cannot be evaluated means "ask"."""
+    if arguments_digest and arguments_digest != arguments_hash(arguments):
+        return False
+    try:
+        return all(_holds(Condition.model_validate(c), arguments) for c in conditions)
+    except _Undecidable:
+        return False
+
+
+def first_matching(rules: Iterable[Any], tool_name: str, arguments: dict[str, Any]) -> Any | None:
+    """The first active rule (objects with tool_name, arguments_hash, conditions) that approves the call."""
+    for rule in rules:
+        if rule.tool_name == tool_name and rule_matches(rule.arguments_hash, rule.conditions, arguments):
+            return rule
+    return None
