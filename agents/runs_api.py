@@ -1,17 +1,19 @@
 """The run routes of the JSON API: start a run (JSON or SSE), history, events, session state, cancel."""
 
 import asyncio
+import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema
 
 from agents.api import _agent as agent_or_404
-from agents.models import Event, Run, RunStatus, Session
+from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.runs import (
     RunRejected,
     RunRequest,
@@ -226,4 +228,40 @@ def session_state(request: HttpRequest, session_id: str) -> dict[str, Any]:
         "agent": session.agent.name,
         "lastRunId": str(session.last_run_id) if session.last_run_id else None,
         "pendingRequests": [p.wire() for p in pending],
+    }
+
+
+@router.post("/attachments", response={201: dict, 400: dict, 413: dict})
+def upload_attachment(request: HttpRequest) -> Any:
+    """Upload a file (multipart field `file`) to reference from runs by id."""
+    membership = require_role(request, "operator")
+    limit = settings.ATTACHMENT_MAX_BYTES
+    # Refuse an oversized body before reading it (the multipart envelope adds a little to the file).
+    if int(request.headers.get("Content-Length") or 0) > limit + 64 * 1024:
+        raise ApiError(413, "attachment_too_large", f"The file is larger than the limit of {limit} bytes.")
+    upload = request.FILES.get("file")
+    if upload is None:
+        raise ApiError(400, "file_required", "Send the file as the multipart field `file`.")
+    if upload.size is None or upload.size > limit:
+        raise ApiError(413, "attachment_too_large", f"The file is larger than the limit of {limit} bytes.")
+    digest = hashlib.sha256()
+    for chunk in upload.chunks():
+        digest.update(chunk)
+    upload.seek(0)
+    attachment = Attachment(
+        tenant=membership.tenant,
+        name=(upload.name or "file")[:255],
+        content_type=upload.content_type or "application/octet-stream",
+        size=upload.size,
+        sha256=digest.hexdigest(),
+        created_by=request.user,
+    )
+    attachment.file.save(attachment.name, upload, save=False)
+    attachment.save()
+    return 201, {
+        "id": str(attachment.id),
+        "name": attachment.name,
+        "contentType": attachment.content_type,
+        "size": attachment.size,
+        "sha256": attachment.sha256,
     }
