@@ -6,6 +6,7 @@ callback; it gets back a TurnOutcome: the output, the calls now waiting on the o
 conversation to store, the usage, or a TurnError.
 """
 
+import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,6 +46,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.usage import RunUsage
 
 from agents.definitions import DefinitionContent
+from agents.mcp_bridge import McpBridge, McpServerFailed
 from agents.scripted import document_prompt, scripted_model
 from agents.tools import REGISTRY
 from approvals.rules import first_matching
@@ -106,7 +108,6 @@ class TurnDeps:
     """What tools see of the turn (pydantic-ai's `deps`)."""
 
     emit: Emit
-    approval_modes: dict[str, str]
     rules: Sequence[Any]
 
 
@@ -135,14 +136,22 @@ def build_model(content: DefinitionContent) -> Model:
 
 @dataclass
 class GatedToolset(WrapperToolset[TurnDeps]):
-    """Asks for approval where the definition says so (unless a rule answers) and reports each execution."""
+    """Asks for approval where the definition says so (unless a rule answers) and reports each execution.
+
+    `modes` maps tool names to their approval mode; tools not named there use `default_mode`. For an
+    MCP server (`server` set) a failure of the server itself ends the turn instead of reaching the model.
+    """
+
+    modes: dict[str, str] = field(default_factory=dict)
+    default_mode: str = "never"
+    server: str | None = None
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[TurnDeps], tool: ToolsetTool[TurnDeps]
     ) -> Any:
         deps, call_id = ctx.deps, ctx.tool_call_id or ""
         if not ctx.tool_call_approved:
-            mode = deps.approval_modes.get(name, "never")
+            mode = self.modes.get(name, self.default_mode)
             if mode == "every_time":
                 raise ApprovalRequired
             if mode == "always":
@@ -163,8 +172,13 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         except (ToolFailed, pai_errors.ModelRetry) as error:
             await self._complete(deps, name, call_id, error=str(error))
             raise
-        except Exception as error:  # a tool's own failure is the model's to see, not the run's end
+        except Exception as error:
             await self._complete(deps, name, call_id, error=f"{type(error).__name__}: {error}")
+            if isinstance(error, McpServerFailed):
+                raise TurnError("mcp_server_failed", str(error)) from error
+            if self.server is not None:
+                raise TurnError("mcp_server_failed", f"The MCP server {self.server!r} failed: {error}") from error
+            # A server tool's own failure is the model's to see, not the end of the run.
             raise ToolFailed(f"{type(error).__name__}: {error}") from error
         await self._complete(deps, name, call_id, result=result)
         return result
@@ -206,7 +220,8 @@ def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
                 for t in content.client_tools
             ]
         )
-        toolsets: list[AbstractToolset[TurnDeps]] = [GatedToolset(server_tools), client_tools]
+        modes = {t.name: t.approval for t in content.tools}
+        toolsets: list[AbstractToolset[TurnDeps]] = [GatedToolset(server_tools, modes=modes), client_tools]
         agent = Agent(
             build_model(content),
             output_type=[str, DeferredToolRequests],
@@ -240,25 +255,36 @@ async def run_turn(
     prompt: list[str] | None = None
     if message is not None:
         prompt = [document_prompt(name, text) for name, text in documents] + [message]
-    deps = TurnDeps(emit=emit, approval_modes={t.name: t.approval for t in content.tools}, rules=list(rules))
+    deps = TurnDeps(emit=emit, rules=list(rules))
+    bridges = [McpBridge(server) for server in content.mcp_servers]
+    mcp_toolsets: list[AbstractToolset[TurnDeps]] = [
+        GatedToolset(bridge.toolset(), default_mode=bridge.server.approval, server=bridge.server.name)
+        for bridge in bridges
+    ]
     usage_before = restored.usage if restored is not None else RunUsage()
     translator = _EventTranslator(emit)
     result = None
     try:
-        async with agent.run_stream_events(
-            prompt,
-            conversation=restored,
-            deferred_tool_results=answers.deferred_results() if answers else None,
-            instructions=instructions,
-            deps=deps,
-        ) as events:
-            async for event in events:
-                if isinstance(event, AgentRunResultEvent):
-                    result = event.result
-                else:
-                    await translator.translate(event)
+        async with contextlib.AsyncExitStack() as stack:
+            for bridge in bridges:
+                stack.push_async_callback(bridge.close)
+            async with agent.run_stream_events(
+                prompt,
+                conversation=restored,
+                deferred_tool_results=answers.deferred_results() if answers else None,
+                instructions=instructions,
+                deps=deps,
+                toolsets=mcp_toolsets,
+            ) as events:
+                async for event in events:
+                    if isinstance(event, AgentRunResultEvent):
+                        result = event.result
+                    else:
+                        await translator.translate(event)
     except TurnError:
         raise
+    except McpServerFailed as error:
+        raise TurnError("mcp_server_failed", str(error)) from error
     except pai_errors.ModelAPIError as error:
         raise provider_error(error) from error
     except UnexpectedModelBehavior as error:
