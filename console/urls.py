@@ -1,6 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from agents import run_views, trial_views
 from console import views
 from console.api import api
 
@@ -14,5 +15,8 @@ urlpatterns = [
     path("agents/", include("agents.urls")),
     path("healthz", views.healthz, name="healthz"),
     path("api/", api.urls),
-    *[path(f"{page}/", views.not_yet, {"page": page}, name=page) for page in ("trial", "inbox", "rules", "runs", "audit")],
+    *[
+        path(f"{page}/", views.not_yet, {"page": page}, name=page)
+        for page in ("trial", "inbox", "rules", "runs", "audit")
+    ],
 ]
