@@ -15,8 +15,8 @@ urlpatterns = [
     path("agents/", include("agents.urls")),
     path("healthz", views.healthz, name="healthz"),
     path("api/", api.urls),
-    *[
-        path(f"{page}/", views.not_yet, {"page": page}, name=page)
-        for page in ("trial", "inbox", "rules", "runs", "audit")
-    ],
+    path("trial/", trial_views.trial, name="trial"),
+    path("runs/", run_views.run_list, name="runs"),
+    path("runs/<uuid:run_id>/", run_views.run_detail, name="run"),
+    *[path(f"{page}/", views.not_yet, {"page": page}, name=page) for page in ("inbox", "rules", "audit")],
 ]
