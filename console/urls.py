@@ -16,6 +16,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("api/", api.urls),
     path("trial/", trial_views.trial, name="trial"),
+    path("trial/turns/<uuid:run_id>/", trial_views.trial_turn, name="trial_turn"),
     path("runs/", run_views.run_list, name="runs"),
     path("runs/<uuid:run_id>/", run_views.run_detail, name="run"),
     *[path(f"{page}/", views.not_yet, {"page": page}, name=page) for page in ("inbox", "rules", "audit")],

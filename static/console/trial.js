@@ -1,0 +1,247 @@
+// The trial-run page: each turn goes to the run API as an event stream; the reply is shown as it
+// streams, then the server-rendered turn (with its answer forms) replaces it.
+(function () {
+  "use strict";
+  const settings = document.getElementById("trial-settings");
+  if (!settings) return;
+  const csrf = document.querySelector('meta[name="csrf-token"]').content;
+  const conversation = document.getElementById("conversation");
+  const messageForm = document.getElementById("message-form");
+  const progress = document.getElementById("progress");
+  const sendError = document.getElementById("send-error");
+  const attachments = [];
+  let busy = false;
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function parameters() {
+    const values = {};
+    settings.querySelectorAll("[data-param]").forEach((box) => {
+      const name = box.dataset.param;
+      const input = box.querySelector("input");
+      if (box.dataset.kind === "boolean") values[name] = input.checked;
+      else if (input.value === "") return;
+      else if (box.dataset.kind === "number") values[name] = Number(input.value);
+      else values[name] = input.value;
+    });
+    return values;
+  }
+
+  function documents() {
+    return Array.from(document.querySelectorAll("#documents .document"))
+      .map((row) => ({ name: row.querySelector("input").value.trim(), content: row.querySelector("textarea").value }))
+      .filter((doc) => doc.name || doc.content);
+  }
+
+  document.getElementById("add-document").addEventListener("click", () => {
+    const row = el("div", "document");
+    const name = el("input");
+    name.type = "text";
+    name.placeholder = "name, e.g. notes.md";
+    const content = el("textarea");
+    content.rows = 3;
+    content.placeholder = "content (sent apart from the instructions)";
+    const remove = el("button", "secondary small", "Remove");
+    remove.type = "button";
+    remove.addEventListener("click", () => row.remove());
+    row.append(name, content, remove);
+    document.getElementById("documents").append(row);
+  });
+
+  document.getElementById("attachment-input").addEventListener("change", async (event) => {
+    for (const file of event.target.files) {
+      const body = new FormData();
+      body.append("file", file);
+      const item = el("li", "chip", file.name + " …");
+      document.getElementById("attachments").append(item);
+      const response = await fetch("/api/attachments", { method: "POST", body, headers: { "X-CSRFToken": csrf } });
+      const data = await response.json();
+      if (response.ok) {
+        attachments.push(data.id);
+        item.textContent = `${data.name} (${data.size} bytes)`;
+      } else {
+        item.textContent = `${file.name}: ${data.detail}`;
+        item.classList.add("error");
+      }
+    }
+    event.target.value = "";
+  });
+
+  function parseFrames(buffer, onFrame) {
+    let index;
+    while ((index = buffer.indexOf("\n\n")) >= 0) {
+      const raw = buffer.slice(0, index);
+      buffer = buffer.slice(index + 2);
+      const frame = { event: "message", data: "" };
+      raw.split("\n").forEach((line) => {
+        if (line.startsWith("event: ")) frame.event = line.slice(7);
+        else if (line.startsWith("data: ")) frame.data += line.slice(6);
+      });
+      onFrame(frame.event, JSON.parse(frame.data));
+    }
+    return buffer;
+  }
+
+  // While a turn runs, the send buttons are disabled (a second turn would be refused anyway).
+  function setBusy(on) {
+    progress.hidden = !on;
+    document.querySelectorAll('#send, form[data-answers] button[type="submit"]').forEach((b) => (b.disabled = on));
+  }
+
+  async function runTurn(body, userText) {
+    if (busy) return false;
+    busy = true;
+    setBusy(true);
+    sendError.textContent = "";
+    const empty = document.getElementById("empty-note");
+    const turn = el("article", "turn streaming");
+    if (userText) turn.append(el("div", "bubble user", userText));
+    const reply = el("div", "bubble assistant");
+    const text = el("div", "reply");
+    const activity = el("div", "activity muted");
+    reply.append(text, activity);
+    turn.append(reply);
+    let runId = null;
+    try {
+      const response = await fetch(`/api/agents/${encodeURIComponent(settings.dataset.agent)}/runs`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "text/event-stream", "X-CSRFToken": csrf },
+        body: JSON.stringify({ ...body, sessionId: settings.dataset.session, definitionVersion: Number(settings.dataset.version) }),
+      });
+      if (!response.ok) {
+        const problem = await response.json().catch(() => ({ detail: response.statusText }));
+        const fields = (problem.errors || []).map((e) => `${e.field}: ${e.message}`).join("; ");
+        throw new Error(problem.detail + (fields ? ` (${fields})` : ""));
+      }
+      if (empty) empty.remove();
+      conversation.append(turn);
+      // Keep the session in the address, so a reload shows the conversation again.
+      const address = new URL(location.href);
+      address.searchParams.set("agent", settings.dataset.agent);
+      address.searchParams.set("version", settings.dataset.version);
+      address.searchParams.set("session", settings.dataset.session);
+      history.replaceState(null, "", address);
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer = parseFrames(buffer + decoder.decode(value, { stream: true }), (type, data) => {
+          if (type === "done") runId = data.runId;
+          else if (type === "run.started") runId = data.runId;
+          else if (type === "assistant.message_delta") text.textContent += data.data.delta;
+          else if (type === "assistant.turn_start" && text.textContent) text.textContent += "\n";
+          else if (type === "tool.execution_start") activity.textContent = `running ${data.data.toolName}…`;
+          else if (type === "tool.execution_complete") activity.textContent = `${data.data.toolName} done`;
+        });
+      }
+      if (runId) {
+        const url = settings.dataset.turnUrl.replace("00000000-0000-0000-0000-000000000000", runId);
+        const page = await fetch(url, { headers: { "HX-Request": "true" } });
+        turn.outerHTML = await page.text();
+      }
+      return true;
+    } catch (error) {
+      sendError.textContent = error.message;
+      return false;
+    } finally {
+      busy = false;
+      setBusy(false);
+    }
+  }
+
+  messageForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const message = messageForm.message.value;
+    if (!message.trim()) {
+      sendError.textContent = "Write a message first.";
+      return;
+    }
+    const culture = settings.culture.value.trim();
+    const body = { message, parameters: parameters(), documents: documents(), attachmentIds: attachments.slice() };
+    if (culture) body.culture = culture;
+    if (await runTurn(body, message)) messageForm.message.value = "";
+  });
+
+  function collectAnswers(form) {
+    const body = { approvals: [], toolResults: [], inputResponses: [] };
+    let valid = true;
+    form.querySelectorAll("[data-error], [data-error-for]").forEach((p) => (p.textContent = ""));
+    form.querySelectorAll("fieldset.request").forEach((box) => {
+      const fail = (message, field) => {
+        valid = false;
+        const target = field ? box.querySelector(`[data-error-for="${field}"]`) : box.querySelector("[data-error]");
+        target.textContent = message;
+      };
+      const requestId = box.dataset.requestId;
+      if (box.dataset.kind === "approval") {
+        const approved = box.querySelector(`input[name="decision-${requestId}"]:checked`).value === "approve";
+        const answer = { requestId, approved, reason: box.querySelector('[name="reason"]').value || null };
+        const override = box.querySelector('[name="override"]');
+        if (approved && override.value.trim() !== override.dataset.original.trim()) {
+          try {
+            answer.overrideArguments = JSON.parse(override.value);
+          } catch (error) {
+            fail(`The edited arguments are not valid JSON: ${error.message}`);
+          }
+        }
+        answer.remember = approved && box.querySelector('[name="remember"]').checked;
+        answer.rememberArgumentsOnly = answer.remember && box.querySelector('[name="remember-args"]').checked;
+        if (!approved && (box.querySelector('[name="remember"]').checked)) fail("A denial cannot be remembered.");
+        body.approvals.push(answer);
+      } else if (box.dataset.kind === "client_tool") {
+        const raw = box.querySelector('[name="result"]').value.trim();
+        const error = box.querySelector('[name="error"]').value.trim();
+        const answer = { callId: box.dataset.callId };
+        if (error) answer.errorMessage = error;
+        else if (!raw) fail("Give a result or an error message.");
+        else {
+          try {
+            answer.result = JSON.parse(raw);
+          } catch {
+            answer.result = raw;
+          }
+        }
+        body.toolResults.push(answer);
+      } else {
+        const action = box.querySelector('[name="action"]').value;
+        const content = {};
+        box.querySelectorAll("[data-field]").forEach((field) => {
+          const name = field.dataset.field;
+          const input = field.querySelector(`[name="field-${name}"]`);
+          if (field.dataset.input === "checkbox") content[name] = input.checked;
+          else if (input.value === "") {
+            if (action === "accept" && field.hasAttribute("data-required")) fail("This field is required.", name);
+          } else if (field.dataset.input === "number" || field.dataset.input === "integer") {
+            const number = Number(input.value);
+            if (field.dataset.input === "integer" && !Number.isInteger(number)) fail("Give a whole number.", name);
+            content[name] = number;
+          } else if (field.dataset.input === "json") {
+            try {
+              content[name] = JSON.parse(input.value);
+            } catch {
+              fail("Not valid JSON.", name);
+            }
+          } else content[name] = input.value;
+        });
+        body.inputResponses.push(action === "accept" ? { requestId, action, content } : { requestId, action });
+      }
+    });
+    return valid ? body : null;
+  }
+
+  conversation.addEventListener("submit", async (event) => {
+    const form = event.target.closest("form[data-answers]");
+    if (!form) return;
+    event.preventDefault();
+    const body = collectAnswers(form);
+    if (!body) return;
+    if (await runTurn(body, null)) form.remove();
+  });
+})();
