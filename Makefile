@@ -39,6 +39,9 @@ test-postgres:
 		DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -m "not browser"; \
 	else echo "PostgreSQL is not running on 127.0.0.1:5432: skipped the PostgreSQL pass"; fi
 
+bench: setup
+	$(PY) bench/turn_overhead.py --turns 300 --http
+
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
