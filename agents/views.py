@@ -1,15 +1,194 @@
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+"""The console's agent pages: list, create and edit (each save is a new version), versions, diff, rollback."""
 
-from agents.models import Agent
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.db import IntegrityError
+from django.db.models import F
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agents.definitions import DefinitionContent
+from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, as_text, choices, empty_row
+from agents.models import Agent, AgentVersion
+from agents.tools import REGISTRY
 from console.tenancy import role_required
 
 
+def _agent(request: HttpRequest, name: str) -> Agent:
+    agent = Agent.objects.live().filter(tenant=request.membership.tenant, name=name).first()  # type: ignore[attr-defined]
+    if agent is None:
+        raise Http404("No such agent.")
+    return agent
+
+
+def _version(agent: Agent, number: str | int | None) -> AgentVersion:
+    version = agent.versions.select_related("created_by").filter(number=_number(number)).first()
+    if version is None:
+        raise Http404("No such version.")
+    return version
+
+
+def _number(text: str | int | None) -> int:
+    try:
+        return int(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise Http404("Not a version number.") from None
+
+
 @role_required("reader")
+@require_GET
 def agent_list(request: HttpRequest) -> HttpResponse:
-    agents = Agent.objects.live().filter(tenant=request.membership.tenant)  # type: ignore[attr-defined]
-    return render(request, "agents/list.html", {"agents": agents})
+    agents = list(Agent.objects.live().filter(tenant=request.membership.tenant))  # type: ignore[attr-defined]
+    current = AgentVersion.objects.filter(agent__in=agents, number=F("agent__current_version"))
+    definitions = {version.agent_id: version.definition for version in current}
+    rows = [(agent, definitions.get(agent.pk)) for agent in agents]
+    return render(request, "agents/list.html", {"rows": rows})
 
 
-agent_create = agent_detail = agent_edit = agent_versions = agent_version = agent_diff = agent_list
-agent_rollback = agent_delete = blank_row = agent_list
+@role_required("admin")
+@require_http_methods(["GET", "POST"])
+def agent_create(request: HttpRequest) -> HttpResponse:
+    form = DefinitionForm.from_post(request.POST) if request.method == "POST" else DefinitionForm.blank()
+    if request.method == "POST" and form.is_valid():
+        assert form.content is not None
+        try:
+            agent = Agent.create(request.membership.tenant, form.content, request.user)  # type: ignore[attr-defined]
+        except IntegrityError:
+            form.errors["name"] = f"An agent named “{form.content.name}” exists already."
+        else:
+            messages.success(request, f"Created agent “{agent.name}” (version 1).")
+            return redirect("agents:detail", agent.name)
+    return render(request, "agents/form.html", {"form": form, "agent": None, **choices()})
+
+
+@role_required("admin")
+@require_http_methods(["GET", "POST"])
+def agent_edit(request: HttpRequest, name: str) -> HttpResponse:
+    agent = _agent(request, name)
+    current = agent.current.definition
+    if request.method == "GET":
+        form = DefinitionForm.from_content(current)
+    else:
+        form = DefinitionForm.from_post(request.POST, fixed_name=agent.name)
+        if form.is_valid():
+            assert form.content is not None
+            if form.content.wire() == current.wire():
+                messages.info(request, "Nothing changed, so no new version was saved.")
+            else:
+                note = request.POST.get("note", "").strip()[:200] or "edited"
+                version = agent.append_version(form.content, request.user, note=note)
+                messages.success(request, f"Saved version {version.number}.")
+            return redirect("agents:detail", agent.name)
+    context = {"form": form, "agent": agent, "note": request.POST.get("note", ""), **choices()}
+    return render(request, "agents/form.html", context)
+
+
+@role_required("admin")
+@require_GET
+def blank_row(request: HttpRequest, section: str) -> HttpResponse:
+    """One empty row of a form section, added to its table by htmx."""
+    if section not in SECTIONS:
+        raise Http404("No such section.")
+    return render(request, f"agents/rows.html#{section}", {"row": empty_row(section), **choices()})
+
+
+@role_required("reader")
+@require_GET
+def agent_detail(request: HttpRequest, name: str) -> HttpResponse:
+    agent = _agent(request, name)
+    return render(request, "agents/detail.html", _definition_context(agent, _version(agent, agent.current_version)))
+
+
+@role_required("reader")
+@require_GET
+def agent_version(request: HttpRequest, name: str, number: int) -> HttpResponse:
+    agent = _agent(request, name)
+    return render(request, "agents/detail.html", _definition_context(agent, _version(agent, number)))
+
+
+@role_required("reader")
+@require_GET
+def agent_versions(request: HttpRequest, name: str) -> HttpResponse:
+    agent = _agent(request, name)
+    versions = agent.versions.select_related("created_by")
+    return render(request, "agents/versions.html", {"agent": agent, "versions": versions})
+
+
+@role_required("reader")
+@require_GET
+def agent_diff(request: HttpRequest, name: str) -> HttpResponse:
+    agent = _agent(request, name)
+    a = _version(agent, request.GET.get("a", max(agent.current_version - 1, 1)))
+    b = _version(agent, request.GET.get("b", agent.current_version))
+    rows = _diff_rows(a.definition, b.definition)
+    context = {"agent": agent, "a": a, "b": b, "rows": rows, "changed": sum(row["changed"] for row in rows)}
+    return render(request, "agents/diff.html", context)
+
+
+@role_required("admin")
+@require_POST
+def agent_rollback(request: HttpRequest, name: str) -> HttpResponse:
+    agent = _agent(request, name)
+    old = _version(agent, request.POST.get("version"))
+    new = agent.rollback(old.number, request.user)
+    messages.success(request, f"Rolled back: version {new.number} now holds version {old.number}'s content.")
+    return redirect("agents:versions", agent.name)
+
+
+@role_required("admin")
+@require_POST
+def agent_delete(request: HttpRequest, name: str) -> HttpResponse:
+    agent = _agent(request, name)
+    agent.soft_delete()
+    messages.success(request, f"Deleted agent “{agent.name}”.")
+    return redirect("agents:list")
+
+
+def _definition_context(agent: Agent, version: AgentVersion) -> dict[str, Any]:
+    content = version.definition
+    return {
+        "agent": agent,
+        "version": version,
+        "content": content,
+        "server_tools": [(tool, REGISTRY.get(tool.name), APPROVAL_LABELS[tool.approval]) for tool in content.tools],
+        "mcp_servers": [(server, APPROVAL_LABELS[server.approval]) for server in content.mcp_servers],
+        "client_tools": [(tool, json.dumps(tool.parameters, indent=2)) for tool in content.client_tools],
+        "parameters": [(parameter, as_text(parameter.default)) for parameter in content.parameters],
+    }
+
+
+_LIST_FIELDS = (
+    ("Server tools", "tools"),
+    ("Client tools", "clientTools"),
+    ("MCP servers", "mcpServers"),
+    ("Parameters", "parameters"),
+)
+
+
+def _comparable(content: DefinitionContent, cultures: list[str]) -> dict[str, str]:
+    """Every field of a definition as text, under the label the diff shows it with."""
+    wire = content.wire()
+    fields = {
+        "Name": content.name,
+        "Display name": content.display_name,
+        "Description": content.description,
+        "Instructions": content.instructions,
+        "Request deadline (seconds)": as_text(content.request_deadline_seconds),
+        "Model": content.model.label,
+        "Model base URL": content.model.base_url or "",
+        "API key variable": content.model.api_key_env or "",
+    }
+    fields |= {f"Instructions ({culture})": content.instructions_by_culture.get(culture, "") for culture in cultures}
+    fields |= {label: json.dumps(wire[key], indent=2) if wire[key] else "" for label, key in _LIST_FIELDS}
+    return fields
+
+
+def _diff_rows(a: DefinitionContent, b: DefinitionContent) -> list[dict[str, Any]]:
+    cultures = sorted(a.instructions_by_culture.keys() | b.instructions_by_culture.keys())
+    left, right = _comparable(a, cultures), _comparable(b, cultures)
+    return [
+        {"label": label, "a": left[label], "b": right[label], "changed": left[label] != right[label]} for label in left
+    ]
