@@ -1,5 +1,6 @@
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.validators import validate_slug
@@ -41,6 +42,9 @@ class Membership(models.Model):
         return ROLE_RANK[Role(self.role)] >= ROLE_RANK[Role(role)]
 
 
+LAST_USED_GRANULARITY = timedelta(minutes=1)
+
+
 def hash_token(raw: str) -> str:
     # Tokens carry 256 bits of randomness, so a plain SHA-256 is enough (no salt or stretching needed).
     return hashlib.sha256(raw.encode()).hexdigest()
@@ -73,8 +77,10 @@ class ApiToken(models.Model):
             .filter(token_hash=hash_token(raw), revoked_at__isnull=True, membership__user__is_active=True)
             .first()
         )
-        if token is not None:
-            token.last_used_at = timezone.now()
+        now = timezone.now()
+        # Record use at most once a minute: a write on every request would cost more than it tells.
+        if token is not None and (token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY):
+            token.last_used_at = now
             token.save(update_fields=["last_used_at"])
         return token
 

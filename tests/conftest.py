@@ -45,6 +45,12 @@ def make_persona(username: str, tenant: Tenant, role: str) -> Persona:
     return Persona(user, membership, client, token)
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Every persona hashes a password; the production hasher takes about a second each here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def acme(db) -> Tenant:
     return Tenant.objects.create(slug="acme", name="Acme")
