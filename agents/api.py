@@ -3,7 +3,7 @@ from datetime import datetime
 from django.db import IntegrityError
 from django.db.models import F
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -53,7 +53,7 @@ def list_agents(request: HttpRequest) -> list[AgentOut]:
 
 
 @router.post("", response={201: AgentOut}, by_alias=True)
-def create_agent(request: HttpRequest, payload: DefinitionContent) -> tuple[int, AgentOut]:
+def create_agent(request: HttpRequest, payload: DefinitionContent) -> Status[AgentOut]:
     membership = require_role(request, "admin")
     if Agent.objects.live().filter(tenant=membership.tenant, name=payload.name).exists():
         raise ApiError(409, "duplicate_name", f"An agent named {payload.name!r} exists already.")
@@ -61,7 +61,7 @@ def create_agent(request: HttpRequest, payload: DefinitionContent) -> tuple[int,
         agent = Agent.create(membership.tenant, payload, request.user)
     except IntegrityError:
         raise ApiError(409, "duplicate_name", f"An agent named {payload.name!r} exists already.") from None
-    return 201, _out(agent.current)
+    return Status(201, _out(agent.current))
 
 
 @router.get("/{name}", response=AgentOut, by_alias=True)
@@ -74,24 +74,32 @@ def update_agent(request: HttpRequest, name: str, payload: DefinitionContent) ->
     require_role(request, "admin")
     agent = _agent(request, name)
     if payload.name != name:
-        raise ApiError(400, "invalid_request", "The name of an agent cannot change.",
-                       errors=[{"field": "name", "message": f"must stay {name!r}"}])
+        raise ApiError(
+            400,
+            "invalid_request",
+            "The name of an agent cannot change.",
+            errors=[{"field": "name", "message": f"must stay {name!r}"}],
+        )
     return _out(agent.append_version(payload, request.user, note="edited"))
 
 
 @router.delete("/{name}", response={204: None})
-def delete_agent(request: HttpRequest, name: str) -> tuple[int, None]:
+def delete_agent(request: HttpRequest, name: str) -> Status[None]:
     require_role(request, "admin")
     _agent(request, name).soft_delete()
-    return 204, None
+    return Status(204, None)
 
 
 @router.get("/{name}/versions", response=list[VersionSummary], by_alias=True)
 def list_versions(request: HttpRequest, name: str) -> list[VersionSummary]:
     agent = _agent(request, name)
     return [
-        VersionSummary(version=v.number, created_at=v.created_at,
-                       created_by=v.created_by.username if v.created_by else None, note=v.note)
+        VersionSummary(
+            version=v.number,
+            created_at=v.created_at,
+            created_by=v.created_by.username if v.created_by else None,
+            note=v.note,
+        )
         for v in agent.versions.select_related("created_by")
     ]
 

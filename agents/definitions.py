@@ -8,7 +8,16 @@ from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from agents.tools import REGISTRY
@@ -30,7 +39,7 @@ def _json_schema(schema: dict[str, Any]) -> dict[str, Any]:
         Draft202012Validator.check_schema(schema)
     except SchemaError as error:
         where = "/".join(str(p) for p in error.path)
-        raise ValueError(f"not a valid JSON Schema: {error.message}" + (f" (at {where})" if where else ""))
+        raise ValueError(f"not a valid JSON Schema: {error.message}" + (f" (at {where})" if where else "")) from None
     if schema.get("type", "object") != "object":
         raise ValueError('a tool\'s parameters must be a JSON Schema of "type": "object"')
     return schema
@@ -92,21 +101,24 @@ class Parameter(WireModel):
     name: str = Field(pattern=IDENTIFIER)
     kind: Literal["text", "number", "boolean"] = "text"
     required: bool = False
-    default: str | float | bool | None = None
+    default: str | bool | int | float | None = None
     description: str = Field(default="", max_length=2000)
 
-    @model_validator(mode="after")
-    def _default_fits_kind(self) -> "Parameter":
-        if self.default is None:
-            return self
+    # A field validator (not a model one) so the error points at "parameters.N.default".
+    @field_validator("default")
+    @classmethod
+    def _default_fits_kind(cls, default: str | bool | int | float | None, info: ValidationInfo) -> Any:
+        kind = info.data.get("kind")
+        if default is None or kind is None:  # no kind: its own error is reported already
+            return default
         fits = {
-            "text": isinstance(self.default, str),
-            "number": isinstance(self.default, int | float) and not isinstance(self.default, bool),
-            "boolean": isinstance(self.default, bool),
-        }[self.kind]
+            "text": isinstance(default, str),
+            "number": isinstance(default, int | float) and not isinstance(default, bool),
+            "boolean": isinstance(default, bool),
+        }[kind]
         if not fits:
-            raise ValueError(f"the default {self.default!r} is not a {self.kind}")
-        return self
+            raise ValueError(f"the default {default!r} is not a {kind}")
+        return default
 
 
 def _cultures(value: dict[str, str]) -> dict[str, str]:
@@ -116,12 +128,18 @@ def _cultures(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-def _unique(items: list[Any], what: str) -> None:
-    seen: set[str] = set()
-    for item in items:
-        if item.name in seen:
-            raise ValueError(f"two {what} are named {item.name!r}")
-        seen.add(item.name)
+def _unique(what: str) -> AfterValidator:
+    """Names must differ within the list; the error points at the list ("parameters")."""
+
+    def check(items: list[Any]) -> list[Any]:
+        seen: set[str] = set()
+        for item in items:
+            if item.name in seen:
+                raise ValueError(f"two {what} are named {item.name!r}")
+            seen.add(item.name)
+        return items
+
+    return AfterValidator(check)
 
 
 class DefinitionContent(WireModel):
@@ -133,22 +151,19 @@ class DefinitionContent(WireModel):
     instructions: str = Field(default="", max_length=100_000)
     instructions_by_culture: Annotated[dict[str, str], AfterValidator(_cultures)] = Field(default_factory=dict)
     model: ModelBinding = Field(default_factory=ModelBinding)
-    tools: list[ToolBinding] = Field(default_factory=list)
-    client_tools: list[ClientTool] = Field(default_factory=list)
-    mcp_servers: list[McpServer] = Field(default_factory=list)
-    parameters: list[Parameter] = Field(default_factory=list)
+    tools: Annotated[list[ToolBinding], _unique("server tools")] = Field(default_factory=list)
+    client_tools: Annotated[list[ClientTool], _unique("client tools")] = Field(default_factory=list)
+    mcp_servers: Annotated[list[McpServer], _unique("MCP servers")] = Field(default_factory=list)
+    parameters: Annotated[list[Parameter], _unique("parameters")] = Field(default_factory=list)
     request_deadline_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
 
-    @model_validator(mode="after")
-    def _names_are_unique(self) -> "DefinitionContent":
-        _unique(self.tools, "server tools")
-        _unique(self.client_tools, "client tools")
-        _unique(self.mcp_servers, "MCP servers")
-        _unique(self.parameters, "parameters")
-        clash = {t.name for t in self.tools} & {t.name for t in self.client_tools}
+    @field_validator("client_tools")
+    @classmethod
+    def _no_clash_with_server_tools(cls, client_tools: list[ClientTool], info: ValidationInfo) -> list[ClientTool]:
+        clash = {t.name for t in info.data.get("tools", [])} & {t.name for t in client_tools}
         if clash:
             raise ValueError(f"a server tool and a client tool share the name {sorted(clash)[0]!r}")
-        return self
+        return client_tools
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

@@ -50,6 +50,7 @@ def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.envi
 
 def env_url(name: str, default: str, environ: Mapping[str, str] = os.environ, *, schemes: tuple[str, ...]) -> str:
     value = environ.get(name, default)
-    if value and value.split("://", 1)[0] not in schemes:
+    scheme, separator, _ = value.partition("://")
+    if value and (not separator or scheme not in schemes):
         raise EnvError(f"{name} must start with one of {', '.join(s + '://' for s in schemes)}; got {value!r}")
     return value

@@ -1,5 +1,7 @@
+import asyncio
+
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer, get_channel_layer
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -12,6 +14,9 @@ from agents.models import Agent
 from console.models import ApiToken, Membership
 from console.tenancy import SESSION_KEY, membership_of, role_required
 
+# Load balancers give up after a few seconds; answer before they do.
+HEALTHZ_TIMEOUT_SECONDS = 2
+
 
 @role_required("reader")
 @require_GET
@@ -21,10 +26,20 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "console/dashboard.html", {"agent_count": agents.count(), "agents": agents[:10]})
 
 
+class SwitchTenantForm(forms.Form):
+    tenant = forms.IntegerField(min_value=1, max_value=2**63 - 1)
+
+
 @login_required
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
-    membership = Membership.objects.filter(user=request.user, tenant_id=request.POST.get("tenant", "")).first()
+    form = SwitchTenantForm(request.POST)
+    # A tampered value ("", "abc", 30 digits) is no tenant of the user's rather than a database error.
+    membership = (
+        Membership.objects.filter(user=request.user, tenant_id=form.cleaned_data["tenant"]).first()
+        if form.is_valid()
+        else None
+    )
     if membership is None:
         raise Http404("You are not a member of that tenant.")
     request.session[SESSION_KEY] = membership.tenant_id
@@ -69,8 +84,10 @@ def not_yet(request: HttpRequest, page: str) -> HttpResponse:
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     checks = {"database": _database_ok(), "channel_layer": _channel_layer_ok()}
-    return JsonResponse({"status": "ok" if all(checks.values()) else "unavailable", **checks},
-                        status=200 if all(checks.values()) else 503)
+    return JsonResponse(
+        {"status": "ok" if all(checks.values()) else "unavailable", **checks},
+        status=200 if all(checks.values()) else 503,
+    )
 
 
 def _database_ok() -> bool:
@@ -87,8 +104,19 @@ def _channel_layer_ok() -> bool:
     if layer is None:
         return False
     try:
-        async_to_sync(layer.send)("healthz.probe", {"type": "healthz.probe"})
-        async_to_sync(layer.receive)("healthz.probe")
-        return True
+        return async_to_sync(_round_trip)(layer)
     except Exception:
         return False
+
+
+async def _round_trip(layer: BaseChannelLayer) -> bool:
+    """Send a message to a fresh channel of our own and read it back, within a bounded time.
+
+    A channel of our own keeps concurrent probes (several daphne processes on one Redis) from reading
+    each other's messages; the timeout makes an unreachable layer a 503 rather than a hung probe.
+    """
+    async with asyncio.timeout(HEALTHZ_TIMEOUT_SECONDS):
+        channel = await layer.new_channel("healthz.")
+        await layer.send(channel, {"type": "healthz.probe"})
+        message = await layer.receive(channel)
+    return message.get("type") == "healthz.probe"
