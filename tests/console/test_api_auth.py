@@ -1,0 +1,122 @@
+"""Who may call the JSON API: bearer tokens (stored hashed) and the browser session (with CSRF)."""
+
+import hashlib
+import json
+
+import pytest
+from django.test import Client
+
+from console.models import ApiToken
+from tests.conftest import definition
+
+
+def assert_problem(response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["title"] and body["detail"] and body["type"].endswith(code)
+    return body
+
+
+def test_it_stores_tokens_hashed(admin):
+    stored = ApiToken.objects.get(membership=admin.membership)
+    assert stored.token_hash == hashlib.sha256(admin.token.encode()).hexdigest()
+    row = ApiToken.objects.filter(pk=stored.pk).values().get()
+    assert not any(admin.token in str(value) for value in row.values())
+    assert admin.token.startswith(f"al_{stored.prefix}_")
+
+
+def test_it_lets_a_valid_bearer_token_list_agents(admin, agent):
+    response = admin.api("GET", "/api/agents")
+    assert response.status_code == 200
+    assert [a["name"] for a in response.json()] == ["helper"]
+    stored = ApiToken.objects.get(membership=admin.membership)
+    assert stored.last_used_at is not None
+
+
+def test_it_refuses_a_wrong_bearer_token(admin):
+    response = Client().get("/api/agents", HTTP_AUTHORIZATION=f"Bearer {admin.token}x")
+    assert_problem(response, 401, "unauthenticated")
+
+
+def test_it_refuses_a_request_without_credentials():
+    assert_problem(Client().get("/api/agents"), 401, "unauthenticated")
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer al_00000000_wrong", "Basic dXNlcjpwdw=="])
+def test_it_answers_401_not_403_to_an_unauthenticated_write(db, authorization):
+    headers = {"HTTP_AUTHORIZATION": authorization} if authorization else {}
+    # The test client skips CSRF checks unless told not to; a real client gets them.
+    response = Client(enforce_csrf_checks=True).post(
+        "/api/agents", json.dumps(definition().wire()), content_type="application/json", **headers
+    )
+    assert_problem(response, 401, "unauthenticated")
+
+
+def test_it_refuses_a_revoked_token(admin):
+    assert admin.api("GET", "/api/agents").status_code == 200
+    ApiToken.objects.get(membership=admin.membership).revoke()
+    assert_problem(admin.api("GET", "/api/agents"), 401, "unauthenticated")
+
+
+def test_it_refuses_the_token_of_a_deactivated_user(admin):
+    admin.user.is_active = False
+    admin.user.save()
+    assert_problem(admin.api("GET", "/api/agents"), 401, "unauthenticated")
+
+
+def test_it_acts_for_the_tenant_of_the_token(admin, outsider, agent):
+    assert admin.api("GET", "/api/agents").json()[0]["name"] == "helper"
+    assert outsider.api("GET", "/api/agents").json() == []
+
+
+def csrf_client(persona) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(persona.user)
+    return client
+
+
+def test_it_accepts_the_browser_session_for_reads(admin, agent):
+    response = csrf_client(admin).get("/api/agents")
+    assert response.status_code == 200
+    assert [a["name"] for a in response.json()] == ["helper"]
+
+
+def test_it_requires_a_csrf_token_for_session_writes(admin):
+    client = csrf_client(admin)
+    response = client.post("/api/agents", json.dumps(definition().wire()), content_type="application/json")
+    assert_problem(response, 403, "csrf_failed")
+    assert client.get("/api/agents").json() == []
+
+
+def test_it_accepts_a_session_write_with_a_csrf_token(admin):
+    client = csrf_client(admin)
+    client.get("/tokens/")  # any console page sets the CSRF cookie
+    response = client.post(
+        "/api/agents",
+        json.dumps(definition().wire()),
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["version"] == 1
+
+
+def test_it_does_not_need_csrf_for_a_bearer_token(admin):
+    client = Client(enforce_csrf_checks=True)
+    response = client.post(
+        "/api/agents",
+        json.dumps(definition().wire()),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {admin.token}",
+    )
+    assert response.status_code == 201, response.content
+
+
+def test_it_refuses_a_session_user_without_a_membership(db, django_user_model):
+    user = django_user_model.objects.create_user("nomad", password="x")
+    client = Client()
+    client.force_login(user)
+    assert_problem(client.get("/api/agents"), 401, "unauthenticated")

@@ -1,0 +1,104 @@
+"""The operations commands: create_tenant, create_user, create_token, seed_demo."""
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from agents.models import Agent
+from console.models import Membership, Tenant
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_it_creates_a_tenant(db):
+    assert run("create_tenant", "initech", "--name", "Initech Corp") == "created tenant initech\n"
+    assert Tenant.objects.get(slug="initech").name == "Initech Corp"
+
+
+def test_it_names_a_tenant_after_its_slug_by_default(db):
+    run("create_tenant", "initech")
+    assert Tenant.objects.get(slug="initech").name == "initech"
+
+
+def test_it_refuses_a_tenant_that_exists(acme):
+    with pytest.raises(CommandError, match="tenant 'acme' exists already"):
+        run("create_tenant", "acme")
+
+
+def test_it_refuses_a_tenant_slug_with_spaces(db):
+    with pytest.raises(CommandError, match="is not a slug"):
+        run("create_tenant", "not a slug")
+    assert not Tenant.objects.exists()
+
+
+def test_it_creates_a_user_who_can_log_in(acme):
+    out = run("create_user", "mia", "--tenant", "acme", "--role", "operator", "--password", "s3cret-enough")
+    assert out == "created user mia as operator in acme\n"
+    assert Membership.objects.get(user__username="mia", tenant=acme).role == "operator"
+    assert Client().login(username="mia", password="s3cret-enough")
+
+
+def test_it_creates_a_user_without_a_password_who_cannot_log_in(acme):
+    run("create_user", "bot", "--tenant", "acme", "--role", "reader")
+    assert not User.objects.get(username="bot").has_usable_password()
+
+
+def test_it_adds_a_membership_to_an_existing_user(admin, globex):
+    out = run("create_user", admin.user.username, "--tenant", "globex", "--role", "reader")
+    assert out == "updated user ada as reader in globex\n"
+    roles = dict(Membership.objects.filter(user=admin.user).values_list("tenant__slug", "role"))
+    assert roles == {"acme": "admin", "globex": "reader"}
+    # The existing password still works.
+    assert Client().login(username="ada", password="correct horse battery staple")
+
+
+def test_it_changes_the_role_of_an_existing_member(reader):
+    run("create_user", reader.user.username, "--tenant", "acme", "--role", "admin")
+    reader.membership.refresh_from_db()
+    assert reader.membership.role == "admin"
+
+
+def test_it_refuses_a_user_for_an_unknown_tenant(db):
+    with pytest.raises(CommandError, match="no tenant 'nowhere'; create it with create_tenant first"):
+        run("create_user", "mia", "--tenant", "nowhere", "--role", "reader")
+    assert not User.objects.filter(username="mia").exists()
+
+
+def test_it_refuses_an_unknown_role(acme):
+    with pytest.raises(CommandError, match="invalid choice: 'owner'"):
+        run("create_user", "mia", "--tenant", "acme", "--role", "owner")
+
+
+def test_it_prints_only_a_working_token(admin, agent):
+    out = run("create_token", admin.user.username, "--tenant", "acme")
+    assert out.count("\n") == 1
+    raw = out.strip()
+    assert raw.startswith("al_") and " " not in raw
+    response = Client().get("/api/agents", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert response.status_code == 200
+    assert [a["name"] for a in response.json()] == ["helper"]
+
+
+def test_it_refuses_a_token_for_a_tenant_the_user_is_not_in(admin, globex):
+    with pytest.raises(CommandError, match="'ada' is not a member of tenant 'globex'"):
+        run("create_token", "ada", "--tenant", "globex")
+
+
+def test_it_seeds_the_demo_once(db, monkeypatch):
+    monkeypatch.setenv("DEMO_PASSWORD", "demo-password-1")
+    out = run("seed_demo")
+    assert "demo-password-1" in out
+    run("seed_demo")
+    demo = Tenant.objects.get(slug="demo")
+    assert Agent.objects.live().filter(tenant=demo).count() == 1
+    assert Agent.objects.get(tenant=demo, name="assistant").current_version == 1
+    roles = dict(Membership.objects.filter(tenant=demo).values_list("user__username", "role"))
+    assert roles == {"admin": "admin", "operator": "operator", "viewer": "reader"}
+    assert Client().login(username="viewer", password="demo-password-1")
