@@ -17,11 +17,6 @@ LOCAL = b"http://localhost"
 
 
 @pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 async def empty_channel_layer():
     """The in-memory layer lives as long as the process; start each test without earlier groups."""
     await get_channel_layer().flush()
