@@ -1,0 +1,74 @@
+"""The trial-run page in a real browser: a streamed turn, an inline approval, the next turn."""
+
+import json
+from uuid import uuid4
+
+import pytest
+from playwright.sync_api import Page, expect
+
+pytestmark = pytest.mark.browser
+
+SEND = 'call send_email {"to": "ops@example.com", "subject": "Hi", "body": "Hello"}'
+
+
+def create_agent(page: Page, name: str) -> None:
+    """Create the agent through the JSON API with the browser's own session (and its CSRF token)."""
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
+    definition = {
+        "name": name,
+        "instructions": "You help the {{team}} team.",
+        "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time"}],
+        "parameters": [{"name": "team", "kind": "text", "default": "ops"}],
+    }
+    response = page.request.post(
+        "/api/agents", data=json.dumps(definition), headers={"Content-Type": "application/json", "X-CSRFToken": csrf}
+    )
+    assert response.status == 201, response.text()
+
+
+def send(page: Page, text: str) -> None:
+    expect(page.locator("#send")).to_be_enabled()
+    page.get_by_label("Message").fill(text)
+    page.locator("#send").click()
+
+
+def test_it_runs_an_approval_round_trip_turn_by_turn(logged_in: Page) -> None:
+    page, name = logged_in, f"mailer-{uuid4().hex[:6]}"
+    create_agent(page, name)
+    page.goto(f"/trial/?agent={name}")
+
+    send(page, "echo instructions")
+    expect(page.locator(".turn").last).to_contain_text("You help the ops team.")
+
+    send(page, SEND)
+    answers = page.locator("form[data-answers]")
+    expect(answers).to_contain_text("Approve send_email?")
+    expect(page.locator(".turn").last).to_contain_text("Awaiting Approval")
+    answers.get_by_label("Deny").check()
+    answers.get_by_label("Reason").fill("not during the freeze")
+    answers.get_by_role("button", name="Send answers").click()
+    expect(page.locator(".turn").last).to_contain_text("send_email denied: not during the freeze")
+    expect(page.locator("form[data-answers]")).to_have_count(0)
+
+    send(page, SEND)
+    page.locator("form[data-answers]").get_by_role("button", name="Send answers").click()
+    expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com")
+    page.screenshot(path="/tmp/airlock-trial.png", full_page=True)
+
+    # The conversation survives a reload: the session is in the address.
+    expect(page.locator("#send")).to_be_enabled()
+    page.reload()
+    expect(page.locator(".turn")).to_have_count(5)
+    expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com")
+
+
+def test_it_keeps_the_message_and_shows_the_error_when_a_turn_is_refused(logged_in: Page) -> None:
+    page, name = logged_in, f"mailer-{uuid4().hex[:6]}"
+    create_agent(page, name)
+    page.goto(f"/trial/?agent={name}")
+    send(page, SEND)
+    expect(page.locator("form[data-answers]")).to_be_visible()
+    # A new message while the approval is open is refused by the API (409 pending_requests).
+    send(page, "something else")
+    expect(page.locator("#send-error")).to_contain_text("unanswered requests")
+    expect(page.get_by_label("Message")).to_have_value("something else")
