@@ -27,30 +27,50 @@ class _Undecidable(Exception):
     pass
 
 
+def _json_kind(value: Any) -> str:
+    """The JSON type of a value: Python would compare True with 1 and find "a" in "cat"; JSON does not."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
 def _holds(condition: Condition, arguments: dict[str, Any]) -> bool:
+    """Whether the condition holds; a missing argument or a type mismatch is undecidable."""
     if condition.argument not in arguments:
         raise _Undecidable
     actual, expected = arguments[condition.argument], condition.value
-    try:
-        match condition.operator:
-            case "equals":
-                return bool(actual == expected)
-            case "not_equals":
-                return bool(actual != expected)
-            case "lt":
-                return bool(actual < expected)
-            case "lte":
-                return bool(actual <= expected)
-            case "gt":
-                return bool(actual > expected)
-            case "gte":
-                return bool(actual >= expected)
-            case "in":
-                return actual in expected
-            case "not_in":
-                return actual not in expected
-    except TypeError:
-        raise _Undecidable from None
+    kind = _json_kind(actual)
+    if condition.operator in ("in", "not_in"):
+        if not isinstance(expected, list) or any(_json_kind(item) != kind for item in expected):
+            raise _Undecidable
+        found = actual in expected
+        return found if condition.operator == "in" else not found
+    if _json_kind(expected) != kind:
+        raise _Undecidable
+    match condition.operator:
+        case "equals":
+            return bool(actual == expected)
+        case "not_equals":
+            return bool(actual != expected)
+    if kind not in ("number", "string"):
+        raise _Undecidable
+    match condition.operator:
+        case "lt":
+            return bool(actual < expected)
+        case "lte":
+            return bool(actual <= expected)
+        case "gt":
+            return bool(actual > expected)
+        case _:
+            return bool(actual >= expected)
 
 
 def rule_matches(arguments_digest: str, conditions: list[dict[str, Any]], arguments: dict[str, Any]) -> bool:
