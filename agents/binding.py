@@ -34,7 +34,10 @@ def bind_parameters(content: DefinitionContent, values: dict[str, Any]) -> dict[
         raise BindingError("unknown_parameter", f"The agent declares no parameter {', '.join(map(repr, unknown))}.")
     bound: dict[str, Any] = {}
     for name, parameter in declared.items():
-        value = values.get(name, parameter.default)
+        # null is "no value", as if the name were left out: the default applies.
+        value = values.get(name)
+        if value is None:
+            value = parameter.default
         if value is None:
             if parameter.required:
                 raise BindingError("missing_parameter", f"The parameter {name!r} is required and has no default.")

@@ -1,0 +1,90 @@
+"""Shared by the run API tests: the `assistant` agent, calling the run route, problem and no-change checks."""
+
+import json
+from typing import Any
+
+from agents.definitions import DefinitionContent
+from agents.models import Agent, Event, Run, Session
+from approvals.models import PendingRequest, Rule
+from tests.conftest import Persona
+
+ASSISTANT: dict[str, Any] = {
+    "name": "assistant",
+    "instructions": "You help the {{team}} team. Sign as {{signature}}.",
+    "instructionsByCulture": {"tr": "Merhaba {{team}} ekibi.", "tr-TR": "Türkiye: {{team}} ekibi."},
+    "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time", "approval": "never"}],
+    "clientTools": [
+        {
+            "name": "get_user_location",
+            "description": "Where the user is, asked of the client.",
+            "parameters": {"type": "object", "properties": {"precision": {"type": "string"}}},
+        }
+    ],
+    "parameters": [
+        {"name": "team", "kind": "text", "default": "ops"},
+        {"name": "signature", "kind": "text", "default": "Airlock"},
+        {"name": "budget", "kind": "number"},
+        {"name": "urgent", "kind": "boolean", "default": False},
+    ],
+}
+
+EMAIL = {"to": "ada@example.com", "subject": "Hello", "body": "Ship it."}
+
+
+def make_agent(persona: Persona, **changes: Any) -> Agent:
+    return Agent.create(persona.tenant, DefinitionContent.model_validate({**ASSISTANT, **changes}), persona.user)
+
+
+def call_line(tool: str, arguments: dict[str, Any] | None = None) -> str:
+    return f"call {tool} {json.dumps(arguments)}" if arguments is not None else f"call {tool}"
+
+
+def run(persona: Persona, body: dict[str, Any], agent: str = "assistant", **headers: str) -> Any:
+    return persona.api("POST", f"/api/agents/{agent}/runs", body, **headers)
+
+
+def run_ok(persona: Persona, body: dict[str, Any], agent: str = "assistant") -> dict[str, Any]:
+    response = run(persona, body, agent)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["detail"]
+    return body
+
+
+def snapshot() -> dict[str, Any]:
+    """Every row a run request may write, with the fields an answer or a closing would change."""
+    return {
+        "runs": sorted(Run.objects.values_list("id", "status")),
+        "events": Event.objects.count(),
+        "sessions": sorted(Session.objects.values_list("key", "last_run_id")),
+        "requests": sorted(PendingRequest.objects.values_list("id", "status", "answer", "answered_in_id")),
+        "rules": Rule.objects.count(),
+    }
+
+
+def stored_events(run_id: str) -> list[Event]:
+    return list(Event.objects.filter(run_id=run_id).order_by("sequence"))
+
+
+def upload(persona: Persona, name: str, content: bytes, content_type: str = "text/plain") -> Any:
+    """POST /api/attachments as a multipart upload with the persona's token."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.test import Client
+
+    file = SimpleUploadedFile(name, content, content_type=content_type)
+    return Client().post("/api/attachments", {"file": file}, HTTP_AUTHORIZATION=f"Bearer {persona.token}")
+
+
+def ask_to_send(persona: Persona, session: str = "s1", **email: str) -> dict[str, Any]:
+    """A run in `session` that calls send_email and waits for its approval."""
+    result = run_ok(persona, {"message": call_line("send_email", {**EMAIL, **email}), "sessionId": session})
+    assert result["status"] == "awaiting_approval", result
+    return result
