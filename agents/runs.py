@@ -6,6 +6,7 @@ transaction; `execute` runs the engine turn and `finish_run` stores the outcome.
 """
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from approvals.rules import arguments_hash
 from console.models import Membership
 
 LANE = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+logger = logging.getLogger(__name__)
 
 
 class RunRejected(Exception):
@@ -325,7 +328,9 @@ _DECISIONS = {True: "approved", False: "denied-interactively-by-user"}
 
 
 def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
-    """Record the run, the answers it carries and any rules they remember, in one transaction."""
+    """Record the run, the answers it carries and any rules they remember, in one transaction.
+
+    Raises RunRejected (and writes nothing) when a request it answers was answered meanwhile."""
     request, membership = prepared.request, prepared.membership
     with transaction.atomic():
         session = prepared.session
@@ -356,8 +361,10 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
             },
         )
         now = timezone.now()
+        answers = Answers()
         for pending in prepared.abandoned:
-            _close(pending, RequestStatus.ABANDONED, now)
+            _claim(pending, answered_before=False, status=RequestStatus.ABANDONED, closed_at=now)
+            _answer_abandoned(pending, answers)
             log.record(
                 "request.terminated",
                 {
@@ -368,14 +375,24 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
                 },
             )
         for pending, payload in prepared.answered:
-            pending.answer = payload
-            pending.answered_by = user if user.is_authenticated else None
-        answers = Answers()
+            _claim(
+                pending,
+                answered_before=False,
+                answer=payload,
+                answered_by=user if user.is_authenticated else None,
+                status=RequestStatus.ANSWERED,
+                answered_in=run,
+                closed_at=now,
+            )
+        for pending in prepared.stored_answers:
+            _claim(
+                pending,
+                answered_before=True,
+                status=RequestStatus.ANSWERED,
+                answered_in=run,
+                closed_at=pending.closed_at or now,
+            )
         for pending in [p for p, _ in prepared.answered] + prepared.stored_answers:
-            pending.status = RequestStatus.ANSWERED
-            pending.answered_in = run
-            pending.closed_at = pending.closed_at or now
-            pending.save(update_fields=["answer", "answered_by", "status", "answered_in", "closed_at"])
             _apply_answer(pending, answers, log, user)
         rules = list(Rule.objects.filter(agent=prepared.agent, revoked_at__isnull=True))
         if request.message is not None and request.message != "":
@@ -389,10 +406,31 @@ def _id(obj: Any) -> str | None:
     return str(obj.pk) if obj is not None else None
 
 
-def _close(pending: PendingRequest, status: str, now: Any) -> None:
-    pending.status = status
-    pending.closed_at = now
-    pending.save(update_fields=["status", "closed_at"])
+def _claim(pending: PendingRequest, *, answered_before: bool, **changes: Any) -> None:
+    """Write `changes` only while the request is as `prepare_run` found it: still open, and unanswered
+    unless its answer came earlier (from the inbox). A request answered or closed in the meantime (two
+    operators, two turns at once) rejects the whole run, so a call is never answered twice."""
+    claimed = PendingRequest.objects.filter(
+        pk=pending.pk, status=RequestStatus.PENDING, answered_in=None, answer__isnull=not answered_before
+    ).update(**changes)
+    if not claimed:
+        raise RunRejected(409, "already_answered", f"The request {pending.id} was answered or closed meanwhile.")
+    for name, value in changes.items():
+        setattr(pending, name, value)
+
+
+ABANDONED_REASON = "The request was abandoned: the session moved on."
+
+
+def _answer_abandoned(pending: PendingRequest, answers: Answers) -> None:
+    """Close an abandoned call in the conversation too: the model must see that it never ran, and the
+    engine refuses a new message while the last response still has calls without results."""
+    from pydantic_ai import ToolDenied, ToolFailed
+
+    if pending.kind == RequestKind.CLIENT_TOOL:
+        answers.tool_results[pending.call_id] = ToolFailed(ABANDONED_REASON)
+    else:
+        answers.approvals[pending.call_id] = ToolDenied(ABANDONED_REASON)
 
 
 def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user: Any) -> None:
@@ -411,11 +449,14 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
         if answer.get("overrideArguments") is not None:
             result["overrideArguments"] = answer["overrideArguments"]
         if approved and answer.get("remember"):
+            # Narrowed to the arguments the operator approved: with an override, never the model's own.
+            override = answer.get("overrideArguments")
+            approved_arguments = override if override is not None else pending.arguments
             rule = Rule.objects.create(
                 tenant=pending.tenant,
                 agent=pending.agent,
                 tool_name=pending.tool_name,
-                arguments_hash=arguments_hash(pending.arguments) if answer.get("rememberArgumentsOnly") else "",
+                arguments_hash=arguments_hash(approved_arguments) if answer.get("rememberArgumentsOnly") else "",
                 created_by=pending.answered_by,
                 created_from=pending,
             )
@@ -473,6 +514,10 @@ async def execute(started: StartedRun) -> ExecutionResult:
         return ExecutionResult(None, error)
     except asyncio.CancelledError:
         return ExecutionResult(None, None, cancelled=True)
+    except Exception as error:
+        # Anything else is a bug, but the run must still end `failed` rather than stay `running` forever.
+        logger.exception("Run %s failed unexpectedly", started.run.id)
+        return ExecutionResult(None, TurnError("engine_error", f"The turn failed unexpectedly: {error}"))
     return ExecutionResult(outcome, None)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 
 from agents.api import _agent as agent_or_404
 from agents.models import Attachment, Event, Run, RunStatus, Session
@@ -73,10 +73,9 @@ def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
     membership = require_role(request, "operator")
     agent = agent_or_404(request, name)
     try:
-        prepared = prepare_run(membership, agent, payload)
+        started = start_run(prepare_run(membership, agent, payload), request.user)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
-    started = start_run(prepared, request.user)
     if _wants_sse(request):
         response = StreamingHttpResponse(_stream(started), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
@@ -147,6 +146,8 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any
     if filters.sessionId:
         runs = runs.filter(session__key=filters.sessionId)
     limit = max(1, min(filters.limit, 200))
+    # The id breaks ties between runs created in the same microsecond, so pages never overlap.
+    runs = runs.order_by("-created_at", "-id")
     page = list(runs[filters.offset : filters.offset + limit + 1])
     return {
         "items": [run_result(r) for r in page[:limit]],
@@ -254,14 +255,17 @@ def upload_attachment(request: HttpRequest) -> Any:
         content_type=upload.content_type or "application/octet-stream",
         size=upload.size,
         sha256=digest.hexdigest(),
-        created_by=request.user,
+        created_by=membership.user,
     )
     attachment.file.save(attachment.name, upload, save=False)
     attachment.save()
-    return 201, {
-        "id": str(attachment.id),
-        "name": attachment.name,
-        "contentType": attachment.content_type,
-        "size": attachment.size,
-        "sha256": attachment.sha256,
-    }
+    return Status(
+        201,
+        {
+            "id": str(attachment.id),
+            "name": attachment.name,
+            "contentType": attachment.content_type,
+            "size": attachment.size,
+            "sha256": attachment.sha256,
+        },
+    )
