@@ -1,16 +1,166 @@
-"""Console pages for run history: the list with filters and a run's timeline."""
+"""Console pages for run history: the list with filters and a run's detail with its timeline."""
 
-from django.http import HttpRequest, HttpResponse
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
 
+from agents.models import Agent, Event, Run, RunStatus
+from approvals.models import PendingRequest
 from console.tenancy import role_required
 
+RUNS_PER_PAGE = 50
+
+
+# Pickers filter as soon as they change; the session id waits for Enter (its change would fire too).
+_SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
+
+
+class RunFilters(forms.Form):
+    """The filters of the run list, read from the query string; an invalid field is ignored."""
+
+    agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any status"), *((value, label.lower()) for value, label in RunStatus.choices)],
+        widget=forms.Select(attrs=_SUBMIT_ON_CHANGE),
+    )
+    session = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"placeholder": "exact session id", "autocomplete": "off"}),
+    )
+    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **_SUBMIT_ON_CHANGE}))
+    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **_SUBMIT_ON_CHANGE}))
+
+    def __init__(self, data: Any, agent_names: list[str]) -> None:
+        super().__init__(data)
+        agent = self.fields["agent"]
+        assert isinstance(agent, forms.ChoiceField)
+        agent.choices = [("", "Any agent"), *((name, name) for name in agent_names)]
+
+    def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
+        self.is_valid()
+        wanted = self.cleaned_data
+        if wanted.get("agent"):
+            runs = runs.filter(agent__name=wanted["agent"])
+        if wanted.get("status"):
+            runs = runs.filter(status=wanted["status"])
+        if wanted.get("session"):
+            runs = runs.filter(session__key=wanted["session"].strip())
+        if wanted.get("date_from"):
+            runs = runs.filter(created_at__date__gte=wanted["date_from"])
+        if wanted.get("date_to"):
+            runs = runs.filter(created_at__date__lte=wanted["date_to"])
+        return runs
+
+
+@dataclass
+class RunRow:
+    run: Run
+
+    @property
+    def summary(self) -> str:
+        """The first line of the message; empty for a turn that only carried answers."""
+        return (self.run.message or "").strip().split("\n", 1)[0]
+
+    @property
+    def duration(self) -> str:
+        return duration(self.run.created_at, self.run.finished_at)
+
+
+def duration(start: datetime, end: datetime | None) -> str:
+    if end is None:
+        return ""
+    seconds = max((end - start).total_seconds(), 0.0)
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
 
 @role_required("reader")
+@require_GET
+@vary_on_headers("HX-Request")
 def run_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/not_yet.html", {"page": "runs"})
+    tenant = request.membership.tenant  # type: ignore[attr-defined]
+    agent_names = list(Agent.objects.filter(tenant=tenant).order_by("name").values_list("name", flat=True).distinct())
+    filters = RunFilters(request.GET, agent_names)
+    runs = filters.apply(Run.objects.filter(tenant=tenant)).select_related("agent", "version", "session", "created_by")
+    page = Paginator(runs.order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    context = {"filters": filters, "page": page, "rows": [RunRow(run) for run in page]}
+    partial = request.htmx and not request.htmx.history_restore_request  # type: ignore[attr-defined]
+    return render(request, "agents/run_list.html#runs-table" if partial else "agents/run_list.html", context)
+
+
+def _run(request: HttpRequest, run_id: uuid.UUID) -> Run:
+    related = ("agent", "version", "session", "created_by", "previous_run")
+    run = Run.objects.select_related(*related).filter(tenant=request.membership.tenant, pk=run_id).first()  # type: ignore[attr-defined]
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def pretty(value: Any) -> str:
+    """A JSON value for reading: strings as they are, anything else indented JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@dataclass
+class TimelineEntry:
+    """A stored event and its structured values already written as readable JSON, by data key."""
+
+    event: Event
+    pretty: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, event: Event) -> "TimelineEntry":
+        data = event.data if isinstance(event.data, dict) else {"value": event.data}
+        shown = {key: pretty(value) for key, value in data.items() if value is not None}
+        result = data.get("result")
+        if event.type == "permission.completed" and isinstance(result, dict) and "overrideArguments" in result:
+            shown["overrideArguments"] = pretty(result["overrideArguments"])
+        shown["everything"] = pretty(event.data)
+        return cls(event, shown)
+
+    @property
+    def data(self) -> Any:
+        return self.event.data
+
+    @property
+    def category(self) -> str:
+        """The CSS family of the event: its type up to the first dot (`tool`, `permission`, ...)."""
+        return self.event.type.split(".", 1)[0].replace("_", "-")
 
 
 @role_required("reader")
-def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
-    return render(request, "console/not_yet.html", {"page": "runs"})
+@require_GET
+def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = _run(request, run_id)
+    session_runs = run.session.runs.order_by("created_at", "pk") if run.session else Run.objects.none()
+    context = {
+        "run": run,
+        "row": RunRow(run),
+        "parameters": [(name, pretty(value)) for name, value in run.parameters.items()],
+        "next_runs": Run.objects.filter(tenant=run.tenant_id, previous_run=run).order_by("created_at"),
+        "session_runs": [RunRow(other) for other in session_runs.only("id", "status", "created_at", "message")],
+        "timeline": [TimelineEntry.of(event) for event in run.events.order_by("sequence")],
+        "requests": PendingRequest.objects.filter(run=run).select_related("answered_by"),
+    }
+    return render(request, "agents/run_detail.html", context)

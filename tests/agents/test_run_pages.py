@@ -1,0 +1,286 @@
+"""The run pages of the console: the run list with its filters and paging, a run's detail and timeline."""
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agents.definitions import DefinitionContent
+from agents.models import Agent, Run
+from agents.run_views import duration
+from tests.conftest import Persona
+
+HELPER = {"name": "helper", "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time"}]}
+SEND_EMAIL = 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}'
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Every persona hashes a password; the production hasher takes about a second each."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def make_agent(persona: Persona, name: str = "helper") -> Agent:
+    return Agent.create(persona.tenant, DefinitionContent.model_validate({**HELPER, "name": name}), persona.user)
+
+
+@pytest.fixture
+def helper(admin) -> Agent:
+    return make_agent(admin)
+
+
+def start(persona: Persona, body: dict[str, Any], agent: str = "helper") -> dict[str, Any]:
+    """Start a run through the real API; the answer is the run result."""
+    response = persona.api("post", f"/api/agents/{agent}/runs", body)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def ask_and_deny(persona: Persona, session: str = "s-1") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run awaiting approval of send_email, and the run that denies it."""
+    asked = start(persona, {"message": SEND_EMAIL, "sessionId": session})
+    assert asked["status"] == "awaiting_approval"
+    request_id = asked["pendingRequests"][0]["requestId"]
+    denial = {"requestId": request_id, "approved": False, "reason": "no, not to that address"}
+    denied = start(persona, {"sessionId": session, "approvals": [denial]})
+    return asked, denied
+
+
+def table(html: str) -> str:
+    """The runs table of a list page (or of its htmx fragment)."""
+    match = re.search(r"<table class=\"runs\">.*?</table>", html, re.DOTALL)
+    assert match, html
+    return match.group(0)
+
+
+def listed(persona: Persona, query: str = "") -> str:
+    response = persona.client.get(f"/runs/{query}")
+    assert response.status_code == 200
+    return table(response.content.decode())
+
+
+def messages(html: str) -> list[str]:
+    """The message column of a runs table, top to bottom."""
+    return re.findall(r'<td class="message">(.*?)</td>', html)
+
+
+def row_count(html: str) -> int:
+    return len(messages(html))
+
+
+def test_it_lists_the_runs_of_the_tenant_only(admin, outsider, helper):
+    start(admin, {"message": "hello from acme"})
+    make_agent(outsider)
+    start(outsider, {"message": "hello from globex"})
+    html = listed(admin)
+    assert "hello from acme" in html
+    assert "globex" not in html
+    assert "You said" not in html, "the list shows the message, not the output"
+
+
+def test_it_shows_the_columns_of_a_run(admin, helper):
+    start(admin, {"message": "first line\nsecond line", "sessionId": "s-cols"})
+    html = listed(admin)
+    assert "first line" in html and "second line" not in html
+    assert 'href="/agents/helper/versions/1/"' in html
+    assert "s-cols" in html
+    assert '<span class="pill status-completed">completed</span>' in html
+    assert admin.user.username in html
+    assert re.search(r"<td class=\"num\">[0-9.]+ m?s</td>", html), "the duration"
+
+
+def test_it_lists_the_newest_run_first(admin, helper):
+    for word in ("older", "newer"):
+        start(admin, {"message": word})
+    html = listed(admin)
+    assert html.index("newer") < html.index("older")
+
+
+def test_it_filters_by_agent(admin, helper):
+    make_agent(admin, "mailer")
+    start(admin, {"message": "to helper"})
+    start(admin, {"message": "to mailer"}, agent="mailer")
+    html = listed(admin, "?agent=mailer")
+    assert "to mailer" in html and "to helper" not in html
+
+
+def test_it_filters_by_status(admin, helper):
+    start(admin, {"message": "plain"})
+    start(admin, {"message": SEND_EMAIL, "sessionId": "s-wait"})
+    html = listed(admin, "?status=awaiting_approval")
+    assert "send_email" in html and "plain" not in html
+
+
+def test_it_filters_by_session(admin, helper):
+    start(admin, {"message": "in one", "sessionId": "one"})
+    start(admin, {"message": "in two", "sessionId": "two"})
+    start(admin, {"message": "in none"})
+    html = listed(admin, "?session=two")
+    assert "in two" in html and "in one" not in html and "in none" not in html
+
+
+def test_it_filters_by_date(admin, helper):
+    for word in ("long ago", "yesterday", "today"):
+        start(admin, {"message": word})
+    now = timezone.now()
+    Run.objects.filter(message="long ago").update(created_at=now - timedelta(days=10))
+    Run.objects.filter(message="yesterday").update(created_at=now - timedelta(days=1))
+    yesterday = (now - timedelta(days=1)).date().isoformat()
+    html = listed(admin, f"?date_from={yesterday}&date_to={yesterday}")
+    assert "yesterday" in html and "long ago" not in html and "today" not in html
+    html = listed(admin, f"?date_from={yesterday}")
+    assert "yesterday" in html and "today" in html and "long ago" not in html
+
+
+def test_it_ignores_a_filter_that_is_not_valid(admin, helper):
+    start(admin, {"message": "still listed"})
+    response = admin.client.get("/runs/?status=bogus&date_from=yesterday")
+    assert response.status_code == 200
+    assert "still listed" in table(response.content.decode())
+    assert "Some filters were ignored" in response.content.decode()
+
+
+def test_it_pages_fifty_runs_at_a_time_keeping_the_filters(admin, helper):
+    for number in range(52):
+        start(admin, {"message": f"run {number:02d}", "sessionId": "paged"})
+    start(admin, {"message": "elsewhere"})
+    first = admin.client.get("/runs/?session=paged").content.decode()
+    assert messages(table(first)) == [f"run {number:02d}" for number in range(51, 1, -1)]
+    assert 'href="?session=paged&amp;page=2"' in first
+    second = admin.client.get("/runs/?session=paged&page=2").content.decode()
+    assert messages(table(second)) == ["run 01", "run 00"]
+    assert 'href="?session=paged&amp;page=1"' in second
+    assert "of 52 runs · page 2 of 2" in second
+
+
+def test_it_serves_only_the_table_to_htmx(admin, helper):
+    start(admin, {"message": "hello"})
+    response = admin.client.get("/runs/?status=completed", headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert "hello" in table(html)
+    assert "<html" not in html and "<form" not in html
+    assert "HX-Request" in response["Vary"]
+
+
+def test_it_serves_the_whole_page_to_an_htmx_history_restore(admin, helper):
+    response = admin.client.get("/runs/", headers={"HX-Request": "true", "HX-History-Restore-Request": "true"})
+    assert "<html" in response.content.decode()
+
+
+def test_it_keeps_the_query_count_of_the_list_flat(admin, helper):
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin.client.get("/runs/").status_code == 200
+        return len(captured)
+
+    make_agent(admin, "mailer")
+    for number in range(3):
+        start(admin, {"message": f"run {number}", "sessionId": f"s-{number}"}, agent=["helper", "mailer"][number % 2])
+    few = queries()
+    for number in range(3, 30):
+        start(admin, {"message": f"run {number}", "sessionId": f"s-{number}"}, agent=["helper", "mailer"][number % 2])
+    assert row_count(listed(admin)) == 30
+    assert queries() == few
+
+
+def test_it_shows_the_timeline_of_a_run(admin, helper):
+    asked, denied = ask_and_deny(admin)
+    html = admin.client.get(f"/runs/{asked['runId']}/").content.decode()
+    assert "permission.requested" in html
+    assert "Asked for approval to call <code>send_email</code>" in html
+    assert "&quot;to&quot;: &quot;a@b.c&quot;" in html, "the arguments as pretty JSON"
+    assert '<span class="pill request-answered">answered</span>' in html
+
+    html = admin.client.get(f"/runs/{denied['runId']}/").content.decode()
+    assert "denied-interactively-by-user" in html
+    assert "no, not to that address" in html
+    assert f"by <strong>{admin.user.username}</strong>" in html
+    assert denied["output"] in html and "send_email denied" in denied["output"]
+    sequences = [int(n) for n in re.findall(r'id="event-(\d+)"', html)]
+    assert sequences == sorted(sequences) and sequences[0] == 1
+
+
+def test_it_shows_a_decision_by_a_remembered_rule(admin, helper):
+    asked = start(admin, {"message": SEND_EMAIL, "sessionId": "s-rule"})
+    approval = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True, "remember": True}
+    start(admin, {"sessionId": "s-rule", "approvals": [approval]})
+    ruled = start(admin, {"message": SEND_EMAIL, "sessionId": "s-rule"})
+    html = admin.client.get(f"/runs/{ruled['runId']}/").content.decode()
+    rule = re.search(r"Decided by remembered rule <code>([0-9a-f-]{36})</code>", html)
+    assert rule and "approved-by-rule" in html
+    assert "tool.execution_complete" in html
+
+
+def test_it_shows_a_client_tool_request_and_its_abandonment(admin):
+    client_tool = {"name": "pick_file", "description": "Pick a file.", "parameters": {"type": "object"}}
+    Agent.create(
+        admin.tenant, DefinitionContent.model_validate({"name": "picker", "clientTools": [client_tool]}), admin.user
+    )
+    asked = start(admin, {"message": 'call pick_file {"kind": "pdf"}', "sessionId": "s-pick"}, agent="picker")
+    moved_on = start(admin, {"message": "never mind", "sessionId": "s-pick", "abandonPending": True}, agent="picker")
+    html = admin.client.get(f"/runs/{asked['runId']}/").content.decode()
+    assert "Asked the client to run <code>pick_file</code>" in html
+    assert '<span class="pill request-abandoned">abandoned</span>' in html
+    html = admin.client.get(f"/runs/{moved_on['runId']}/").content.decode()
+    assert "The request for <code>pick_file</code> was closed" in html and "abandoned" in html
+
+
+def test_it_shows_the_error_of_a_failed_run(admin, helper):
+    failed = start(admin, {"message": SEND_EMAIL})
+    assert failed["status"] == "failed"
+    html = admin.client.get(f"/runs/{failed['runId']}/").content.decode()
+    assert "session_required" in html and 'role="alert"' in html
+
+
+def test_it_links_the_session_chain_both_ways(admin, helper):
+    asked, denied = ask_and_deny(admin)
+    first = admin.client.get(f"/runs/{asked['runId']}/").content.decode()
+    assert f'<a href="/runs/{denied["runId"]}/" rel="next">' in first
+    second = admin.client.get(f"/runs/{denied['runId']}/").content.decode()
+    assert f'<a href="/runs/{asked["runId"]}/" rel="prev">' in second
+    session_runs = re.search(r'<ol class="session-runs">.*?</ol>', second, re.DOTALL)
+    assert session_runs, second
+    items = re.findall(r"<li.*?</li>", session_runs.group(0), re.DOTALL)
+    assert len(items) == 2
+    assert f'href="/runs/{asked["runId"]}/"' in items[0] and "call send_email" in items[0]
+    assert 'aria-current="true"' in items[1] and "this run" in items[1]
+
+
+def test_it_hides_another_tenants_run(admin, outsider, helper):
+    run = start(admin, {"message": "private"})
+    assert outsider.client.get(f"/runs/{run['runId']}/").status_code == 404
+    assert "private" not in outsider.client.get("/runs/").content.decode()
+
+
+def test_it_lets_a_reader_see_runs(admin, reader, helper):
+    run = start(admin, {"message": "for everyone"})
+    assert "for everyone" in listed(reader)
+    response = reader.client.get(f"/runs/{run['runId']}/")
+    assert response.status_code == 200 and "You said: for everyone" in response.content.decode()
+
+
+@pytest.mark.parametrize("path", ["/runs/", "/runs/00000000-0000-0000-0000-000000000000/"])
+def test_it_sends_anonymous_visitors_to_log_in(client, db, path):
+    response = client.get(path)
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+
+def test_it_escapes_the_message_on_both_pages(admin, helper):
+    run = start(admin, {"message": "<script>alert(1)</script>"})
+    for path in ("/runs/", f"/runs/{run['runId']}/"):
+        html = admin.client.get(path).content.decode()
+        assert "<script>alert(1)</script>" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0.042, "42 ms"), (5.64, "5.6 s"), (125, "2 min 5 s"), (3 * 3600 + 360, "3 h 6 min")]
+)
+def test_it_writes_durations_for_people(seconds, text):
+    start = timezone.now()
+    assert duration(start, start + timedelta(seconds=seconds)) == text
+    assert duration(start, None) == ""
