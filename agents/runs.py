@@ -14,10 +14,10 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
-from pydantic import Field, field_validator
+from pydantic import Field, StrictBool, field_validator
 
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
 from agents.definitions import CULTURE, WireModel
@@ -42,10 +42,10 @@ class RunRejected(Exception):
 
 class ApprovalAnswer(WireModel):
     request_id: uuid.UUID
-    approved: bool
+    approved: StrictBool
     reason: str | None = Field(default=None, max_length=2000)
-    remember: bool = False
-    remember_arguments_only: bool = False
+    remember: StrictBool = False
+    remember_arguments_only: StrictBool = False
     override_arguments: dict[str, Any] | None = None
 
 
@@ -122,6 +122,8 @@ def prepare_run(membership: Membership, agent: Agent, request: RunRequest) -> Pr
         session = Session.objects.filter(tenant=membership.tenant, key=request.session_id).first()
         if session is not None and session.agent_id != agent.pk:
             raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
+        if session is not None:
+            _refuse_if_busy(session)
     previous_run = session.last_run if session is not None else None
 
     prepared = PreparedRun(
@@ -153,6 +155,11 @@ def prepare_run(membership: Membership, agent: Agent, request: RunRequest) -> Pr
         membership, request.attachment_ids
     )
     return prepared
+
+
+def _refuse_if_busy(session: Session) -> None:
+    if session.runs.filter(status__in=(RunStatus.RUNNING, RunStatus.QUEUED)).exists():
+        raise RunRejected(409, "session_busy", "A turn of this session is still running; send the next one after it.")
 
 
 def _version(agent: Agent, number: int | None) -> AgentVersion:
@@ -334,8 +341,19 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
     request, membership = prepared.request, prepared.membership
     with transaction.atomic():
         session = prepared.session
-        if session is None and request.session_id:
-            session = Session.objects.create(tenant=membership.tenant, key=request.session_id, agent=prepared.agent)
+        if session is not None:
+            # One turn at a time per session: a second one would run against the same history.
+            session = Session.objects.select_for_update().get(pk=session.pk)
+            _refuse_if_busy(session)
+        elif request.session_id:
+            try:
+                with transaction.atomic():
+                    session = Session.objects.create(
+                        tenant=membership.tenant, key=request.session_id, agent=prepared.agent
+                    )
+            except IntegrityError:
+                detail = "Another turn started this session at the same moment."
+                raise RunRejected(409, "session_busy", detail) from None
         run = Run.objects.create(
             tenant=membership.tenant,
             agent=prepared.agent,
@@ -595,7 +613,8 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
             PendingRequest.objects.filter(answered_in=run).update(
                 status=RequestStatus.PENDING, answered_in=None, closed_at=None
             )
-        PendingRequest.objects.bulk_create(opened)
+        if opened:
+            PendingRequest.objects.bulk_create(opened)
         run.save(update_fields=["status", "output", "usage", "error", "finished_at"])
         if run.session is not None:
             run.session.last_run = run

@@ -660,3 +660,26 @@ def test_it_keeps_a_session_per_tenant(operator, outsider, assistant):
 
     assert theirs["previousRunId"] is None
     assert Session.objects.filter(key="s1").count() == 2
+
+
+def test_it_refuses_a_second_turn_while_one_of_the_session_is_running(operator, assistant):
+    from agents.models import Run, RunStatus
+
+    first = operator.api("post", "/api/agents/assistant/runs", {"message": "hello", "sessionId": "busy"}).json()
+    Run.objects.filter(id=first["runId"]).update(status=RunStatus.RUNNING)
+    runs = Run.objects.count()
+    response = operator.api("post", "/api/agents/assistant/runs", {"message": "again", "sessionId": "busy"})
+    assert response.status_code == 409
+    assert response.json()["code"] == "session_busy"
+    assert Run.objects.count() == runs
+
+
+def test_it_refuses_a_non_boolean_approval(operator, assistant):
+    from approvals.models import PendingRequest
+
+    body = {"message": 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}', "sessionId": "strict"}
+    pending = operator.api("post", "/api/agents/assistant/runs", body).json()["pendingRequests"][0]
+    answer = {"sessionId": "strict", "approvals": [{"requestId": pending["requestId"], "approved": "yes"}]}
+    response = operator.api("post", "/api/agents/assistant/runs", answer)
+    assert response.status_code == 400
+    assert PendingRequest.objects.get(id=pending["requestId"]).status == "pending"

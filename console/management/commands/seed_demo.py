@@ -29,17 +29,23 @@ def demo_agent() -> DefinitionContent:
                 {
                     "name": "get_user_location",
                     "description": "Ask the user's browser where the user is.",
-                    "parameters": {"type": "object", "properties": {"precision": {"type": "string",
-                                   "enum": ["city", "exact"]}}},
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"precision": {"type": "string", "enum": ["city", "exact"]}},
+                    },
                 }
             ],
             "mcpServers": [
-                {"name": "meetings", "command": sys.executable, "args": ["-m", "agents.mcp_demo"],
-                 "approval": "never"}
+                {"name": "meetings", "command": sys.executable, "args": ["-m", "agents.mcp_demo"], "approval": "never"}
             ],
             "parameters": [
-                {"name": "team", "kind": "text", "required": False, "default": "support",
-                 "description": "The team the assistant works for."}
+                {
+                    "name": "team",
+                    "kind": "text",
+                    "required": False,
+                    "default": "support",
+                    "description": "The team the assistant works for.",
+                }
             ],
         }
     )
