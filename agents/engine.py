@@ -7,6 +7,7 @@ conversation to store, the usage, or a TurnError.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -111,27 +112,39 @@ class TurnDeps:
     rules: Sequence[Any]
 
 
-def build_model(content: DefinitionContent) -> Model:
+def api_key_for(content: DefinitionContent) -> str | None:
+    """The provider key, read from the environment variable the definition names (never stored)."""
+    binding = content.model
+    if binding.provider == "scripted" or not binding.api_key_env:
+        return None
+    api_key = os.environ.get(binding.api_key_env)
+    if not api_key:
+        raise TurnError("provider_key_missing", f"The environment variable {binding.api_key_env} is not set.")
+    return api_key
+
+
+def build_model(content: DefinitionContent, api_key: str | None = None) -> Model:
     binding = content.model
     if binding.provider == "scripted":
         return scripted_model()
-    api_key = None
-    if binding.api_key_env:
-        api_key = os.environ.get(binding.api_key_env)
-        if not api_key:
-            raise TurnError("provider_key_missing", f"The environment variable {binding.api_key_env} is not set.")
     if binding.provider == "openai":
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
 
-        provider = OpenAIProvider(base_url=binding.base_url, api_key=api_key or "not-needed")
-        return OpenAIChatModel(binding.name or "", provider=provider)
-    from pydantic_ai.models.anthropic import AnthropicModel
-    from pydantic_ai.providers.anthropic import AnthropicProvider
+        provider: Any = OpenAIProvider(base_url=binding.base_url, api_key=api_key or "not-needed")
+        model: Model = OpenAIChatModel(binding.name or "", provider=provider)
+    else:
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
 
-    return AnthropicModel(
-        binding.name or "", provider=AnthropicProvider(api_key=api_key or "not-needed", base_url=binding.base_url)
-    )
+        provider = AnthropicProvider(api_key=api_key or "not-needed", base_url=binding.base_url)
+        model = AnthropicModel(binding.name or "", provider=provider)
+    # The SDKs retry 408/409/429/5xx and refused connections with backoff, honouring a Retry-After of up
+    # to two minutes, while the run's request waits. Fail at once instead: the error code says whether
+    # it is transient, and whoever runs the turn decides when to try again. (Set on the SDK client the
+    # provider owns, so pydantic-ai still replaces its HTTP client when a turn runs on a new event loop.)
+    provider.client.max_retries = 0
+    return model
 
 
 @dataclass
@@ -153,11 +166,11 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         if not ctx.tool_call_approved:
             mode = self.modes.get(name, self.default_mode)
             if mode == "every_time":
-                raise ApprovalRequired
+                raise ApprovalRequired(metadata={"approvalMode": mode})
             if mode == "always":
                 rule = first_matching(deps.rules, name, tool_args)
                 if rule is None:
-                    raise ApprovalRequired
+                    raise ApprovalRequired(metadata={"approvalMode": mode})
                 decision = {"kind": "approved-by-rule", "ruleId": str(rule.id)}
                 await deps.emit(
                     "permission.completed",
@@ -204,8 +217,13 @@ _AGENTS: dict[str, Agent[TurnDeps, Any]] = {}
 
 
 def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
-    """An agent for the definition's model and tools; cached by content, as versions never change."""
-    key = json.dumps(content.wire(), sort_keys=True)
+    """An agent for the definition's model and tools; cached by content, as versions never change.
+
+    The key is read at every turn and is part of the cache key, so that a changed or removed variable
+    takes effect on the next turn (the key itself is held only by the provider's client)."""
+    api_key = api_key_for(content)
+    key_digest = hashlib.sha256((api_key or "").encode()).hexdigest()
+    key = json.dumps([content.wire(), key_digest], sort_keys=True)
     agent = _AGENTS.get(key)
     if agent is None:
         server_tools = FunctionToolset[TurnDeps](
@@ -220,10 +238,10 @@ def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
                 for t in content.client_tools
             ]
         )
-        modes = {t.name: t.approval for t in content.tools}
+        modes: dict[str, str] = {t.name: t.approval for t in content.tools}
         toolsets: list[AbstractToolset[TurnDeps]] = [GatedToolset(server_tools, modes=modes), client_tools]
         agent = Agent(
-            build_model(content),
+            build_model(content, api_key),
             output_type=[str, DeferredToolRequests],
             deps_type=TurnDeps,
             toolsets=toolsets,
@@ -322,6 +340,9 @@ def provider_error(error: pai_errors.ModelAPIError) -> TurnError:
     for kind, code, transient in categories:
         if isinstance(error, kind):
             return TurnError(code, f"The model provider failed: {error}", transient=transient)
+    if isinstance(error.__cause__, json.JSONDecodeError | UnicodeDecodeError):
+        # pydantic-ai reports a body the SDK could not decode as a bare ModelAPIError.
+        return TurnError("provider_malformed_reply", f"The model's reply could not be used: {error}")
     return TurnError("provider_error", f"The model provider failed: {error}")
 
 
@@ -343,7 +364,11 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
                 )
             )
         else:
-            pending.append(PendingCall("approval", call.tool_name, call.tool_call_id, call.args_as_dict()))
+            pending.append(
+                PendingCall(
+                    "approval", call.tool_name, call.tool_call_id, call.args_as_dict(), engine_state=metadata or None
+                )
+            )
     for call in requests.calls:
         pending.append(PendingCall("client_tool", call.tool_name, call.tool_call_id, call.args_as_dict()))
     return pending

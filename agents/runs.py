@@ -24,6 +24,7 @@ from agents.definitions import CULTURE, WireModel
 from agents.engine import Answers, TurnError, TurnOutcome, run_turn
 from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus, Session
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.push import notify_requests_closed, notify_requests_opened
 from approvals.rules import arguments_hash
 from console.models import Membership
 
@@ -202,7 +203,7 @@ def _check_answers(prepared: PreparedRun) -> None:
         found = target(approval.request_id, RequestKind.APPROVAL)
         if approval.remember and not approval.approved:
             raise RunRejected(400, "remember_refused", "`remember` applies to approvals only, not to a denial.")
-        if approval.remember and approval_modes.get(found.tool_name) == "every_time":
+        if approval.remember and approval_mode(found, approval_modes) == "every_time":
             raise RunRejected(400, "remember_refused", f"{found.tool_name} asks every time; it cannot be remembered.")
         answer(found, approval.model_dump(mode="json", by_alias=True))
     for result in request.tool_results:
@@ -212,7 +213,7 @@ def _check_answers(prepared: PreparedRun) -> None:
     for response in request.input_responses:
         found = target(response.request_id, RequestKind.INPUT)
         if response.action == "accept":
-            problems = _schema_problems(found.requested_schema or {"type": "object"}, response.content or {})
+            problems = schema_problems(found.requested_schema or {"type": "object"}, response.content or {})
             if problems:
                 raise RunRejected(
                     400, "invalid_input_content", f"The content does not fit the requested schema: {problems}"
@@ -235,7 +236,12 @@ def _check_answers(prepared: PreparedRun) -> None:
         )
 
 
-def _schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
+def approval_mode(pending: PendingRequest, modes: dict[str, str]) -> str:
+    """The approval mode a request was opened under (MCP tools carry their server's)."""
+    return (pending.engine_state or {}).get("approvalMode") or modes.get(pending.tool_name, "always")
+
+
+def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
     errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
     return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
 
@@ -398,6 +404,8 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
                 answered_before=False,
                 answer=payload,
                 answered_by=user if user.is_authenticated else None,
+                answered_at=now,
+                answered_via="run",
                 status=RequestStatus.ANSWERED,
                 answered_in=run,
                 closed_at=now,
@@ -417,6 +425,8 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
             log.record("user.message", {"content": request.message})
         for name, text in prepared.documents:
             log.record("document.attached", {"name": name, "size": len(text.encode())})
+    closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
+    notify_requests_closed(run.tenant_id, [str(i) for i in closed])
     return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules)
 
 
@@ -622,6 +632,7 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
             fields = ["last_run", "updated_at"] + (["conversation"] if outcome is not None else [])
             run.session.save(update_fields=fields)
         Event.objects.bulk_create(log.stored)
+    notify_requests_opened(opened)
     return opened
 
 

@@ -48,6 +48,9 @@ class PendingRequest(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
     answer = models.JSONField(null=True, blank=True)
     answered_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    # "inbox", "api" (the respond route) or "run" (carried by a run request)
+    answered_via = models.CharField(max_length=16, blank=True)
     # The run that carried the answer to the engine (the continuation).
     answered_in = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 

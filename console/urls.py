@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from agents import run_views, trial_views
+from approvals import views as approval_views
 from console import views
 from console.api import api
 
@@ -19,5 +20,7 @@ urlpatterns = [
     path("trial/turns/<uuid:run_id>/", trial_views.trial_turn, name="trial_turn"),
     path("runs/", run_views.run_list, name="runs"),
     path("runs/<uuid:run_id>/", run_views.run_detail, name="run"),
-    *[path(f"{page}/", views.not_yet, {"page": page}, name=page) for page in ("inbox", "rules", "audit")],
+    path("inbox/", approval_views.inbox, name="inbox"),
+    path("inbox/<uuid:request_id>/answer/", approval_views.answer, name="inbox_answer"),
+    *[path(f"{page}/", views.not_yet, {"page": page}, name=page) for page in ("rules", "audit")],
 ]

@@ -1,0 +1,164 @@
+"""Answering a pending request outside a run (the inbox and the respond API), and the continuation.
+
+An answer is stored as a durable fact on its request the moment it is given (a conditional update, so
+two operators answering at once get one `accepted` and one `already_resolved`). When every open
+request of the session has its answer, the console starts the continuation run itself.
+"""
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+from pydantic import Field, StrictBool
+
+from agents.definitions import WireModel
+from agents.models import Run
+from agents.runs import (
+    RunRejected,
+    RunRequest,
+    approval_mode,
+    execute,
+    finish_run,
+    prepare_run,
+    schema_problems,
+    start_run,
+)
+from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.push import notify_requests_closed
+from console.models import Membership
+
+Status = Literal[
+    "accepted",
+    "already_resolved",
+    "expired",
+    "cancelled",
+    "execution_ended",
+    "response_type_mismatch",
+    "invalid_response",
+]
+
+
+class Response(WireModel):
+    """One answer to one request; which fields apply depends on the request's kind."""
+
+    request_id: uuid.UUID
+    approved: StrictBool | None = None
+    reason: str | None = Field(default=None, max_length=2000)
+    remember: StrictBool = False
+    remember_arguments_only: StrictBool = False
+    override_arguments: dict[str, Any] | None = None
+    result: Any = None
+    error_message: str | None = Field(default=None, max_length=5000)
+    action: Literal["accept", "decline", "cancel"] | None = None
+    content: dict[str, Any] | None = None
+
+
+class ResponseRefused(Exception):
+    """A well-formed answer that breaks a rule (e.g. `remember` on a denial): a 400, nothing stored."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code, self.detail = code, detail
+
+
+@dataclass
+class Outcome:
+    status: Status
+    request_id: str
+    message: str
+    continuation_run_id: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "requestId": self.request_id,
+            "message": self.message,
+            "continuationRunId": self.continuation_run_id,
+        }
+
+
+_TERMINAL_STATUS: dict[str, Status] = {
+    RequestStatus.EXPIRED: "expired",
+    RequestStatus.CANCELLED: "cancelled",
+    RequestStatus.ABANDONED: "execution_ended",
+}
+
+
+def _payload(pending: PendingRequest, response: Response) -> dict[str, Any] | Outcome:
+    """The stored answer for `pending`, or the outcome that refuses it."""
+    rid = str(pending.id)
+    if pending.kind == RequestKind.APPROVAL:
+        if response.approved is None or response.action is not None or response.result is not None:
+            return Outcome("response_type_mismatch", rid, "An approval request takes `approved` (and a reason).")
+        if response.remember and not response.approved:
+            raise ResponseRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
+        if response.remember and _approval_mode(pending) == "every_time":
+            raise ResponseRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
+        keys = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments")
+    elif pending.kind == RequestKind.CLIENT_TOOL:
+        if response.approved is not None or response.action is not None:
+            return Outcome("response_type_mismatch", rid, "A client-tool request takes `result` or `errorMessage`.")
+        if response.remember:
+            raise ResponseRefused("remember_refused", "`remember` applies to tool approvals only.")
+        keys = ("callId", "result", "errorMessage")
+    else:
+        if response.action is None or response.approved is not None:
+            return Outcome("response_type_mismatch", rid, "An input request takes `action` (and `content`).")
+        if response.remember:
+            raise ResponseRefused("remember_refused", "`remember` applies to tool approvals only.")
+        if response.action == "accept":
+            problems = schema_problems(pending.requested_schema or {"type": "object"}, response.content or {})
+            if problems:
+                return Outcome("invalid_response", rid, f"The content does not fit the requested schema: {problems}")
+        keys = ("requestId", "action", "content")
+    wire = response.model_dump(mode="json", by_alias=True)
+    wire["callId"] = pending.call_id
+    return {key: wire.get(key) for key in keys}
+
+
+def _approval_mode(pending: PendingRequest) -> str:
+    return approval_mode(pending, {t.name: t.approval for t in pending.run.version.definition.tools})
+
+
+def respond(membership: Membership, user: Any, run: Run, response: Response, *, via: str) -> Outcome:
+    """Answer one request of `run` (SPEC section 4, "Respond"). Raises PendingRequest.DoesNotExist for a
+    request this tenant's run never issued, ResponseRefused for a refused answer."""
+    pending = PendingRequest.objects.select_related("run__version", "session", "agent").get(
+        tenant=membership.tenant, run=run, id=response.request_id
+    )
+    rid = str(pending.id)
+    if pending.status in _TERMINAL_STATUS:
+        return Outcome(_TERMINAL_STATUS[pending.status], rid, f"The request was closed: {pending.status}.")
+    payload = _payload(pending, response)
+    if isinstance(payload, Outcome):
+        return payload
+    if pending.answer is not None or pending.status == RequestStatus.ANSWERED:
+        return Outcome("already_resolved", rid, "The request was answered before; this answer changed nothing.")
+    claimed = PendingRequest.objects.filter(pk=pending.pk, status=RequestStatus.PENDING, answer__isnull=True).update(
+        answer=payload, answered_by=user, answered_at=timezone.now(), answered_via=via
+    )
+    if not claimed:
+        return Outcome("already_resolved", rid, "The request was answered meanwhile; this answer changed nothing.")
+    notify_requests_closed(pending.tenant_id, [rid])
+    continuation = continue_when_complete(membership, user, pending)
+    return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
+
+
+def continue_when_complete(membership: Membership, user: Any, pending: PendingRequest) -> Run | None:
+    """Start the continuation run once no open request of the session is left without its answer."""
+    session = pending.session
+    waiting = session.requests.filter(status=RequestStatus.PENDING, answered_in=None, answer__isnull=True)
+    if waiting.exists():
+        return None
+    try:
+        prepared = prepare_run(membership, pending.agent, RunRequest(session_id=session.key))
+        started = start_run(prepared, user)
+    except RunRejected:
+        # Another answer started the continuation at the same moment (the session is busy), or the
+        # answers were consumed by a run request meanwhile: either way the turn is on its way.
+        return None
+    # Until queued runs arrive, the continuation runs in this request.
+    finish_run(started, async_to_sync(execute)(started))
+    return started.run

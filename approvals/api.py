@@ -1,0 +1,101 @@
+"""The inbox routes of the JSON API: pending requests and answering them."""
+
+import uuid
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema
+
+from agents.models import Run
+from approvals.answers import Response, ResponseRefused, respond
+from approvals.models import PendingRequest, RequestKind, RequestStatus
+from console.api import ApiError, require_role
+
+router = Router(tags=["requests"])
+
+
+def request_wire(pending: PendingRequest) -> dict[str, Any]:
+    return {
+        **pending.wire(),
+        "status": pending.status,
+        "answered": pending.answer is not None,
+        "agent": pending.agent.name,
+        "runId": str(pending.run_id),
+        "sessionId": pending.session.key,
+        "openedAt": pending.opened_at.isoformat(),
+        "closedAt": pending.closed_at.isoformat() if pending.closed_at else None,
+        "answer": pending.answer,
+        "answeredBy": pending.answered_by.username if pending.answered_by else None,
+        "answeredAt": pending.answered_at.isoformat() if pending.answered_at else None,
+    }
+
+
+class RequestFilters(Schema):
+    status: Literal["pending", "answered", "expired", "cancelled", "abandoned"] | None = "pending"
+    agent: str | None = None
+    kind: RequestKind | None = None
+    tool: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+def _requests(request: HttpRequest) -> Any:
+    tenant = request.membership.tenant  # type: ignore[attr-defined]
+    return PendingRequest.objects.select_related("agent", "session", "answered_by").filter(tenant=tenant)
+
+
+@router.get("/requests", response=dict)
+def list_requests(request: HttpRequest, filters: Query[RequestFilters]) -> dict[str, Any]:
+    """The inbox: `status=pending` (the default) lists the requests still waiting for an answer."""
+    requests = _requests(request)
+    if filters.status == "pending":
+        requests = requests.filter(status=RequestStatus.PENDING, answer__isnull=True)
+    elif filters.status == "answered":
+        requests = requests.exclude(answer__isnull=True)
+    elif filters.status:
+        requests = requests.filter(status=filters.status)
+    if filters.agent:
+        requests = requests.filter(agent__name=filters.agent)
+    if filters.kind:
+        requests = requests.filter(kind=filters.kind)
+    if filters.tool:
+        requests = requests.filter(tool_name=filters.tool)
+    limit = max(1, min(filters.limit, 200))
+    page = list(requests.order_by("opened_at", "id")[filters.offset : filters.offset + limit + 1])
+    return {
+        "items": [request_wire(p) for p in page[:limit]],
+        "limit": limit,
+        "offset": filters.offset,
+        "next": filters.offset + limit if len(page) > limit else None,
+    }
+
+
+@router.get("/requests/{request_id}", response=dict)
+def get_request(request: HttpRequest, request_id: uuid.UUID) -> dict[str, Any]:
+    pending = _requests(request).filter(id=request_id).first()
+    if pending is None:
+        raise ApiError(404, "request_not_found", f"No request {request_id} in this tenant.")
+    return request_wire(pending)
+
+
+class RespondResult(Schema):
+    status: str
+    requestId: str
+    message: str
+    continuationRunId: str | None
+
+
+@router.post("/runs/{run_id}/responses", response=RespondResult)
+def respond_to_request(request: HttpRequest, run_id: uuid.UUID, payload: Response) -> dict[str, Any]:
+    """Answer one pending request of a run. The status says what became of the answer."""
+    membership = require_role(request, "operator")
+    run = Run.objects.filter(tenant=membership.tenant, id=run_id).first()
+    if run is None:
+        raise ApiError(404, "run_not_found", f"No run {run_id} in this tenant.")
+    try:
+        outcome = respond(membership, membership.user, run, payload, via="api")
+    except PendingRequest.DoesNotExist:
+        raise ApiError(404, "request_not_found", f"The run {run_id} issued no request {payload.request_id}.") from None
+    except ResponseRefused as refused:
+        raise ApiError(400, refused.code, refused.detail) from None
+    return outcome.wire()
