@@ -21,7 +21,7 @@ setup: $(filter .tools/bin/uv,$(UV))
 run: setup
 	$(PY) manage.py seed_demo
 	@echo "Airlock console: http://$(HOST):$(PORT)/"
-	$(PY) -m daphne -b $(HOST) -p $(PORT) console.asgi:application
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 # Browser tests drive Debian's Chromium; install it when it is missing and we may.
 browser:

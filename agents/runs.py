@@ -26,7 +26,7 @@ from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.push import notify_requests_closed, notify_requests_opened
 from approvals.rules import arguments_hash
-from console.models import Membership
+from console.models import Tenant
 
 LANE = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
@@ -97,7 +97,7 @@ class RunRequest(WireModel):
 class PreparedRun:
     """A checked run request: everything `start_run` writes, nothing written yet."""
 
-    membership: Membership
+    tenant: Tenant
     agent: Agent
     version: AgentVersion
     request: RunRequest
@@ -111,16 +111,18 @@ class PreparedRun:
     answered: list[tuple[PendingRequest, dict[str, Any]]] = field(default_factory=list)
     stored_answers: list[PendingRequest] = field(default_factory=list)
     abandoned: list[PendingRequest] = field(default_factory=list)
+    # Requests closed without an answer (expired, cancelled) whose calls the engine has not yet seen end.
+    terminated: list[PendingRequest] = field(default_factory=list)
 
 
-def prepare_run(membership: Membership, agent: Agent, request: RunRequest) -> PreparedRun:
+def prepare_run(tenant: Tenant, agent: Agent, request: RunRequest) -> PreparedRun:
     """Check the whole request (SPEC section 4, "Rules"); raises RunRejected, writes nothing."""
     version = _version(agent, request.definition_version)
     if request.has_answers and not request.session_id:
         raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
     session = None
     if request.session_id:
-        session = Session.objects.filter(tenant=membership.tenant, key=request.session_id).first()
+        session = Session.objects.filter(tenant=tenant, key=request.session_id).first()
         if session is not None and session.agent_id != agent.pk:
             raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
         if session is not None:
@@ -128,7 +130,7 @@ def prepare_run(membership: Membership, agent: Agent, request: RunRequest) -> Pr
     previous_run = session.last_run if session is not None else None
 
     prepared = PreparedRun(
-        membership=membership,
+        tenant=tenant,
         agent=agent,
         version=version,
         request=request,
@@ -140,7 +142,7 @@ def prepare_run(membership: Membership, agent: Agent, request: RunRequest) -> Pr
         previous_run=previous_run,
     )
     _check_answers(prepared)
-    if not prepared.answered and not prepared.stored_answers and not request.message:
+    if not (prepared.answered or prepared.stored_answers or prepared.terminated or request.message):
         raise RunRejected(400, "message_required", "Send a message (it may be empty only when answers are sent).")
     content = version.definition
     values = request.parameters
@@ -153,7 +155,7 @@ def prepare_run(membership: Membership, agent: Agent, request: RunRequest) -> Pr
     prepared.culture = request.culture or (previous_run.culture if previous_run is not None else "")
     prepared.instructions = render_instructions(resolve_culture(content, prepared.culture), prepared.bound)
     prepared.documents = [(d.name, d.content) for d in request.documents] + _attachment_documents(
-        membership, request.attachment_ids
+        tenant, request.attachment_ids
     )
     return prepared
 
@@ -220,6 +222,10 @@ def _check_answers(prepared: PreparedRun) -> None:
                 )
         answer(found, response.model_dump(mode="json", by_alias=True))
 
+    if session is not None:
+        prepared.terminated = list(
+            session.requests.filter(status__in=(RequestStatus.EXPIRED, RequestStatus.CANCELLED), answered_in=None)
+        )
     stored = [r for r in open_requests.values() if r.answer is not None]
     prepared.stored_answers = stored
     unanswered = [r for r in open_requests.values() if r.id not in seen and r.answer is None]
@@ -246,10 +252,10 @@ def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
     return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
 
 
-def _attachment_documents(membership: Membership, ids: list[uuid.UUID]) -> list[tuple[str, str]]:
+def _attachment_documents(tenant: Tenant, ids: list[uuid.UUID]) -> list[tuple[str, str]]:
     if not ids:
         return []
-    found = {a.id: a for a in Attachment.objects.filter(tenant=membership.tenant, id__in=ids)}
+    found = {a.id: a for a in Attachment.objects.filter(tenant=tenant, id__in=ids)}
     foreign = [str(i) for i in ids if i not in found]
     if foreign:
         raise RunRejected(400, "foreign_attachment", f"No attachment {', '.join(foreign)} in this tenant.")
@@ -344,7 +350,7 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
     """Record the run, the answers it carries and any rules they remember, in one transaction.
 
     Raises RunRejected (and writes nothing) when a request it answers was answered meanwhile."""
-    request, membership = prepared.request, prepared.membership
+    request, tenant = prepared.request, prepared.tenant
     with transaction.atomic():
         session = prepared.session
         if session is not None:
@@ -354,14 +360,12 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
         elif request.session_id:
             try:
                 with transaction.atomic():
-                    session = Session.objects.create(
-                        tenant=membership.tenant, key=request.session_id, agent=prepared.agent
-                    )
+                    session = Session.objects.create(tenant=tenant, key=request.session_id, agent=prepared.agent)
             except IntegrityError:
                 detail = "Another turn started this session at the same moment."
                 raise RunRejected(409, "session_busy", detail) from None
         run = Run.objects.create(
-            tenant=membership.tenant,
+            tenant=tenant,
             agent=prepared.agent,
             version=prepared.version,
             session=session,
@@ -370,7 +374,7 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
             message=request.message,
             culture=prepared.culture,
             parameters=prepared.bound,
-            created_by=user if user.is_authenticated else None,
+            created_by=_person(user),
         )
         log = EventLog(run)
         log.record(
@@ -398,12 +402,14 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
                     "callId": pending.call_id,
                 },
             )
+        for pending in prepared.terminated:
+            _deliver_terminated(pending, run, answers, log)
         for pending, payload in prepared.answered:
             _claim(
                 pending,
                 answered_before=False,
                 answer=payload,
-                answered_by=user if user.is_authenticated else None,
+                answered_by=_person(user),
                 answered_at=now,
                 answered_via="run",
                 status=RequestStatus.ANSWERED,
@@ -430,6 +436,11 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
     return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules)
 
 
+def _person(user: Any) -> Any:
+    """The user to record as the author, or None for the system and anonymous callers."""
+    return user if user is not None and user.is_authenticated else None
+
+
 def _id(obj: Any) -> str | None:
     return str(obj.pk) if obj is not None else None
 
@@ -448,6 +459,35 @@ def _claim(pending: PendingRequest, *, answered_before: bool, **changes: Any) ->
 
 
 ABANDONED_REASON = "The request was abandoned: the session moved on."
+TERMINATED_REASONS = {
+    RequestStatus.EXPIRED: "The request expired before anyone answered it.",
+    RequestStatus.CANCELLED: "The request was cancelled.",
+}
+
+
+def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log: "EventLog") -> None:
+    """Tell the engine that a call closed without an answer (expired, cancelled) did not run; the
+    decision is recorded apart from a human "no"."""
+    from pydantic_ai import ToolDenied, ToolFailed
+
+    claimed = PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run)
+    if not claimed:
+        raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
+    reason = TERMINATED_REASONS[RequestStatus(pending.status)]
+    if pending.kind == RequestKind.CLIENT_TOOL:
+        answers.tool_results[pending.call_id] = ToolFailed(reason)
+    else:
+        answers.approvals[pending.call_id] = ToolDenied(reason)
+    base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id}
+    log.record("request.terminated", {**base, "kind": pending.status})
+    completed = {
+        "approval": "permission.completed",
+        "client_tool": "external_tool.completed",
+        "input": "elicitation.completed",
+    }
+    log.record(
+        completed[pending.kind], {**base, "answeredBy": None, "result": {"kind": pending.status, "reason": reason}}
+    )
 
 
 def _answer_abandoned(pending: PendingRequest, answers: Answers) -> None:
@@ -620,9 +660,10 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
                 run.session.conversation = outcome.conversation
         if outcome is None:
             # The answers this run carried were not consumed: keep them for the next turn of the session.
-            PendingRequest.objects.filter(answered_in=run).update(
+            PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED).update(
                 status=RequestStatus.PENDING, answered_in=None, closed_at=None
             )
+            PendingRequest.objects.filter(answered_in=run).update(answered_in=None)
         if opened:
             PendingRequest.objects.bulk_create(opened)
         run.save(update_fields=["status", "output", "usage", "error", "finished_at"])

@@ -73,7 +73,7 @@ def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
     membership = require_role(request, "operator")
     agent = agent_or_404(request, name)
     try:
-        started = start_run(prepare_run(membership, agent, payload), request.user)
+        started = start_run(prepare_run(membership.tenant, agent, payload), request.user)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     if _wants_sse(request):

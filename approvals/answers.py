@@ -14,7 +14,7 @@ from django.utils import timezone
 from pydantic import Field, StrictBool
 
 from agents.definitions import WireModel
-from agents.models import Run
+from agents.models import Run, Session
 from agents.runs import (
     RunRejected,
     RunRequest,
@@ -142,18 +142,18 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
     if not claimed:
         return Outcome("already_resolved", rid, "The request was answered meanwhile; this answer changed nothing.")
     notify_requests_closed(pending.tenant_id, [rid])
-    continuation = continue_when_complete(membership, user, pending)
+    continuation = continue_when_complete(user, pending.session)
     return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
 
 
-def continue_when_complete(membership: Membership, user: Any, pending: PendingRequest) -> Run | None:
-    """Start the continuation run once no open request of the session is left without its answer."""
-    session = pending.session
+def continue_when_complete(user: Any, session: Session) -> Run | None:
+    """Start the continuation run once no open request of the session is left without its answer.
+    `user` is who gave the last answer (None when the system closed the last request)."""
     waiting = session.requests.filter(status=RequestStatus.PENDING, answered_in=None, answer__isnull=True)
     if waiting.exists():
         return None
     try:
-        prepared = prepare_run(membership, pending.agent, RunRequest(session_id=session.key))
+        prepared = prepare_run(session.tenant, session.agent, RunRequest(session_id=session.key))
         started = start_run(prepared, user)
     except RunRejected:
         # Another answer started the continuation at the same moment (the session is busy), or the

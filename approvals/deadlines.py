@@ -1,0 +1,61 @@
+"""Request deadlines: a periodic sweep closes overdue requests `expired` and lets their runs go on.
+
+The sweep is one loop per serving process (started by console/asgi.py) or the `sweep_deadlines`
+command; every closing is a conditional update, so several sweepers never close a request twice.
+"""
+
+import logging
+import threading
+from datetime import datetime
+
+from django.db import close_old_connections
+from django.utils import timezone
+
+from approvals.answers import continue_when_complete
+from approvals.models import PendingRequest, RequestStatus
+from approvals.push import notify_requests_closed
+
+logger = logging.getLogger(__name__)
+
+
+def expire_due(now: datetime | None = None) -> list[PendingRequest]:
+    """Close every pending, unanswered request whose deadline has passed; start the continuations."""
+    now = now or timezone.now()
+    due = PendingRequest.objects.select_related("session__tenant", "session__agent").filter(
+        status=RequestStatus.PENDING, answer__isnull=True, expires_at__lte=now
+    )
+    expired = []
+    for pending in due[:500]:
+        closed = PendingRequest.objects.filter(pk=pending.pk, status=RequestStatus.PENDING, answer__isnull=True).update(
+            status=RequestStatus.EXPIRED, closed_at=now
+        )
+        if closed:
+            pending.status, pending.closed_at = RequestStatus.EXPIRED, now
+            expired.append(pending)
+    for tenant_id in {p.tenant_id for p in expired}:
+        notify_requests_closed(tenant_id, [str(p.id) for p in expired if p.tenant_id == tenant_id])
+    for session in {p.session_id: p.session for p in expired}.values():
+        continue_when_complete(None, session)
+    return expired
+
+
+_started = threading.Event()
+
+
+def start_sweeper(every_seconds: float) -> None:
+    """Run the sweep every `every_seconds` in a daemon thread of this process (once per process)."""
+    if _started.is_set():
+        return
+    _started.set()
+
+    def loop() -> None:
+        while True:
+            try:
+                expire_due()
+            except Exception:
+                logger.exception("the deadline sweep failed; it runs again shortly")
+            finally:
+                close_old_connections()
+            threading.Event().wait(every_seconds)
+
+    threading.Thread(target=loop, name="airlock-deadlines", daemon=True).start()
