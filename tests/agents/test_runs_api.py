@@ -318,8 +318,8 @@ def test_it_answers_a_request_once_when_two_turns_race(operator, assistant):
     asked = ask_to_send(operator)
     approval = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True}
     body = RunRequest.model_validate({"sessionId": "s1", "approvals": [approval]})
-    first = prepare_run(operator.membership, assistant, body)
-    second = prepare_run(operator.membership, assistant, body)
+    first = prepare_run(operator.tenant, assistant, body)
+    second = prepare_run(operator.tenant, assistant, body)
     started = start_run(first, operator.user)
     finish_run(started, async_to_sync(execute)(started))
     before = snapshot()
