@@ -41,6 +41,7 @@ test-postgres:
 
 bench: setup
 	$(PY) bench/turn_overhead.py --turns 300 --http
+	$(PY) bench/push_latency.py --clients 1,50,200 --rounds 20
 
 lint: setup
 	.venv/bin/ruff check .

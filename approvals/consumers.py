@@ -57,6 +57,7 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
                     "ids": event["ids"],
                     "html": event["html"][variant],
                     "titles": event["titles"],
+                    "sentAt": event["sentAt"],
                     "pending": event["pending"],
                 }
             )

@@ -5,6 +5,7 @@ the consumers pick their variant and forward it. Domain code calls these functio
 channel layer directly.
 """
 
+import time
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -37,17 +38,20 @@ def notify_requests_opened(requests: list[PendingRequest]) -> None:
     if not requests:
         return
     tenant_id = requests[0].tenant_id
+    html = {
+        "operator": "".join(render_request(r, can_answer=True) for r in requests),
+        "reader": "".join(render_request(r, can_answer=False) for r in requests),
+    }
     _send(
         tenant_id,
         {
             "type": "approvals.requests_opened",
             "ids": [str(r.id) for r in requests],
-            "html": {
-                "operator": "".join(render_request(r, can_answer=True) for r in requests),
-                "reader": "".join(render_request(r, can_answer=False) for r in requests),
-            },
+            "html": html,
             "titles": [f"{r.agent.name}: {r.tool_name}" for r in requests],
             "pending": pending_count(tenant_id),
+            # When the push left (rendered, counted), so clients and benchmarks can see the fan-out latency.
+            "sentAt": time.time(),
         },
     )
 

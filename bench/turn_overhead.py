@@ -24,8 +24,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
-os.environ.update(AIRLOCK_DATA_DIR=str(DATA), DEBUG="0", SECRET_KEY="bench-" + "x" * 60,
-                  ALLOWED_HOSTS="testserver,127.0.0.1", SECURE_SSL_REDIRECT="0", LOG_LEVEL="WARNING")
+os.environ.update(
+    AIRLOCK_DATA_DIR=str(DATA),
+    DEBUG="0",
+    SECRET_KEY="bench-" + "x" * 60,
+    ALLOWED_HOSTS="testserver,127.0.0.1",
+    SECURE_SSL_REDIRECT="0",
+    LOG_LEVEL="WARNING",
+)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 sys.path.insert(0, str(ROOT))
 
@@ -48,7 +54,7 @@ MESSAGE = "call get_time"
 
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def bare(turns: int) -> list[float]:
@@ -98,7 +104,9 @@ def over_http(turns: int, token: str) -> list[float]:
         port = probe.getsockname()[1]
     server = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -109,7 +117,8 @@ def over_http(turns: int, token: str) -> list[float]:
             except OSError:
                 time.sleep(0.1)
         request = urllib.request.Request(
-            url + "/api/agents/clock/runs", data=json.dumps({"message": MESSAGE}).encode(),
+            url + "/api/agents/clock/runs",
+            data=json.dumps({"message": MESSAGE}).encode(),
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
         times = []
