@@ -20,9 +20,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import anyio
 from fastmcp.client import Client as FastMCPClient
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
-from mcp_types import ElicitResult, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, ElicitResult, TextContent
 from pydantic_ai import ApprovalRequired, ModelRetry, RunContext, ToolFailed
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
@@ -33,6 +35,7 @@ from agents.definitions import McpServer
 NO_BACK_CHANNEL = "no back-channel"
 CALL_TIMEOUT_SECONDS = 60.0
 START_TIMEOUT_SECONDS = 15.0
+PING_TIMEOUT_SECONDS = 5.0
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TOOL_LIST_TTL_SECONDS = 300.0
@@ -165,6 +168,10 @@ class McpBridge:
             try:
                 return await call_tool(name, args)
             except (ModelRetry, ToolFailed) as error:
+                if await self._connection_lost(error):
+                    raise McpServerFailed(
+                        f"The MCP server {self.server.name!r} stopped answering during the call to {name!r}: {error}"
+                    ) from error
                 if NO_BACK_CHANNEL not in str(error):
                     raise
             _LEGACY_SERVERS.add(self.key)
@@ -177,10 +184,37 @@ class McpBridge:
             raise ToolFailed(text or "the MCP tool failed")
         return result.structured_content if result.structured_content is not None and not text else text
 
+    async def _connection_lost(self, error: BaseException) -> bool:
+        """Whether a failed call failed because the server went away (it died or closed its end).
+
+        pydantic-ai hands a lost connection to the model as a tool error; it must end the turn instead.
+        """
+        if not _closed_connection_error(error):
+            return False
+        # A live server may use the same JSON-RPC code for an error of its own: ask it whether it is there.
+        assert self._connection is not None
+        try:
+            with anyio.fail_after(PING_TIMEOUT_SECONDS):
+                await self._connection.value.client.ping()
+        except Exception:
+            return True
+        return False
+
     async def close(self) -> None:
         for held in (self._legacy, self._connection):
             if held is not None:
                 await held.close()
+
+
+def _closed_connection_error(error: BaseException | None) -> bool:
+    """Whether the error, or an error that caused it, is the MCP client's "connection closed"."""
+    while error is not None:
+        if isinstance(error, BaseExceptionGroup):
+            return any(_closed_connection_error(inner) for inner in error.exceptions)
+        if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
+            return True
+        error = error.__cause__
+    return False
 
 
 @asynccontextmanager
