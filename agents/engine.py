@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from django.conf import settings
 from pydantic_ai import (
     Agent,
     AgentRunResultEvent,
@@ -144,6 +145,9 @@ def build_model(content: DefinitionContent, api_key: str | None = None) -> Model
     # it is transient, and whoever runs the turn decides when to try again. (Set on the SDK client the
     # provider owns, so pydantic-ai still replaces its HTTP client when a turn runs on a new event loop.)
     provider.client.max_retries = 0
+    # A provider that stops answering fails the turn (provider_timeout) instead of holding it for the
+    # SDK's default of ten minutes.
+    provider.client.timeout = float(settings.PROVIDER_TIMEOUT_SECONDS)
     return model
 
 

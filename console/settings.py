@@ -115,6 +115,9 @@ STATIC_ROOT = DATA_DIR / "static"
 # `manage.py serve` sweeps request deadlines every this many seconds (0: leave it to `sweep_deadlines`).
 DEADLINE_SWEEP_SECONDS = env_int("DEADLINE_SWEEP_SECONDS", 5)
 
+# A model provider that does not answer within this many seconds fails the turn (provider_timeout).
+PROVIDER_TIMEOUT_SECONDS = env_int("PROVIDER_TIMEOUT_SECONDS", 120, minimum=1)
+
 MEDIA_ROOT = DATA_DIR / "media"
 ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440 * 4, minimum=1)
