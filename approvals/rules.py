@@ -2,10 +2,17 @@
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from django.db.models import QuerySet
+from django.utils import timezone
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from agents.definitions import DefinitionContent, WireModel
+from agents.models import Agent
+from approvals.models import Rule
 
 Operator = Literal["equals", "not_equals", "lt", "lte", "gt", "gte", "in", "not_in"]
 
@@ -89,3 +96,163 @@ def first_matching(rules: Iterable[Any], tool_name: str, arguments: dict[str, An
         if rule.tool_name == tool_name and rule_matches(rule.arguments_hash, rule.conditions, arguments):
             return rule
     return None
+
+
+# --- rules made by hand (the console's form and `POST /api/rules`) ---------------------------------
+
+_COMPARISONS = ("lt", "lte", "gt", "gte")
+SYMBOLS = {
+    "equals": "=",
+    "not_equals": "!=",
+    "lt": "<",
+    "lte": "<=",
+    "gt": ">",
+    "gte": ">=",
+    "in": "in",
+    "not_in": "not in",
+}
+
+
+class ConditionIn(Condition):
+    """A condition as a person writes it: refuses the ones that could never decide anything."""
+
+    argument: str = Field(min_length=1, max_length=200)
+
+    # A field validator (not a model one) so the error points at "conditions.N.value".
+    @field_validator("value")
+    @classmethod
+    def _value_fits_operator(cls, value: Any, info: ValidationInfo) -> Any:
+        operator = info.data.get("operator")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("give a finite number")
+        if operator in ("in", "not_in"):
+            if not isinstance(value, list) or not value:
+                raise ValueError(f'`{operator}` needs a non-empty list of values, like ["EUR", "USD"]')
+            if len({_json_kind(item) for item in value}) > 1:
+                raise ValueError("the values of the list must all be of one JSON type")
+        elif operator in _COMPARISONS and _json_kind(value) not in ("number", "string"):
+            raise ValueError(f"`{operator}` compares numbers or strings; {json.dumps(value)} is neither")
+        return value
+
+
+class RuleIn(WireModel):
+    """A rule made by hand: for one agent's tool, optionally narrowed to exact arguments or to conditions."""
+
+    agent: str = Field(min_length=1, max_length=63)
+    tool_name: str = Field(min_length=1, max_length=200)
+    arguments: dict[str, Any] | None = None
+    conditions: list[ConditionIn] = Field(default_factory=list)
+
+
+class RuleRefused(Exception):
+    """A well-formed rule that cannot be made; `field` is the input it is about (wire name)."""
+
+    def __init__(self, status: int, code: str, field: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.field, self.detail = status, code, field, detail
+
+
+def tool_approval(definition: DefinitionContent, tool_name: str) -> str:
+    """How a call of `tool_name` is approved under a definition: a server tool's
+    mode, "client" for a client tool, an MCP server's mode when one may provide the tool, else "unknown".
+
+    The MCP servers' tool names are not known without starting them: a server may provide any name
+    (any name starting with `<toolPrefix>_` when it sets a prefix). One that asks "always" wins."""
+    for tool in definition.tools:
+        if tool.name == tool_name:
+            return str(tool.approval)
+    if any(tool.name == tool_name for tool in definition.client_tools):
+        return "client"
+    modes = {
+        server.approval
+        for server in definition.mcp_servers
+        if not server.tool_prefix or tool_name.startswith(f"{server.tool_prefix}_")
+    }
+    for mode in ("always", "every_time", "never"):
+        if mode in modes:
+            return mode
+    return "unknown"
+
+
+def refusal(definition: DefinitionContent, wanted: RuleIn) -> RuleRefused | None:
+    """Why a rule for `wanted` would be pointless or wrong under the agent's current definition."""
+    if wanted.arguments is not None and wanted.conditions:
+        detail = "Give exact `arguments` or `conditions`, not both."
+        return RuleRefused(400, "arguments_and_conditions", "conditions", detail)
+    name, agent = wanted.tool_name, wanted.agent
+    match tool_approval(definition, name):
+        case "always":
+            return None
+        case "every_time":
+            detail = f"{name} asks every time; rules never apply to it."
+            return RuleRefused(400, "remember_refused", "toolName", detail)
+        case "never":
+            detail = f"{name} runs without asking for approval; a rule would change nothing."
+            return RuleRefused(400, "tool_never_asks", "toolName", detail)
+        case "client":
+            detail = f"{name} is a client tool: the caller runs it, no approval is asked."
+            return RuleRefused(400, "tool_never_asks", "toolName", detail)
+    detail = f"The current version of {agent!r} has no tool {name!r} that asks for approval."
+    return RuleRefused(400, "unknown_tool", "toolName", detail)
+
+
+def tenant_rules(tenant: Any) -> QuerySet[Rule]:
+    """The tenant's rules of agents not deleted (a deleted agent's rules can never apply again)."""
+    return Rule.objects.select_related("agent", "created_by", "created_from").filter(
+        tenant=tenant, agent__deleted_at__isnull=True
+    )
+
+
+def create_rule(tenant: Any, user: Any, wanted: RuleIn) -> Rule:
+    """Store a rule made by hand; raises RuleRefused (and stores nothing) when it cannot be made."""
+    agent = Agent.objects.live().filter(tenant=tenant, name=wanted.agent).first()
+    if agent is None:
+        raise RuleRefused(404, "agent_not_found", "agent", f"No agent named {wanted.agent!r} in this tenant.")
+    refused = refusal(agent.current.definition, wanted)
+    if refused is not None:
+        raise refused
+    return Rule.objects.create(
+        tenant=tenant,
+        agent=agent,
+        tool_name=wanted.tool_name,
+        arguments_hash=arguments_hash(wanted.arguments) if wanted.arguments is not None else "",
+        conditions=[condition.model_dump(mode="json") for condition in wanted.conditions],
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+
+
+def revoke(rule: Rule) -> None:
+    """Calls the rule approved ask again. Revoking a revoked rule keeps the first revocation time."""
+    now = timezone.now()
+    if Rule.objects.filter(pk=rule.pk, revoked_at__isnull=True).update(revoked_at=now):
+        rule.revoked_at = now
+
+
+def remembered_arguments(rule: Rule) -> dict[str, Any] | None:
+    """The exact arguments a rule approves when it was remembered from a request: those the operator
+    approved (their override, else the request's). A rule made by hand keeps only their hash."""
+    pending = rule.created_from
+    if not rule.arguments_hash or pending is None:
+        return None
+    override = (pending.answer or {}).get("overrideArguments")
+    for candidate in (override, pending.arguments):
+        if isinstance(candidate, dict) and arguments_hash(candidate) == rule.arguments_hash:
+            return candidate
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A condition's value for reading: strings bare, lists in brackets, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(item) for item in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def describe_conditions(conditions: list[dict[str, Any]]) -> str:
+    """Conditions as one line, like `amount < 100 and currency in [EUR, USD]`."""
+    return " and ".join(
+        f"{c.get('argument')} {SYMBOLS.get(c.get('operator', ''), c.get('operator'))} {_shown(c.get('value'))}"
+        for c in conditions
+    )

@@ -124,3 +124,4 @@ def _invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
 api.add_router("/agents", "agents.api.router")
 api.add_router("", "agents.runs_api.router")
 api.add_router("", "approvals.api.router")
+api.add_router("", "approvals.rules_api.router")

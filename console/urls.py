@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from agents import run_views, trial_views
+from approvals import rule_views
 from approvals import views as approval_views
 from console import views
 from console.api import api
@@ -22,5 +23,9 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", run_views.run_detail, name="run"),
     path("inbox/", approval_views.inbox, name="inbox"),
     path("inbox/<uuid:request_id>/answer/", approval_views.answer, name="inbox_answer"),
-    *[path(f"{page}/", views.not_yet, {"page": page}, name=page) for page in ("rules", "audit")],
+    path("rules/", rule_views.rule_list, name="rules"),
+    path("rules/new/", rule_views.rule_create, name="rule_create"),
+    path("rules/condition-row/", rule_views.condition_row, name="rule_condition_row"),
+    path("rules/<uuid:rule_id>/revoke/", rule_views.rule_revoke, name="rule_revoke"),
+    path("audit/", views.not_yet, {"page": "audit"}, name="audit"),
 ]

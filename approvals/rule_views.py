@@ -1,0 +1,310 @@
+"""The rules page: remembered rules with filters, revoking them, and the admin's "New rule" form.
+
+A condition row has a random key, so its inputs are named `condition-<key>-<field>` and survive rows
+added and removed in the browser; an error found at `conditions.2.value` goes back next to the value
+input of the third kept row.
+"""
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import F, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from pydantic import ValidationError
+
+from agents.definitions import error_map
+from agents.models import Agent, AgentVersion
+from approvals.models import Rule
+from approvals.rules import (
+    RuleIn,
+    RuleRefused,
+    create_rule,
+    describe_conditions,
+    remembered_arguments,
+    revoke,
+    tenant_rules,
+)
+from console.tenancy import role_required
+
+RULES_PER_PAGE = 50
+
+OPERATORS = [
+    ("equals", "= equals"),
+    ("not_equals", "!= not equals"),
+    ("lt", "< less than"),
+    ("lte", "<= at most"),
+    ("gt", "> greater than"),
+    ("gte", ">= at least"),
+    ("in", "in one of"),
+    ("not_in", "not in none of"),
+]
+SCOPES = [("any", "Any arguments"), ("exact", "Exact arguments"), ("conditions", "Conditions")]
+_CONDITION_INPUT = re.compile(r"^condition-(?P<key>[0-9a-f]{8})-(?P<field>argument|operator|value)$")
+_SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
+
+
+class RuleFilters(forms.Form):
+    """The filters of the rule list, read from the query string; an invalid field is ignored."""
+
+    agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
+    tool = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
+    revoked = forms.BooleanField(required=False, label="Show revoked", widget=forms.CheckboxInput(_SUBMIT_ON_CHANGE))
+
+    def __init__(self, data: Any, agent_names: list[str], tool_names: list[str]) -> None:
+        # Its own ids: the "New rule" form on the same page has an agent picker too.
+        super().__init__(data, auto_id="filter_%s")
+        for name, choices in (("agent", [("", "Any agent")]), ("tool", [("", "Any tool")])):
+            picker = self.fields[name]
+            assert isinstance(picker, forms.ChoiceField)
+            names = agent_names if name == "agent" else tool_names
+            picker.choices = [*choices, *((value, value) for value in names)]
+
+    def apply(self, rules: QuerySet[Rule]) -> QuerySet[Rule]:
+        self.is_valid()
+        wanted = self.cleaned_data
+        if not wanted.get("revoked"):
+            rules = rules.filter(revoked_at__isnull=True)
+        if wanted.get("agent"):
+            rules = rules.filter(agent__name=wanted["agent"])
+        if wanted.get("tool"):
+            rules = rules.filter(tool_name=wanted["tool"])
+        return rules
+
+
+@dataclass
+class RuleRow:
+    """A rule as the list shows it: its scope in words and the exact arguments it approves, if known."""
+
+    rule: Rule
+
+    @property
+    def scope(self) -> str:
+        if self.rule.arguments_hash:
+            return "exact"
+        return "conditions" if self.rule.conditions else "any"
+
+    @property
+    def conditions(self) -> str:
+        return describe_conditions(self.rule.conditions)
+
+    @property
+    def arguments(self) -> str | None:
+        arguments = remembered_arguments(self.rule)
+        return None if arguments is None else json.dumps(arguments, indent=2, ensure_ascii=False)
+
+
+@dataclass
+class ConditionRow:
+    """One condition row of the form: its key, what was typed and an error message per input."""
+
+    key: str
+    values: dict[str, str]
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def blank(cls) -> "ConditionRow":
+        return cls(uuid.uuid4().hex[:8], {"argument": "", "operator": "equals", "value": ""})
+
+
+class RuleForm(forms.Form):
+    """The "New rule" form. `is_valid()` also checks the condition rows and builds `wanted`."""
+
+    agent = forms.ChoiceField(error_messages={"required": "Choose the agent."})
+    tool_name = forms.CharField(
+        max_length=200, label="Tool", error_messages={"required": "Give the name of the tool the rule approves."}
+    )
+    scope = forms.ChoiceField(choices=SCOPES, initial="any", widget=forms.RadioSelect)
+    arguments = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 4}))
+
+    def __init__(self, data: QueryDict | None, agent_names: list[str]) -> None:
+        super().__init__(data)
+        agent = self.fields["agent"]
+        assert isinstance(agent, forms.ChoiceField)
+        agent.choices = [("", "Choose an agent…"), *((name, name) for name in agent_names)]
+        self.rows = _posted_rows(data) if data is not None else []
+        self.wanted: RuleIn | None = None
+
+    def is_valid(self) -> bool:
+        valid = super().is_valid()
+        if self.is_bound and not self.rows:
+            self.rows = [ConditionRow.blank()]
+        return valid and not any(row.errors for row in self.rows)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        scope = data.get("scope", "any")
+        wire: dict[str, Any] = {"agent": data.get("agent", ""), "toolName": data.get("tool_name", "")}
+        if scope == "exact":
+            wire["arguments"] = self._arguments()
+        elif scope == "conditions":
+            wire["conditions"] = [_condition(row) for row in self.rows]
+            if not self.rows:
+                self.add_error("scope", "Add at least one condition.")
+        try:
+            wanted = RuleIn.model_validate(wire)
+        except ValidationError as error:
+            for path, message in error_map(error).items():
+                self.place(path, _readable(path, message))
+        else:
+            if not self.errors and not any(row.errors for row in self.rows):
+                self.wanted = wanted
+        return data
+
+    def _arguments(self) -> dict[str, Any] | None:
+        text = self.cleaned_data.get("arguments", "").strip()
+        if not text:
+            self.add_error("arguments", "Give the exact arguments as a JSON object.")
+            return None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            self.add_error("arguments", f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno}).")
+            return None
+        if not isinstance(value, dict):
+            self.add_error("arguments", 'Give a JSON object, like {"to": "ops@example.com"}.')
+            return None
+        return value
+
+    def place(self, path: str, message: str) -> None:
+        """Put an error (a wire path like `conditions.0.value`) next to the input it is about, unless
+        that input shows an error already (a value that is not JSON is also a missing value)."""
+        parts = path.split(".")
+        if parts[0] == "conditions" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(self.rows):
+            cell = parts[2] if len(parts) > 2 and parts[2] in ("argument", "operator", "value") else "value"
+            self.rows[int(parts[1])].errors.setdefault(cell, message)
+            return
+        field_name = {"agent": "agent", "toolName": "tool_name", "arguments": "arguments"}.get(parts[0])
+        if field_name is None:
+            self.add_error(None, message)
+        elif field_name not in self.errors:
+            self.add_error(field_name, message)
+
+
+def _readable(path: str, message: str) -> str:
+    if message.startswith("String should have at least 1 character"):
+        return "Give the name of the argument." if path.endswith(".argument") else "Fill this in."
+    return message[:1].upper() + message[1:]
+
+
+def _posted_rows(data: QueryDict) -> list[ConditionRow]:
+    """The condition rows in the order their inputs were posted; rows left empty are dropped."""
+    rows: dict[str, ConditionRow] = {}
+    for name in data:
+        match = _CONDITION_INPUT.match(name)
+        if match:
+            row = rows.setdefault(match["key"], ConditionRow(match["key"], {"operator": "equals"}))
+            row.values[match["field"]] = data.get(name, "").strip()
+    kept = [row for row in rows.values() if row.values.get("argument") or row.values.get("value")]
+    for row in kept:
+        row.values = {"argument": "", "value": ""} | row.values
+    return kept
+
+
+def _condition(row: ConditionRow) -> dict[str, Any]:
+    condition: dict[str, Any] = {"argument": row.values["argument"], "operator": row.values["operator"]}
+    text = row.values["value"]
+    if not text:
+        row.errors["value"] = 'Give a value as JSON: 100, "EUR" or ["EUR", "USD"].'
+        return condition
+    try:
+        condition["value"] = json.loads(text)
+    except json.JSONDecodeError:
+        row.errors["value"] = f'Not valid JSON; text goes in quotes, like "{text}".'
+    return condition
+
+
+def _names(request: HttpRequest) -> tuple[list[str], list[str]]:
+    """The tenant's live agents and the tool names its rules are for, for the pickers."""
+    tenant = request.membership.tenant  # type: ignore[attr-defined]
+    agents = list(Agent.objects.live().filter(tenant=tenant).order_by("name").values_list("name", flat=True))
+    tools = list(tenant_rules(tenant).order_by("tool_name").values_list("tool_name", flat=True).distinct())
+    return agents, tools
+
+
+def _gated_tools(request: HttpRequest) -> list[str]:
+    """Tool names a rule can be made for (server tools that ask "always"), offered as suggestions."""
+    versions = AgentVersion.objects.filter(
+        agent__tenant=request.membership.tenant,  # type: ignore[attr-defined]
+        agent__deleted_at__isnull=True,
+        number=F("agent__current_version"),
+    )
+    names = set()
+    for version in versions:
+        names |= {tool.name for tool in version.definition.tools if tool.approval == "always"}
+    return sorted(names)
+
+
+def _page(request: HttpRequest, form: RuleForm | None) -> HttpResponse:
+    agents, tools = _names(request)
+    filters = RuleFilters(request.GET, agents, tools)
+    rules = filters.apply(tenant_rules(request.membership.tenant))  # type: ignore[attr-defined]
+    page = Paginator(rules.order_by("-created_at", "-id"), RULES_PER_PAGE).get_page(request.GET.get("page"))
+    can_admin = request.membership.allows("admin")  # type: ignore[attr-defined]
+    if form is None and can_admin:
+        form = RuleForm(None, agents)
+        form.rows = [ConditionRow.blank()]
+    context = {
+        "filters": filters,
+        "page": page,
+        "rows": [RuleRow(rule) for rule in page],
+        "form": form,
+        "operators": OPERATORS,
+        "tool_suggestions": _gated_tools(request) if can_admin else [],
+    }
+    partial = request.htmx and not request.htmx.history_restore_request  # type: ignore[attr-defined]
+    return render(request, "approvals/rules.html#rules-table" if partial else "approvals/rules.html", context)
+
+
+@role_required("reader")
+@require_GET
+@vary_on_headers("HX-Request")
+def rule_list(request: HttpRequest) -> HttpResponse:
+    return _page(request, None)
+
+
+@role_required("admin")
+@require_POST
+def rule_create(request: HttpRequest) -> HttpResponse:
+    form = RuleForm(request.POST, _names(request)[0])
+    if form.is_valid():
+        assert form.wanted is not None
+        try:
+            rule = create_rule(request.membership.tenant, request.user, form.wanted)  # type: ignore[attr-defined]
+        except RuleRefused as refused:
+            form.place(refused.field, refused.detail)
+        else:
+            messages.success(request, f"Created a rule: {rule.agent.name} may call {rule.tool_name} without asking.")
+            return redirect("rules")
+    return _page(request, form)
+
+
+@role_required("admin")
+@require_GET
+def condition_row(request: HttpRequest) -> HttpResponse:
+    """One empty condition row, appended to the form by htmx."""
+    context = {"row": ConditionRow.blank(), "operators": OPERATORS}
+    return render(request, "approvals/rules.html#condition-row", context)
+
+
+@role_required("admin")
+@require_POST
+def rule_revoke(request: HttpRequest, rule_id: uuid.UUID) -> HttpResponse:
+    rule = tenant_rules(request.membership.tenant).filter(id=rule_id).first()  # type: ignore[attr-defined]
+    if rule is None:
+        raise Http404("No such rule.")
+    revoke(rule)
+    messages.success(request, f"Revoked the rule for {rule.agent.name} · {rule.tool_name}: its calls ask again.")
+    back = request.POST.get("next", "")
+    if back.startswith("/rules/") and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
+    return redirect("rules")

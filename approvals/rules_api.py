@@ -1,0 +1,81 @@
+"""The remembered-rule routes of the JSON API: list, create by hand, revoke."""
+
+import uuid
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema, Status
+
+from approvals.models import Rule
+from approvals.rules import RuleIn, RuleRefused, create_rule, remembered_arguments, revoke, tenant_rules
+from console.api import ApiError, require_role
+
+router = Router(tags=["rules"])
+
+
+def rule_wire(rule: Rule) -> dict[str, Any]:
+    return {
+        "ruleId": str(rule.id),
+        "agent": rule.agent.name,
+        "toolName": rule.tool_name,
+        "argumentsHash": rule.arguments_hash or None,
+        "arguments": remembered_arguments(rule),
+        "conditions": rule.conditions,
+        "createdBy": rule.created_by.username if rule.created_by else None,
+        "createdFromRequestId": str(rule.created_from_id) if rule.created_from_id else None,
+        "createdFromRunId": str(rule.created_from.run_id) if rule.created_from else None,
+        "createdAt": rule.created_at.isoformat(),
+        "revokedAt": rule.revoked_at.isoformat() if rule.revoked_at else None,
+    }
+
+
+class RuleFilters(Schema):
+    agent: str | None = None
+    tool: str | None = None
+    includeRevoked: bool = False
+    limit: int = 50
+    offset: int = Field(default=0, ge=0)
+
+
+@router.get("/rules", response=dict)
+def list_rules(request: HttpRequest, filters: Query[RuleFilters]) -> dict[str, Any]:
+    """The remembered rules, newest first; revoked ones only with `includeRevoked=true`."""
+    rules = tenant_rules(request.membership.tenant)  # type: ignore[attr-defined]
+    if not filters.includeRevoked:
+        rules = rules.filter(revoked_at__isnull=True)
+    if filters.agent:
+        rules = rules.filter(agent__name=filters.agent)
+    if filters.tool:
+        rules = rules.filter(tool_name=filters.tool)
+    limit = max(1, min(filters.limit, 200))
+    page = list(rules.order_by("-created_at", "-id")[filters.offset : filters.offset + limit + 1])
+    return {
+        "items": [rule_wire(rule) for rule in page[:limit]],
+        "limit": limit,
+        "offset": filters.offset,
+        "next": filters.offset + limit if len(page) > limit else None,
+    }
+
+
+@router.post("/rules", response={201: dict})
+def create_rule_by_hand(request: HttpRequest, payload: RuleIn) -> Status[dict[str, Any]]:
+    """A rule for a tool of the agent's current version that asks with mode "always"; `arguments`
+    narrows it to exactly those arguments, `conditions` to calls where every condition holds."""
+    membership = require_role(request, "admin")
+    try:
+        rule = create_rule(membership.tenant, request.user, payload)
+    except RuleRefused as refused:
+        errors = [{"field": refused.field, "message": refused.detail}]
+        raise ApiError(refused.status, refused.code, refused.detail, errors=errors) from None
+    return Status(201, rule_wire(rule))
+
+
+@router.delete("/rules/{rule_id}", response={204: None})
+def revoke_rule(request: HttpRequest, rule_id: uuid.UUID) -> Status[None]:
+    """Revoke a rule: calls it approved ask again. Revoking a revoked rule changes nothing."""
+    membership = require_role(request, "admin")
+    rule = tenant_rules(membership.tenant).filter(id=rule_id).first()
+    if rule is None:
+        raise ApiError(404, "rule_not_found", f"No rule {rule_id} in this tenant.")
+    revoke(rule)
+    return Status(204, None)
