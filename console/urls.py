@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from agents import run_views, trial_views
-from approvals import rule_views
+from approvals import audit_views, rule_views
 from approvals import views as approval_views
 from console import views
 from console.api import api
@@ -27,5 +27,5 @@ urlpatterns = [
     path("rules/new/", rule_views.rule_create, name="rule_create"),
     path("rules/condition-row/", rule_views.condition_row, name="rule_condition_row"),
     path("rules/<uuid:rule_id>/revoke/", rule_views.rule_revoke, name="rule_revoke"),
-    path("audit/", views.not_yet, {"page": "audit"}, name="audit"),
+    path("audit/", audit_views.audit, name="audit"),
 ]

@@ -1,0 +1,411 @@
+"""The audit of decisions: who decided what, when and why, newest first.
+
+An entry is one of three facts, each stored elsewhere:
+- a human answer: a PendingRequest with an answer (who = `answered_by`, when = `answered_at`);
+- a terminal closing: a request closed expired, cancelled or abandoned (who = "system", when = `closed_at`);
+  recorded apart from a human "no", so a request answered and then closed gives two entries;
+- a rule decision: a `permission.completed` event whose result kind is `approved-by-rule` (no request).
+
+The three are merged in the database (UNION ALL of their keys, ordered by time), so a page or an export
+chunk costs the same few queries whatever its size: one for the keys, then one per kind of row to load.
+"""
+
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from django.db import models
+from django.db.models import F, Q, QuerySet, Value
+from django.db.models.functions import Coalesce
+from django.urls import reverse
+
+from agents.models import Event
+from approvals.models import TERMINAL, PendingRequest, RequestKind, RequestStatus, Rule
+from console.models import Tenant
+
+ANSWER, CLOSING, RULE = "answer", "closing", "rule"
+
+# A page or an export chunk is a list of these: (when, id of the request or event, source).
+EntryKey = tuple[datetime, uuid.UUID, str]
+KEY_COLUMNS = ("entry_when", "entry_id", "entry_source")
+
+EXPORT_CHUNK = 500
+
+
+class DecisionFilter(models.TextChoices):
+    """The kinds of decision the audit can be narrowed to."""
+
+    APPROVED = "approved", "approved"
+    DENIED = "denied", "denied"
+    RULE = "rule", "approved by rule"
+    EXPIRED = "expired", "expired"
+    CANCELLED = "cancelled", "cancelled"
+    ABANDONED = "abandoned", "abandoned"
+    INPUT = "input", "input answer"
+    TOOL_RESULT = "tool_result", "tool result"
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What the audit is narrowed to; empty values mean "any".
+
+    `who` is a username, "system" (terminal closings) or "rule" / "rule <id>" (rule decisions).
+    """
+
+    agent: str = ""
+    decision: str = ""
+    who: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+
+
+CLOSING_REASONS = {
+    RequestStatus.EXPIRED: "Nobody answered before the deadline.",
+    RequestStatus.CANCELLED: "The run or its session was cancelled.",
+    RequestStatus.ABANDONED: "The session moved on without answering.",
+}
+
+
+@dataclass
+class AuditEntry:
+    """One decision as the audit shows and exports it.
+
+    `reason` is the operator's own reason for an answer, and the system's explanation for a closing or
+    a rule decision. `rule_id` is the rule that decided (rule decisions) or the one an approval with
+    `remember` created.
+    """
+
+    when: datetime
+    source: str
+    decision: str
+    who: str | None
+    reason: str | None
+    via: str
+    request_id: str | None
+    request_kind: str
+    tool_name: str
+    arguments: Any
+    run_id: str
+    agent: str
+    session_id: str | None
+    override_arguments: Any = None
+    remembered: bool = False
+    rule_id: str | None = None
+    result: Any = None
+    error_message: str | None = None
+    action: str | None = None
+    content: Any = None
+
+    @property
+    def label(self) -> str:
+        """The decision in words, as the page shows it."""
+        if self.decision == "approved":
+            edited = " with edited arguments" if self.override_arguments is not None else ""
+            remembered = " and remembered" if self.remembered else ""
+            return f"approved{edited}{remembered}"
+        return DECISION_LABELS.get(self.decision, self.decision)
+
+    @property
+    def request_kind_label(self) -> str:
+        return self.request_kind.replace("_", " ")
+
+    @property
+    def via_label(self) -> str:
+        """How the answer came: the inbox page, the respond API, or the next run request."""
+        return VIA_LABELS.get(self.via, f"via {self.via}") if self.via else ""
+
+    @property
+    def is_edited(self) -> bool:
+        return self.override_arguments is not None
+
+    @property
+    def details(self) -> list[tuple[str, str]]:
+        """What the request carried and what the answer gave, as (label, readable text) pairs."""
+        shown = []
+        if self.is_edited:
+            shown += [("Asked", _readable(self.arguments)), ("Approved as", _readable(self.override_arguments))]
+        elif self.arguments is not None:
+            shown.append(("Arguments", _readable(self.arguments)))
+        if self.decision == "tool-result":
+            shown.append(("Result", _readable(self.result)))
+        if self.error_message:
+            shown.append(("Error", self.error_message))
+        if self.content is not None:
+            shown.append(("Content", _readable(self.content)))
+        return shown
+
+    @property
+    def rule_url(self) -> str | None:
+        return f"{reverse('rules')}#rule-{self.rule_id}" if self.rule_id else None
+
+    @property
+    def run_url(self) -> str:
+        return reverse("run", args=[self.run_id])
+
+    def wire(self) -> dict[str, Any]:
+        """The entry as the JSON export gives it (camelCase keys, ISO 8601 time)."""
+        return {
+            "when": self.when.isoformat(),
+            "who": self.who,
+            "actor": {ANSWER: "user", CLOSING: "system", RULE: "rule"}[self.source],
+            "decision": self.decision,
+            "reason": self.reason,
+            "via": self.via or None,
+            "requestId": self.request_id,
+            "requestKind": self.request_kind,
+            "toolName": self.tool_name,
+            "arguments": self.arguments,
+            "overrideArguments": self.override_arguments,
+            "remembered": self.remembered,
+            "ruleId": self.rule_id,
+            "result": self.result,
+            "errorMessage": self.error_message,
+            "action": self.action,
+            "content": self.content,
+            "runId": self.run_id,
+            "agent": self.agent,
+            "sessionId": self.session_id,
+        }
+
+
+def _readable(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+
+
+VIA_LABELS = {"inbox": "in the inbox", "api": "via the respond API", "run": "with the next run request"}
+
+DECISION_LABELS = {
+    "denied": "denied",
+    "approved-by-rule": "approved by rule",
+    "tool-result": "tool result",
+    "tool-error": "tool error",
+    "input-accepted": "input accepted",
+    "input-declined": "input declined",
+    "input-cancelled": "input cancelled",
+    RequestStatus.EXPIRED: "expired",
+    RequestStatus.CANCELLED: "cancelled",
+    RequestStatus.ABANDONED: "abandoned",
+}
+
+
+def _keys(queryset: QuerySet[Any], when: Any, source: str) -> QuerySet[Any]:
+    # Every branch of the union selects the same three columns, by the same names, in the same order.
+    return (
+        queryset.order_by()
+        .annotate(entry_when=when, entry_id=F("id"), entry_source=Value(source, output_field=models.CharField()))
+        .values_list(*KEY_COLUMNS)
+    )
+
+
+def _answers(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
+    decision_filters = {
+        DecisionFilter.APPROVED: Q(kind=RequestKind.APPROVAL, answer__approved=True),
+        DecisionFilter.DENIED: Q(kind=RequestKind.APPROVAL, answer__approved=False),
+        DecisionFilter.INPUT: Q(kind=RequestKind.INPUT),
+        DecisionFilter.TOOL_RESULT: Q(kind=RequestKind.CLIENT_TOOL),
+    }
+    requests = PendingRequest.objects.filter(tenant=tenant, answer__isnull=False, answered_at__isnull=False)
+    if criteria.decision:
+        if criteria.decision not in decision_filters:
+            return None
+        requests = requests.filter(decision_filters[DecisionFilter(criteria.decision)])
+    if criteria.who:
+        requests = requests.filter(answered_by__username=criteria.who)
+    if criteria.agent:
+        requests = requests.filter(agent__name=criteria.agent)
+    return _keys(requests, F("answered_at"), ANSWER)
+
+
+def _closings(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
+    if criteria.who and criteria.who != "system":
+        return None
+    if criteria.decision and criteria.decision not in TERMINAL:
+        return None
+    statuses = [criteria.decision] if criteria.decision else list(TERMINAL)
+    requests = PendingRequest.objects.filter(tenant=tenant, status__in=statuses)
+    if criteria.agent:
+        requests = requests.filter(agent__name=criteria.agent)
+    # closed_at is set by every closing; a row closed by hand without it still belongs in the audit.
+    return _keys(requests, Coalesce("closed_at", "opened_at"), CLOSING)
+
+
+def _rule_decisions(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
+    if criteria.decision and criteria.decision != DecisionFilter.RULE:
+        return None
+    events = Event.objects.filter(
+        run__tenant=tenant, type="permission.completed", data__result__kind="approved-by-rule"
+    )
+    if criteria.who:
+        word, _, rule_id = criteria.who.partition(" ")
+        if word != "rule":
+            return None
+        if rule_id.strip():
+            events = events.filter(data__result__ruleId=rule_id.strip())
+    if criteria.agent:
+        events = events.filter(run__agent__name=criteria.agent)
+    return _keys(events, F("timestamp"), RULE)
+
+
+def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None) -> QuerySet[Any]:
+    """The keys of the tenant's audit entries matching `criteria`, newest first; only those after the
+    key `after` in that order when given (to walk an export chunk by chunk)."""
+    branches = []
+    for build, source in ((_answers, ANSWER), (_closings, CLOSING), (_rule_decisions, RULE)):
+        branch = build(tenant, criteria)
+        if branch is None:
+            continue
+        if criteria.date_from:
+            branch = branch.filter(entry_when__date__gte=criteria.date_from)
+        if criteria.date_to:
+            branch = branch.filter(entry_when__date__lte=criteria.date_to)
+        if after is not None:
+            branch = branch.filter(_after(after, source))
+        branches.append(branch)
+    if not branches:
+        return PendingRequest.objects.none().values_list("id")
+    first, *rest = branches
+    combined = first.union(*rest, all=True) if rest else first
+    return combined.order_by("-entry_when", "-entry_id", "-entry_source")
+
+
+def _after(key: EntryKey, source: str) -> Q:
+    """The rows of a branch of `source` that come after `key` in the order (when, id, source) descending."""
+    when, entry_id, key_source = key
+    later = Q(entry_when__lt=when) | Q(entry_when=when, entry_id__lt=entry_id)
+    # A request answered and then closed gives two keys with the same id; the source breaks the tie.
+    if source < key_source:
+        later |= Q(entry_when=when, entry_id=entry_id)
+    return later
+
+
+def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
+    """The entries of `keys`, in their order, with a fixed number of queries whatever their number."""
+    request_ids = [entry_id for _, entry_id, source in keys if source in (ANSWER, CLOSING)]
+    event_ids = [entry_id for _, entry_id, source in keys if source == RULE]
+    requests = PendingRequest.objects.select_related("agent", "session", "answered_by").in_bulk(request_ids)
+    events = Event.objects.select_related("run__agent", "run__session").in_bulk(event_ids)
+    remembered: dict[uuid.UUID | None, str] = {
+        rule.created_from_id: str(rule.id)
+        for rule in Rule.objects.filter(tenant=tenant, created_from__in=request_ids).only("id", "created_from")
+    }
+    deciding = _rules_of(tenant, events.values())
+    found: list[AuditEntry] = []
+    for when, entry_id, source in keys:
+        if source == RULE and entry_id in events:
+            found.append(_rule_entry(events[entry_id], deciding))
+        elif source == ANSWER and entry_id in requests:
+            found.append(_answer_entry(requests[entry_id], remembered))
+        elif source == CLOSING and entry_id in requests:
+            found.append(_closing_entry(requests[entry_id], when))
+    return found
+
+
+def iter_entries(tenant: Tenant, criteria: Criteria, chunk_size: int = EXPORT_CHUNK) -> Iterator[AuditEntry]:
+    """Every matching entry, newest first, loaded a chunk at a time (an export of a big tenant never
+    holds more than one chunk, nor keeps a database cursor open between chunks)."""
+    after: EntryKey | None = None
+    while True:
+        keys = list(entry_keys(tenant, criteria, after)[:chunk_size])
+        yield from entries(tenant, keys)
+        if len(keys) < chunk_size:
+            return
+        after = keys[-1]
+
+
+def _rules_of(tenant: Tenant, events: Any) -> dict[str, Rule]:
+    ids = set()
+    for event in events:
+        try:
+            ids.add(uuid.UUID(str(event.data["result"]["ruleId"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    if not ids:
+        return {}
+    rules = Rule.objects.select_related("created_by").filter(tenant=tenant, id__in=ids)
+    return {str(rule.id): rule for rule in rules}
+
+
+def _base(pending: PendingRequest) -> dict[str, Any]:
+    return {
+        "request_id": str(pending.id),
+        "request_kind": pending.kind,
+        "tool_name": pending.tool_name,
+        "arguments": pending.arguments,
+        "run_id": str(pending.run_id),
+        "agent": pending.agent.name,
+        "session_id": pending.session.key,
+    }
+
+
+def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, str]) -> AuditEntry:
+    answer = pending.answer if isinstance(pending.answer, dict) else {}
+    details: dict[str, Any] = {}
+    if pending.kind == RequestKind.APPROVAL:
+        decision = "approved" if answer.get("approved") else "denied"
+        details = {
+            "override_arguments": answer.get("overrideArguments"),
+            "remembered": bool(answer.get("remember")) and decision == "approved",
+            "rule_id": remembered.get(pending.id),
+        }
+    elif pending.kind == RequestKind.CLIENT_TOOL:
+        decision = "tool-error" if answer.get("errorMessage") else "tool-result"
+        details = {"result": answer.get("result"), "error_message": answer.get("errorMessage")}
+    else:
+        action = str(answer.get("action") or "")
+        decision = {"accept": "input-accepted", "decline": "input-declined", "cancel": "input-cancelled"}.get(
+            action, f"input-{action}"
+        )
+        details = {"action": action or None, "content": answer.get("content")}
+    assert pending.answered_at is not None
+    return AuditEntry(
+        when=pending.answered_at,
+        source=ANSWER,
+        decision=decision,
+        who=pending.answered_by.username if pending.answered_by else None,
+        reason=answer.get("reason") or None,
+        via=pending.answered_via,
+        **_base(pending),
+        **details,
+    )
+
+
+def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
+    return AuditEntry(
+        when=when,
+        source=CLOSING,
+        decision=pending.status,
+        who="system",
+        reason=CLOSING_REASONS.get(RequestStatus(pending.status)),
+        via="",
+        **_base(pending),
+    )
+
+
+def _rule_entry(event: Event, rules: dict[str, Rule]) -> AuditEntry:
+    data = event.data if isinstance(event.data, dict) else {}
+    result = data.get("result")
+    result = result if isinstance(result, dict) else {}
+    rule_id = str(result.get("ruleId") or "") or None
+    rule = rules.get(rule_id or "")
+    reason = "A remembered rule approved the call"
+    if rule is not None and rule.created_by is not None:
+        reason += f" (remembered by {rule.created_by.username} on {rule.created_at:%Y-%m-%d})"
+    return AuditEntry(
+        when=event.timestamp,
+        source=RULE,
+        decision="approved-by-rule",
+        who=f"rule {rule_id}" if rule_id else "rule",
+        reason=reason + ".",
+        via="",
+        request_id=None,
+        request_kind=RequestKind.APPROVAL,
+        tool_name=str(data.get("toolName") or ""),
+        arguments=data.get("arguments"),
+        run_id=str(event.run_id),
+        agent=event.run.agent.name,
+        session_id=event.run.session.key if event.run.session else None,
+        rule_id=rule_id,
+    )

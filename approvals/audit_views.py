@@ -1,0 +1,171 @@
+"""The audit page: every decision of the tenant with filters and paging, and its CSV and JSON exports."""
+
+import csv
+import json
+from collections.abc import AsyncIterator, Iterable, Iterator
+from itertools import islice
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django import forms
+from django.core.handlers.asgi import ASGIRequest
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from agents.models import Agent
+from approvals.audit import AuditEntry, Criteria, DecisionFilter, entries, entry_keys, iter_entries
+from console.models import Membership, Tenant
+from console.tenancy import role_required
+
+ENTRIES_PER_PAGE = 50
+
+_SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
+
+
+class AuditFilters(forms.Form):
+    """The filters of the audit, read from the query string; an invalid field is ignored."""
+
+    agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
+    decision = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any decision"), *DecisionFilter.choices],
+        widget=forms.Select(attrs=_SUBMIT_ON_CHANGE),
+    )
+    who = forms.CharField(
+        required=False,
+        max_length=150,
+        widget=forms.TextInput(
+            attrs={"placeholder": "user, system or rule", "autocomplete": "off", "list": "audit-who"}
+        ),
+    )
+    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **_SUBMIT_ON_CHANGE}))
+    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **_SUBMIT_ON_CHANGE}))
+
+    def __init__(self, data: Any, agent_names: list[str]) -> None:
+        super().__init__(data)
+        agent = self.fields["agent"]
+        assert isinstance(agent, forms.ChoiceField)
+        agent.choices = [("", "Any agent"), *((name, name) for name in agent_names)]
+
+    def criteria(self) -> Criteria:
+        self.is_valid()
+        wanted = self.cleaned_data
+        return Criteria(
+            agent=wanted.get("agent") or "",
+            decision=wanted.get("decision") or "",
+            who=(wanted.get("who") or "").strip(),
+            date_from=wanted.get("date_from"),
+            date_to=wanted.get("date_to"),
+        )
+
+
+@role_required("reader")
+@require_GET
+@vary_on_headers("HX-Request")
+def audit(request: HttpRequest) -> HttpResponse:
+    tenant = request.membership.tenant  # type: ignore[attr-defined]
+    agent_names = list(Agent.objects.filter(tenant=tenant).order_by("name").values_list("name", flat=True).distinct())
+    filters = AuditFilters(request.GET, agent_names)
+    export = request.GET.get("format")
+    if export in EXPORTS:
+        # role_required is typed for HttpResponse; a streaming response is what an export needs.
+        return _export(request, tenant, filters.criteria(), export)  # type: ignore[return-value]
+    if export:
+        return HttpResponseBadRequest("Unknown export format: use format=csv or format=json.")
+    page = Paginator(entry_keys(tenant, filters.criteria()), ENTRIES_PER_PAGE).get_page(request.GET.get("page"))
+    context = {"filters": filters, "page": page, "entries": entries(tenant, list(page))}
+    if request.htmx and not request.htmx.history_restore_request:  # type: ignore[attr-defined]
+        return render(request, "approvals/audit.html#audit-table", {**context, "partial": True})
+    members = Membership.objects.filter(tenant=tenant).order_by("user__username")
+    context["usernames"] = members.values_list("user__username", flat=True)
+    return render(request, "approvals/audit.html", context)
+
+
+class _Echo:
+    """A file-like object that hands back what csv.writer writes, so rows stream one by one."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+CSV_COLUMNS = (
+    "when",
+    "who",
+    "decision",
+    "reason",
+    "via",
+    "requestKind",
+    "toolName",
+    "arguments",
+    "overrideArguments",
+    "remembered",
+    "ruleId",
+    "result",
+    "errorMessage",
+    "action",
+    "content",
+    "agent",
+    "runId",
+    "sessionId",
+    "requestId",
+)
+
+# Spreadsheets run a cell starting with one of these as a formula (OWASP "CSV injection").
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> str:
+    """A value as a CSV cell: JSON for structures, and never something a spreadsheet would evaluate."""
+    if value is None:
+        text = ""
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return f"'{text}" if text.startswith(_FORMULA_STARTS) else text
+
+
+def _csv(found: Iterable[AuditEntry]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_COLUMNS)
+    for entry in found:
+        wire = entry.wire()
+        yield writer.writerow([csv_cell(wire[column]) for column in CSV_COLUMNS])
+
+
+def _json(found: Iterable[AuditEntry]) -> Iterator[str]:
+    separator = "[\n"
+    for entry in found:
+        yield separator + json.dumps(entry.wire(), ensure_ascii=False)
+        separator = ",\n"
+    yield "[]\n" if separator == "[\n" else "\n]\n"
+
+
+EXPORTS = {"csv": (_csv, "text/csv; charset=utf-8"), "json": (_json, "application/json")}
+
+
+def _export(request: HttpRequest, tenant: Tenant, criteria: Criteria, export: str) -> StreamingHttpResponse:
+    render_rows, content_type = EXPORTS[export]
+    rows = render_rows(iter_entries(tenant, criteria))
+    # Under ASGI a synchronous iterator would be read whole before sending; an asynchronous one streams.
+    content = _async(rows) if isinstance(request, ASGIRequest) else rows
+    response = StreamingHttpResponse(content, content_type=content_type)
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="audit-{tenant.slug}-{stamp}.{export}"'
+    return response
+
+
+async def _async(rows: Iterator[str]) -> AsyncIterator[str]:
+    """`rows` read in a worker thread (the ORM is synchronous), a few hundred rows per hop."""
+
+    def take() -> str:
+        return "".join(islice(rows, 200))
+
+    while chunk := await sync_to_async(take)():
+        yield chunk
