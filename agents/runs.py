@@ -8,7 +8,7 @@ transaction; `execute` runs the engine turn and `finish_run` stores the outcome.
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -242,7 +242,7 @@ def _check_answers(prepared: PreparedRun) -> None:
         )
 
 
-def approval_mode(pending: PendingRequest, modes: dict[str, str]) -> str:
+def approval_mode(pending: PendingRequest, modes: Mapping[str, str]) -> str:
     """The approval mode a request was opened under (MCP tools carry their server's)."""
     return (pending.engine_state or {}).get("approvalMode") or modes.get(pending.tool_name, "always")
 

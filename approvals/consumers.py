@@ -99,6 +99,8 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _current(self, user_id: int | None, tenant_id: int | None) -> Membership | None:
+        if user_id is None or tenant_id is None:
+            return None
         return Membership.objects.filter(user_id=user_id, tenant_id=tenant_id, user__is_active=True).first()
 
     @database_sync_to_async

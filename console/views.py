@@ -36,7 +36,7 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     form = SwitchTenantForm(request.POST)
     # A tampered value ("", "abc", 30 digits) is no tenant of the user's rather than a database error.
     membership = (
-        Membership.objects.filter(user=request.user, tenant_id=form.cleaned_data["tenant"]).first()
+        Membership.objects.filter(user_id=request.user.pk or 0, tenant_id=form.cleaned_data["tenant"]).first()
         if form.is_valid()
         else None
     )
