@@ -1,8 +1,8 @@
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_slug
-from django.core.exceptions import ValidationError
 
 from console.models import Tenant
 
