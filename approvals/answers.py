@@ -86,25 +86,47 @@ _TERMINAL_STATUS: dict[str, Status] = {
 }
 
 
+# The fields that answer each kind of request (`remember` is refused with a 400 instead, see below).
+_KIND_FIELDS: dict[str, set[str]] = {
+    RequestKind.APPROVAL: {"approved", "reason", "remember_arguments_only", "override_arguments"},
+    RequestKind.CLIENT_TOOL: {"result", "error_message"},
+    RequestKind.INPUT: {"action", "content"},
+}
+
+
+def _answers_another_kind(pending: PendingRequest, response: Response) -> bool:
+    """True when the answer sets a field of another kind of request: storing it without that field
+    would silently drop part of what the client meant (an `errorMessage` sent with an approval)."""
+    foreign = set().union(*_KIND_FIELDS.values()) - _KIND_FIELDS[pending.kind]
+    return any(getattr(response, name) != Response.model_fields[name].default for name in foreign)
+
+
 def _payload(pending: PendingRequest, response: Response) -> dict[str, Any] | Outcome:
     """The stored answer for `pending`, or the outcome that refuses it."""
     rid = str(pending.id)
     if pending.kind == RequestKind.APPROVAL:
-        if response.approved is None or response.action is not None or response.result is not None:
+        if response.approved is None or _answers_another_kind(pending, response):
             return Outcome("response_type_mismatch", rid, "An approval request takes `approved` (and a reason).")
         if response.remember and not response.approved:
             raise ResponseRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
         if response.remember and _approval_mode(pending) == "every_time":
             raise ResponseRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
-        keys = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments")
+        keys: tuple[str, ...] = (
+            "requestId",
+            "approved",
+            "reason",
+            "remember",
+            "rememberArgumentsOnly",
+            "overrideArguments",
+        )
     elif pending.kind == RequestKind.CLIENT_TOOL:
-        if response.approved is not None or response.action is not None:
+        if _answers_another_kind(pending, response):
             return Outcome("response_type_mismatch", rid, "A client-tool request takes `result` or `errorMessage`.")
         if response.remember:
             raise ResponseRefused("remember_refused", "`remember` applies to tool approvals only.")
         keys = ("callId", "result", "errorMessage")
     else:
-        if response.action is None or response.approved is not None:
+        if response.action is None or _answers_another_kind(pending, response):
             return Outcome("response_type_mismatch", rid, "An input request takes `action` (and `content`).")
         if response.remember:
             raise ResponseRefused("remember_refused", "`remember` applies to tool approvals only.")
@@ -140,6 +162,10 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
         answer=payload, answered_by=user, answered_at=timezone.now(), answered_via=via
     )
     if not claimed:
+        # Another answer won, or the sweep closed the request (expired) since it was read above.
+        now_status = PendingRequest.objects.filter(pk=pending.pk).values_list("status", flat=True).first()
+        if now_status in _TERMINAL_STATUS:
+            return Outcome(_TERMINAL_STATUS[now_status], rid, f"The request was closed meanwhile: {now_status}.")
         return Outcome("already_resolved", rid, "The request was answered meanwhile; this answer changed nothing.")
     notify_requests_closed(pending.tenant_id, [rid])
     continuation = continue_when_complete(user, pending.session)

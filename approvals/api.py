@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Query, Router, Schema
+from pydantic import Field
 
 from agents.models import Run
 from approvals.answers import Response, ResponseRefused, respond
@@ -36,7 +37,8 @@ class RequestFilters(Schema):
     kind: RequestKind | None = None
     tool: str | None = None
     limit: int = 50
-    offset: int = 0
+    # A negative offset would reach the ORM as negative indexing (a 500).
+    offset: int = Field(default=0, ge=0)
 
 
 def _requests(request: HttpRequest) -> Any:

@@ -1,0 +1,333 @@
+"""Inbox pushes as an open console receives them over the real websocket: new requests with the card of
+the member's role, closed requests with the new pending count, nothing across tenants, and membership
+changes taking effect on sockets already open."""
+
+import asyncio
+import json
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection, connections, transaction
+from django.test import Client
+from django.utils import timezone
+
+from agents.models import Agent
+from approvals import consumers
+from approvals.deadlines import expire_due
+from approvals.push import tenant_group
+from console.asgi import application
+from console.models import Membership
+from tests.agents.run_helpers import make_agent, run_ok
+from tests.conftest import PASSWORD, Persona
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+SEND = f"call send_email {json.dumps(EMAIL)}"
+LOCAL = b"http://localhost"
+APPROVE_BUTTON = '<button name="decision" value="approve">'
+
+
+@pytest.fixture(autouse=True)
+async def empty_channel_layer():
+    """The in-memory layer lives as long as the process; start each test without earlier groups."""
+    await get_channel_layer().flush()
+
+
+@pytest.fixture(autouse=True)
+async def close_worker_thread_connections():
+    """ORM calls from async code run in asgiref's worker thread, whose connection outlives the test;
+    on PostgreSQL that open session keeps the test database from being dropped at the end."""
+    yield
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+def assistant(admin) -> Agent:
+    return make_agent(admin)
+
+
+@sync_to_async
+def session_cookie(persona: Persona) -> bytes:
+    """Log in through the real login page and return the browser's session cookie."""
+    client = Client()
+    assert client.login(username=persona.user.username, password=PASSWORD)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def connect(persona: Persona) -> WebsocketCommunicator:
+    """An open console of `persona`, past its greeting."""
+    cookie = await session_cookie(persona)
+    ws = WebsocketCommunicator(application, "/ws/console/", headers=[(b"cookie", cookie), (b"origin", LOCAL)])
+    connected, _ = await ws.connect()
+    assert connected
+    greeting = await ws.receive_json_from()
+    assert greeting["type"] == "heartbeat"
+    return ws
+
+
+@sync_to_async
+def ask(persona: Persona, message: str = SEND, session: str = "s1") -> dict[str, Any]:
+    result = run_ok(persona, {"message": message, "sessionId": session})
+    assert result["pendingRequests"], result
+    return result
+
+
+@sync_to_async
+def respond(persona: Persona, asked: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    body = {"requestId": request_id(asked, index), "approved": True}
+    response = persona.api("POST", f"/api/runs/{asked['runId']}/responses", body)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def request_id(result: dict[str, Any], index: int = 0) -> str:
+    return result["pendingRequests"][index]["requestId"]
+
+
+async def opened(ws: WebsocketCommunicator) -> dict[str, Any]:
+    pushed = await ws.receive_json_from(timeout=5)
+    assert pushed["type"] == "requests_opened", pushed
+    return pushed
+
+
+async def close_all(*sockets: WebsocketCommunicator) -> None:
+    for ws in sockets:
+        await ws.disconnect()
+
+
+async def test_it_pushes_a_new_request_with_answer_buttons_to_an_operator(operator, assistant):
+    ws = await connect(operator)
+
+    asked = await ask(operator)
+
+    pushed = await opened(ws)
+    rid = request_id(asked)
+    assert pushed["ids"] == [rid]
+    assert pushed["titles"] == ["assistant: send_email"]
+    assert pushed["pending"] == 1
+    html = pushed["html"]
+    assert f'id="request-{rid}"' in html
+    assert "<code>send_email</code>" in html
+    assert "a@b.c" in html
+    assert APPROVE_BUTTON in html
+    assert '<button name="decision" value="deny" class="danger">' in html
+    assert await ws.receive_nothing()
+    await close_all(ws)
+
+
+async def test_it_pushes_the_card_without_answer_buttons_to_a_reader(operator, reader, assistant):
+    ws = await connect(reader)
+
+    asked = await ask(operator)
+
+    pushed = await opened(ws)
+    assert pushed["ids"] == [request_id(asked)]
+    assert "<code>send_email</code>" in pushed["html"]
+    assert "<form" not in pushed["html"]
+    assert "<button" not in pushed["html"]
+    assert "Waiting for an operator to answer." in pushed["html"]
+    await close_all(ws)
+
+
+async def test_it_pushes_a_client_tool_request_with_its_result_form(operator, assistant):
+    ws = await connect(operator)
+
+    await ask(operator, "call get_user_location {}")
+
+    pushed = await opened(ws)
+    assert pushed["titles"] == ["assistant: get_user_location"]
+    assert '<button name="decision" value="result">' in pushed["html"]
+    await close_all(ws)
+
+
+async def test_it_pushes_parallel_requests_together(operator, assistant):
+    ws = await connect(operator)
+
+    asked = await ask(operator, f"{SEND}\n{SEND}")
+
+    pushed = await opened(ws)
+    assert pushed["ids"] == [request_id(asked, 0), request_id(asked, 1)]
+    assert pushed["pending"] == 2
+    assert pushed["html"].count(APPROVE_BUTTON) == 2
+    await close_all(ws)
+
+
+async def test_it_never_pushes_one_tenants_requests_to_another(operator, outsider, assistant):
+    ours, theirs = await connect(operator), await connect(outsider)
+    await sync_to_async(make_agent)(outsider)
+
+    asked = await ask(operator)
+
+    assert (await opened(ours))["ids"] == [request_id(asked)]
+    assert await theirs.receive_nothing()
+
+    their_request = await ask(outsider)
+
+    pushed = await opened(theirs)
+    assert (pushed["ids"], pushed["pending"]) == ([request_id(their_request)], 1)
+    assert await ours.receive_nothing()
+    await respond(outsider, their_request)
+    assert (await theirs.receive_json_from())["type"] == "requests_closed"
+    assert await ours.receive_nothing()
+    await close_all(ours, theirs)
+
+
+async def test_it_pushes_an_answered_request_as_closed_to_everyone(operator, reader, admin, assistant):
+    sockets = [await connect(p) for p in (operator, reader, admin)]
+    asked = await ask(operator)
+    for ws in sockets:
+        await opened(ws)
+
+    await respond(operator, asked)
+
+    for ws in sockets:
+        assert await ws.receive_json_from() == {"type": "requests_closed", "ids": [request_id(asked)], "pending": 0}
+        # The continuation completes without asking: nothing more to push.
+        assert await ws.receive_nothing()
+    await close_all(*sockets)
+
+
+async def test_it_counts_the_requests_still_pending_when_one_of_two_is_answered(operator, assistant):
+    ws = await connect(operator)
+    asked = await ask(operator, f"{SEND}\n{SEND}")
+    await opened(ws)
+
+    await respond(operator, asked, 1)
+
+    assert await ws.receive_json_from() == {"type": "requests_closed", "ids": [request_id(asked, 1)], "pending": 1}
+    await respond(operator, asked, 0)
+    assert await ws.receive_json_from() == {"type": "requests_closed", "ids": [request_id(asked, 0)], "pending": 0}
+    await close_all(ws)
+
+
+async def test_it_pushes_requests_answered_by_a_run_request_as_closed(operator, assistant):
+    ws = await connect(operator)
+    asked = await ask(operator)
+    await opened(ws)
+
+    await sync_to_async(run_ok)(
+        operator, {"sessionId": "s1", "approvals": [{"requestId": request_id(asked), "approved": True}]}
+    )
+
+    assert await ws.receive_json_from() == {"type": "requests_closed", "ids": [request_id(asked)], "pending": 0}
+    await close_all(ws)
+
+
+async def test_it_pushes_an_expired_request_as_closed(operator, admin):
+    await sync_to_async(make_agent)(admin, requestDeadlineSeconds=60)
+    ws = await connect(operator)
+    asked = await ask(operator)
+    await opened(ws)
+
+    await sync_to_async(expire_due)(timezone.now() + timedelta(seconds=61))
+
+    assert await ws.receive_json_from() == {"type": "requests_closed", "ids": [request_id(asked)], "pending": 0}
+    assert await ws.receive_nothing()
+    await close_all(ws)
+
+
+async def test_it_closes_the_socket_of_a_removed_member(operator, admin, assistant):
+    removed, staying = await connect(operator), await connect(admin)
+
+    await sync_to_async(operator.membership.delete)()
+
+    assert await removed.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+    asked = await ask(admin)
+    assert (await opened(staying))["ids"] == [request_id(asked)]
+    assert await removed.receive_nothing()
+    # The removed member's socket left the tenant's group; only the other console is in it.
+    assert len(get_channel_layer().groups[tenant_group(admin.tenant.pk)]) == 1
+    await close_all(staying)
+
+
+async def test_it_closes_the_socket_of_a_deleted_user(operator, admin, assistant):
+    ws = await connect(operator)
+
+    await sync_to_async(operator.user.delete)()
+
+    assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+    await ask(admin)
+    assert await ws.receive_nothing()
+
+
+async def test_it_sends_the_reader_card_once_a_members_role_drops_to_reader(operator, admin, assistant):
+    ws = await connect(operator)
+    operator.membership.role = "reader"
+
+    await sync_to_async(operator.membership.save)()
+
+    await ask(admin)
+    pushed = await opened(ws)
+    assert "Waiting for an operator to answer." in pushed["html"]
+    assert "<form" not in pushed["html"]
+    await close_all(ws)
+
+
+async def test_it_sends_the_operator_card_once_a_reader_is_promoted(reader, operator, assistant):
+    ws = await connect(reader)
+    reader.membership.role = "operator"
+
+    await sync_to_async(reader.membership.save)()
+
+    await ask(operator)
+    assert APPROVE_BUTTON in (await opened(ws))["html"]
+    await close_all(ws)
+
+
+async def test_it_notices_a_change_made_without_signals_on_its_next_check(operator, admin, assistant, monkeypatch):
+    ws = await connect(operator)
+    # A bulk update and a deactivated user send no membership signal; the periodic re-check (every few
+    # seconds) still catches them.
+    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.0)
+
+    await sync_to_async(Membership.objects.filter(pk=operator.membership.pk).update)(role="reader")
+
+    await ask(admin)
+    assert "<form" not in (await opened(ws))["html"]
+    await sync_to_async(User.objects.filter(pk=operator.user.pk).update)(is_active=False)
+    await ask(admin, session="s2")
+    assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+    await close_all(ws)
+
+
+@pytest.mark.skipif(
+    "sqlite" in settings.DATABASES["default"]["ENGINE"],
+    reason="SQLite's in-memory test database locks a table another connection is writing, so the console "
+    "cannot read the membership while the change is uncommitted; PostgreSQL can (make test-postgres)",
+)
+async def test_it_applies_a_role_change_once_it_is_committed(operator, admin, assistant):
+    ws = await connect(operator)
+    changed, release = threading.Event(), threading.Event()
+
+    def demote_in_a_transaction() -> None:
+        try:
+            with transaction.atomic():
+                membership = Membership.objects.get(pk=operator.membership.pk)
+                membership.role = "reader"
+                membership.save()
+                changed.set()
+                assert release.wait(10)
+        finally:
+            connection.close()
+
+    demoting = asyncio.ensure_future(sync_to_async(demote_in_a_transaction, thread_sensitive=False)())
+    assert await asyncio.to_thread(changed.wait, 10)
+    # The console handles what it was told so far (the ping is answered after it) while the change is
+    # not committed yet: it must not settle on the role it reads then.
+    await ws.send_json_to({"type": "ping"})
+    assert (await ws.receive_json_from())["type"] == "heartbeat"
+    release.set()
+    await demoting
+
+    await ask(admin)
+    pushed = await opened(ws)
+    assert "<form" not in pushed["html"]
+    await close_all(ws)
