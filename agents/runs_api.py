@@ -11,6 +11,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
+from pydantic import Field
 
 from agents.api import _agent as agent_or_404
 from agents.models import Attachment, Event, Run, RunStatus, Session
@@ -133,7 +134,7 @@ class RunFilters(Schema):
     status: RunStatus | None = None
     sessionId: str | None = None
     limit: int = 50
-    offset: int = 0
+    offset: int = Field(default=0, ge=0)
 
 
 @router.get("/runs", response=dict)

@@ -179,7 +179,10 @@ def continue_when_complete(user: Any, session: Session) -> Run | None:
     if waiting.exists():
         return None
     try:
-        prepared = prepare_run(session.tenant, session.agent, RunRequest(session_id=session.key))
+        # The continuation runs the version that asked (its parameters and culture repeat as well).
+        asked = session.last_run.version.number if session.last_run else None
+        request = RunRequest(session_id=session.key, definition_version=asked)
+        prepared = prepare_run(session.tenant, session.agent, request)
         started = start_run(prepared, user)
     except RunRejected:
         # Another answer started the continuation at the same moment (the session is busy), or the
