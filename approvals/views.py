@@ -1,66 +1,254 @@
-"""The inbox page: every pending request of the tenant, live; operators answer from here."""
+"""The inbox: every open request of the tenant, live; operators answer here, one request at a time or a
+run's approvals at once. Every answer goes through approvals.answers.respond(), like the respond API.
+
+Answer forms work with htmx (the card is swapped out on success, re-rendered with its errors on failure)
+and without JavaScript (a normal POST, then a redirect to the inbox with a message).
+"""
 
 import json
 import uuid
 from typing import Any
 
+from django import forms
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import trigger_client_event
 from pydantic import ValidationError
 
-from approvals.answers import Response, ResponseRefused, respond
+from agents.models import Agent, Run
+from agents.schema_forms import schema_fields
+from approvals.answers import Outcome, Response, ResponseRefused, respond
 from approvals.models import PendingRequest, RequestKind, RequestStatus
-from approvals.push import render_request
+from console.models import Membership, Tenant
 from console.tenancy import membership_of, role_required
 
+LIST_LIMIT = 500
+# Closed meanwhile: the card cannot be answered any more, so it shows the outcome instead of its forms.
+_CLOSED = ("already_resolved", "expired", "cancelled", "execution_ended")
+_SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
 
-def _open_requests(request: HttpRequest) -> Any:
-    tenant = request.membership.tenant  # type: ignore[attr-defined]
+
+class InboxFilters(forms.Form):
+    """The inbox filters, read from the query string; an invalid value is ignored."""
+
+    agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
+    kind = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any kind"), ("approval", "approval"), ("client_tool", "client tool"), ("input", "input")],
+        widget=forms.Select(attrs=_SUBMIT_ON_CHANGE),
+    )
+    tool = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"placeholder": "exact tool name", "autocomplete": "off", "list": "inbox-tools"}),
+    )
+
+    def __init__(self, data: Any, agent_names: list[str]) -> None:
+        super().__init__(data)
+        agent = self.fields["agent"]
+        assert isinstance(agent, forms.ChoiceField)
+        agent.choices = [("", "Any agent"), *((name, name) for name in agent_names)]
+
+    def apply(self, requests: QuerySet[PendingRequest]) -> QuerySet[PendingRequest]:
+        self.is_valid()
+        wanted = self.cleaned_data
+        if wanted.get("agent"):
+            requests = requests.filter(agent__name=wanted["agent"])
+        if wanted.get("kind"):
+            requests = requests.filter(kind=wanted["kind"])
+        if wanted.get("tool"):
+            requests = requests.filter(tool_name=wanted["tool"].strip())
+        return requests
+
+    @property
+    def active(self) -> bool:
+        return self.is_valid() and any(self.cleaned_data.values())
+
+
+def _open_requests(tenant: Tenant) -> QuerySet[PendingRequest]:
     return (
-        PendingRequest.objects.select_related("agent", "session")
+        PendingRequest.objects.select_related("agent", "session", "run__version")
         .filter(tenant=tenant, status=RequestStatus.PENDING, answer__isnull=True)
         .order_by("opened_at", "id")
     )
 
 
+def _with_batches(requests: list[PendingRequest]) -> list[PendingRequest]:
+    """Mark the first card of each run with several approval requests listed: its batch bar goes before it."""
+    by_run: dict[uuid.UUID, list[PendingRequest]] = {}
+    for pending in requests:
+        if pending.kind == RequestKind.APPROVAL:
+            by_run.setdefault(pending.run_id, []).append(pending)
+    for approvals in by_run.values():
+        if len(approvals) > 1:
+            approvals[0].batch = {"run_id": approvals[0].run_id, "requests": approvals}  # type: ignore[attr-defined]
+    return requests
+
+
 @role_required("reader")
-@require_GET
+@require_http_methods(["GET", "POST"])
+@vary_on_headers("HX-Request")
 def inbox(request: HttpRequest) -> HttpResponse:
-    requests = _open_requests(request)
-    for name in ("agent", "kind", "tool"):
-        value = request.GET.get(name)
-        if value:
-            requests = requests.filter(**{{"agent": "agent__name", "kind": "kind", "tool": "tool_name"}[name]: value})
-    template = "approvals/inbox.html#requests" if request.htmx else "approvals/inbox.html"  # type: ignore[attr-defined]
-    return render(request, template, {"requests": list(requests[:500])})
+    """The list (GET); a POST answers a run's approvals at once (the inbox has no route of its own for it)."""
+    if request.method == "POST":
+        return answer_all(request)
+    tenant = request.membership.tenant  # type: ignore[attr-defined]
+    agent_names = list(Agent.objects.live().filter(tenant=tenant).order_by("name").values_list("name", flat=True))
+    filters = InboxFilters(request.GET, agent_names)
+    requests = _with_batches(list(filters.apply(_open_requests(tenant))[:LIST_LIMIT]))
+    context = {"filters": filters, "requests": requests}
+    if request.htmx and not request.htmx.history_restore_request:  # type: ignore[attr-defined]
+        return render(request, "approvals/inbox.html#requests", context)
+    tools = _open_requests(tenant).order_by("tool_name").values_list("tool_name", flat=True).distinct()
+    context["tools"] = list(tools)
+    return render(request, "approvals/inbox.html", context)
 
 
-def _form_response(pending: PendingRequest, post: Any) -> Response:
-    """The answer a posted inbox form gives; ValueError for input that is not valid JSON."""
-    data: dict[str, Any] = {"requestId": str(pending.id)}
+class FormProblem(Exception):
+    """A posted form that cannot become an answer: a message for the card, and one per field."""
+
+    def __init__(self, message: str, fields: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message, self.fields = message, fields or {}
+
+
+def _approval(pending: PendingRequest, post: QueryDict) -> dict[str, Any]:
+    if post.get("decision") not in ("approve", "deny"):
+        raise FormProblem("Choose Approve or Deny.")
+    approved = post["decision"] == "approve"
+    # "…only with these exact arguments" narrows "don't ask again"; checking it alone still asks to remember.
+    remember = bool(post.get("remember") or post.get("remember_arguments_only"))
+    data: dict[str, Any] = {
+        "approved": approved,
+        "reason": post.get("reason", "").strip() or None,
+        "remember": remember,
+        "rememberArgumentsOnly": bool(post.get("remember_arguments_only")),
+    }
+    raw = post.get("arguments", "").strip()
+    if approved and raw:
+        try:
+            edited = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise FormProblem("The edited arguments are not valid JSON.", {"arguments": str(error)}) from None
+        if not isinstance(edited, dict):
+            raise FormProblem("The edited arguments are not valid.", {"arguments": "Give a JSON object: {…}."})
+        if edited != pending.arguments:
+            data["overrideArguments"] = edited
+    return data
+
+
+def _client_tool(post: QueryDict) -> dict[str, Any]:
+    if post.get("decision") == "error":
+        message = post.get("error_message", "").strip()
+        if not message:
+            raise FormProblem("Write the error message.", {"error_message": "Write the error message."})
+        return {"errorMessage": message}
+    raw = post.get("result", "").strip()
+    if not raw:
+        raise FormProblem("Give the tool's result.", {"result": "Give the result (JSON or text)."})
+    try:
+        return {"result": json.loads(raw)}
+    except json.JSONDecodeError:
+        return {"result": raw}  # plain text is a result too
+
+
+def _convert(value: str, widget: str, choices: list[Any]) -> Any:
+    """One posted field as the JSON value its schema asks for; ValueError with a message for the field."""
+    if widget == "integer":
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError("Give a whole number.") from None
+    if widget == "number":
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError("Give a number.") from None
+        return int(number) if number.is_integer() and "." not in value else number
+    if widget == "select":
+        for choice in choices:
+            if str(choice) == value:
+                return choice
+        raise ValueError("Choose one of the options.")
+    if widget == "json":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError("Not valid JSON.") from None
+    return value
+
+
+def _input(pending: PendingRequest, post: QueryDict) -> dict[str, Any]:
+    action = post.get("action")
+    if action not in ("accept", "decline", "cancel"):
+        raise FormProblem("Choose Accept, Decline or Cancel.")
+    if action != "accept":
+        return {"action": action}
+    fields = schema_fields(pending.requested_schema)
+    if not fields:  # a schema without properties: the answer is a JSON object as typed
+        try:
+            return {"action": action, "content": json.loads(post.get("content", "").strip() or "{}")}
+        except json.JSONDecodeError:
+            raise FormProblem("The answer is not valid JSON.", {"content": "Not valid JSON."}) from None
+    content: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for field in fields:
+        name = f"field-{field.name}"
+        if field.input == "checkbox":
+            content[field.name] = name in post
+            continue
+        value = post.get(name, "")
+        if not value.strip():
+            continue  # missing: the requested schema says whether that is allowed
+        typed = value if field.input == "text" else value.strip()  # text keeps its spaces
+        try:
+            content[field.name] = _convert(typed, field.input, field.choices)
+        except ValueError as error:
+            errors[field.name] = str(error)
+    if errors:
+        raise FormProblem("Check the highlighted fields.", errors)
+    return {"action": action, "content": content}
+
+
+def form_response(pending: PendingRequest, post: QueryDict) -> Response:
+    """The answer a posted card form gives (FormProblem when it gives none)."""
     if pending.kind == RequestKind.APPROVAL:
-        data["approved"] = post.get("decision") == "approve"
-        data["reason"] = post.get("reason") or None
-        data["remember"] = bool(post.get("remember"))
-        data["rememberArgumentsOnly"] = bool(post.get("remember_arguments_only"))
-        if post.get("override_arguments", "").strip():
-            data["overrideArguments"] = json.loads(post["override_arguments"])
+        data = _approval(pending, post)
     elif pending.kind == RequestKind.CLIENT_TOOL:
-        if post.get("error_message", "").strip():
-            data["errorMessage"] = post["error_message"].strip()
-        else:
-            raw = post.get("result", "")
-            try:
-                data["result"] = json.loads(raw)
-            except json.JSONDecodeError:
-                data["result"] = raw
+        data = _client_tool(post)
     else:
-        data["action"] = post.get("action") or "accept"
-        if data["action"] == "accept":
-            data["content"] = json.loads(post.get("content") or "{}")
-    return Response.model_validate(data)
+        data = _input(pending, post)
+    try:
+        return Response.model_validate({"requestId": str(pending.id), **data})
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}" for e in error.errors())
+        raise FormProblem(f"Not a valid answer: {problems}") from None
+
+
+def _summary(pending: PendingRequest, response: Response, outcome: Outcome) -> str:
+    if pending.kind == RequestKind.APPROVAL:
+        done = f"{'Approved' if response.approved else 'Denied'} {pending.tool_name}"
+        done += " and remembered the rule" if response.remember else ""
+    elif pending.kind == RequestKind.CLIENT_TOOL:
+        done = f"Sent the {'error' if response.error_message else 'result'} of {pending.tool_name}"
+    else:
+        done = f"Answered {pending.tool_name} ({response.action})"
+    return done + (". The run continues." if outcome.continuation_run_id else ".")
+
+
+def _tenant_request(membership: Membership, request_id: uuid.UUID) -> PendingRequest:
+    pending = (
+        PendingRequest.objects.select_related("run__version", "agent", "session")
+        .filter(tenant=membership.tenant, id=request_id)
+        .first()
+    )
+    if pending is None:
+        raise Http404("No such request.")
+    return pending
 
 
 @role_required("operator")
@@ -68,34 +256,83 @@ def _form_response(pending: PendingRequest, post: Any) -> Response:
 def answer(request: HttpRequest, request_id: uuid.UUID) -> HttpResponse:
     membership = membership_of(request)
     assert membership is not None
-    pending = (
-        PendingRequest.objects.select_related("run", "agent").filter(tenant=membership.tenant, id=request_id).first()
-    )
-    if pending is None:
-        raise Http404("No such request.")
-    error = None
+    pending = _tenant_request(membership, request_id)
+    error, field_errors, closed = None, {}, False
     try:
-        outcome = respond(membership, request.user, pending.run, _form_response(pending, request.POST), via="inbox")
-        if outcome.status != "accepted":
-            error = outcome.message
-    except (ValueError, ValidationError) as problem:
-        error = f"Not valid: {problem}"
+        response = form_response(pending, request.POST)
+        outcome = respond(membership, request.user, pending.run, response, via="inbox")
+    except FormProblem as problem:
+        error, field_errors = problem.message, problem.fields
     except ResponseRefused as refused:
         error = refused.detail
+    else:
+        if outcome.status != "accepted":
+            error, closed = outcome.message, outcome.status in _CLOSED
     if not request.htmx:  # type: ignore[attr-defined]
         if error:
-            messages.error(request, error)
+            messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {error}")
+        else:
+            messages.success(request, _summary(pending, response, outcome))
         return redirect("inbox")
     if error is None:
-        return HttpResponse("")
-    pending.refresh_from_db()
-    html = render_request(pending, can_answer=True)
-    return HttpResponse(
-        html.replace('<pre class="args">', f'<p class="field-error">{_escape(error)}</p><pre class="args">', 1)
-    )
+        return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
+    context = {"r": pending, "can_answer": True, "error": error, "field_errors": field_errors, "closed": closed}
+    return render(request, "approvals/request.html", {**context, "posted": request.POST})
 
 
-def _escape(text: str) -> str:
-    from django.utils.html import escape
+def _answer_each(
+    membership: Membership, user: Any, run: Run, listed: list[PendingRequest], approved: bool, reason: str | None
+) -> tuple[list[str], list[str]]:
+    """Answer the requests one by one through respond(); the last one's answer starts the continuation."""
+    answered, problems = [], []
+    for pending in listed:
+        outcome = respond(
+            membership, user, run, Response(request_id=pending.id, approved=approved, reason=reason), via="inbox"
+        )
+        if outcome.status == "accepted":
+            answered.append(str(pending.id))
+        else:
+            problems.append(f"{pending.tool_name}: {outcome.message}")
+    return answered, problems
 
-    return str(escape(text))
+
+@role_required("operator")
+@require_POST
+def answer_all(request: HttpRequest) -> HttpResponse:
+    """Approve or deny a run's listed approval requests at once, with one reason for all."""
+    membership = membership_of(request)
+    assert membership is not None
+    run_id = request.POST.get("run", "")
+    run = Run.objects.filter(tenant=membership.tenant, id=run_id).first() if _is_uuid(run_id) else None
+    if run is None:
+        raise Http404("No such run.")
+    decision = request.POST.get("decision")
+    ids = [value for value in request.POST.getlist("request") if _is_uuid(value)]
+    listed = list(run.requests.filter(id__in=ids, kind=RequestKind.APPROVAL).order_by("opened_at", "id"))
+    answered: list[str] = []
+    problems = ["Choose Approve all or Deny all."]
+    if decision in ("approve", "deny"):
+        reason = request.POST.get("reason", "").strip() or None
+        answered, problems = _answer_each(membership, request.user, run, listed, decision == "approve", reason)
+        problems += [] if listed else ["No approval request of this run was listed."]
+    if not request.htmx:  # type: ignore[attr-defined]
+        if answered:
+            verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(answered) != 1 else ""
+            messages.success(request, f"{verb} {len(answered)} request{plural} of the run.")
+        for problem in problems:
+            messages.error(request, problem)
+        return redirect("inbox")
+    body = ""
+    if problems:  # the bar again, with what is left to answer and why the rest was not
+        left = list(_open_requests(membership.tenant).filter(run=run, kind=RequestKind.APPROVAL))
+        batch = {"run_id": run.id, "requests": left, "errors": problems}
+        body = render(request, "approvals/inbox.html#batch", {"batch": batch}).content.decode()
+    return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

@@ -11,12 +11,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -35,6 +35,11 @@ class Server:
     url: str
     username: str
     password: str
+    env: dict[str, str] = field(repr=False, default_factory=dict)
+
+    def manage(self, *args: str) -> str:
+        """Run a management command against the server's data folder; its stdout."""
+        return _manage(self.env, *args)
 
 
 def _free_port() -> int:
@@ -43,12 +48,13 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _manage(env: dict[str, str], *args: str) -> None:
+def _manage(env: dict[str, str], *args: str) -> str:
     result = subprocess.run(
         [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
     )
     if result.returncode != 0:
         raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
 
 
 def _answers(url: str) -> bool:
@@ -88,7 +94,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("the server did not start:\n" + (data_dir / "daphne.log").read_text())
                 time.sleep(0.2)
-            yield Server(url, "ada", password)
+            yield Server(url, "ada", password, env)
         finally:
             process.terminate()
             try:
@@ -99,25 +105,65 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture
-def page(server: Server) -> Iterator[Page]:
+def browser() -> Iterator[Browser]:
     # One Playwright per test: its sync API cannot start while an asyncio loop runs in this thread, and
     # async tests elsewhere in the (randomly ordered) suite run loops between browser tests.
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(10_000)
         try:
-            yield context.new_page()
+            yield browser
         finally:
-            context.close()
             browser.close()
+
+
+def _new_context(browser: Browser, server: Server) -> BrowserContext:
+    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(10_000)
+    return context
+
+
+def _log_in(page: Page, server: Server, username: str, password: str) -> None:
+    page.goto("/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{server.url}/")
+
+
+@pytest.fixture
+def page(browser: Browser, server: Server) -> Iterator[Page]:
+    context = _new_context(browser, server)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 @pytest.fixture
 def logged_in(page: Page, server: Server) -> Page:
-    page.goto("/login/")
-    page.get_by_label("Username").fill(server.username)
-    page.get_by_label("Password").fill(server.password)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{server.url}/")
+    _log_in(page, server, server.username, server.password)
     return page
+
+
+@pytest.fixture
+def sign_in(browser: Browser, server: Server) -> Iterator[Callable[[str], Page]]:
+    """Log a user in (the server's password) in a browser context of its own: two users, two windows."""
+    contexts: list[BrowserContext] = []
+
+    def sign_in(username: str) -> Page:
+        contexts.append(_new_context(browser, server))
+        page = contexts[-1].new_page()
+        _log_in(page, server, username, server.password)
+        return page
+
+    yield sign_in
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture(scope="session")
+def acme_team(server: Server) -> dict[str, str]:
+    """An operator "otto" and a reader "rita" next to the admin "ada" in tenant acme; each one's API token."""
+    for username, role in (("otto", "operator"), ("rita", "reader")):
+        server.manage("create_user", username, "--tenant", "acme", "--role", role, "--password", server.password)
+    return {name: server.manage("create_token", name, "--tenant", "acme").strip() for name in ("ada", "otto", "rita")}

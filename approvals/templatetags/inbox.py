@@ -1,0 +1,74 @@
+"""Filters of the request card (templates/approvals/request.html).
+
+The card is rendered by the inbox views and by approvals/push.py, which passes nothing but the request
+(and whether its reader may answer), so whatever the card derives from a request is computed here.
+"""
+
+import json
+from functools import cache
+from typing import Any
+
+from django import template
+
+from agents.runs import approval_mode
+from agents.schema_forms import SchemaField, schema_fields
+from agents.tools import REGISTRY
+from approvals.models import PendingRequest, RequestKind
+
+register = template.Library()
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@register.filter
+def form_fields(schema: dict[str, Any] | None) -> list[SchemaField]:
+    return schema_fields(schema)
+
+
+@register.filter
+def lookup(mapping: Any, key: str) -> Any:
+    """`mapping[key]`, or None: field errors and posted values by a computed name."""
+    return mapping.get(key) if mapping else None
+
+
+@cache
+def _server_tool_schema(name: str) -> dict[str, Any]:
+    from pydantic_ai import Tool  # the engine's own schema of the function, as the model sees it
+
+    return Tool(REGISTRY[name].function).function_schema.json_schema
+
+
+def _parameters_schema(pending: PendingRequest) -> dict[str, Any] | None:
+    definition = pending.run.version.definition
+    if pending.kind == RequestKind.CLIENT_TOOL:
+        return next((t.parameters for t in definition.client_tools if t.name == pending.tool_name), None)
+    if pending.kind == RequestKind.APPROVAL and any(t.name == pending.tool_name for t in definition.tools):
+        return _server_tool_schema(pending.tool_name)
+    return None  # an MCP tool: its schema lives on its server
+
+
+@register.filter
+def tool_parameters(pending: PendingRequest) -> list[dict[str, Any]]:
+    """The declared parameters of the requested tool (name, type, required), to help edit or answer."""
+    schema = _parameters_schema(pending) or {}
+    required = set(schema.get("required") or [])
+    return [
+        {
+            "name": name,
+            "type": "|".join(map(str, prop["enum"])) if "enum" in prop else prop.get("type", "any"),
+            "required": name in required,
+            "description": prop.get("description", ""),
+        }
+        for name, prop in (schema.get("properties") or {}).items()
+        if isinstance(prop, dict)
+    ]
+
+
+@register.filter
+def can_remember(pending: PendingRequest) -> bool:
+    """Whether "don't ask again" is offered: never for a tool that asks every time."""
+    modes = {t.name: t.approval for t in pending.run.version.definition.tools}
+    return pending.kind == RequestKind.APPROVAL and approval_mode(pending, modes) != "every_time"

@@ -1,0 +1,276 @@
+// The inbox's live parts. console.js re-dispatches every websocket push as "airlock:push"; here pushed
+// cards come in (once, and only when they match the filters) and go out, the list is re-synced after every
+// (re)connect, the title carries the pending count, a hidden tab gets a browser notification, deadlines
+// count down, answer forms are checked before they are posted, and each run with several approvals gets
+// its "Approve all / Deny all" bar.
+(function () {
+  "use strict";
+  const list = document.getElementById("inbox-list");
+  if (!list) return;
+  const filters = document.getElementById("inbox-filters");
+  const batchTemplate = document.getElementById("batch-template");
+  const notifyButton = document.getElementById("enable-notifications");
+  const TITLE = "Inbox · Airlock";
+
+  const cards = () => Array.from(list.querySelectorAll(".request-card"));
+
+  function nextCard(node) {
+    let sibling = node.nextElementSibling;
+    while (sibling && !sibling.classList.contains("request-card")) sibling = sibling.nextElementSibling;
+    return sibling;
+  }
+
+  function parse(html) {
+    const template = document.createElement("template");
+    template.innerHTML = html;
+    return template.content;
+  }
+
+  function activeFilters() {
+    const data = new FormData(filters);
+    return ["agent", "kind", "tool"].map((name) => [name, String(data.get(name) || "").trim()]).filter(([, v]) => v);
+  }
+
+  function matches(card) {
+    return activeFilters().every(([name, value]) => card.dataset[name] === value);
+  }
+
+  function setPending(count) {
+    document.title = count > 0 ? `(${count}) ${TITLE}` : TITLE;
+  }
+
+  // --- pushed cards -----------------------------------------------------------------------------
+
+  function insert(html) {
+    const added = [];
+    parse(html).querySelectorAll(".request-card").forEach((card) => {
+      if (document.getElementById(card.id) || !matches(card)) return;
+      list.insertBefore(card, list.querySelector(".inbox-empty"));
+      htmx.process(card);
+      added.push(card);
+    });
+    return added;
+  }
+
+  function remove(ids) {
+    ids.forEach((id) => {
+      const card = document.getElementById(`request-${id}`);
+      if (card) card.remove();
+    });
+  }
+
+  // After a (re)connect, pushes may have been missed: ask for the list again (the current filters) and
+  // merge it in, keeping the cards already shown (and whatever is typed into them) in place.
+  function refresh() {
+    const query = new URLSearchParams(activeFilters()).toString();
+    htmx.ajax("GET", list.dataset.url + (query ? `?${query}` : ""), {
+      source: list, target: list, swap: "none", headers: { "X-Inbox-Refresh": "true" },
+    });
+  }
+
+  function merge(html) {
+    const fresh = parse(html);
+    const wanted = Array.from(fresh.querySelectorAll(".request-card"));
+    const keep = new Set(wanted.map((card) => card.id));
+    cards().forEach((card) => { if (!keep.has(card.id)) card.remove(); });
+    // Walk the wanted order; a card already in its place (bars aside) is not moved, so it keeps its focus.
+    let next = cards()[0] || null;
+    wanted.forEach((card) => {
+      const shown = document.getElementById(card.id);
+      if (shown && shown === next) {
+        next = nextCard(shown);
+        return;
+      }
+      const node = shown || card;
+      list.insertBefore(node, next || list.querySelector(".inbox-empty"));
+      if (!shown) htmx.process(node);
+    });
+    const empty = fresh.querySelector(".inbox-empty");
+    if (empty) list.querySelector(".inbox-empty").replaceWith(empty);
+    list.dataset.synced = "true";
+  }
+
+  document.body.addEventListener("htmx:beforeSwap", (event) => {
+    const config = event.detail.requestConfig;
+    if (event.detail.target !== list || !config || !config.headers["X-Inbox-Refresh"]) return;
+    event.detail.shouldSwap = false;
+    if (!event.detail.isError) merge(event.detail.serverResponse);
+  });
+
+  // --- notifications --------------------------------------------------------------------------
+
+  function showNotifyButton() {
+    notifyButton.hidden = !("Notification" in window) || Notification.permission !== "default";
+  }
+
+  notifyButton.addEventListener("click", () => {
+    Notification.requestPermission().then(showNotifyButton);
+  });
+  showNotifyButton();
+
+  function notify(titles) {
+    if (!document.hidden || !titles.length || !("Notification" in window) || Notification.permission !== "granted") return;
+    const heading = titles.length === 1 ? "An agent is waiting for an answer" : `${titles.length} requests are waiting`;
+    const note = new Notification(heading, { body: titles.join("\n"), tag: "airlock-inbox" });
+    note.addEventListener("click", () => { window.focus(); note.close(); });
+  }
+
+  document.addEventListener("airlock:push", (event) => {
+    const push = event.detail;
+    if (push.type === "requests_opened") {
+      const added = new Set(insert(push.html).map((card) => card.dataset.requestId));
+      notify(push.ids.map((id, i) => (added.has(id) ? push.titles[i] : null)).filter(Boolean));
+    } else if (push.type === "requests_closed") {
+      remove(push.ids);
+    } else if (push.type === "heartbeat") {
+      refresh();
+    }
+    if (typeof push.pending === "number") setPending(push.pending);
+  });
+
+  // A batch answer names the requests it answered; the pushes remove them too, a moment later.
+  document.body.addEventListener("airlock:answered", (event) => remove(event.detail.ids || []));
+
+  // --- batch bars: one per run with two or more approval cards shown --------------------------
+
+  function syncBatches() {
+    if (!batchTemplate) return;
+    const runs = new Map();
+    cards().filter((card) => card.dataset.kind === "approval").forEach((card) => {
+      if (!runs.has(card.dataset.run)) runs.set(card.dataset.run, []);
+      runs.get(card.dataset.run).push(card);
+    });
+    list.querySelectorAll(".batch-bar").forEach((bar) => {
+      if ((runs.get(bar.dataset.batchRun) || []).length < 2) bar.remove();
+    });
+    runs.forEach((approvals, run) => {
+      if (approvals.length < 2) return;
+      let bar = list.querySelector(`.batch-bar[data-batch-run="${run}"]`);
+      if (!bar) {
+        bar = batchTemplate.content.firstElementChild.cloneNode(true);
+        bar.dataset.batchRun = run;
+        bar.querySelector('[name="run"]').value = run;
+        htmx.process(bar);
+      }
+      const ids = approvals.map((card) => card.dataset.requestId);
+      const listed = Array.from(bar.querySelectorAll('[name="request"]'));
+      if (listed.map((input) => input.value).join() !== ids.join()) {
+        listed.forEach((input) => input.remove());
+        ids.forEach((id) => {
+          const input = document.createElement("input");
+          Object.assign(input, { type: "hidden", name: "request", value: id });
+          bar.prepend(input);
+        });
+        bar.querySelector("[data-batch-count]").textContent = String(ids.length);
+      }
+      if (approvals[0].previousElementSibling !== bar) list.insertBefore(bar, approvals[0]);
+    });
+  }
+
+  // Cards come and go by pushes, swaps and merges; the bars follow whatever the list holds.
+  new MutationObserver(syncBatches).observe(list, { childList: true });
+  syncBatches();
+
+  // --- deadlines --------------------------------------------------------------------------------
+
+  function remaining(seconds) {
+    const days = Math.floor(seconds / 86400);
+    const hours = Math.floor((seconds % 86400) / 3600);
+    const minutes = Math.floor((seconds % 3600) / 60);
+    const secs = String(seconds % 60).padStart(2, "0");
+    if (days) return `${days} d ${hours} h`;
+    return hours ? `${hours}:${String(minutes).padStart(2, "0")}:${secs}` : `${minutes}:${secs}`;
+  }
+
+  function tick() {
+    const now = Date.now();
+    list.querySelectorAll("[data-countdown]").forEach((clock) => {
+      const left = Math.ceil((Date.parse(clock.dataset.countdown) - now) / 1000);
+      const expired = left <= 0;
+      clock.textContent = expired ? "expired" : `expires in ${remaining(left)}`;
+      clock.classList.toggle("soon", !expired && left < 60);
+      clock.classList.toggle("expired", expired);
+      clock.closest(".request-card").classList.toggle("expired", expired);
+    });
+  }
+  tick();
+  setInterval(tick, 1000);
+
+  // --- answer forms: checked here first, the server checks again ---------------------------
+
+  function check(form, intent) {
+    const errors = [];
+    const fail = (message, field) => errors.push([field, message]);
+    const card = form.closest(".request-card");
+    if (card.dataset.kind === "approval") {
+      const remember = form.querySelector('[name="remember"]');
+      const exact = form.querySelector('[name="remember_arguments_only"]');
+      if (intent === "deny" && ((remember && remember.checked) || (exact && exact.checked))) {
+        fail("A denial cannot be remembered: uncheck \u201cDon't ask again\u201d to deny.");
+      }
+      const edited = form.querySelector('[name="arguments"]');
+      if (intent === "approve" && edited.value.trim()) {
+        try {
+          const value = JSON.parse(edited.value);
+          if (value === null || typeof value !== "object" || Array.isArray(value)) fail("Give a JSON object: {…}.", "arguments");
+        } catch (error) {
+          fail(`Not valid JSON: ${error.message}`, "arguments");
+        }
+      }
+    } else if (card.dataset.kind === "client_tool") {
+      if (intent === "result" && !form.querySelector('[name="result"]').value.trim()) fail("Give the result (JSON or text).", "result");
+      if (intent === "error" && !form.querySelector('[name="error_message"]').value.trim()) fail("Write the error message.", "error_message");
+    } else if (intent === "accept") {
+      form.querySelectorAll("[data-field]").forEach((box) => {
+        const name = box.dataset.field;
+        const input = box.querySelector(`[name="field-${CSS.escape(name)}"]`);
+        const value = input.type === "checkbox" ? "on" : input.value.trim();
+        if (!value) {
+          if (box.hasAttribute("data-required")) fail("This field is required.", name);
+        } else if (box.dataset.input === "number" && !Number.isFinite(Number(value))) {
+          fail("Give a number.", name);
+        } else if (box.dataset.input === "integer" && !Number.isInteger(Number(value))) {
+          fail("Give a whole number.", name);
+        } else if (box.dataset.input === "json") {
+          try { JSON.parse(value); } catch { fail("Not valid JSON.", name); }
+        }
+      });
+      const content = form.querySelector('[name="content"]');
+      if (content && content.value.trim()) {
+        try { JSON.parse(content.value); } catch { fail("Not valid JSON.", "content"); }
+      }
+    }
+    return errors;
+  }
+
+  function showErrors(form, errors) {
+    const card = form.closest(".request-card");
+    card.querySelectorAll("[data-error-for]").forEach((p) => { p.textContent = ""; });
+    card.querySelector("[data-card-error]").textContent = "";
+    errors.forEach(([field, message]) => {
+      const target = field ? card.querySelector(`[data-error-for="${field}"]`) : card.querySelector("[data-card-error]");
+      target.textContent = message;
+      if (field === "arguments") target.closest("details").open = true;
+    });
+    if (errors.some(([field]) => field)) card.querySelector("[data-card-error]").textContent = "Check the highlighted fields.";
+    card.classList.toggle("invalid", errors.length > 0);
+  }
+
+  // Capturing on the document runs before htmx's own submit handler on the form, so an invalid answer
+  // is stopped before it is posted.
+  document.addEventListener("submit", (event) => {
+    const form = event.target;
+    if (!form.matches("[data-answer-form]")) return;
+    const errors = check(form, event.submitter ? event.submitter.value : "");
+    showErrors(form, errors);
+    if (errors.length) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+    }
+  }, true);
+
+  list.addEventListener("click", (event) => {
+    const dismiss = event.target.closest("[data-dismiss]");
+    if (dismiss) dismiss.closest(".request-card").remove();
+  });
+})();

@@ -1,0 +1,450 @@
+"""The inbox pages as an operator and a reader see them: the tenant's open requests, filters, answering
+from the card forms (with htmx and without JavaScript), batch answers, and every refusal."""
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.core import mail
+
+from agents.definitions import DefinitionContent
+from agents.models import Agent, Run, RunStatus
+from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.push import render_request
+
+EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+SEND = f"call send_email {json.dumps(EMAIL)}"
+DAY_SCHEMA = {"type": "object", "properties": {"day": {"type": "string"}}, "required": ["day"]}
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def make_agent(persona, name: str = "mailer", **fields: Any) -> Agent:
+    content = {"name": name, "tools": [{"name": "send_email", "approval": "always"}], **fields}
+    return Agent.create(persona.tenant, DefinitionContent.model_validate(content), persona.user)
+
+
+@pytest.fixture
+def mailer(admin) -> Agent:
+    return make_agent(admin)
+
+
+def ask(persona, message: str = SEND, session: str = "s1", agent: str = "mailer") -> dict[str, Any]:
+    response = persona.api("post", f"/api/agents/{agent}/runs", {"message": message, "sessionId": session})
+    assert response.status_code == 200, response.content
+    result = response.json()
+    assert result["status"] != "completed", result
+    return result
+
+
+def request_id(result: dict[str, Any], index: int = 0) -> str:
+    return result["pendingRequests"][index]["requestId"]
+
+
+def answer(persona, rid: str, data: dict[str, Any], htmx: bool = False):
+    return persona.client.post(f"/inbox/{rid}/answer/", data, **(HTMX if htmx else {}))
+
+
+def card_ids(html: str) -> list[str]:
+    return re.findall(r'<article class="request-card[^"]*" id="request-([0-9a-f-]+)"', html)
+
+
+def continuation(asked: dict[str, Any]) -> Run:
+    return Run.objects.get(previous_run_id=asked["runId"])
+
+
+def ask_for_a_day(asked: dict[str, Any], schema: dict[str, Any] = DAY_SCHEMA) -> PendingRequest:
+    """An input request next to the approval `asked` opened (no MCP server needed for the form)."""
+    approval = PendingRequest.objects.get(id=request_id(asked))
+    return PendingRequest.objects.create(
+        tenant=approval.tenant,
+        agent=approval.agent,
+        session=approval.session,
+        run=approval.run,
+        kind=RequestKind.INPUT,
+        tool_name="book_meeting",
+        call_id="call-day",
+        message="Which day should I book?",
+        requested_schema=schema,
+    )
+
+
+# --- the list -------------------------------------------------------------------------------------
+
+
+def test_it_lists_the_tenants_open_requests_oldest_first(operator, mailer, outsider):
+    first, second = ask(operator, session="s1"), ask(operator, session="s2")
+    make_agent(outsider)
+    theirs = ask(outsider)
+    answered = ask(operator, session="s3")
+    assert answer(operator, request_id(answered), {"decision": "approve"}).status_code == 302
+
+    response = operator.client.get("/inbox/")
+
+    assert response.status_code == 200
+    assert card_ids(response.content.decode()) == [request_id(first), request_id(second)]
+    assert request_id(theirs) not in response.content.decode()
+    assert "<title>(2) Inbox · Airlock</title>" in response.content.decode()
+
+
+def test_it_says_when_nothing_is_waiting(operator):
+    response = operator.client.get("/inbox/")
+
+    assert "Nothing is waiting for an answer." in response.content.decode()
+    assert "<title>Inbox · Airlock</title>" in response.content.decode()
+
+
+def test_it_answers_an_outsider_with_404_and_keeps_the_request_open(operator, mailer, outsider):
+    asked = ask(operator)
+
+    assert request_id(asked) not in outsider.client.get("/inbox/").content.decode()
+    assert answer(outsider, request_id(asked), {"decision": "approve"}).status_code == 404
+    assert outsider.client.post("/inbox/", {"run": asked["runId"], "decision": "approve"}).status_code == 404
+    assert PendingRequest.objects.get(id=request_id(asked)).answer is None
+
+
+def test_it_shows_readers_the_cards_without_answer_forms(operator, reader, mailer):
+    asked = ask(operator)
+    ask(operator, message=f"{SEND}\n{SEND}", session="s2")  # a run with two approvals: a batch bar for operators
+
+    page = reader.client.get("/inbox/").content.decode()
+
+    assert request_id(asked) in card_ids(page)
+    assert "Waiting for an operator to answer." in page
+    assert 'class="answer"' not in page
+    assert "batch-bar" not in page
+    assert ">Approve<" not in page
+    assert "batch-bar" in operator.client.get("/inbox/").content.decode()
+
+
+def test_it_refuses_a_readers_answer_with_403(operator, reader, mailer):
+    asked = ask(operator)
+
+    assert answer(reader, request_id(asked), {"decision": "approve"}).status_code == 403
+    assert reader.client.post("/inbox/", {"run": asked["runId"], "decision": "approve"}).status_code == 403
+    assert PendingRequest.objects.get(id=request_id(asked)).answer is None
+    assert mail.outbox == []
+
+
+def test_it_filters_by_agent_kind_and_tool(operator, admin, mailer):
+    mail_request = ask(operator)
+    make_agent(admin, "clock", tools=[{"name": "get_time", "approval": "always"}])
+    time_request = ask(operator, message="call get_time", session="t1", agent="clock")
+    both = [request_id(mail_request), request_id(time_request)]
+
+    def listed(query: str, **headers: str) -> list[str]:
+        return card_ids(operator.client.get(f"/inbox/?{query}", **headers).content.decode())
+
+    assert listed("") == both
+    assert listed("agent=mailer") == [request_id(mail_request)]
+    assert listed("tool=get_time") == [request_id(time_request)]
+    assert listed("kind=approval&agent=clock") == [request_id(time_request)]
+    assert listed("kind=client_tool") == []
+    assert listed("kind=nonsense") == both  # an invalid filter is ignored
+    assert "No open request matches these filters." in operator.client.get("/inbox/?kind=input").content.decode()
+
+
+def test_it_serves_only_the_list_to_htmx(operator, mailer):
+    asked = ask(operator)
+
+    partial = operator.client.get("/inbox/?agent=mailer", **HTMX)
+
+    assert card_ids(partial.content.decode()) == [request_id(asked)]
+    assert "<html" not in partial.content.decode()
+    assert "HX-Request" in partial["Vary"]
+
+
+# --- answering an approval ------------------------------------------------------------------------
+
+
+def test_it_approves_from_the_form_and_the_run_continues(operator, mailer):
+    asked = ask(operator)
+
+    response = answer(operator, request_id(asked), {"decision": "approve"})
+
+    assert response.status_code == 302
+    assert response["Location"] == "/inbox/"
+    stored = PendingRequest.objects.get(id=request_id(asked))
+    assert stored.answer["approved"] is True
+    assert (stored.answered_by, stored.answered_via) == (operator.user, "inbox")
+    run = continuation(asked)
+    assert run.status == RunStatus.COMPLETED
+    assert run.output == "send_email: sent to a@b.c"
+    assert [m.to for m in mail.outbox] == [["a@b.c"]]
+    page = operator.client.get("/inbox/").content.decode()
+    assert "Approved send_email. The run continues." in page
+    assert card_ids(page) == []
+
+
+def test_it_swaps_the_card_out_when_htmx_posts_the_answer(operator, mailer):
+    asked = ask(operator)
+
+    response = answer(operator, request_id(asked), {"decision": "approve"}, htmx=True)
+
+    assert response.status_code == 200
+    assert response.content == b""
+    assert continuation(asked).status == RunStatus.COMPLETED
+
+
+def test_it_denies_with_a_reason(operator, mailer):
+    asked = ask(operator)
+
+    answer(operator, request_id(asked), {"decision": "deny", "reason": "not during the freeze"})
+
+    assert PendingRequest.objects.get(id=request_id(asked)).answer["reason"] == "not during the freeze"
+    assert continuation(asked).output == "send_email denied: not during the freeze"
+    assert mail.outbox == []
+
+
+def test_it_approves_the_edited_arguments(operator, mailer):
+    asked = ask(operator)
+    edited = {**EMAIL, "to": "ops@example.com"}
+
+    answer(operator, request_id(asked), {"decision": "approve", "arguments": json.dumps(edited, indent=2)})
+
+    assert PendingRequest.objects.get(id=request_id(asked)).answer["overrideArguments"] == edited
+    assert [m.to for m in mail.outbox] == [["ops@example.com"]]
+
+
+def test_it_sends_no_override_when_the_arguments_are_left_as_they_were(operator, mailer):
+    asked = ask(operator)
+
+    answer(operator, request_id(asked), {"decision": "approve", "arguments": json.dumps(EMAIL, indent=4)})
+
+    assert PendingRequest.objects.get(id=request_id(asked)).answer["overrideArguments"] is None
+
+
+@pytest.mark.parametrize(
+    ("edited", "problem"), [("{not json", "Expecting property name"), ("[1, 2]", "Give a JSON object")]
+)
+def test_it_shows_the_field_error_of_edited_arguments_and_stores_nothing(operator, mailer, edited, problem):
+    asked = ask(operator)
+
+    response = answer(operator, request_id(asked), {"decision": "approve", "arguments": edited}, htmx=True)
+
+    page = response.content.decode()
+    assert card_ids(page) == [request_id(asked)]
+    assert problem in page
+    assert '<details class="edit-args" open>' in page
+    assert edited.replace('"', "&quot;") in page  # the typed text is kept for correcting
+    assert PendingRequest.objects.get(id=request_id(asked)).answer is None
+
+
+def test_it_remembers_the_rule_and_the_next_identical_call_does_not_ask(operator, mailer):
+    asked = ask(operator)
+
+    answer(operator, request_id(asked), {"decision": "approve", "remember": "1"})
+
+    rule = Rule.objects.get()
+    assert (rule.agent, rule.tool_name, rule.arguments_hash) == (mailer, "send_email", "")
+    assert rule.created_by == operator.user
+    again = operator.api("post", "/api/agents/mailer/runs", {"message": SEND, "sessionId": "s1"}).json()
+    assert again["status"] == "completed"
+    assert again["output"] == "send_email: sent to a@b.c"
+    assert card_ids(operator.client.get("/inbox/").content.decode()) == []
+
+
+def test_it_remembers_only_the_exact_arguments_when_asked(operator, mailer):
+    asked = ask(operator)
+
+    answer(operator, request_id(asked), {"decision": "approve", "remember": "1", "remember_arguments_only": "1"})
+
+    assert Rule.objects.get().arguments_hash
+    other = ask(operator, message=SEND.replace("a@b.c", "x@y.z"), session="s2")
+    assert other["status"] == "awaiting_approval"
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+def test_it_refuses_to_remember_a_denial_and_stores_nothing(operator, mailer, htmx):
+    asked = ask(operator)
+
+    response = answer(operator, request_id(asked), {"decision": "deny", "remember": "1"}, htmx=htmx)
+
+    page = (operator.client.get("/inbox/") if not htmx else response).content.decode()
+    assert "applies to approvals only, not to a denial" in page
+    assert card_ids(page) == [request_id(asked)]
+    assert 'class="answer"' in page  # still answerable
+    assert PendingRequest.objects.get(id=request_id(asked)).answer is None
+    assert not Rule.objects.exists()
+    assert not Run.objects.filter(previous_run_id=asked["runId"]).exists()
+
+
+def test_it_offers_no_remember_for_a_tool_that_asks_every_time(operator, admin):
+    make_agent(admin, tools=[{"name": "send_email", "approval": "every_time"}])
+    asked = ask(operator)
+
+    page = operator.client.get("/inbox/").content.decode()
+
+    assert request_id(asked) in card_ids(page)
+    assert "Don&#x27;t ask again" not in page and "Don't ask again" not in page
+
+
+def test_it_says_the_second_answer_changed_nothing(operator, admin, mailer):
+    asked = ask(operator)
+    answer(operator, request_id(asked), {"decision": "approve"})
+
+    late = answer(admin, request_id(asked), {"decision": "deny", "reason": "too late"}, htmx=True)
+
+    page = late.content.decode()
+    assert "answered before; this answer changed nothing" in page
+    assert "data-dismiss" in page and 'class="answer"' not in page
+    assert PendingRequest.objects.get(id=request_id(asked)).answer["approved"] is True
+    assert len(mail.outbox) == 1
+    answer(admin, request_id(asked), {"decision": "approve"})
+    assert "answered before" in admin.client.get("/inbox/").content.decode()
+
+
+# --- batch answers --------------------------------------------------------------------------------
+
+
+def test_it_denies_all_of_a_runs_approvals_with_one_reason(operator, mailer):
+    asked = ask(operator, message=f"{SEND}\n{SEND.replace('a@b.c', 'x@y.z')}")
+    ids = [request_id(asked, 0), request_id(asked, 1)]
+    page = operator.client.get("/inbox/").content.decode()
+    assert page.count('name="request" value=') == 2
+
+    response = operator.client.post(
+        "/inbox/", {"run": asked["runId"], "request": ids, "decision": "deny", "reason": "no mail today"}, **HTMX
+    )
+
+    assert response.status_code == 200
+    assert json.loads(response["HX-Trigger"]) == {"airlock:answered": {"ids": ids}}
+    assert continuation(asked).output == "send_email denied: no mail today\nsend_email denied: no mail today"
+    assert mail.outbox == []
+
+
+def test_it_approves_all_without_javascript(operator, mailer):
+    asked = ask(operator, message=f"{SEND}\n{SEND}")
+    ids = [request_id(asked, 0), request_id(asked, 1)]
+
+    response = operator.client.post("/inbox/", {"run": asked["runId"], "request": ids, "decision": "approve"})
+
+    assert response.status_code == 302
+    assert continuation(asked).status == RunStatus.COMPLETED
+    assert len(mail.outbox) == 2
+    assert "Approved 2 requests of the run." in operator.client.get("/inbox/").content.decode()
+
+
+# --- client tools and input requests ---------------------------------------------------------
+
+
+def test_it_sends_a_client_tools_result(operator, admin):
+    location = {"name": "get_user_location", "parameters": {"type": "object", "properties": {"precision": {}}}}
+    make_agent(admin, "locator", tools=[], clientTools=[location])
+    asked = ask(operator, message="call get_user_location", agent="locator")
+
+    page = operator.client.get("/inbox/").content.decode()
+    assert "Send result" in page and "Parameters: <code>precision</code>" in page
+    answer(operator, request_id(asked), {"decision": "result", "result": '{"city": "Lisbon"}'})
+
+    assert PendingRequest.objects.get(id=request_id(asked)).answer["result"] == {"city": "Lisbon"}
+    assert continuation(asked).status == RunStatus.COMPLETED
+
+
+def test_it_wants_a_result_or_an_error_message(operator, admin):
+    make_agent(admin, "locator", tools=[], clientTools=[{"name": "get_user_location"}])
+    asked = ask(operator, message="call get_user_location", agent="locator")
+
+    response = answer(operator, request_id(asked), {"decision": "error", "error_message": " "}, htmx=True)
+
+    assert "Write the error message." in response.content.decode()
+    assert PendingRequest.objects.get(id=request_id(asked)).answer is None
+
+
+def test_it_generates_the_input_form_from_the_requested_schema(operator, mailer):
+    schema = {
+        "type": "object",
+        "properties": {
+            "day": {"type": "string", "title": "Day"},
+            "people": {"type": "integer"},
+            "remote": {"type": "boolean"},
+            "room": {"enum": ["Blue", "Red"]},
+        },
+        "required": ["day"],
+    }
+    day = ask_for_a_day(ask(operator), schema)
+
+    page = operator.client.get("/inbox/").content.decode()
+
+    assert "Which day should I book?" in page
+    assert f'id="f-{day.id}-day" name="field-day" type="text"' in page
+    assert 'name="field-people" type="number" step="1"' in page
+    assert 'type="checkbox" name="field-remote"' in page
+    assert '<option value="Red">' in page
+    assert re.search(r'data-field="day" data-input="text" data-required>\s*<label[^>]*>Day <span class="req"', page)
+    for action in ("Accept", "Decline", "Cancel"):
+        assert f'value="{action.lower()}"' in page
+
+
+def test_it_shows_the_servers_message_for_content_that_does_not_fit_the_schema(operator, mailer):
+    day = ask_for_a_day(ask(operator))
+
+    response = answer(operator, str(day.id), {"action": "accept", "field-day": ""}, htmx=True)
+
+    page = response.content.decode()
+    assert "does not fit the requested schema" in page and "&#x27;day&#x27; is a required property" in page
+    day.refresh_from_db()
+    assert day.answer is None
+
+
+def test_it_shows_field_errors_for_values_of_the_wrong_type(operator, mailer):
+    schema = {"type": "object", "properties": {"people": {"type": "integer"}, "day": {"type": "string"}}}
+    day = ask_for_a_day(ask(operator), schema)
+    posted = {"action": "accept", "field-people": "many", "field-day": "Monday"}
+
+    response = answer(operator, str(day.id), posted, htmx=True)
+
+    page = response.content.decode()
+    assert re.search(r'data-error-for="people">Give a whole number.<', page)
+    assert 'value="Monday"' in page  # what was typed stays
+    day.refresh_from_db()
+    assert day.answer is None
+
+
+def test_it_stores_an_accepted_input_answer(operator, mailer):
+    asked = ask(operator)
+    day = ask_for_a_day(asked)
+
+    response = answer(operator, str(day.id), {"action": "accept", "field-day": "Monday"}, htmx=True)
+
+    assert response.content == b""
+    day.refresh_from_db()
+    assert day.answer == {"requestId": str(day.id), "action": "accept", "content": {"day": "Monday"}}
+    # The approval of the same session is still open: no continuation yet.
+    assert not Run.objects.filter(previous_run_id=asked["runId"]).exists()
+
+
+# --- the pushed fragment ----------------------------------------------------------------------
+
+
+def test_the_pushed_card_is_the_inbox_card(operator, reader, mailer):
+    asked = ask(operator)
+    pending = PendingRequest.objects.get(id=request_id(asked))
+
+    pushed = render_request(pending, can_answer=True)
+
+    assert card_ids(pushed) == [request_id(asked)]
+    assert f'hx-post="/inbox/{pending.id}/answer/"' in pushed
+    assert "csrfmiddlewaretoken" not in pushed  # htmx sends the page's token in a header
+    assert 'class="answer"' not in render_request(pending, can_answer=False)
+
+
+def test_it_answers_the_rest_of_a_batch_and_says_which_was_answered_before(operator, admin, mailer):
+    asked = ask(operator, message=f"{SEND}\n{SEND}")
+    ids = [request_id(asked, 0), request_id(asked, 1)]
+    answer(admin, ids[0], {"decision": "deny", "reason": "first"})
+
+    response = operator.client.post("/inbox/", {"run": asked["runId"], "request": ids, "decision": "approve"}, **HTMX)
+
+    assert json.loads(response["HX-Trigger"]) == {"airlock:answered": {"ids": [ids[1]]}}
+    assert "send_email: The request was answered before" in response.content.decode()
+    assert continuation(asked).output == "send_email denied: first\nsend_email: sent to a@b.c"
+
+
+def test_it_wants_a_decision_for_a_batch(operator, mailer):
+    asked = ask(operator, message=f"{SEND}\n{SEND}")
+
+    response = operator.client.post("/inbox/", {"run": asked["runId"], "request": [request_id(asked, 0)]}, **HTMX)
+
+    assert "Choose Approve all or Deny all." in response.content.decode()
+    assert PendingRequest.objects.filter(answer__isnull=False).count() == 0
