@@ -26,6 +26,7 @@ from pydantic_ai import (
     ExternalToolset,
     FunctionToolCallEvent,
     FunctionToolset,
+    ModelResponse,
     PartDeltaEvent,
     PartEndEvent,
     PartStartEvent,
@@ -267,12 +268,14 @@ async def run_turn(
     answers: Answers | None = None,
     rules: Sequence[Any] = (),
     emit: Emit,
+    stream: bool = True,
 ) -> TurnOutcome:
-    """Run one turn and stream its events through `emit`; raises TurnError when the turn fails."""
-    try:
-        agent = agent_for(content)
-    except TurnError:
-        raise
+    """Run one turn and report its events through `emit`; raises TurnError when the turn fails.
+
+    With `stream` the model's reply streams (text deltas as ephemeral events); without it the turn
+    runs node by node and each reply is reported whole, which is cheaper when nobody watches live.
+    The stored events are the same either way."""
+    agent = agent_for(content)
     restored = ConversationTypeAdapter.validate_python(conversation) if conversation else None
     prompt: list[str] | None = None
     if message is not None:
@@ -290,19 +293,27 @@ async def run_turn(
         async with contextlib.AsyncExitStack() as stack:
             for bridge in bridges:
                 stack.push_async_callback(bridge.close)
-            async with agent.run_stream_events(
-                prompt,
-                conversation=restored,
-                deferred_tool_results=answers.deferred_results() if answers else None,
-                instructions=instructions,
-                deps=deps,
-                toolsets=mcp_toolsets,
-            ) as events:
-                async for event in events:
-                    if isinstance(event, AgentRunResultEvent):
-                        result = event.result
-                    else:
-                        await translator.translate(event)
+            options: dict[str, Any] = {
+                "conversation": restored,
+                "deferred_tool_results": answers.deferred_results() if answers else None,
+                "instructions": instructions,
+                "deps": deps,
+                "toolsets": mcp_toolsets,
+            }
+            if stream:
+                async with agent.run_stream_events(prompt, **options) as events:
+                    async for event in events:
+                        if isinstance(event, AgentRunResultEvent):
+                            result = event.result
+                        else:
+                            await translator.translate(event)
+            else:
+                async with agent.iter(prompt, **options) as agent_run:
+                    async for node in agent_run:
+                        # A reply is reported before its tool calls run, as the stream would.
+                        if Agent.is_call_tools_node(node):
+                            await translator.response(node.model_response)
+                    result = agent_run.result
     except TurnError:
         raise
     except McpServerFailed as error:
@@ -400,6 +411,14 @@ class _EventTranslator:
                 await self.emit("assistant.message", {"content": event.part.content}, False)
         elif isinstance(event, FunctionToolCallEvent):
             await self._turn_end()
+
+    async def response(self, response: ModelResponse) -> None:
+        """A whole reply, when the turn does not stream."""
+        await self._turn_start()
+        for part in response.parts:
+            if isinstance(part, TextPart):
+                await self.emit("assistant.message", {"content": part.content}, False)
+        await self._turn_end()
 
     async def _turn_start(self) -> None:
         if not self.in_turn:

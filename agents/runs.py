@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
@@ -300,22 +299,32 @@ class EventLog:
                 "type": event_type,
                 "data": data,
             }
+        return event_envelope(self._store(event_type, data, now))
+
+    def _store(self, event_type: str, data: dict[str, Any], now: Any = None) -> Event:
         self.sequence += 1
         event = Event(
-            run=self.run, sequence=self.sequence, parent_id=self.parent, type=event_type, data=data, timestamp=now
+            run=self.run,
+            sequence=self.sequence,
+            parent_id=self.parent,
+            type=event_type,
+            data=data,
+            timestamp=now or timezone.now(),
         )
         self.stored.append(event)
         self.parent = event.id
-        return event_envelope(event)
+        return event
 
     async def emit(self, event_type: str, data: dict[str, Any], ephemeral: bool = False) -> None:
-        envelope = self.envelope(event_type, data, ephemeral)
-        if self.listener is not None:
-            await self.listener(envelope)
+        if self.listener is None:
+            if not ephemeral:
+                self.record(event_type, data)
+            return
+        await self.listener(self.envelope(event_type, data, ephemeral))
 
     def record(self, event_type: str, data: dict[str, Any]) -> None:
         """A stored event from synchronous code (no live listener is called)."""
-        self.envelope(event_type, data, False)
+        self._store(event_type, data)
 
 
 def event_envelope(event: Event) -> dict[str, Any]:
@@ -341,6 +350,7 @@ class StartedRun:
     log: EventLog
     answers: Answers
     rules: list[Rule]
+    conversation: dict[str, Any] | None = None
 
 
 _DECISIONS = {True: "approved", False: "denied-interactively-by-user"}
@@ -433,7 +443,8 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
             log.record("document.attached", {"name": name, "size": len(text.encode())})
     closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
     notify_requests_closed(run.tenant_id, [str(i) for i in closed])
-    return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules)
+    conversation = session.conversation if session is not None else None
+    return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules, conversation=conversation)
 
 
 def _person(user: Any) -> Any:
@@ -548,6 +559,12 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
         log.record("elicitation.completed", {**base, "action": answer["action"], "content": answer.get("content")})
 
 
+def execute_now(started: "StartedRun") -> "ExecutionResult":
+    """Run the turn from synchronous code. The turn touches no database, so an event loop of its own
+    in this thread is enough (cheaper than async_to_sync's extra thread)."""
+    return asyncio.run(execute(started))
+
+
 @dataclass
 class ExecutionResult:
     outcome: TurnOutcome | None
@@ -558,12 +575,6 @@ class ExecutionResult:
 async def execute(started: StartedRun) -> ExecutionResult:
     """Run the engine turn; never raises for a failed turn (the result says so)."""
     prepared = started.prepared
-    session = prepared.session
-    conversation = None
-    if session is not None:
-        conversation = await sync_to_async(
-            lambda: Session.objects.values_list("conversation", flat=True).get(pk=session.pk)
-        )()
     message = prepared.request.message if prepared.request.message else None
     if message is None and not started.answers:
         message = ""
@@ -571,12 +582,13 @@ async def execute(started: StartedRun) -> ExecutionResult:
         outcome = await run_turn(
             prepared.version.definition,
             instructions=prepared.instructions,
-            conversation=conversation,
+            conversation=started.conversation,
             message=message,
             documents=prepared.documents,
             answers=started.answers or None,
             rules=started.rules,
             emit=started.log.emit,
+            stream=started.log.listener is not None,
         )
     except TurnError as error:
         return ExecutionResult(None, error)

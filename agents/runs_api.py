@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
@@ -82,7 +82,7 @@ def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    result = async_to_sync(_tracked)(started)
+    result = asyncio.run(_tracked(started))
     opened = finish_run(started, result)
     return JsonResponse(run_result(started.run, opened))
 

@@ -9,7 +9,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from asgiref.sync import async_to_sync
 from django.utils import timezone
 from pydantic import Field, StrictBool
 
@@ -19,7 +18,7 @@ from agents.runs import (
     RunRejected,
     RunRequest,
     approval_mode,
-    execute,
+    execute_now,
     finish_run,
     prepare_run,
     schema_problems,
@@ -189,5 +188,5 @@ def continue_when_complete(user: Any, session: Session) -> Run | None:
         # answers were consumed by a run request meanwhile: either way the turn is on its way.
         return None
     # Until queued runs arrive, the continuation runs in this request.
-    finish_run(started, async_to_sync(execute)(started))
+    finish_run(started, execute_now(started))
     return started.run

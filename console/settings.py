@@ -75,7 +75,9 @@ DATABASES = {
             f"sqlite:///{DATA_DIR / 'airlock.sqlite3'}",
             schemes=("sqlite", "postgres", "postgresql", "pgsql"),
         ),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+        # Keep connections between requests (opening one, with SQLite's pragmas, costs more than a turn's queries).
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -64,6 +64,7 @@ def role_required(role: str) -> Callable[[Callable[..., HttpResponse]], Callable
 
 def tenant_context(request: HttpRequest) -> dict[str, Any]:
     from approvals.push import pending_count  # the approvals app builds on this one
+
     membership = membership_of(request)
     if membership is None:
         return {}

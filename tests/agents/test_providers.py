@@ -120,7 +120,8 @@ def test_it_completes_with_the_providers_text_and_usage(operator, remote, fake):
     [request] = fake.requests
     assert request.authorization == f"Bearer {KEY}"
     assert request.model == "loopback-model"
-    assert request.stream
+    # Nobody watches a JSON-mode turn live, so the provider is asked without streaming.
+    assert not request.stream
     assert request.roles == ["system", "user"]
     assert text_of(request.messages[0]) == "You help the ops team."
     assert text_of(request.messages[1]) == "Say hello"
@@ -275,3 +276,21 @@ def test_it_fails_the_run_when_the_key_variable_is_not_set(operator, remote, fak
     assert fake.requests == []
     monkeypatch.setenv(KEY_ENV, KEY)
     recovers(operator, fake)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_streams_from_the_provider_when_the_turn_is_watched(remote, fake, operator):
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    fake.reply_text("Hello from the loopback.", input_tokens=3, output_tokens=4)
+    response = await AsyncClient().post(
+        "/api/agents/remote/runs",
+        {"message": "Say hello", "sessionId": "watched"},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {operator.token}", "Accept": "text/event-stream"},
+    )
+    body = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    assert "event: done" in body and "Hello from the loopback." in body
+    [request] = await sync_to_async(lambda: list(fake.requests))()
+    assert request.stream
