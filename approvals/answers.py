@@ -152,6 +152,13 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
     rid = str(pending.id)
     if pending.status in _TERMINAL_STATUS:
         return Outcome(_TERMINAL_STATUS[pending.status], rid, f"The request was closed: {pending.status}.")
+    now = timezone.now()
+    if pending.expires_at is not None and pending.expires_at <= now and pending.answer is None:
+        # Past its deadline but not swept yet: close it now, as the sweep would, and say so.
+        from approvals.deadlines import expire_due
+
+        expire_due(now)
+        return Outcome("expired", rid, "The request's deadline passed before this answer arrived.")
     payload = _payload(pending, response)
     if isinstance(payload, Outcome):
         return payload

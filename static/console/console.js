@@ -11,7 +11,7 @@
     socket.addEventListener("message", (event) => {
       const data = JSON.parse(event.data);
       if (typeof data.pending === "number") {
-        badge.textContent = String(data.pending);
+        document.querySelectorAll("[data-live-pending]").forEach((el) => (el.textContent = String(data.pending)));
         badge.classList.toggle("hot", data.pending > 0);
       }
       document.dispatchEvent(new CustomEvent("airlock:push", { detail: data }));

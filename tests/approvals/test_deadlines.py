@@ -286,3 +286,32 @@ def test_the_sweep_command_says_nothing_when_nothing_is_due(operator, assistant)
 
     assert out.getvalue() == ""
     assert snapshot() == before
+
+
+def test_it_refuses_an_answer_after_the_deadline_even_before_the_sweep(operator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.definitions import DefinitionContent
+    from agents.models import Agent
+    from approvals.models import PendingRequest
+
+    Agent.create(
+        operator.tenant,
+        DefinitionContent.model_validate(
+            {"name": "late", "tools": [{"name": "send_email", "approval": "always"}], "requestDeadlineSeconds": 60}
+        ),
+        operator.user,
+    )
+    body = {"message": 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}', "sessionId": "late"}
+    asked = operator.api("post", "/api/agents/late/runs", body).json()
+    request_id = asked["pendingRequests"][0]["requestId"]
+    PendingRequest.objects.filter(id=request_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    answer = {"requestId": request_id, "approved": True}
+    response = operator.api("post", f"/api/runs/{asked['runId']}/responses", answer)
+
+    assert response.json()["status"] == "expired"
+    assert PendingRequest.objects.get(id=request_id).status == "expired"
+    assert PendingRequest.objects.get(id=request_id).answer is None
