@@ -27,7 +27,7 @@ from agents.runs import (
     start_run,
 )
 from approvals.models import RequestStatus
-from console.api import ApiError, require_role
+from console.api import ApiError, page_of, require_role
 
 router = Router(tags=["runs"])
 
@@ -146,16 +146,8 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any
         runs = runs.filter(status=filters.status)
     if filters.sessionId:
         runs = runs.filter(session__key=filters.sessionId)
-    limit = max(1, min(filters.limit, 200))
     # The id breaks ties between runs created in the same microsecond, so pages never overlap.
-    runs = runs.order_by("-created_at", "-id")
-    page = list(runs[filters.offset : filters.offset + limit + 1])
-    return {
-        "items": [run_result(r) for r in page[:limit]],
-        "limit": limit,
-        "offset": filters.offset,
-        "next": filters.offset + limit if len(page) > limit else None,
-    }
+    return page_of(runs.order_by("-created_at", "-id"), filters.limit, filters.offset, run_result)
 
 
 @router.get("/runs/{run_id}", response=dict)

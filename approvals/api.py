@@ -10,7 +10,7 @@ from pydantic import Field
 from agents.models import Run
 from approvals.answers import Response, ResponseRefused, respond
 from approvals.models import PendingRequest, RequestKind, RequestStatus
-from console.api import ApiError, require_role
+from console.api import ApiError, page_of, require_role
 
 router = Router(tags=["requests"])
 
@@ -62,14 +62,7 @@ def list_requests(request: HttpRequest, filters: Query[RequestFilters]) -> dict[
         requests = requests.filter(kind=filters.kind)
     if filters.tool:
         requests = requests.filter(tool_name=filters.tool)
-    limit = max(1, min(filters.limit, 200))
-    page = list(requests.order_by("opened_at", "id")[filters.offset : filters.offset + limit + 1])
-    return {
-        "items": [request_wire(p) for p in page[:limit]],
-        "limit": limit,
-        "offset": filters.offset,
-        "next": filters.offset + limit if len(page) > limit else None,
-    }
+    return page_of(requests.order_by("opened_at", "id"), filters.limit, filters.offset, request_wire)
 
 
 @router.get("/requests/{request_id}", response=dict)

@@ -8,7 +8,7 @@ from ninja import Field, Query, Router, Schema, Status
 
 from approvals.models import Rule
 from approvals.rules import RuleIn, RuleRefused, create_rule, remembered_arguments, revoke, tenant_rules
-from console.api import ApiError, require_role
+from console.api import ApiError, page_of, require_role
 
 router = Router(tags=["rules"])
 
@@ -47,14 +47,7 @@ def list_rules(request: HttpRequest, filters: Query[RuleFilters]) -> dict[str, A
         rules = rules.filter(agent__name=filters.agent)
     if filters.tool:
         rules = rules.filter(tool_name=filters.tool)
-    limit = max(1, min(filters.limit, 200))
-    page = list(rules.order_by("-created_at", "-id")[filters.offset : filters.offset + limit + 1])
-    return {
-        "items": [rule_wire(rule) for rule in page[:limit]],
-        "limit": limit,
-        "offset": filters.offset,
-        "next": filters.offset + limit if len(page) > limit else None,
-    }
+    return page_of(rules.order_by("-created_at", "-id"), filters.limit, filters.offset, rule_wire)
 
 
 @router.post("/rules", response={201: dict})

@@ -1,6 +1,7 @@
 """The JSON API: authentication (bearer token or browser session), problem+json errors, the routers."""
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -119,6 +120,18 @@ def _invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
         loc = [p for p in loc if p not in {"str", "float", "bool", "int"}]
         errors.append({"field": ".".join(loc) or "body", "message": item["msg"].removeprefix("Value error, ")})
     return problem(400, "invalid_request", "The request has invalid fields.", errors=errors)
+
+
+def page_of(query: Any, limit: int, offset: int, wire: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """One page of an ordered query as `{items, limit, offset, next}` (limit kept within 1..200)."""
+    limit = max(1, min(limit, 200))
+    rows = list(query[offset : offset + limit + 1])
+    return {
+        "items": [wire(row) for row in rows[:limit]],
+        "limit": limit,
+        "offset": offset,
+        "next": offset + limit if len(rows) > limit else None,
+    }
 
 
 api.add_router("/agents", "agents.api.router")

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import Client
 
 from agents.definitions import DefinitionContent
@@ -12,6 +13,11 @@ from agents.models import Agent
 from console.models import ApiToken, Membership, Tenant
 
 PASSWORD = "correct horse battery staple"
+
+# Connections opened by the threads of async tests must close at the end of each request, as they did
+# before persistent connections: PostgreSQL refuses to drop a test database that a connection still uses.
+for _alias in connections:
+    connections.settings[_alias]["CONN_MAX_AGE"] = 0
 
 
 @dataclass
