@@ -536,6 +536,7 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
                 agent=pending.agent,
                 tool_name=pending.tool_name,
                 arguments_hash=arguments_hash(approved_arguments) if answer.get("rememberArgumentsOnly") else "",
+                arguments=approved_arguments if answer.get("rememberArgumentsOnly") else None,
                 created_by=pending.answered_by,
                 created_from=pending,
             )

@@ -85,6 +85,8 @@ class Rule(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="rules")
     tool_name = models.CharField(max_length=200)
     arguments_hash = models.CharField(max_length=64, blank=True)
+    # The exact arguments the hash stands for, kept to show them (matching uses the hash).
+    arguments = models.JSONField(null=True, blank=True)
     conditions = models.JSONField(default=list, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_from = models.ForeignKey(PendingRequest, null=True, blank=True, on_delete=models.SET_NULL)

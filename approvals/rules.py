@@ -216,6 +216,7 @@ def create_rule(tenant: Any, user: Any, wanted: RuleIn) -> Rule:
         agent=agent,
         tool_name=wanted.tool_name,
         arguments_hash=arguments_hash(wanted.arguments) if wanted.arguments is not None else "",
+        arguments=wanted.arguments,
         conditions=[condition.model_dump(mode="json") for condition in wanted.conditions],
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )
@@ -230,7 +231,9 @@ def revoke(rule: Rule) -> None:
 
 def remembered_arguments(rule: Rule) -> dict[str, Any] | None:
     """The exact arguments a rule approves when it was remembered from a request: those the operator
-    approved (their override, else the request's). A rule made by hand keeps only their hash."""
+    approved (their override, else the request's)."""
+    if rule.arguments is not None:
+        return rule.arguments
     pending = rule.created_from
     if not rule.arguments_hash or pending is None:
         return None

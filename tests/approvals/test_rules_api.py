@@ -102,6 +102,7 @@ def test_it_creates_a_rule_for_exact_arguments_as_their_hash(admin, mailer):
     rule = created(admin, arguments=EMAIL)
 
     assert rule["argumentsHash"] == arguments_hash(EMAIL) == Rule.objects.get().arguments_hash
+    assert rule["arguments"] == EMAIL
     assert rule["conditions"] == []
 
 
