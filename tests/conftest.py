@@ -94,3 +94,19 @@ def definition(name: str = "helper", **fields) -> DefinitionContent:
 @pytest.fixture
 def agent(admin) -> Agent:
     return Agent.create(admin.tenant, definition(parameters=[{"name": "team", "default": "ops"}]), admin.user)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _end_stray_connections(django_db_setup, django_db_blocker):
+    """Worker threads of async tests (asgiref's executors) may still hold a connection when the session
+    ends; PostgreSQL then refuses to drop the test database. End them before pytest-django drops it."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
