@@ -16,37 +16,25 @@ from django.views.decorators.vary import vary_on_headers
 
 from agents.models import Agent, Event, Run, RunStatus
 from approvals.models import PendingRequest
+from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.tenancy import role_required
 
 RUNS_PER_PAGE = 50
 
 
-# Pickers filter as soon as they change; the session id waits for Enter (its change would fire too).
-_SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
-
-
-class RunFilters(forms.Form):
+class RunFilters(ListFilters):
     """The filters of the run list, read from the query string; an invalid field is ignored."""
 
-    agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
     status = forms.ChoiceField(
         required=False,
         choices=[("", "Any status"), *((value, label.lower()) for value, label in RunStatus.choices)],
-        widget=forms.Select(attrs=_SUBMIT_ON_CHANGE),
+        widget=forms.Select(attrs=SUBMIT_ON_CHANGE),
     )
     session = forms.CharField(
         required=False,
         max_length=200,
         widget=forms.TextInput(attrs={"placeholder": "exact session id", "autocomplete": "off"}),
     )
-    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **_SUBMIT_ON_CHANGE}))
-    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **_SUBMIT_ON_CHANGE}))
-
-    def __init__(self, data: Any, agent_names: list[str]) -> None:
-        super().__init__(data)
-        agent = self.fields["agent"]
-        assert isinstance(agent, forms.ChoiceField)
-        agent.choices = [("", "Any agent"), *((name, name) for name in agent_names)]
 
     def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         self.is_valid()

@@ -18,22 +18,20 @@ from django.views.decorators.vary import vary_on_headers
 
 from agents.models import Agent
 from approvals.audit import AuditEntry, Criteria, DecisionFilter, entries, entry_keys, iter_entries
+from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.models import Membership, Tenant
 from console.tenancy import role_required
 
 ENTRIES_PER_PAGE = 50
 
-_SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
 
-
-class AuditFilters(forms.Form):
+class AuditFilters(ListFilters):
     """The filters of the audit, read from the query string; an invalid field is ignored."""
 
-    agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
     decision = forms.ChoiceField(
         required=False,
         choices=[("", "Any decision"), *DecisionFilter.choices],
-        widget=forms.Select(attrs=_SUBMIT_ON_CHANGE),
+        widget=forms.Select(attrs=SUBMIT_ON_CHANGE),
     )
     who = forms.CharField(
         required=False,
@@ -42,14 +40,6 @@ class AuditFilters(forms.Form):
             attrs={"placeholder": "user, system or rule", "autocomplete": "off", "list": "audit-who"}
         ),
     )
-    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **_SUBMIT_ON_CHANGE}))
-    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **_SUBMIT_ON_CHANGE}))
-
-    def __init__(self, data: Any, agent_names: list[str]) -> None:
-        super().__init__(data)
-        agent = self.fields["agent"]
-        assert isinstance(agent, forms.ChoiceField)
-        agent.choices = [("", "Any agent"), *((name, name) for name in agent_names)]
 
     def criteria(self) -> Criteria:
         self.is_valid()
