@@ -23,35 +23,28 @@ from agents.models import Agent, Run
 from agents.schema_forms import schema_fields
 from approvals.answers import Outcome, Response, ResponseRefused, respond
 from approvals.models import PendingRequest, RequestKind, RequestStatus
+from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
 from console.tenancy import membership_of, role_required
 
 LIST_LIMIT = 500
 # Closed meanwhile: the card cannot be answered any more, so it shows the outcome instead of its forms.
 _CLOSED = ("already_resolved", "expired", "cancelled", "execution_ended")
-_SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
 
 
-class InboxFilters(forms.Form):
+class InboxFilters(AgentFilters):
     """The inbox filters, read from the query string; an invalid value is ignored."""
 
-    agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
     kind = forms.ChoiceField(
         required=False,
         choices=[("", "Any kind"), ("approval", "approval"), ("client_tool", "client tool"), ("input", "input")],
-        widget=forms.Select(attrs=_SUBMIT_ON_CHANGE),
+        widget=forms.Select(attrs=SUBMIT_ON_CHANGE),
     )
     tool = forms.CharField(
         required=False,
         max_length=200,
         widget=forms.TextInput(attrs={"placeholder": "exact tool name", "autocomplete": "off", "list": "inbox-tools"}),
     )
-
-    def __init__(self, data: Any, agent_names: list[str]) -> None:
-        super().__init__(data)
-        agent = self.fields["agent"]
-        assert isinstance(agent, forms.ChoiceField)
-        agent.choices = [("", "Any agent"), *((name, name) for name in agent_names)]
 
     def apply(self, requests: QuerySet[PendingRequest]) -> QuerySet[PendingRequest]:
         self.is_valid()

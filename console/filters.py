@@ -8,15 +8,20 @@ from django import forms
 SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
 
 
-class ListFilters(forms.Form):
-    """An agent and a date range, read from the query string; an invalid field is ignored."""
+class AgentFilters(forms.Form):
+    """An agent picker, read from the query string; an invalid field is ignored."""
 
     agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=SUBMIT_ON_CHANGE))
-    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **SUBMIT_ON_CHANGE}))
-    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **SUBMIT_ON_CHANGE}))
 
     def __init__(self, data: Any, agent_names: list[str]) -> None:
         super().__init__(data)
         agent = self.fields["agent"]
         assert isinstance(agent, forms.ChoiceField)
         agent.choices = [("", "Any agent"), *((name, name) for name in agent_names)]
+
+
+class ListFilters(AgentFilters):
+    """An agent and a date range."""
+
+    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **SUBMIT_ON_CHANGE}))
+    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date", **SUBMIT_ON_CHANGE}))
