@@ -88,6 +88,34 @@ class Answers:
     def __bool__(self) -> bool:
         return bool(self.approvals or self.tool_results or self.inputs)
 
+    def dump(self) -> dict[str, Any]:
+        """JSON for a queued run's stored input; `load` reads it back."""
+        approvals = {
+            call_id: {"approved": True, "overrideArguments": answer.override_args}
+            if isinstance(answer, ToolApproved)
+            else {"approved": False, "reason": answer.message}
+            for call_id, answer in self.approvals.items()
+        }
+        results = {
+            call_id: {"error": answer.message} if isinstance(answer, ToolFailed) else {"result": answer}
+            for call_id, answer in self.tool_results.items()
+        }
+        return {"approvals": approvals, "toolResults": results, "inputs": self.inputs}
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> "Answers":
+        approvals: dict[str, ToolApproved | ToolDenied] = {
+            call_id: ToolApproved(override_args=a.get("overrideArguments"))
+            if a["approved"]
+            else ToolDenied(a["reason"])
+            for call_id, a in data.get("approvals", {}).items()
+        }
+        results = {
+            call_id: ToolFailed(r["error"]) if "error" in r else r["result"]
+            for call_id, r in data.get("toolResults", {}).items()
+        }
+        return cls(approvals=approvals, tool_results=results, inputs=data.get("inputs", {}))
+
     def deferred_results(self) -> DeferredToolResults:
         approvals: dict[str, Any] = dict(self.approvals)
         metadata: dict[str, dict[str, Any]] = {}
@@ -182,7 +210,11 @@ class GatedToolset(WrapperToolset[TurnDeps]):
                     {"toolName": name, "callId": call_id, "arguments": tool_args, "result": decision},
                     False,
                 )
-        await deps.emit("tool.execution_start", {"toolName": name, "callId": call_id, "arguments": tool_args}, False)
+        # MCP tools may do anything; a server tool says whether it has side effects. A run whose tool
+        # with side effects started is never retried (agents/queue.py).
+        side_effects = self.server is not None or getattr(REGISTRY.get(name), "side_effects", True)
+        start = {"toolName": name, "callId": call_id, "arguments": tool_args, "sideEffects": side_effects}
+        await deps.emit("tool.execution_start", start, False)
         try:
             result = await super().call_tool(name, tool_args, ctx, tool)
         except (ApprovalRequired, CallDeferred):

@@ -152,12 +152,23 @@ class Run(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The queue (agents/queue.py): a queued run keeps what its turn needs until a worker runs it.
+    lane = models.CharField(max_length=64, default="default")
+    queued_input = models.JSONField(null=True, blank=True)
+    task_id = models.CharField(max_length=64, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    # Who runs the turn and until when, unless renewed: an expired lease means its process died.
+    worker_id = models.CharField(max_length=64, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["tenant", "-created_at"], name="run_tenant_recent"),
             models.Index(fields=["tenant", "status", "-created_at"], name="run_tenant_status"),
+            models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+            models.Index(fields=["status", "lane"], name="run_status_lane"),
         ]
 
     def __str__(self) -> str:

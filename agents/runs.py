@@ -7,13 +7,14 @@ transaction; `execute` runs the engine turn and `finish_run` stores the outcome.
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 from pydantic import Field, StrictBool, field_validator
@@ -21,13 +22,12 @@ from pydantic import Field, StrictBool, field_validator
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
 from agents.definitions import CULTURE, WireModel
 from agents.engine import Answers, TurnError, TurnOutcome, run_turn
+from agents.lanes import DEFAULT_LANE, LANE_PATTERN
 from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus, Session
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.push import notify_requests_closed, notify_requests_opened
 from approvals.rules import arguments_hash
 from console.models import Tenant
-
-LANE = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class RunRequest(WireModel):
     input_responses: list[InputAnswer] = Field(default_factory=list)
     abandon_pending: bool = False
     definition_version: int | None = Field(default=None, ge=1)
-    lane: str | None = Field(default=None, pattern=LANE)
+    lane: str | None = Field(default=None, pattern=LANE_PATTERN)
 
     @field_validator("culture")
     @classmethod
@@ -277,14 +277,36 @@ Listener = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class EventLog:
-    """Builds the envelope chain of one run; stored events are written in one go by `finish_run`."""
+    """Builds the envelope chain of one run. Stored events are written by `finish_run`, except those
+    `flush` wrote before (a queued run's as it starts, a long turn's while it runs)."""
 
     def __init__(self, run: Run, listener: Listener | None = None) -> None:
         self.run = run
         self.listener = listener
         self.stored: list[Event] = []
+        self.flushed = 0
         self.sequence = 0
         self.parent: uuid.UUID | None = None
+        # Set while a keeper runs in this process (agents/queue.py): events reach the database mid-turn.
+        self.live = False
+        self._flushing = threading.Lock()
+
+    @classmethod
+    def resume(cls, run: Run) -> "EventLog":
+        """The log of a run whose events so far are stored: the chain goes on after the last one."""
+        log = cls(run)
+        last = run.events.order_by("-sequence").only("id", "sequence").first()
+        if last is not None:
+            log.sequence, log.parent = last.sequence, last.id
+        return log
+
+    def flush(self) -> None:
+        """Write the stored events not written yet (from any thread; the turn may go on meanwhile)."""
+        with self._flushing:
+            events = self.stored[self.flushed :]
+            if events:
+                Event.objects.bulk_create(events)
+                self.flushed += len(events)
 
     def envelope(self, event_type: str, data: dict[str, Any], ephemeral: bool) -> dict[str, Any]:
         now = timezone.now()
@@ -316,11 +338,19 @@ class EventLog:
         return event
 
     async def emit(self, event_type: str, data: dict[str, Any], ephemeral: bool = False) -> None:
-        if self.listener is None:
-            if not ephemeral:
-                self.record(event_type, data)
-            return
-        await self.listener(self.envelope(event_type, data, ephemeral))
+        if self.listener is not None:
+            await self.listener(self.envelope(event_type, data, ephemeral))
+        elif not ephemeral:
+            self.record(event_type, data)
+        if self.live and event_type == "tool.execution_start" and data.get("sideEffects"):
+            # Stored before the tool runs: should this process die from here on, the run is not retried.
+            await asyncio.to_thread(self._flush_apart)
+
+    def _flush_apart(self) -> None:
+        try:
+            self.flush()
+        finally:
+            connection.close()
 
     def record(self, event_type: str, data: dict[str, Any]) -> None:
         """A stored event from synchronous code (no live listener is called)."""
@@ -356,10 +386,13 @@ class StartedRun:
 _DECISIONS = {True: "approved", False: "denied-interactively-by-user"}
 
 
-def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
-    """Record the run, the answers it carries and any rules they remember, in one transaction.
+def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> StartedRun:
+    """Record the run, the answers it carries and any rules they remember, in one transaction; a
+    `queued` run goes to its lane's queue in the same transaction (agents/queue.py).
 
     Raises RunRejected (and writes nothing) when a request it answers was answered meanwhile."""
+    from agents import queue
+
     request, tenant = prepared.request, prepared.tenant
     with transaction.atomic():
         session = prepared.session
@@ -380,11 +413,13 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
             version=prepared.version,
             session=session,
             previous_run=prepared.previous_run,
-            status=RunStatus.RUNNING,
+            status=RunStatus.QUEUED if queued else RunStatus.RUNNING,
             message=request.message,
             culture=prepared.culture,
             parameters=prepared.bound,
             created_by=_person(user),
+            lane=request.lane or DEFAULT_LANE,
+            **({} if queued else queue.lease(queue.PROCESS_ID)),
         )
         log = EventLog(run)
         log.record(
@@ -441,6 +476,8 @@ def start_run(prepared: PreparedRun, user: Any) -> StartedRun:
             log.record("user.message", {"content": request.message})
         for name, text in prepared.documents:
             log.record("document.attached", {"name": name, "size": len(text.encode())})
+        if queued:
+            queue.enqueue(run, prepared, answers, log)
     closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
     notify_requests_closed(run.tenant_id, [str(i) for i in closed])
     conversation = session.conversation if session is not None else None
@@ -560,12 +597,6 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
         log.record("elicitation.completed", {**base, "action": answer["action"], "content": answer.get("content")})
 
 
-def execute_now(started: "StartedRun") -> "ExecutionResult":
-    """Run the turn from synchronous code. The turn touches no database, so an event loop of its own
-    in this thread is enough (cheaper than async_to_sync's extra thread)."""
-    return asyncio.run(execute(started))
-
-
 @dataclass
 class ExecutionResult:
     outcome: TurnOutcome | None
@@ -619,6 +650,13 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
     run, log, prepared = started.run, started.log, started.prepared
     opened: list[PendingRequest] = []
     with transaction.atomic():
+        # Only the holder of the run's lease finishes it: a run reclaimed meanwhile (its lease ran out)
+        # was finished or queued again by the reclaimer.
+        held = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, worker_id=run.worker_id)
+        if not held.update(lease_expires_at=None, queued_input=None):
+            logger.warning("Run %s was reclaimed while its turn ran; this outcome is dropped", run.id)
+            return []
+        run.lease_expires_at = run.queued_input = None
         run.finished_at = timezone.now()
         outcome = result.outcome
         if result.cancelled:
@@ -685,7 +723,7 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
             run.session.updated_at = run.finished_at
             fields = ["last_run", "updated_at"] + (["conversation"] if outcome is not None else [])
             run.session.save(update_fields=fields)
-        Event.objects.bulk_create(log.stored)
+        log.flush()
     notify_requests_opened(opened)
     return opened
 
@@ -703,6 +741,7 @@ def run_result(run: Run, pending: list[PendingRequest] | None = None) -> dict[st
         "pendingRequests": [p.wire() for p in pending],
         "parameters": run.parameters,
         "previousRunId": str(run.previous_run_id) if run.previous_run_id else None,
+        "lane": run.lane,
         "usage": {"requests": 0, "inputTokens": 0, "outputTokens": 0, **run.usage},
         "error": run.error,
     }

@@ -13,6 +13,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
+from agents import queue
 from agents.api import _agent as agent_or_404
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.runs import (
@@ -20,7 +21,6 @@ from agents.runs import (
     RunRequest,
     StartedRun,
     event_envelope,
-    execute,
     finish_run,
     prepare_run,
     run_result,
@@ -31,7 +31,6 @@ from console.api import ApiError, page_of, require_role
 
 router = Router(tags=["runs"])
 
-_RUNNING: dict[uuid.UUID, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}
 _DETACHED: set["asyncio.Future[None]"] = set()
 
 
@@ -46,16 +45,6 @@ def _run(request: HttpRequest, run_id: uuid.UUID) -> Run:
     return run
 
 
-async def _tracked(started: StartedRun) -> Any:
-    task = asyncio.current_task()
-    assert task is not None
-    _RUNNING[started.run.id] = (asyncio.get_running_loop(), task)
-    try:
-        return await execute(started)
-    finally:
-        _RUNNING.pop(started.run.id, None)
-
-
 def _sse(envelope: dict[str, Any]) -> str:
     head = "" if envelope.get("ephemeral") else f"id: {envelope['sequence']}\n"
     return f"{head}event: {envelope['type']}\ndata: {json.dumps(envelope)}\n\n"
@@ -65,43 +54,59 @@ def _wants_sse(request: HttpRequest) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
-@router.post("/agents/{name}/runs", response={200: dict, 400: dict, 404: dict, 409: dict})
-def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
-    """Start a run. `Accept: text/event-stream` streams its events; otherwise the result comes when the turn ends.
+def _prefers_async(request: HttpRequest) -> bool:
+    preferences = request.headers.get("Prefer", "").lower().replace(";", ",").split(",")
+    return "respond-async" in (p.strip() for p in preferences)
 
-    `Prefer: respond-async` is not honoured yet: the run is answered synchronously, without
-    `Preference-Applied`."""
+
+@router.post("/agents/{name}/runs", response={200: dict, 202: dict, 400: dict, 404: dict, 409: dict})
+def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
+    """Start a run. `Prefer: respond-async` queues it on its lane (202); `Accept: text/event-stream`
+    streams its events; otherwise the result comes when the turn ends."""
     membership = require_role(request, "operator")
     agent = agent_or_404(request, name)
+    queued = _prefers_async(request)
     try:
-        started = start_run(prepare_run(membership.tenant, agent, payload), request.user)
+        started = start_run(prepare_run(membership.tenant, agent, payload), request.user, queued=queued)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+    if queued:
+        location = f"/api/runs/{started.run.id}"
+        body = {
+            "runId": str(started.run.id),
+            "status": started.run.status,
+            "location": location,
+            "eventsLocation": f"{location}/events",
+        }
+        response = JsonResponse(body, status=202)
+        response["Location"] = location
+        response["Preference-Applied"] = "respond-async"
+        return response
     if _wants_sse(request):
         response = StreamingHttpResponse(_stream(started), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    result = asyncio.run(_tracked(started))
+    result = asyncio.run(queue.tracked(started))
     opened = finish_run(started, result)
     return JsonResponse(run_result(started.run, opened))
 
 
 async def _stream(started: StartedRun) -> AsyncIterator[str]:
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    arrivals: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     sent = 0
     for event in started.log.stored:
         sent = event.sequence
         yield _sse(event_envelope(event))
 
     async def listener(envelope: dict[str, Any]) -> None:
-        await queue.put(envelope)
+        await arrivals.put(envelope)
 
     started.log.listener = listener
-    task = asyncio.ensure_future(_tracked(started))
+    task = asyncio.ensure_future(queue.tracked(started))
     try:
-        while not (task.done() and queue.empty()):
-            getter = asyncio.ensure_future(queue.get())
+        while not (task.done() and arrivals.empty()):
+            getter = asyncio.ensure_future(arrivals.get())
             done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
                 envelope = getter.result()
@@ -196,12 +201,7 @@ def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> Any:
     run = _run(request, run_id)
     if run.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
         raise ApiError(409, "run_finished", f"The run has finished ({run.status}); a finished run is never rewritten.")
-    running = _RUNNING.get(run.id)
-    if running is None:
-        raise ApiError(409, "run_not_here", "The run is not running in this process.")
-    loop, task = running
-    loop.call_soon_threadsafe(task.cancel)
-    return {"runId": str(run.id), "status": "cancelling"}
+    return {"runId": str(run.id), "status": queue.cancel(run)}
 
 
 class SessionState(Schema):

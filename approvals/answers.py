@@ -18,8 +18,6 @@ from agents.runs import (
     RunRejected,
     RunRequest,
     approval_mode,
-    execute_now,
-    finish_run,
     prepare_run,
     schema_problems,
     start_run,
@@ -185,15 +183,18 @@ def continue_when_complete(user: Any, session: Session) -> Run | None:
     if waiting.exists():
         return None
     try:
-        # The continuation runs the version that asked (its parameters and culture repeat as well).
-        asked = session.last_run.version.number if session.last_run else None
-        request = RunRequest(session_id=session.key, definition_version=asked)
+        # The continuation runs the version that asked, on its lane (its parameters and culture repeat
+        # as well), through the queue: the answer returns at once.
+        asked = session.last_run
+        request = RunRequest(
+            session_id=session.key,
+            definition_version=asked.version.number if asked else None,
+            lane=asked.lane if asked else None,
+        )
         prepared = prepare_run(session.tenant, session.agent, request)
-        started = start_run(prepared, user)
+        started = start_run(prepared, user, queued=True)
     except RunRejected:
         # Another answer started the continuation at the same moment (the session is busy), or the
         # answers were consumed by a run request meanwhile: either way the turn is on its way.
         return None
-    # Until queued runs arrive, the continuation runs in this request.
-    finish_run(started, execute_now(started))
     return started.run

@@ -39,6 +39,30 @@ def env_int(name: str, default: int, environ: Mapping[str, str] = os.environ, *,
     return value
 
 
+def env_float(name: str, default: float, environ: Mapping[str, str] = os.environ) -> float:
+    if name not in environ:
+        return default
+    try:
+        value = float(environ[name])
+    except ValueError:
+        raise EnvError(f"{name} must be a number; got {environ[name]!r}") from None
+    if not 0 <= value < float("inf"):
+        raise EnvError(f"{name} must be zero or more; got {value}")
+    return value
+
+
+def env_lanes(name: str, default: dict[str, int], environ: Mapping[str, str] = os.environ) -> dict[str, int]:
+    """Lane concurrency limits, `default=4,bulk=1`."""
+    from agents.lanes import parse_limits
+
+    if name not in environ:
+        return default
+    try:
+        return parse_limits(environ[name])
+    except ValueError as error:
+        raise EnvError(f"{name}: {error}") from None
+
+
 def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:
     if name not in environ:
         return default

@@ -5,7 +5,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.management.utils import get_random_secret_key
 
-from console.env import EnvError, env_bool, env_int, env_list, env_str, env_url
+from console.env import EnvError, env_bool, env_float, env_int, env_lanes, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("AIRLOCK_DATA_DIR", str(BASE_DIR / "data")))
@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "ninja",
+    "django_tasks_db",
     "console",
     "agents",
     "approvals",
@@ -118,6 +119,21 @@ STATIC_ROOT = DATA_DIR / "static"
 DEADLINE_SWEEP_SECONDS = env_int("DEADLINE_SWEEP_SECONDS", 5)
 
 # A model provider that does not answer within this many seconds fails the turn (provider_timeout).
+# Queued runs (SPEC section 7): Django's tasks framework on the database, one queue per lane.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": []}}
+# Runs of one lane that may run at once, over all workers: "default=4,bulk=1"; other lanes get
+# RUN_LANE_CONCURRENCY.
+RUN_LANES = env_lanes("RUN_LANES", {})
+RUN_LANE_CONCURRENCY = env_int("RUN_LANE_CONCURRENCY", 4, minimum=1)
+# Attempts of one queued run when a transient failure (provider 429/5xx, a lost worker) ends a try.
+RUN_MAX_ATTEMPTS = env_int("RUN_MAX_ATTEMPTS", 3, minimum=1)
+RUN_RETRY_DELAY_SECONDS = env_int("RUN_RETRY_DELAY_SECONDS", 2)
+# A running turn's lease: renewed every second by its process; once expired the run is reclaimed.
+RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 30, minimum=2)
+# Worker threads `manage.py serve` runs beside the console (0: queued runs wait for `run_worker`).
+WORKER_THREADS = env_int("WORKER_THREADS", 4)
+WORKER_POLL_SECONDS = env_float("WORKER_POLL_SECONDS", 0.5)
+
 PROVIDER_TIMEOUT_SECONDS = env_int("PROVIDER_TIMEOUT_SECONDS", 120, minimum=1)
 
 MEDIA_ROOT = DATA_DIR / "media"

@@ -1,0 +1,377 @@
+"""Queued runs (`Prefer: respond-async`): the 202 answer, lanes and their limits, cancel, retries of
+transient failures, and reclaiming runs whose worker died. `drain()` plays the worker in this thread;
+tests/processes/ runs real worker processes."""
+
+import asyncio
+import itertools
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core import mail
+from django.test import AsyncClient
+from django.utils import timezone
+from django_tasks_db.models import DBTaskResult
+
+from agents import queue
+from agents.definitions import DefinitionContent
+from agents.models import Agent, Run, RunStatus
+from approvals.models import PendingRequest, RequestStatus
+from tests.agents.run_helpers import EMAIL, assert_problem, call_line, run, run_ok, snapshot, stored_events
+from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401
+from tests.conftest import Persona
+from tests.fakes.openai_server import FakeOpenAI
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def retry_at_once(settings):
+    settings.RUN_RETRY_DELAY_SECONDS = 0
+
+
+ASYNC = {"HTTP_PREFER": "respond-async"}
+KEY_ENV = "AIRLOCK_TEST_QUEUE_KEY"
+
+
+def queue_run(persona: Persona, body: dict[str, Any], agent: str = "assistant") -> dict[str, Any]:
+    response = run(persona, body, agent, **ASYNC)
+    assert response.status_code == 202, response.content
+    accepted = response.json()
+    assert response["Location"] == accepted["location"] == f"/api/runs/{accepted['runId']}"
+    assert response["Preference-Applied"] == "respond-async"
+    return accepted
+
+
+def get_run(persona: Persona, run_id: str) -> dict[str, Any]:
+    response = persona.api("GET", f"/api/runs/{run_id}")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def remote(admin, fake, monkeypatch) -> Agent:
+    """An agent on a loopback OpenAI-compatible server."""
+    monkeypatch.setenv(KEY_ENV, "sk-queue-test")
+    content = {
+        "name": "remote",
+        "instructions": "You help.",
+        "model": {"provider": "openai", "name": "loopback", "baseUrl": fake.base_url, "apiKeyEnv": KEY_ENV},
+        "tools": [{"name": "get_time", "approval": "never"}, {"name": "send_email", "approval": "never"}],
+    }
+    return Agent.create(admin.tenant, DefinitionContent.model_validate(content), admin.user)
+
+
+def test_it_answers_202_and_the_worker_runs_the_turn(operator, assistant):
+    accepted = queue_run(operator, {"message": "hello", "sessionId": "q1"})
+
+    assert accepted["status"] == "queued"
+    assert accepted["eventsLocation"] == f"/api/runs/{accepted['runId']}/events"
+    assert get_run(operator, accepted["runId"])["status"] == "queued"
+    assert [e.type for e in stored_events(accepted["runId"])] == ["run.started", "user.message"]
+
+    assert queue.drain() == 1
+
+    result = get_run(operator, accepted["runId"])
+    assert (result["status"], result["output"], result["lane"]) == ("completed", "You said: hello", "default")
+    events = stored_events(accepted["runId"])
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert all(e.parent_id == before.id for before, e in itertools.pairwise(events))
+    assert events[-1].type == "run.completed"
+    run_row = Run.objects.get(id=accepted["runId"])
+    assert (run_row.attempts, run_row.queued_input, run_row.lease_expires_at) == (1, None, None)
+    assert queue.drain() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_a_follower_sees_a_queued_run_through_to_its_end(operator, assistant):
+    accepted = await sync_to_async(queue_run)(operator, {"message": "hello"})
+    response = await AsyncClient().get(accepted["eventsLocation"], headers=sse_headers(operator))
+    reading = asyncio.ensure_future(read_stream(response))
+    await asyncio.sleep(0.5)
+    assert not reading.done()  # still queued: the stream waits
+
+    await sync_to_async(queue.drain, thread_sensitive=False)()
+
+    streamed = frames(await asyncio.wait_for(reading, 10))
+    assert [f["event"] for f in streamed][:2] == ["run.started", "user.message"]
+    assert [f["event"] for f in streamed][-2:] == ["run.completed", "done"]
+    assert streamed[-1]["data"]["output"] == "You said: hello"
+
+
+def test_it_keeps_documents_until_the_turn_and_forgets_them_after(operator, assistant):
+    accepted = queue_run(operator, {"message": "echo documents", "documents": [{"name": "spec.md", "content": "x"}]})
+    assert Run.objects.get(id=accepted["runId"]).queued_input["documents"] == [["spec.md", "x"]]
+
+    queue.drain()
+
+    run_row = Run.objects.get(id=accepted["runId"])
+    assert (run_row.output, run_row.queued_input) == ("spec.md", None)
+
+
+def test_it_refuses_a_bad_lane_and_changes_nothing(operator, assistant):
+    before = snapshot()
+
+    response = run(operator, {"message": "hi", "lane": "Not A Lane"}, **ASYNC)
+
+    assert response.status_code == 400, response.content
+    assert snapshot() == before
+    assert DBTaskResult.objects.count() == 0
+
+
+def test_it_checks_a_queued_request_like_any_other(operator, assistant):
+    before = snapshot()
+    assert_problem(run(operator, {"message": "hi", "parameters": {"nope": 1}}, **ASYNC), 400, "unknown_parameter")
+    assert snapshot() == before
+
+
+def test_it_holds_a_lane_to_its_limit_over_all_workers(operator, assistant, settings):
+    settings.RUN_LANES = {"slow": 1}
+    first = queue_run(operator, {"message": "one", "lane": "slow"})
+    second = queue_run(operator, {"message": "two", "lane": "slow"})
+    other = queue_run(operator, {"message": "three", "lane": "fast"})
+
+    taken = queue.claim("worker-a")
+    assert taken is not None and taken.args_kwargs["args"] == [first["runId"]]
+    # Lane "slow" is full while its first run runs: the next claim takes the other lane's run.
+    taken_next = queue.claim("worker-b")
+    assert taken_next is not None and taken_next.args_kwargs["args"] == [other["runId"]]
+    assert queue.claim("worker-c") is None
+    assert Run.objects.get(id=second["runId"]).status == RunStatus.QUEUED
+
+    queue._runner("worker-a").run_task(taken)
+    assert Run.objects.get(id=first["runId"]).status == RunStatus.COMPLETED
+    assert queue.drain(["slow"]) == 1
+    assert Run.objects.get(id=second["runId"]).status == RunStatus.COMPLETED
+
+
+def test_a_worker_of_some_lanes_leaves_the_others_alone(operator, assistant):
+    mine = queue_run(operator, {"message": "mine", "lane": "reports"})
+    theirs = queue_run(operator, {"message": "theirs"})
+
+    assert queue.drain(["reports"]) == 1
+
+    assert Run.objects.get(id=mine["runId"]).status == RunStatus.COMPLETED
+    assert Run.objects.get(id=theirs["runId"]).status == RunStatus.QUEUED
+
+
+def test_a_lane_longer_than_a_queue_name_still_works(operator, assistant):
+    lane = "a" * 64
+    accepted = queue_run(operator, {"message": "long", "lane": lane})
+
+    assert queue.drain([lane]) == 1
+    assert get_run(operator, accepted["runId"])["lane"] == lane
+
+
+def test_it_cancels_a_queued_run(operator, assistant):
+    accepted = queue_run(operator, {"message": "never", "sessionId": "c1"})
+
+    response = operator.api("POST", f"/api/runs/{accepted['runId']}/cancel")
+
+    assert response.json() == {"runId": accepted["runId"], "status": "cancelled"}
+    assert queue.drain() == 0
+    result = get_run(operator, accepted["runId"])
+    assert (result["status"], result["output"]) == ("cancelled", None)
+    assert stored_events(accepted["runId"])[-1].type == "run.cancelled"
+    # The session is free for its next turn.
+    assert run_ok(operator, {"message": "again", "sessionId": "c1"})["status"] == "completed"
+
+
+def test_cancelling_a_queued_continuation_keeps_the_answer_for_the_next_turn(operator, assistant):
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "k1"})
+    request_id = asked["pendingRequests"][0]["requestId"]
+    outcome = operator.api(
+        "POST", f"/api/runs/{asked['runId']}/responses", {"requestId": request_id, "approved": True}
+    ).json()
+    continuation = outcome["continuationRunId"]
+    assert Run.objects.get(id=continuation).status == RunStatus.QUEUED
+
+    assert operator.api("POST", f"/api/runs/{continuation}/cancel").json()["status"] == "cancelled"
+
+    pending = PendingRequest.objects.get(id=request_id)
+    assert (pending.status, pending.answer["approved"], pending.answered_in) == (RequestStatus.PENDING, True, None)
+    assert mail.outbox == []
+    after = run_ok(operator, {"message": "", "sessionId": "k1"})
+    assert after["output"] == f"send_email: sent to {EMAIL['to']}"
+    assert len(mail.outbox) == 1
+
+
+def test_a_cancel_asked_elsewhere_reaches_the_running_turn(operator, assistant):
+    accepted = queue_run(operator, {"message": "hi"})
+    queue.claim("worker-elsewhere")
+
+    response = operator.api("POST", f"/api/runs/{accepted['runId']}/cancel")
+
+    assert response.json()["status"] == "cancelling"
+    assert Run.objects.get(id=accepted["runId"]).cancel_requested
+
+
+def test_it_refuses_to_cancel_a_finished_run(operator, assistant):
+    done = run_ok(operator, {"message": "hi"})
+    assert_problem(operator.api("POST", f"/api/runs/{done['runId']}/cancel"), 409, "run_finished")
+
+
+def test_a_continuation_from_the_inbox_is_queued_on_the_lane_that_asked(operator, assistant):
+    accepted = queue_run(operator, {"message": call_line("send_email", EMAIL), "sessionId": "l1", "lane": "mail"})
+    queue.drain()
+    asked = get_run(operator, accepted["runId"])
+    assert asked["status"] == "awaiting_approval"
+
+    outcome = operator.api(
+        "POST",
+        f"/api/runs/{accepted['runId']}/responses",
+        {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True},
+    ).json()
+
+    continuation = Run.objects.get(id=outcome["continuationRunId"])
+    assert (continuation.status, continuation.lane) == (RunStatus.QUEUED, "mail")
+    assert mail.outbox == []
+    assert queue.drain(["default"]) == 0
+    assert queue.drain(["mail"]) == 1
+    continuation.refresh_from_db()
+    assert (continuation.status, len(mail.outbox)) == (RunStatus.COMPLETED, 1)
+
+
+def test_it_retries_a_rate_limited_turn(operator, remote, fake):
+    fake.fail(429)
+    fake.fail(503)
+    fake.reply_text("Done.")
+    accepted = queue_run(operator, {"message": "hi"}, agent="remote")
+
+    assert queue.drain() == 3
+
+    result = get_run(operator, accepted["runId"])
+    assert (result["status"], result["output"]) == ("completed", "Done.")
+    retries = [e for e in stored_events(accepted["runId"]) if e.type == "run.retrying"]
+    assert [(e.data["attempt"], e.data["error"]["code"]) for e in retries] == [
+        (1, "provider_rate_limited"),
+        (2, "provider_unavailable"),
+    ]
+    assert Run.objects.get(id=accepted["runId"]).attempts == 3
+
+
+def test_it_gives_up_after_the_last_attempt(operator, remote, fake, settings):
+    settings.RUN_MAX_ATTEMPTS = 2
+    fake.fail(429)
+    fake.fail(429)
+    accepted = queue_run(operator, {"message": "hi"}, agent="remote")
+
+    queue.drain()
+
+    result = get_run(operator, accepted["runId"])
+    assert (result["status"], result["error"]["code"]) == ("failed", "provider_rate_limited")
+    assert Run.objects.get(id=accepted["runId"]).attempts == 2
+
+
+def test_it_never_retries_a_permanent_failure(operator, remote, fake):
+    fake.fail(401)
+    accepted = queue_run(operator, {"message": "hi"}, agent="remote")
+
+    assert queue.drain() == 1
+    assert get_run(operator, accepted["runId"])["error"]["code"] == "provider_auth_failed"
+
+
+def test_it_never_retries_once_a_tool_with_side_effects_ran(operator, remote, fake):
+    fake.reply_tool_call("send_email", EMAIL)
+    fake.fail(503)
+    accepted = queue_run(operator, {"message": "mail it"}, agent="remote")
+
+    assert queue.drain() == 1
+
+    result = get_run(operator, accepted["runId"])
+    assert (result["status"], result["error"]["code"]) == ("failed", "provider_unavailable")
+    assert len(mail.outbox) == 1
+
+
+def test_it_retries_after_a_tool_without_side_effects(operator, remote, fake):
+    fake.reply_tool_call("get_time", {})
+    fake.fail(503)
+    fake.reply_tool_call("get_time", {})
+    fake.reply_text("It is late.")
+    accepted = queue_run(operator, {"message": "time?"}, agent="remote")
+
+    queue.drain()
+
+    assert get_run(operator, accepted["runId"])["output"] == "It is late."
+
+
+def lose_worker(run_id: str) -> Run:
+    """Claim the run's task as a worker that then dies: its lease runs out."""
+    assert queue.claim("worker-that-dies") is not None
+    Run.objects.filter(id=run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    return Run.objects.get(id=run_id)
+
+
+def test_it_queues_again_a_run_whose_worker_died(operator, assistant):
+    accepted = queue_run(operator, {"message": "hello"})
+    lose_worker(accepted["runId"])
+
+    [reclaimed] = queue.reclaim_lost()
+
+    assert str(reclaimed.id) == accepted["runId"]
+    assert Run.objects.get(id=accepted["runId"]).status == RunStatus.QUEUED
+    assert DBTaskResult.objects.filter(status="FAILED").count() == 1
+    assert queue.drain() == 1
+    result = get_run(operator, accepted["runId"])
+    assert (result["status"], result["output"]) == ("completed", "You said: hello")
+    [retry] = [e for e in stored_events(accepted["runId"]) if e.type == "run.retrying"]
+    assert retry.data["error"]["code"] == "worker_lost"
+
+
+def test_a_run_lost_on_its_last_attempt_fails_worker_lost_and_keeps_its_answers(operator, assistant, settings):
+    settings.RUN_MAX_ATTEMPTS = 1
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "w1"})
+    request_id = asked["pendingRequests"][0]["requestId"]
+    continuation = operator.api(
+        "POST", f"/api/runs/{asked['runId']}/responses", {"requestId": request_id, "approved": True}
+    ).json()["continuationRunId"]
+    lose_worker(continuation)
+
+    queue.reclaim_lost()
+
+    result = get_run(operator, continuation)
+    assert (result["status"], result["error"]["code"]) == ("failed", "worker_lost")
+    pending = PendingRequest.objects.get(id=request_id)
+    assert (pending.status, pending.answer["approved"]) == (RequestStatus.PENDING, True)
+    assert run_ok(operator, {"message": "", "sessionId": "w1"})["output"] == f"send_email: sent to {EMAIL['to']}"
+
+
+def test_it_leaves_a_run_alone_while_its_lease_holds(operator, assistant):
+    accepted = queue_run(operator, {"message": "hello"})
+    queue.claim("worker-alive")
+
+    assert queue.reclaim_lost() == []
+    assert Run.objects.get(id=accepted["runId"]).status == RunStatus.RUNNING
+
+
+def test_a_late_outcome_of_a_reclaimed_run_is_dropped(operator, assistant):
+    accepted = queue_run(operator, {"message": "hello"})
+    task = queue.claim("worker-slow")
+    assert task is not None
+    Run.objects.filter(id=accepted["runId"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    queue.reclaim_lost()  # queued again
+    queue._runner("worker-slow").run_task(task)  # the slow worker wakes up: its turn must not land
+
+    assert Run.objects.get(id=accepted["runId"]).status == RunStatus.QUEUED
+    queue.drain()
+    assert [e.type for e in stored_events(accepted["runId"])].count("run.completed") == 1
+
+
+def test_another_tenants_queued_run_is_not_found(operator, outsider, assistant):
+    accepted = queue_run(operator, {"message": "hello"})
+
+    assert_problem(outsider.api("POST", f"/api/runs/{accepted['runId']}/cancel"), 404, "run_not_found")
+    assert Run.objects.get(id=accepted["runId"]).status == RunStatus.QUEUED
+
+
+def test_a_reader_may_not_queue_a_run(reader, assistant):
+    assert_problem(run(reader, {"message": "hi"}, **ASYNC), 403, "forbidden")
+    assert DBTaskResult.objects.count() == 0
