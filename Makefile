@@ -36,7 +36,7 @@ test-sqlite:
 # The same suite on PostgreSQL (browser tests run on SQLite only: they prove the UI, not the database).
 test-postgres:
 	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null || [ -n "$$CI" ]; then \
-		DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -m "not browser"; \
+		DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -m "not browser and not processes"; \
 	else echo "PostgreSQL is not running on 127.0.0.1:5432: skipped the PostgreSQL pass"; fi
 
 bench: setup

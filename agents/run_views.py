@@ -3,21 +3,27 @@
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Count, Min, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from agents import queue
+from agents.lanes import LANE_PATTERN
 from agents.models import Agent, Event, Run, RunStatus
 from approvals.models import PendingRequest
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.tenancy import role_required
+
+FAILED_WINDOW = timedelta(hours=24)
 
 RUNS_PER_PAGE = 50
 
@@ -35,6 +41,11 @@ class RunFilters(ListFilters):
         max_length=200,
         widget=forms.TextInput(attrs={"placeholder": "exact session id", "autocomplete": "off"}),
     )
+    lane = forms.RegexField(
+        regex=LANE_PATTERN,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "any lane", "autocomplete": "off", "size": 10}),
+    )
 
     def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         self.is_valid()
@@ -45,6 +56,8 @@ class RunFilters(ListFilters):
             runs = runs.filter(status=wanted["status"])
         if wanted.get("session"):
             runs = runs.filter(session__key=wanted["session"].strip())
+        if wanted.get("lane"):
+            runs = runs.filter(lane=wanted["lane"])
         if wanted.get("date_from"):
             runs = runs.filter(created_at__date__gte=wanted["date_from"])
         if wanted.get("date_to"):
@@ -90,9 +103,62 @@ def run_list(request: HttpRequest) -> HttpResponse:
     filters = RunFilters(request.GET, agent_names)
     runs = filters.apply(Run.objects.filter(tenant=tenant)).select_related("agent", "version", "session", "created_by")
     page = Paginator(runs.order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    context = {"filters": filters, "page": page, "rows": [RunRow(run) for run in page]}
+    context = {"filters": filters, "page": page, "rows": [RunRow(run) for run in page], **jobs_context(tenant)}
     partial = request.htmx and not request.htmx.history_restore_request  # type: ignore[attr-defined]
     return render(request, "agents/run_list.html#runs-table" if partial else "agents/run_list.html", context)
+
+
+@dataclass
+class LaneJobs:
+    """The Jobs view of one lane: what waits, what runs (against the lane's limit), what failed lately."""
+
+    lane: str
+    queued: int = 0
+    running: int = 0
+    failed: int = 0
+    waiting_since: datetime | None = None
+
+    @property
+    def limit(self) -> int:
+        return queue.lane_limit(self.lane)
+
+
+def jobs_context(tenant: Any) -> dict[str, Any]:
+    """Queued and running runs by lane, and the runs failed in the last 24 hours (one query); the
+    panel refreshes itself while anything waits or runs."""
+    since = timezone.now() - FAILED_WINDOW
+    active = Run.objects.filter(tenant=tenant, status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
+    failed = Run.objects.filter(tenant=tenant, status=RunStatus.FAILED, created_at__gte=since)
+    rows = (active | failed).values("lane", "status").annotate(n=Count("id"), oldest=Min("created_at"))
+    lanes: dict[str, LaneJobs] = {}
+    for row in rows:
+        jobs = lanes.setdefault(row["lane"], LaneJobs(row["lane"]))
+        setattr(jobs, row["status"], row["n"])
+        if row["status"] == RunStatus.QUEUED:
+            jobs.waiting_since = row["oldest"]
+    jobs = sorted(lanes.values(), key=lambda lane: lane.lane)
+    return {"jobs": jobs, "jobs_active": any(lane.queued or lane.running for lane in jobs)}
+
+
+@role_required("reader")
+@require_GET
+def jobs_panel(request: HttpRequest) -> HttpResponse:
+    """The Jobs panel alone: the Runs page refreshes it while runs wait or run."""
+    context = jobs_context(request.membership.tenant)  # type: ignore[attr-defined]
+    return render(request, "agents/run_list.html#jobs", context)
+
+
+@role_required("operator")
+@require_POST
+def run_cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = _run(request, run_id)
+    if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+        messages.error(request, f"The run has finished ({run.get_status_display().lower()}); nothing to cancel.")
+    elif queue.cancel(run) == "cancelled":
+        messages.success(request, "Cancelled the queued run.")
+    else:
+        messages.info(request, "Cancelling: the turn stops within a few seconds.")
+    return redirect("run", run_id=run.id)
 
 
 def _run(request: HttpRequest, run_id: uuid.UUID) -> Run:

@@ -284,3 +284,93 @@ def test_it_writes_durations_for_people(seconds, text):
     start = timezone.now()
     assert duration(start, start + timedelta(seconds=seconds)) == text
     assert duration(start, None) == ""
+
+
+# --- queued runs: the Jobs panel, the lane filter, cancel ------------------------------------------
+
+
+def queue_run(persona: Persona, body: dict[str, Any], agent: str = "helper") -> str:
+    response = persona.api("post", f"/api/agents/{agent}/runs", body, HTTP_PREFER="respond-async")
+    assert response.status_code == 202, response.content
+    return response.json()["runId"]
+
+
+def jobs_panel(persona: Persona) -> str:
+    response = persona.client.get("/runs/jobs/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def lane_row(html: str, lane: str) -> list[str]:
+    """The cells of a lane's row in the Jobs panel, as text."""
+    match = re.search(rf"<tr>\s*<td><a [^>]*><code>{re.escape(lane)}</code></a></td>(.*?)</tr>", html, re.DOTALL)
+    assert match, html
+    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", match.group(1), re.S)]
+
+
+def test_the_jobs_panel_counts_queued_running_and_failed_runs_by_lane(admin, outsider, helper, settings):
+    settings.RUN_LANES = {"mail": 2}
+    for number in range(3):
+        queue_run(admin, {"message": f"mail {number}", "lane": "mail"})
+    running = queue_run(admin, {"message": "report"})
+    from agents import queue
+
+    assert queue.claim("page-test", ["default"]) is not None
+    Run.objects.create(tenant=admin.tenant, agent=helper, version=helper.versions.get(), status="failed", lane="mail")
+    make_agent(outsider)
+    queue_run(outsider, {"message": "theirs", "lane": "mail"})
+
+    html = admin.client.get("/runs/").content.decode()
+
+    assert lane_row(html, "mail")[:4] == ["3", "0", "2", "1"]
+    assert lane_row(html, "default")[:4] == ["0", "1", "4", "0"]
+    assert 'hx-trigger="every 3s"' in html  # it refreshes itself while runs wait or run
+    assert lane_row(jobs_panel(admin), "mail")[:4] == ["3", "0", "2", "1"]
+    assert Run.objects.get(id=running).status == "running"
+
+
+def test_the_jobs_panel_rests_when_nothing_waits(admin, helper):
+    start(admin, {"message": "done"})
+
+    html = jobs_panel(admin)
+
+    assert "No queued or running runs" in html
+    assert "hx-trigger" not in html
+
+
+def test_it_filters_by_lane(admin, helper):
+    queue_run(admin, {"message": "in mail", "lane": "mail"})
+    start(admin, {"message": "in default"})
+
+    assert messages(listed(admin, "?lane=mail")) == ["in mail"]
+    assert row_count(listed(admin, "?lane=NOT%20A%20LANE")) == 2
+
+
+def test_an_operator_cancels_a_queued_run_from_its_page(admin, operator, helper):
+    run_id = queue_run(admin, {"message": "never", "sessionId": "q"})
+    page = operator.client.get(f"/runs/{run_id}/").content.decode()
+    assert f'action="/runs/{run_id}/cancel/"' in page
+
+    response = operator.client.post(f"/runs/{run_id}/cancel/", follow=True)
+
+    assert response.status_code == 200
+    assert "Cancelled the queued run." in response.content.decode()
+    assert Run.objects.get(id=run_id).status == "cancelled"
+
+
+def test_it_refuses_cancel_to_a_reader_and_to_another_tenant(admin, reader, outsider, helper):
+    run_id = queue_run(admin, {"message": "wait"})
+    assert 'action="/runs/' not in reader.client.get(f"/runs/{run_id}/").content.decode()
+
+    assert reader.client.post(f"/runs/{run_id}/cancel/").status_code == 403
+    assert outsider.client.post(f"/runs/{run_id}/cancel/").status_code == 404
+    assert Run.objects.get(id=run_id).status == "queued"
+
+
+def test_it_says_a_finished_run_has_nothing_to_cancel(admin, helper):
+    done = start(admin, {"message": "hi"})
+
+    response = admin.client.post(f"/runs/{done['runId']}/cancel/", follow=True)
+
+    assert "nothing to cancel" in response.content.decode()
+    assert Run.objects.get(id=done["runId"]).status == "completed"

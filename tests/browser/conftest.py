@@ -6,20 +6,16 @@ test database the server process never sees.
 """
 
 import os
-import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
+from tests.processes.cluster import PYTHON, ROOT, free_port, healthy, manage
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -39,30 +35,7 @@ class Server:
 
     def manage(self, *args: str) -> str:
         """Run a management command against the server's data folder; its stdout."""
-        return _manage(self.env, *args)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _manage(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run(
-        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result.stdout
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+        return manage(self.env, *args)
 
 
 @pytest.fixture(scope="session")
@@ -73,16 +46,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     for name in ("DATABASE_URL", "REDIS_URL"):
         env.pop(name, None)
     password = "browser-tests-only-7f3a"
-    _manage(env, "migrate", "--noinput")
-    _manage(env, "collectstatic", "--noinput")
-    _manage(env, "create_tenant", "acme", "--name", "Acme")
-    _manage(env, "create_user", "ada", "--tenant", "acme", "--role", "admin", "--password", password)
+    manage(env, "migrate", "--noinput")
+    manage(env, "collectstatic", "--noinput")
+    manage(env, "create_tenant", "acme", "--name", "Acme")
+    manage(env, "create_user", "ada", "--tenant", "acme", "--role", "admin", "--password", password)
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with (data_dir / "daphne.log").open("w") as log:
         process = subprocess.Popen(
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            # `serve` as `make run` starts it: daphne plus the in-process queue worker.
+            [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -90,7 +64,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         )
         try:
             deadline = time.monotonic() + 30
-            while not _answers(f"{url}/healthz"):
+            while not healthy(url):
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("the server did not start:\n" + (data_dir / "daphne.log").read_text())
                 time.sleep(0.2)

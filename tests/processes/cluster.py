@@ -1,0 +1,200 @@
+"""Real Airlock processes for tests: `manage.py serve` (daphne) and `manage.py run_worker`, started and
+stopped by the test, sharing a database (and a Redis channel layer when given) through the environment.
+
+Tests that use these talk to the processes over HTTP and websockets only: pytest-django's test
+database is not theirs.
+"""
+
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """Run a management command with `env`; its stdout."""
+    result = subprocess.run(
+        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 30, every: float = 0.1) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(every)
+    return value
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    url: str = ""
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@dataclass
+class Cluster:
+    """Processes of one Airlock installation (`env` names its database, data folder, channel layer)."""
+
+    env: dict[str, str]
+    folder: Path
+    processes: list[Process] = field(default_factory=list)
+
+    def manage(self, *args: str) -> str:
+        return manage(self.env, *args)
+
+    def _start(self, name: str, args: list[str], extra: dict[str, str]) -> Process:
+        log = self.folder / f"{name}.log"
+        with log.open("w") as out:  # the child keeps its own copy of the file
+            popen = subprocess.Popen(
+                [PYTHON, "manage.py", *args], cwd=ROOT, env={**self.env, **extra}, stdout=out, stderr=subprocess.STDOUT
+            )
+        process = Process(name, popen, log)
+        self.processes.append(process)
+        return process
+
+    def serve(self, name: str = "daphne", **extra: str) -> Process:
+        """A console process; it works no queued runs unless `WORKER_THREADS` is given."""
+        port = free_port()
+        process = self._start(
+            name, ["serve", "--host", "127.0.0.1", "--port", str(port)], {"WORKER_THREADS": "0", **extra}
+        )
+        process.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while not healthy(process.url):
+            if process.popen.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not start:\n{process.output()}")
+            time.sleep(0.2)
+        return process
+
+    def worker(self, name: str = "worker", *args: str, **extra: str) -> Process:
+        process = self._start(name, ["run_worker", *args], extra)
+        wait_for(lambda: "working lanes" in process.output() or process.popen.poll() is not None, f"{name} to start")
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"{name} did not start:\n{process.output()}")
+        return process
+
+    def kill(self, process: Process) -> None:
+        """SIGKILL: no clean-up of any kind, as when a machine dies."""
+        process.popen.send_signal(signal.SIGKILL)
+        process.popen.wait(10)
+
+    def stop(self, process: Process) -> None:
+        process.popen.terminate()
+        try:
+            process.popen.wait(15)
+        except subprocess.TimeoutExpired:
+            process.popen.kill()
+            process.popen.wait()
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.popen.poll() is None:
+                self.stop(process)
+
+
+def new_cluster(folder: Path, **env: str) -> Cluster:
+    """A migrated installation in `folder` (its SQLite file unless DATABASE_URL is given) with tenant
+    acme and its admin ada."""
+    base = {**os.environ, "AIRLOCK_DATA_DIR": str(folder), "DEBUG": "1", "DEADLINE_SWEEP_SECONDS": "1"}
+    for name in ("DATABASE_URL", "REDIS_URL"):
+        base.pop(name, None)
+    cluster = Cluster({**base, **env}, folder)
+    cluster.manage("migrate", "--noinput")
+    cluster.manage("create_tenant", "acme", "--name", "Acme")
+    cluster.manage("create_user", "ada", "--tenant", "acme", "--role", "admin", "--password", PASSWORD)
+    return cluster
+
+
+PASSWORD = "process-tests-only-5d1c"
+
+
+class Api:
+    """The JSON API of one console process, as a token holder."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url, self.token = url, token
+
+    def call(self, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, dict[str, str], Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", **headers},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, dict(response.headers), json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            return error.code, dict(error.headers), json.loads(error.read() or b"null")
+
+    def ok(self, method: str, path: str, body: Any = None, **headers: str) -> Any:
+        status, _, payload = self.call(method, path, body, **headers)
+        assert status in (200, 201, 202), (status, payload)
+        return payload
+
+    def run_until(self, run_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            run = self.ok("GET", f"/api/runs/{run_id}")
+            return run if done(run) else None
+
+        return wait_for(check, f"run {run_id} to get on", timeout, every=0.2)
+
+
+def login(url: str, username: str = "ada", password: str = PASSWORD) -> urllib.request.OpenerDirector:
+    """A browser-like client logged in to the console at `url` (session and CSRF cookies kept)."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(f"{url}/login/", timeout=10).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token, "no CSRF token on the login page"
+    form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token[1]})
+    opener.open(
+        urllib.request.Request(f"{url}/login/", data=form.encode(), headers={"Referer": f"{url}/login/"}), timeout=10
+    )
+    opener.cookies = {cookie.name: cookie.value for cookie in jar}  # type: ignore[attr-defined]
+    assert "sessionid" in opener.cookies, "the login did not take"  # type: ignore[attr-defined]
+    return opener
