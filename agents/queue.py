@@ -19,6 +19,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -114,7 +115,7 @@ def execute_queued(context: TaskContext, run_id: str) -> str:
     if run is None:
         return "skipped"  # cancelled, or reclaimed, before its turn began
     started = load_started(run)
-    result = asyncio.run(tracked(started))
+    result = run_here(tracked(started))
     if not _retry(started, result.error):
         finish_run(started, result)
     return run.status
@@ -161,7 +162,8 @@ def cancel(run: Run) -> str:
     """Cancel a queued or running run: `cancelled` when done here, `cancelling` when its turn stops soon."""
     canceller = f"{PROCESS_ID}:cancel"
     if Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(status=RunStatus.RUNNING, worker_id=canceller):
-        DBTaskResult.objects.filter(id=run.task_id or None, status="READY").delete()
+        if run.task_id:
+            DBTaskResult.objects.filter(id=run.task_id, status="READY").delete()
         run = _runs().get(pk=run.pk)
         finish_run(load_started(run), ExecutionResult(None, None, cancelled=True))
         return "cancelled"
@@ -297,6 +299,29 @@ class _Held:
 _HELD: dict[uuid.UUID, _Held] = {}
 _HELD_LOCK = threading.Lock()
 _KEEPER = threading.Event()
+
+
+class _ThreadLoop:
+    """An event loop of one thread, closed when the thread ends (its thread-local goes away)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self) -> None:
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+_THREAD = threading.local()
+
+
+def run_here(turn: Coroutine[Any, Any, ExecutionResult]) -> ExecutionResult:
+    """Run a turn from synchronous code on this thread's own event loop, kept between turns: a new loop
+    per turn costs more than the turn's queries (and pydantic-ai's worker thread for sync tools)."""
+    holder = getattr(_THREAD, "loop", None)
+    if holder is None:
+        holder = _THREAD.loop = _ThreadLoop()
+    return holder.loop.run_until_complete(turn)
 
 
 async def tracked(started: StartedRun) -> ExecutionResult:

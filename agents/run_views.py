@@ -132,10 +132,10 @@ def jobs_context(tenant: Any) -> dict[str, Any]:
     rows = (active | failed).values("lane", "status").annotate(n=Count("id"), oldest=Min("created_at"))
     lanes: dict[str, LaneJobs] = {}
     for row in rows:
-        jobs = lanes.setdefault(row["lane"], LaneJobs(row["lane"]))
-        setattr(jobs, row["status"], row["n"])
+        lane = lanes.setdefault(row["lane"], LaneJobs(row["lane"]))
+        setattr(lane, row["status"], row["n"])
         if row["status"] == RunStatus.QUEUED:
-            jobs.waiting_since = row["oldest"]
+            lane.waiting_since = row["oldest"]
     jobs = sorted(lanes.values(), key=lambda lane: lane.lane)
     return {"jobs": jobs, "jobs_active": any(lane.queued or lane.running for lane in jobs)}
 

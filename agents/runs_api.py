@@ -78,16 +78,16 @@ def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
             "location": location,
             "eventsLocation": f"{location}/events",
         }
-        response = JsonResponse(body, status=202)
-        response["Location"] = location
-        response["Preference-Applied"] = "respond-async"
-        return response
+        accepted = JsonResponse(body, status=202)
+        accepted["Location"] = location
+        accepted["Preference-Applied"] = "respond-async"
+        return accepted
     if _wants_sse(request):
         response = StreamingHttpResponse(_stream(started), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    result = asyncio.run(queue.tracked(started))
+    result = queue.run_here(queue.tracked(started))
     opened = finish_run(started, result)
     return JsonResponse(run_result(started.run, opened))
 
