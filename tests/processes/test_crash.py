@@ -151,3 +151,16 @@ def test_a_console_restart_loses_no_pending_request(cluster, api, fake):
     assert request_id in [r["requestId"] for r in pending]
     inbox = login(again.url).open(f"{again.url}/inbox/", timeout=10).read().decode()
     assert request_id in inbox
+
+
+def test_a_cancel_sent_to_the_console_stops_a_turn_running_in_a_worker(cluster, api, fake):
+    fake.reply_text("never delivered", delay=60)
+    cluster.worker("worker-1", "--threads", "1")
+    run_id = queue_run(api, {"message": "hi", "sessionId": "cancel-far"})
+    mid_turn(api, fake, run_id, 1)
+
+    assert api.ok("POST", f"/api/runs/{run_id}/cancel")["status"] == "cancelling"
+
+    run = api.run_until(run_id, lambda r: r["status"] in FINISHED, timeout=10)
+    assert run["status"] == "cancelled", run
+    assert events(api, run_id)[-1]["type"] == "run.cancelled"
