@@ -1,10 +1,12 @@
-"""Shared by the run API tests: the `assistant` agent, calling the run route, problem and no-change checks."""
+"""Shared by the run API tests: the `assistant` agent, calling the run route, problem and no-change checks,
+and playing the worker for queued runs (an answer's continuation waits in the queue)."""
 
 import json
 from typing import Any
 
 from agents.definitions import DefinitionContent
-from agents.models import Agent, Event, Run, Session
+from agents.models import Agent, Event, Run, RunStatus, Session
+from agents.queue import drain
 from approvals.models import PendingRequest, Rule
 from tests.conftest import Persona
 
@@ -68,6 +70,20 @@ def snapshot() -> dict[str, Any]:
         "requests": sorted(PendingRequest.objects.values_list("id", "status", "answer", "answered_in_id")),
         "rules": Rule.objects.count(),
     }
+
+
+def drain_queued(expected: int = 1) -> None:
+    """Play the worker: run every ready queued run in this thread; exactly `expected` of them waited."""
+    ran = drain()
+    assert ran == expected, f"{ran} queued run(s) ran, expected {expected}"
+
+
+def run_queued(run_id: Any) -> Run:
+    """The queued run `run_id` (e.g. the continuation an answer started) after a worker ran it: it waited
+    `queued` until then, and it was the only run waiting."""
+    assert Run.objects.get(id=run_id).status == RunStatus.QUEUED
+    drain_queued(1)
+    return Run.objects.get(id=run_id)
 
 
 def stored_events(run_id: str) -> list[Event]:

@@ -15,7 +15,7 @@ from agents.models import Agent, Run, RunStatus
 from approvals import answers
 from approvals.deadlines import expire_due
 from approvals.models import PendingRequest, RequestStatus
-from tests.agents.run_helpers import make_agent, run_ok, snapshot, stored_events
+from tests.agents.run_helpers import drain_queued, make_agent, run_ok, run_queued, snapshot, stored_events
 from tests.conftest import Persona
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
@@ -74,7 +74,10 @@ def test_it_expires_an_overdue_request_and_the_run_goes_on_with_the_call_denied(
     request = operator.api("GET", f"/api/requests/{request_id(asked)}").json()
     assert (request["status"], request["answer"], request["answeredBy"]) == ("expired", None, None)
     assert request["closedAt"]
-    [continuation] = continuations(asked)
+    [queued] = continuations(asked)
+    # The sweep only queues the continuation; a worker runs it.
+    assert mail.outbox == []
+    continuation = run_queued(queued.id)
     assert continuation.status == RunStatus.COMPLETED
     assert continuation.output == f"send_email denied: {EXPIRED}"
     assert continuation.created_by is None
@@ -107,6 +110,9 @@ def test_it_answers_expired_to_an_answer_that_comes_too_late(operator, assistant
 
     assert (outcome["status"], outcome["continuationRunId"]) == ("expired", None)
     assert snapshot() == before
+    # The late approval came while the continuation waited in the queue: it runs with the call expired.
+    [continuation] = continuations(asked)
+    assert run_queued(continuation.id).output == f"send_email denied: {EXPIRED}"
     assert mail.outbox == []
 
 
@@ -126,6 +132,7 @@ def test_it_answers_expired_to_an_answer_that_loses_the_race_with_the_sweep(oper
 
     assert (outcome["status"], outcome["continuationRunId"]) == ("expired", None)
     assert PendingRequest.objects.get().answer is None
+    drain_queued()
     assert continuations(asked)[0].output == f"send_email denied: {EXPIRED}"
     assert mail.outbox == []
 
@@ -133,6 +140,7 @@ def test_it_answers_expired_to_an_answer_that_loses_the_race_with_the_sweep(oper
 def test_it_refuses_a_run_request_that_answers_an_expired_request(operator, assistant):
     asked = ask(operator)
     expire_due(after(61))
+    drain_queued()  # the continuation ran: the session is free again, only the answer is refused
     before = snapshot()
 
     response = operator.api(
@@ -152,6 +160,7 @@ def test_it_expires_a_client_tool_request_as_a_failed_call(operator, assistant):
 
     expire_due(after(61))
 
+    drain_queued()
     [continuation] = continuations(asked)
     assert continuation.output == f"get_user_location failed: {EXPIRED}"
     [completed] = [e for e in stored_events(str(continuation.id)) if e.type == "external_tool.completed"]
@@ -180,6 +189,7 @@ def test_it_expires_a_request_once(operator, assistant):
     assert again == []
     assert snapshot() == before
     assert len(continuations(asked)) == 1
+    drain_queued(1)
 
 
 def test_it_never_expires_a_request_answered_before_its_deadline(operator, assistant):
@@ -191,7 +201,8 @@ def test_it_never_expires_a_request_answered_before_its_deadline(operator, assis
 
     assert snapshot() == before
     assert PendingRequest.objects.get(id=request_id(asked)).status == RequestStatus.ANSWERED
-    assert Run.objects.get(id=outcome["continuationRunId"]).output == "send_email: sent to a@b.c"
+    # The sweep came while the continuation waited in the queue; it runs with the approval.
+    assert run_queued(outcome["continuationRunId"]).output == "send_email: sent to a@b.c"
     assert len(mail.outbox) == 1
 
 
@@ -223,6 +234,7 @@ def test_it_continues_with_the_stored_answer_when_the_other_parallel_request_exp
     expired = expire_due(after(61))
 
     assert [str(p.id) for p in expired] == [request_id(asked, 1)]
+    drain_queued()
     [continuation] = continuations(asked)
     assert continuation.output == f"send_email: sent to a@b.c\nsend_email denied: {EXPIRED}"
     assert [m.to for m in mail.outbox] == [["a@b.c"]]
@@ -244,7 +256,8 @@ def test_it_waits_for_the_other_parallel_request_after_one_expires(operator, ass
     last = respond(operator, asked, 1)
 
     assert last["status"] == "accepted"
-    continuation = Run.objects.get(id=last["continuationRunId"])
+    assert mail.outbox == []
+    continuation = run_queued(last["continuationRunId"])
     assert continuation.status == RunStatus.COMPLETED
     assert continuation.output == f"send_email denied: {EXPIRED}\nsend_email: sent to x@y.z"
     assert [m.to for m in mail.outbox] == [["x@y.z"]]
@@ -272,6 +285,7 @@ def test_the_sweep_command_expires_overdue_requests(operator, assistant):
 
     assert out.getvalue().strip() == "expired 1 request(s)"
     assert PendingRequest.objects.get().status == RequestStatus.EXPIRED
+    drain_queued()
     [continuation] = continuations(asked)
     assert continuation.output == f"send_email denied: {EXPIRED}"
     assert mail.outbox == []

@@ -12,6 +12,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.push import render_request
+from tests.agents.run_helpers import drain_queued, run_queued
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
@@ -167,7 +168,9 @@ def test_it_approves_from_the_form_and_the_run_continues(operator, mailer):
     stored = PendingRequest.objects.get(id=request_id(asked))
     assert stored.answer["approved"] is True
     assert (stored.answered_by, stored.answered_via) == (operator.user, "inbox")
-    run = continuation(asked)
+    # The continuation waits in the queue until a worker runs it.
+    assert mail.outbox == []
+    run = run_queued(continuation(asked).id)
     assert run.status == RunStatus.COMPLETED
     assert run.output == "send_email: sent to a@b.c"
     assert [m.to for m in mail.outbox] == [["a@b.c"]]
@@ -183,7 +186,7 @@ def test_it_swaps_the_card_out_when_htmx_posts_the_answer(operator, mailer):
 
     assert response.status_code == 200
     assert response.content == b""
-    assert continuation(asked).status == RunStatus.COMPLETED
+    assert run_queued(continuation(asked).id).status == RunStatus.COMPLETED
 
 
 def test_it_denies_with_a_reason(operator, mailer):
@@ -192,6 +195,7 @@ def test_it_denies_with_a_reason(operator, mailer):
     answer(operator, request_id(asked), {"decision": "deny", "reason": "not during the freeze"})
 
     assert PendingRequest.objects.get(id=request_id(asked)).answer["reason"] == "not during the freeze"
+    drain_queued()
     assert continuation(asked).output == "send_email denied: not during the freeze"
     assert mail.outbox == []
 
@@ -203,6 +207,7 @@ def test_it_approves_the_edited_arguments(operator, mailer):
     answer(operator, request_id(asked), {"decision": "approve", "arguments": json.dumps(edited, indent=2)})
 
     assert PendingRequest.objects.get(id=request_id(asked)).answer["overrideArguments"] == edited
+    drain_queued()
     assert [m.to for m in mail.outbox] == [["ops@example.com"]]
 
 
@@ -238,6 +243,7 @@ def test_it_remembers_the_rule_and_the_next_identical_call_does_not_ask(operator
     rule = Rule.objects.get()
     assert (rule.agent, rule.tool_name, rule.arguments_hash) == (mailer, "send_email", "")
     assert rule.created_by == operator.user
+    drain_queued()  # the continuation runs first: one turn at a time per session
     again = operator.api("post", "/api/agents/mailer/runs", {"message": SEND, "sessionId": "s1"}).json()
     assert again["status"] == "completed"
     assert again["output"] == "send_email: sent to a@b.c"
@@ -282,6 +288,7 @@ def test_it_offers_no_remember_for_a_tool_that_asks_every_time(operator, admin):
 def test_it_says_the_second_answer_changed_nothing(operator, admin, mailer):
     asked = ask(operator)
     answer(operator, request_id(asked), {"decision": "approve"})
+    drain_queued()
 
     late = answer(admin, request_id(asked), {"decision": "deny", "reason": "too late"}, htmx=True)
 
@@ -292,6 +299,7 @@ def test_it_says_the_second_answer_changed_nothing(operator, admin, mailer):
     assert len(mail.outbox) == 1
     answer(admin, request_id(asked), {"decision": "approve"})
     assert "answered before" in admin.client.get("/inbox/").content.decode()
+    drain_queued(0)
 
 
 # --- batch answers --------------------------------------------------------------------------------
@@ -309,6 +317,7 @@ def test_it_denies_all_of_a_runs_approvals_with_one_reason(operator, mailer):
 
     assert response.status_code == 200
     assert json.loads(response["HX-Trigger"]) == {"airlock:answered": {"ids": ids}}
+    drain_queued()
     assert continuation(asked).output == "send_email denied: no mail today\nsend_email denied: no mail today"
     assert mail.outbox == []
 
@@ -320,6 +329,9 @@ def test_it_approves_all_without_javascript(operator, mailer):
     response = operator.client.post("/inbox/", {"run": asked["runId"], "request": ids, "decision": "approve"})
 
     assert response.status_code == 302
+    assert continuation(asked).status == RunStatus.QUEUED
+    assert mail.outbox == []
+    drain_queued()
     assert continuation(asked).status == RunStatus.COMPLETED
     assert len(mail.outbox) == 2
     assert "Approved 2 requests of the run." in operator.client.get("/inbox/").content.decode()
@@ -338,6 +350,7 @@ def test_it_sends_a_client_tools_result(operator, admin):
     answer(operator, request_id(asked), {"decision": "result", "result": '{"city": "Lisbon"}'})
 
     assert PendingRequest.objects.get(id=request_id(asked)).answer["result"] == {"city": "Lisbon"}
+    drain_queued()
     assert continuation(asked).status == RunStatus.COMPLETED
 
 
@@ -438,6 +451,7 @@ def test_it_answers_the_rest_of_a_batch_and_says_which_was_answered_before(opera
 
     assert json.loads(response["HX-Trigger"]) == {"airlock:answered": {"ids": [ids[1]]}}
     assert "send_email: The request was answered before" in response.content.decode()
+    drain_queued()
     assert continuation(asked).output == "send_email denied: first\nsend_email: sent to a@b.c"
 
 

@@ -11,7 +11,16 @@ from django.test import Client
 
 from agents.models import Agent, Run
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
-from tests.agents.run_helpers import assert_problem, make_agent, run, run_ok, snapshot, stored_events
+from tests.agents.run_helpers import (
+    assert_problem,
+    drain_queued,
+    make_agent,
+    run,
+    run_ok,
+    run_queued,
+    snapshot,
+    stored_events,
+)
 from tests.conftest import Persona
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
@@ -83,6 +92,10 @@ def test_it_accepts_an_approval_and_the_continuation_sends_the_email(operator, a
     assert outcome["status"] == "accepted"
     assert outcome["requestId"] == request_id(asked)
     assert outcome["message"]
+    # The continuation waits in the queue: the answer returned before any turn ran.
+    assert get_run(operator, outcome["continuationRunId"])["status"] == "queued"
+    assert mail.outbox == []
+    drain_queued()
     continuation = get_run(operator, outcome["continuationRunId"])
     assert continuation["status"] == "completed"
     assert continuation["output"] == "send_email: sent to a@b.c"
@@ -107,6 +120,7 @@ def test_it_accepts_a_denial_and_sends_nothing(operator, assistant):
     )
 
     assert outcome["status"] == "accepted"
+    drain_queued()
     continuation = get_run(operator, outcome["continuationRunId"])
     assert continuation["output"] == "send_email denied: Not today"
     assert mail.outbox == []
@@ -119,6 +133,7 @@ def test_it_accepts_a_client_tools_result(operator, assistant):
     outcome = respond_ok(operator, asked["runId"], {"requestId": request_id(asked), "result": "Lisbon"})
 
     assert outcome["status"] == "accepted"
+    drain_queued()
     continuation = get_run(operator, outcome["continuationRunId"])
     assert (continuation["status"], continuation["output"]) == ("completed", "get_user_location: Lisbon")
 
@@ -129,7 +144,7 @@ def test_it_accepts_a_client_tools_error_message(operator, assistant):
     outcome = respond_ok(operator, asked["runId"], {"requestId": request_id(asked), "errorMessage": "No GPS"})
 
     assert outcome["status"] == "accepted"
-    assert get_run(operator, outcome["continuationRunId"])["output"] == "get_user_location failed: No GPS"
+    assert run_queued(outcome["continuationRunId"]).output == "get_user_location failed: No GPS"
 
 
 def test_it_accepts_an_input_answer_that_fits_the_schema(operator, assistant):
@@ -162,6 +177,7 @@ def test_it_accepts_a_declined_input_without_content(operator, assistant):
 def test_it_says_already_resolved_when_the_same_answer_comes_again(operator, assistant):
     asked = ask(operator)
     first = approve(operator, asked)
+    drain_queued()
     before = snapshot()
 
     again = approve(operator, asked)
@@ -169,6 +185,7 @@ def test_it_says_already_resolved_when_the_same_answer_comes_again(operator, ass
     assert again["status"] == "already_resolved"
     assert (again["requestId"], again["continuationRunId"]) == (request_id(asked), None)
     assert snapshot() == before
+    drain_queued(0)
     assert Run.objects.filter(previous_run_id=asked["runId"]).count() == 1
     assert first["continuationRunId"]
     assert len(mail.outbox) == 1
@@ -177,12 +194,14 @@ def test_it_says_already_resolved_when_the_same_answer_comes_again(operator, ass
 def test_it_keeps_the_first_answer_when_a_different_one_follows(operator, admin, assistant):
     asked = ask(operator)
     approve(operator, asked)
+    drain_queued()
     before = snapshot()
 
     late = respond_ok(admin, asked["runId"], {"requestId": request_id(asked), "approved": False, "reason": "Stop"})
 
     assert late["status"] == "already_resolved"
     assert snapshot() == before
+    drain_queued(0)
     request = PendingRequest.objects.get(id=request_id(asked))
     assert (request.answer["approved"], request.answered_by) == (True, operator.user)
     assert len(mail.outbox) == 1
@@ -214,6 +233,7 @@ def test_it_says_already_resolved_for_a_request_answered_by_a_run_request(operat
 def test_it_refuses_a_run_request_that_repeats_an_answer_given_through_the_api(operator, assistant):
     asked = ask(operator)
     approve(operator, asked)
+    drain_queued()  # the continuation ran: the session is free again, only the repeated answer is wrong
     before = snapshot()
 
     response = run(operator, {"sessionId": "s1", "approvals": [{"requestId": request_id(asked), "approved": True}]})
@@ -544,6 +564,9 @@ def test_it_continues_when_the_last_of_parallel_requests_is_answered(operator, a
     )
 
     assert second["status"] == "accepted"
+    assert get_run(operator, second["continuationRunId"])["status"] == "queued"
+    assert mail.outbox == []
+    drain_queued()
     continuation = get_run(operator, second["continuationRunId"])
     assert continuation["status"] == "completed"
     assert continuation["output"] == "send_email: sent to a@b.c\nsend_email denied: No"
@@ -562,6 +585,7 @@ def test_it_continues_with_a_client_tool_result_and_an_approval_together(operato
     last = respond_ok(operator, asked["runId"], {"requestId": kinds["approval"], "approved": True})
 
     assert first["continuationRunId"] is None
+    drain_queued()
     continuation = get_run(operator, last["continuationRunId"])
     assert set(continuation["output"].splitlines()) == {"send_email: sent to a@b.c", "get_user_location: Lisbon"}
 
@@ -663,6 +687,8 @@ def test_it_remembers_an_approval_and_the_next_identical_call_does_not_ask(opera
     assert rule.arguments_hash
     listed = operator.api("GET", "/api/rules").json()
     assert str(rule.id) in json.dumps(listed)
+    drain_queued()
+    assert len(mail.outbox) == 1
 
     again = run_ok(operator, {"message": SEND, "sessionId": "s2"})
 

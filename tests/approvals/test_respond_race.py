@@ -20,7 +20,7 @@ from django.utils import timezone
 from agents.models import Agent, Run, RunStatus
 from approvals.deadlines import expire_due
 from approvals.models import PendingRequest, RequestStatus
-from tests.agents.run_helpers import make_agent, run_ok
+from tests.agents.run_helpers import drain_queued, make_agent, run_ok, run_queued
 from tests.conftest import Persona
 
 pytestmark = [
@@ -95,6 +95,8 @@ def test_it_accepts_one_of_fifty_answers_given_at_the_same_moment(operator, assi
     assert [o["continuationRunId"] is not None for o in outcomes].count(True) == 1
     [continuation] = Run.objects.filter(previous_run_id=asked["runId"])
     assert str(continuation.id) == outcomes[winner]["continuationRunId"]
+    assert mail.outbox == []
+    continuation = run_queued(continuation.id)
     assert (continuation.status, continuation.output) == (RunStatus.COMPLETED, "send_email: sent to a@b.c")
     request = PendingRequest.objects.get(id=request_id)
     assert (request.status, request.answer["reason"]) == (RequestStatus.ANSWERED, f"answer {winner}")
@@ -112,6 +114,7 @@ def test_it_continues_once_when_the_last_two_answers_arrive_together(operator, a
         started = [o["continuationRunId"] for o in outcomes if o["continuationRunId"]]
         [continuation] = Run.objects.filter(previous_run_id=asked["runId"])
         assert started == [str(continuation.id)]
+        continuation = run_queued(continuation.id)
         assert continuation.output == "send_email: sent to a@b.c\nsend_email: sent to a@b.c"
     assert len(mail.outbox) == 10
 
@@ -126,6 +129,7 @@ def test_it_tells_every_answer_racing_the_sweep_what_became_of_the_request(opera
         *outcomes, expired = together([answer(operator, asked["runId"], body)] * 20 + [sweep])
 
         statuses = sorted(o["status"] for o in outcomes)
+        drain_queued()
         [continuation] = Run.objects.filter(previous_run_id=asked["runId"])
         if expired:
             # The sweep won: every answer that came too late is told so, none is told "already resolved".
