@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.core import mail
+from django.db import connections
 from django.test import AsyncClient
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
@@ -90,6 +91,14 @@ def test_it_answers_202_and_the_worker_runs_the_turn(operator, assistant):
     assert queue.drain() == 0
 
 
+def drain_apart() -> int:
+    """Play a worker in a thread of its own, closing its connection as a worker thread would."""
+    try:
+        return queue.drain()
+    finally:
+        connections.close_all()
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("thread_connections")
 async def test_a_follower_sees_a_queued_run_through_to_its_end(operator, assistant):
@@ -99,7 +108,7 @@ async def test_a_follower_sees_a_queued_run_through_to_its_end(operator, assista
     await asyncio.sleep(0.5)
     assert not reading.done()  # still queued: the stream waits
 
-    await sync_to_async(queue.drain, thread_sensitive=False)()
+    await sync_to_async(drain_apart, thread_sensitive=False)()
 
     streamed = frames(await asyncio.wait_for(reading, 10))
     assert [f["event"] for f in streamed][:2] == ["run.started", "user.message"]
