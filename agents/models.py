@@ -1,4 +1,5 @@
 import uuid
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
@@ -95,8 +96,9 @@ class AgentVersion(models.Model):
             raise ValueError("an agent version is immutable")
         super().save(*args, **kwargs)
 
-    @property
+    @cached_property
     def definition(self) -> DefinitionContent:
+        """The parsed content (a version never changes, so once per instance)."""
         return DefinitionContent.model_validate(self.content)
 
 

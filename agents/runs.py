@@ -647,85 +647,98 @@ _REQUESTED_EVENT = {
 
 def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequest]:
     """Store the turn's outcome: status, output, pending requests, conversation and the event log."""
-    run, log, prepared = started.run, started.log, started.prepared
+    run = started.run
     opened: list[PendingRequest] = []
-    with transaction.atomic():
-        # Only the holder of the run's lease finishes it: a run reclaimed meanwhile (its lease ran out)
-        # was finished or queued again by the reclaimer.
-        held = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, worker_id=run.worker_id)
-        if not held.update(lease_expires_at=None, queued_input=None):
-            logger.warning("Run %s was reclaimed while its turn ran; this outcome is dropped", run.id)
-            return []
-        run.lease_expires_at = run.queued_input = None
-        run.finished_at = timezone.now()
-        outcome = result.outcome
-        if result.cancelled:
-            run.status = RunStatus.CANCELLED
-            log.record("run.cancelled", {})
-        elif outcome is None:
-            assert result.error is not None
-            run.status = RunStatus.FAILED
-            run.error = {"code": result.error.code, "message": result.error.message}
-            log.record("run.failed", {"error": run.error})
-        elif outcome.pending and run.session is None:
-            # A sessionless run cannot be answered: its requests would have nowhere to go.
-            run.status = RunStatus.FAILED
-            run.error = {
-                "code": "session_required",
-                "message": "The agent asked for approval, input or a client tool; send a sessionId to answer.",
-            }
-            log.record("run.failed", {"error": run.error})
-        else:
-            run.usage = outcome.usage
-            log.record("assistant.usage", outcome.usage)
-            deadline = prepared.version.definition.request_deadline_seconds
-            expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
-            for call in outcome.pending:
-                pending = PendingRequest(
-                    tenant=run.tenant,
-                    agent=run.agent,
-                    session=run.session,
-                    run=run,
-                    kind=call.kind,
-                    tool_name=call.tool_name,
-                    call_id=call.call_id,
-                    arguments=call.arguments,
-                    message=call.message,
-                    requested_schema=call.requested_schema,
-                    engine_state=call.engine_state,
-                    expires_at=expires_at,
-                )
-                opened.append(pending)
-                log.record(
-                    _REQUESTED_EVENT[RequestKind(call.kind)], {k: v for k, v in pending.wire().items() if k != "kind"}
-                )
-            if opened:
-                kinds = {p.kind for p in opened}
-                run.status = next(status for kind, status in _AWAITING_ORDER if kind in kinds)
-                log.record("run.awaiting", {"status": run.status, "pendingRequests": [p.wire() for p in opened]})
-            else:
-                run.status = RunStatus.COMPLETED
-                run.output = outcome.output
-                log.record("run.completed", {"output": outcome.output})
-            if run.session is not None:
-                run.session.conversation = outcome.conversation
-        if outcome is None:
-            # The answers this run carried were not consumed: keep them for the next turn of the session.
-            PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED).update(
-                status=RequestStatus.PENDING, answered_in=None, closed_at=None
-            )
-            PendingRequest.objects.filter(answered_in=run).update(answered_in=None)
-        if opened:
-            PendingRequest.objects.bulk_create(opened)
-        run.save(update_fields=["status", "output", "usage", "error", "finished_at"])
-        if run.session is not None:
-            run.session.last_run = run
-            run.session.updated_at = run.finished_at
-            fields = ["last_run", "updated_at"] + (["conversation"] if outcome is not None else [])
-            run.session.save(update_fields=fields)
-        log.flush()
+    try:
+        with transaction.atomic():
+            _store_outcome(started, result, opened)
+    except _Reclaimed:
+        logger.warning("Run %s was reclaimed while its turn ran; this outcome is dropped", run.id)
+        run.refresh_from_db()
+        return []
     notify_requests_opened(opened)
     return opened
+
+
+class _Reclaimed(Exception):
+    pass
+
+
+def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[PendingRequest]) -> None:
+    run, log, prepared = started.run, started.log, started.prepared
+    run.lease_expires_at = run.queued_input = None
+    run.finished_at = timezone.now()
+    outcome = result.outcome
+    if result.cancelled:
+        run.status = RunStatus.CANCELLED
+        log.record("run.cancelled", {})
+    elif outcome is None:
+        assert result.error is not None
+        run.status = RunStatus.FAILED
+        run.error = {"code": result.error.code, "message": result.error.message}
+        log.record("run.failed", {"error": run.error})
+    elif outcome.pending and run.session is None:
+        # A sessionless run cannot be answered: its requests would have nowhere to go.
+        run.status = RunStatus.FAILED
+        run.error = {
+            "code": "session_required",
+            "message": "The agent asked for approval, input or a client tool; send a sessionId to answer.",
+        }
+        log.record("run.failed", {"error": run.error})
+    else:
+        run.usage = outcome.usage
+        log.record("assistant.usage", outcome.usage)
+        deadline = prepared.version.definition.request_deadline_seconds
+        expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
+        for call in outcome.pending:
+            pending = PendingRequest(
+                tenant=run.tenant,
+                agent=run.agent,
+                session=run.session,
+                run=run,
+                kind=call.kind,
+                tool_name=call.tool_name,
+                call_id=call.call_id,
+                arguments=call.arguments,
+                message=call.message,
+                requested_schema=call.requested_schema,
+                engine_state=call.engine_state,
+                expires_at=expires_at,
+            )
+            opened.append(pending)
+            log.record(
+                _REQUESTED_EVENT[RequestKind(call.kind)], {k: v for k, v in pending.wire().items() if k != "kind"}
+            )
+        if opened:
+            kinds = {p.kind for p in opened}
+            run.status = next(status for kind, status in _AWAITING_ORDER if kind in kinds)
+            log.record("run.awaiting", {"status": run.status, "pendingRequests": [p.wire() for p in opened]})
+        else:
+            run.status = RunStatus.COMPLETED
+            run.output = outcome.output
+            log.record("run.completed", {"output": outcome.output})
+        if run.session is not None:
+            run.session.conversation = outcome.conversation
+    if outcome is None:
+        # The answers this run carried were not consumed: keep them for the next turn of the session.
+        PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED).update(
+            status=RequestStatus.PENDING, answered_in=None, closed_at=None
+        )
+        PendingRequest.objects.filter(answered_in=run).update(answered_in=None)
+    if opened:
+        PendingRequest.objects.bulk_create(opened)
+    # Only the holder of the run's lease finishes it: a run reclaimed meanwhile (its lease ran out)
+    # was finished or queued again by the reclaimer, and this outcome rolls back.
+    fields = ["status", "output", "usage", "error", "finished_at", "lease_expires_at", "queued_input"]
+    held = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, worker_id=run.worker_id)
+    if not held.update(**{name: getattr(run, name) for name in fields}):
+        raise _Reclaimed
+    if run.session is not None:
+        run.session.last_run = run
+        run.session.updated_at = run.finished_at
+        fields = ["last_run", "updated_at"] + (["conversation"] if outcome is not None else [])
+        run.session.save(update_fields=fields)
+    log.flush()
 
 
 def run_result(run: Run, pending: list[PendingRequest] | None = None) -> dict[str, Any]:
