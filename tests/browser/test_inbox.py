@@ -4,8 +4,6 @@ operator answers, without a reload; "don't ask again"; batch answers; readers wa
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
@@ -14,6 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Server
+from tests.processes.cluster import Api
 
 pytestmark = pytest.mark.browser
 
@@ -21,29 +20,9 @@ EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 
 
-class Api:
-    """The JSON API with one user's bearer token."""
-
-    def __init__(self, server: Server, token: str) -> None:
-        self.server, self.token = server, token
-
-    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        request = urllib.request.Request(
-            self.server.url + path,
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"null")
-
-
 @pytest.fixture
 def api(server: Server, acme_team: dict[str, str]) -> dict[str, Api]:
-    return {name: Api(server, token) for name, token in acme_team.items()}
+    return {name: Api(server.url, token) for name, token in acme_team.items()}
 
 
 def create_agent(api: dict[str, Api], **fields: Any) -> str:
@@ -207,3 +186,49 @@ def test_it_answers_an_elicitation_from_its_generated_form(api: dict[str, Api], 
 
     expect(card).to_have_count(0)
     assert continuation_of(api["otto"], asked)["output"] == 'book_meeting: Booked "Roadmap" on Friday'
+
+
+# Watches the real Notification API: each notification shown is recorded, and the page can be made hidden.
+WATCH_NOTIFICATIONS = """
+(() => {
+  Object.defineProperty(document, "hidden", { configurable: true, get: () => window.__hidden === true });
+  const Real = window.Notification;
+  window.__notes = [];
+  class Watched extends Real {
+    constructor(title, options) {
+      super(title, options);
+      window.__notes.push({ title, body: options.body, tag: options.tag });
+    }
+  }
+  Object.defineProperty(Watched, "permission", { get: () => Real.permission });
+  Watched.requestPermission = (...args) => Real.requestPermission(...args);
+  window.Notification = Watched;
+})();
+"""
+
+
+def test_it_notifies_a_hidden_inbox_of_a_new_request_and_a_visible_one_not(
+    api: dict[str, Api], sign_in: Callable[[str], Page], server: Server
+) -> None:
+    agent = create_agent(api, tools=[{"name": "send_email", "approval": "always"}])
+    page = sign_in("otto")
+    page.context.grant_permissions(["notifications"], origin=server.url)
+    page.context.add_init_script(WATCH_NOTIFICATIONS)
+    open_inbox(page)
+    expect(page.get_by_role("button", name="Enable notifications")).to_be_hidden()  # already granted
+
+    page.evaluate("window.__hidden = true")
+    hidden = run(api["otto"], agent, SEND, uuid4().hex)
+    expect(page.locator(f"#request-{hidden['pendingRequests'][0]['requestId']}")).to_be_visible()
+    page.wait_for_function("window.__notes.length === 1")
+    [note] = page.evaluate("window.__notes")
+    assert note == {
+        "title": "An agent is waiting for an answer",
+        "body": f"{agent}: send_email",
+        "tag": "airlock-inbox",
+    }
+
+    page.evaluate("window.__hidden = false")
+    shown = run(api["otto"], agent, SEND, uuid4().hex)
+    expect(page.locator(f"#request-{shown['pendingRequests'][0]['requestId']}")).to_be_visible()
+    assert page.evaluate("window.__notes.length") == 1

@@ -166,10 +166,14 @@ class Api:
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", **headers},
         )
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=60) as response:
                 return response.status, dict(response.headers), json.loads(response.read() or b"null")
         except urllib.error.HTTPError as error:
             return error.code, dict(error.headers), json.loads(error.read() or b"null")
+
+    def __call__(self, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
+        status, _, payload = self.call(method, path, body, **headers)
+        return status, payload
 
     def ok(self, method: str, path: str, body: Any = None, **headers: str) -> Any:
         status, _, payload = self.call(method, path, body, **headers)
