@@ -39,9 +39,9 @@ test-postgres:
 		DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -m "not browser and not processes"; \
 	else echo "PostgreSQL is not running on 127.0.0.1:5432: skipped the PostgreSQL pass"; fi
 
+# Every benchmark (bench/README.md); writes bench/results.md. Needs PostgreSQL and Redis on loopback.
 bench: setup
-	$(PY) bench/turn_overhead.py --turns 300 --http
-	$(PY) bench/push_latency.py --clients 1,50,200 --rounds 20
+	$(PY) bench/run_all.py
 
 lint: setup
 	.venv/bin/ruff check .
