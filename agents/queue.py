@@ -57,6 +57,13 @@ def lease(worker_id: str) -> dict[str, Any]:
     return {"worker_id": worker_id, "lease_expires_at": timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)}
 
 
+def hold_here() -> dict[str, Any]:
+    """A synchronous turn of this process: leased while a keeper renews leases here (`serve`,
+    `run_worker`), so its runs are reclaimed should the process die; without a keeper (another ASGI
+    server, tests) it is not leased, as nothing would renew the lease of a long turn."""
+    return lease(PROCESS_ID) if _KEEPER.is_set() else {"worker_id": PROCESS_ID}
+
+
 def lane_limit(lane: str) -> int:
     return settings.RUN_LANES.get(lane, settings.RUN_LANE_CONCURRENCY)
 

@@ -419,7 +419,7 @@ def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> Star
             parameters=prepared.bound,
             created_by=_person(user),
             lane=request.lane or DEFAULT_LANE,
-            **({} if queued else queue.lease(queue.PROCESS_ID)),
+            **({} if queued else queue.hold_here()),
         )
         log = EventLog(run)
         log.record(

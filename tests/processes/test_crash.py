@@ -1,6 +1,8 @@
 """Crash safety with real processes: a worker SIGKILLed mid-turn, a console process killed and started
 again. The model is a loopback OpenAI-compatible server whose reply the killed worker never gets."""
 
+import http.client
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,3 +166,28 @@ def test_a_cancel_sent_to_the_console_stops_a_turn_running_in_a_worker(cluster, 
     run = api.run_until(run_id, lambda r: r["status"] in FINISHED, timeout=10)
     assert run["status"] == "cancelled", run
     assert events(api, run_id)[-1]["type"] == "run.cancelled"
+
+
+def test_a_turn_of_a_console_killed_mid_request_ends_worker_lost(cluster, api, fake):
+    fake.reply_text("never delivered", delay=60)
+    [console] = [p for p in cluster.processes if p.name == "daphne"]
+    watcher = Api(cluster.serve("daphne-watcher").url, api.token)
+    cut_off: list[Exception] = []
+
+    def call() -> None:
+        try:
+            api.call("POST", "/api/agents/remote/runs", {"message": "hi"})
+        except (OSError, http.client.HTTPException) as error:
+            cut_off.append(error)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    wait_for(lambda: fake.requests, "the console to call the model")
+    [running] = watcher.ok("GET", "/api/runs?status=running")["items"]
+
+    cluster.kill(console)
+    caller.join(30)
+    assert cut_off, "the killed console still answered"
+
+    run = watcher.run_until(running["runId"], lambda r: r["status"] in FINISHED)
+    assert (run["status"], run["error"]["code"]) == ("failed", "worker_lost"), run
