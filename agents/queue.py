@@ -46,6 +46,7 @@ from agents.runs import (
     finish_run,
 )
 from approvals.models import Rule
+from console.periodic import start_periodic
 
 logger = logging.getLogger(__name__)
 
@@ -397,18 +398,5 @@ def reclaim_lost(now: Any = None) -> list[Run]:
 
 def start_keeper(every_seconds: float = 1.0) -> None:
     """Start the keeper thread of this process (once)."""
-    if _KEEPER.is_set():
-        return
     _KEEPER.set()
-
-    def loop() -> None:
-        while True:
-            try:
-                keep()
-            except Exception:
-                logger.exception("the run keeper failed; it runs again shortly")
-            finally:
-                close_old_connections()
-            threading.Event().wait(every_seconds)
-
-    threading.Thread(target=loop, name="airlock-keeper", daemon=True).start()
+    start_periodic("keeper", every_seconds, keep)

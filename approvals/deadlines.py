@@ -1,21 +1,17 @@
 """Request deadlines: a periodic sweep closes overdue requests `expired` and lets their runs go on.
 
-The sweep is one loop per serving process (started by console/asgi.py) or the `sweep_deadlines`
+The sweep is one loop per serving process (started by `manage.py serve`) or the `sweep_deadlines`
 command; every closing is a conditional update, so several sweepers never close a request twice.
 """
 
-import logging
-import threading
 from datetime import datetime
 
-from django.db import close_old_connections
 from django.utils import timezone
 
 from approvals.answers import continue_when_complete
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_closed
-
-logger = logging.getLogger(__name__)
+from console.periodic import start_periodic
 
 
 def expire_due(now: datetime | None = None) -> list[PendingRequest]:
@@ -39,23 +35,6 @@ def expire_due(now: datetime | None = None) -> list[PendingRequest]:
     return expired
 
 
-_started = threading.Event()
-
-
 def start_sweeper(every_seconds: float) -> None:
     """Run the sweep every `every_seconds` in a daemon thread of this process (once per process)."""
-    if _started.is_set():
-        return
-    _started.set()
-
-    def loop() -> None:
-        while True:
-            try:
-                expire_due()
-            except Exception:
-                logger.exception("the deadline sweep failed; it runs again shortly")
-            finally:
-                close_old_connections()
-            threading.Event().wait(every_seconds)
-
-    threading.Thread(target=loop, name="airlock-deadlines", daemon=True).start()
+    start_periodic("deadlines", every_seconds, expire_due)
