@@ -191,12 +191,17 @@ def _serialize_claims() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext('airlock.claim'))")
 
 
+_CLAIMING = threading.Lock()
+
+
 def claim(worker_id: str, lanes: list[str] | None = None) -> DBTaskResult | None:
     """Take the next ready task of a lane below its limit and mark its run running under a lease."""
     tasks = DBTaskResult.objects.ready().filter(backend_name="default", task_path=execute_queued.module_path)
     if lanes is not None:
         tasks = tasks.filter(queue_name__in=[queue_name(lane) for lane in lanes])
-    with exclusive_transaction(tasks.db):
+    # The threads of one process take turns before asking the database: on SQLite, threads that
+    # collide on its lock back off in sleeps of many milliseconds.
+    with _CLAIMING, exclusive_transaction(tasks.db):
         _serialize_claims()
         busy = Run.objects.filter(status=RunStatus.RUNNING).exclude(task_id="").values("lane").annotate(n=Count("id"))
         full = [queue_name(row["lane"]) for row in busy if row["n"] >= lane_limit(row["lane"])]
