@@ -168,6 +168,12 @@ class DefinitionContent(WireModel):
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 
+    @property
+    def consults_rules(self) -> bool:
+        """Whether remembered rules can answer a call: only approval mode `always` asks them."""
+        modes = [tool.approval for tool in self.tools] + [server.approval for server in self.mcp_servers]
+        return "always" in modes
+
 
 def error_map(error: ValidationError, strip: int = 0) -> dict[str, str]:
     """Field path ("parameters.0.default") -> message, for forms and problem+json bodies."""

@@ -42,10 +42,10 @@ from agents.runs import (
     PreparedRun,
     RunRequest,
     StartedRun,
+    active_rules,
     execute,
     finish_run,
 )
-from approvals.models import Rule
 from console.periodic import start_periodic
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def load_started(run: Run) -> StartedRun:
         prepared=prepared,
         log=EventLog.resume(run),
         answers=Answers.load(data.get("answers", {})),
-        rules=list(Rule.objects.filter(agent=run.agent, revoked_at__isnull=True)),
+        rules=active_rules(run.agent, run.version),
         conversation=session.conversation if session is not None else None,
     )
 

@@ -471,7 +471,7 @@ def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> Star
             )
         for pending in [p for p, _ in prepared.answered] + prepared.stored_answers:
             _apply_answer(pending, answers, log, user)
-        rules = list(Rule.objects.filter(agent=prepared.agent, revoked_at__isnull=True))
+        rules = active_rules(prepared.agent, prepared.version)
         if request.message is not None and request.message != "":
             log.record("user.message", {"content": request.message})
         for name, text in prepared.documents:
@@ -482,6 +482,13 @@ def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> Star
     notify_requests_closed(run.tenant_id, [str(i) for i in closed])
     conversation = session.conversation if session is not None else None
     return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules, conversation=conversation)
+
+
+def active_rules(agent: Agent, version: AgentVersion) -> list[Rule]:
+    """The rules a turn of `version` may consult (none to read when no tool asks in mode `always`)."""
+    if not version.definition.consults_rules:
+        return []
+    return list(Rule.objects.filter(agent=agent, revoked_at__isnull=True))
 
 
 def _person(user: Any) -> Any:
