@@ -124,8 +124,9 @@ def execute_queued(context: TaskContext, run_id: str) -> str:
         return "skipped"  # cancelled, or reclaimed, before its turn began
     started = load_started(run)
     result = run_here(tracked(started))
-    if not _retry(started, result.error):
-        finish_run(started, result)
+    if _retry(started, result.error):
+        return "retrying"
+    finish_run(started, result)
     return run.status
 
 
