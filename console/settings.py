@@ -81,6 +81,13 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Under ASGI a request's thread does not outlive it, so a kept connection would be left behind per
+    # request until PostgreSQL refuses more: connections come from a pool of this process instead.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {"min_size": 1, "max_size": env_int("DATABASE_POOL_SIZE", 20, minimum=1), "timeout": 20}
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # SQLite creates the file but not its folder; a fresh checkout has no data folder yet.
     if DATABASES["default"]["NAME"] != ":memory:":
@@ -95,7 +102,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_url("REDIS_URL", "", schemes=("redis", "rediss", "unix"))
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # redis-py times reads out after 5 s, just when channels_redis's blocking receive would return empty:
+    # idle consoles were dropped. Many consoles reconnecting at once need more than 100 connections.
+    REDIS_HOST = {"address": REDIS_URL, "socket_timeout": 30, "max_connections": 2000}
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_HOST]}}
+    }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

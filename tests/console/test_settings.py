@@ -88,7 +88,9 @@ PRINT_BACKENDS = (
     "import json, console.settings as s; "
     "print(json.dumps({'database': s.DATABASES['default']['ENGINE'], 'name': s.DATABASES['default']['NAME'], "
     "'layer': s.CHANNEL_LAYERS['default']['BACKEND'], "
-    "'hosts': s.CHANNEL_LAYERS['default'].get('CONFIG', {}).get('hosts')}))"
+    "'hosts': s.CHANNEL_LAYERS['default'].get('CONFIG', {}).get('hosts'), "
+    "'pool': s.DATABASES['default'].get('OPTIONS', {}).get('pool'), "
+    "'conn_max_age': s.DATABASES['default']['CONN_MAX_AGE']}))"
 )
 
 
@@ -113,7 +115,12 @@ def test_it_scales_out_on_postgresql_and_redis(tmp_path):
     assert resolved["database"] == "django.db.backends.postgresql"
     assert resolved["name"] == "airlock"
     assert resolved["layer"] == "channels_redis.core.RedisChannelLayer"
-    assert resolved["hosts"] == ["redis://cache.internal:6379/0"]
+    [host] = resolved["hosts"]
+    assert host["address"] == "redis://cache.internal:6379/0"
+    # Idle consoles outlive channels_redis's 5 s blocking receive; reconnect storms get connections.
+    assert host["socket_timeout"] > 5 and host["max_connections"] >= 1000
+    # Under ASGI connections come from a pool, never kept per (short-lived) request thread.
+    assert (resolved["conn_max_age"], resolved["pool"]["max_size"]) == (0, 20)
 
 
 def test_it_passes_the_deployment_checklist(tmp_path):

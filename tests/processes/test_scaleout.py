@@ -4,6 +4,7 @@ connected to console 2; answering there continues the run on worker 2."""
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,8 @@ def test_an_approval_opened_on_worker_1_is_answered_through_console_2_and_runs_o
 
     with inbox_messages(console_2.url) as inbox:
         assert json.loads(inbox.recv(timeout=10))["type"] == "heartbeat"
+        # Idle longer than channels_redis's blocking receive (5 s): the console must stay connected.
+        time.sleep(7)
         message = f"call send_email {json.dumps(EMAIL)}"
         asked_id = api_1.ok(
             "POST", "/api/agents/assistant/runs", {"message": message, "sessionId": "scale"}, Prefer="respond-async"
