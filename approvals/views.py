@@ -8,6 +8,7 @@ and without JavaScript (a normal POST, then a redirect to the inbox with a messa
 import json
 import uuid
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from django import forms
 from django.contrib import messages
@@ -27,7 +28,10 @@ from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
 from console.tenancy import membership_of, role_required
 
-LIST_LIMIT = 500
+# Cards per inbox page: rendering a card costs about half a millisecond, so the page stays fast however many
+# requests wait (bench/inbox_scale.py); later pages are one link away, oldest first.
+PAGE_SIZE = 25
+MAX_PAGE = 100_000  # an offset the databases can still take
 # Closed meanwhile: the card cannot be answered any more, so it shows the outcome instead of its forms.
 _CLOSED = ("already_resolved", "expired", "cancelled", "execution_ended")
 
@@ -92,13 +96,42 @@ def inbox(request: HttpRequest) -> HttpResponse:
     tenant = request.membership.tenant  # type: ignore[attr-defined]
     agent_names = list(Agent.objects.live().filter(tenant=tenant).order_by("name").values_list("name", flat=True))
     filters = InboxFilters(request.GET, agent_names)
-    requests = _with_batches(list(filters.apply(_open_requests(tenant))[:LIST_LIMIT]))
-    context = {"filters": filters, "requests": requests}
+    number = _page_number(_requested_page(request))
+    start = (number - 1) * PAGE_SIZE
+    # One row past the page says whether another page follows: no count over the open requests.
+    listed = list(filters.apply(_open_requests(tenant))[start : start + PAGE_SIZE + 1])
+    requests = _with_batches(listed[:PAGE_SIZE])
+    page = {
+        "number": number,
+        "start": start + 1,
+        "end": start + len(requests),
+        "has_previous": number > 1,
+        "has_next": len(listed) > PAGE_SIZE,
+    }
+    context = {"filters": filters, "requests": requests, "page": page}
     if request.htmx and not request.htmx.history_restore_request:  # type: ignore[attr-defined]
         return render(request, "approvals/inbox.html#requests", context)
     tools = _open_requests(tenant).order_by("tool_name").values_list("tool_name", flat=True).distinct()
     context["tools"] = list(tools)
     return render(request, "approvals/inbox.html", context)
+
+
+def _requested_page(request: HttpRequest) -> str | None:
+    """The page in the query string; for inbox.js's re-fetch after a reconnect (which asks for the list
+    without a page) the page the browser shows, so the merge keeps that page's cards."""
+    value = request.GET.get("page")
+    current = request.htmx.current_url if request.htmx else None  # type: ignore[attr-defined]
+    if value is None and current and request.headers.get("X-Inbox-Refresh"):
+        value = parse_qs(urlsplit(current).query).get("page", [None])[0]
+    return value
+
+
+def _page_number(value: str | None) -> int:
+    """The page asked for in the query string (1 when missing or not a number; at most MAX_PAGE)."""
+    try:
+        return min(MAX_PAGE, max(1, int(value or 1)))
+    except ValueError:
+        return 1
 
 
 class FormProblem(Exception):

@@ -1,87 +1,186 @@
-"""Inbox push latency: a request opens -> its fragment reaches N connected consoles, on one daphne.
+"""(b) Inbox push latency: a request opens -> its fragment reaches N connected consoles.
 
-For each N, N authenticated operator sockets listen on /ws/console/ and N sockets on a bare Channels
-group (bench/push_asgi.py). Each round opens one approval request through the run API (the push is
-rendered once and fanned out through the channel layer) and, beside it, sends one bare `group_send`
-of a message of the same size. Latency per socket: receive time minus the time the push left (its
-fragments rendered once, the pending count read) for the inbox, or the send time for the bare
-broadcast; both clocks are this machine's. The one-off cost of rendering a push's fragments is
-measured apart (`render ms`).
+Three server shapes, in one run: one daphne with the in-memory channel layer, one daphne with the Redis
+layer, two daphnes with the Redis layer (clients split half/half across them). All daphnes share one
+database (a temporary SQLite file by default, `--database-url` for PostgreSQL).
 
-Usage: .venv/bin/python bench/push_latency.py [--clients 1,50,200] [--rounds 20]
+For each shape and each N, N authenticated operator sockets listen on /ws/console/ and N sockets on a
+bare Channels group (bench/push_asgi.py). Each round opens one approval request through the run API of
+the first daphne (the push is rendered once and fanned out through the channel layer) and then sends one
+bare `group_send` of a message of the same size from the same process. Latency per socket: receive time
+minus the time the push left (fragments rendered, pending count read) for the inbox, or the send time
+for the bare broadcast; both clocks are this machine's. One unrecorded warm-up round precedes each N.
+The sockets are minimal protocol clients (bench.common.RawWebSocket) that note the arrival time of each
+message and read only its `sentAt`, so a thousand of them cost this process little of the CPU it shares
+with the servers. The Redis URL carries `?socket_timeout=15`: see REDIS_DB below.
+
+Targets: on one daphne the inbox stays within 1.2x of the bare broadcast at every N (median and p99);
+at 1000 clients the inbox p99 over two daphnes is at most 0.6x of the one-daphne bare p99 (same layer).
+
+Usage: .venv/bin/python bench/push_latency.py [--clients 1,50,200,1000] [--rounds 25] [--rounds-large 8]
+       [--shapes memory,redis,redis2] [--database-url postgres://...]
 """
 
 import argparse
 import asyncio
 import json
-import os
-import platform
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import websockets
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(tempfile.mkdtemp(prefix="airlock-push-bench-"))
-ENV = {
-    **os.environ,
-    "AIRLOCK_DATA_DIR": str(DATA),
-    "DEBUG": "0",
-    "SECRET_KEY": "bench-" + "y" * 60,
-    "ALLOWED_HOSTS": "127.0.0.1",
-    "SECURE_SSL_REDIRECT": "0",
-    "LOG_LEVEL": "WARNING",
-    "PYTHONPATH": str(ROOT),
-}
-os.environ.update({k: v for k, v in ENV.items() if k != "PYTHONPATH"})
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-sys.path.insert(0, str(ROOT))
+from bench.common import (
+    MAILER,
+    REDIS_SERVER,
+    Daphne,
+    HttpConnection,
+    RawWebSocket,
+    bench_env,
+    daphnes,
+    database_label,
+    flush_redis,
+    median,
+    open_websocket,
+    percentile,
+    python_line,
+    raise_nofile,
+    scratch_dir,
+    seed_operator,
+    send_email_lines,
+    served_by_daphne,
+    setup_django,
+    verdict,
+)
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.conf import settings  # noqa: E402
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY  # noqa: E402
-from django.contrib.auth.models import User  # noqa: E402
-from django.contrib.sessions.backends.db import SessionStore  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-
-from agents.definitions import DefinitionContent  # noqa: E402
-from agents.models import Agent  # noqa: E402
-from console.models import ApiToken, Membership, Tenant  # noqa: E402
+# redis-py 8 reads with a 5 s socket timeout by default, the same 5 s channels_redis blocks in BZPOPMIN: an idle
+# receive then fails and its consumer closes (1011) every ~5 s (django/channels_redis#422). The console's
+# settings pass REDIS_URL through unchanged, so the benchmark gives the URL a longer read timeout.
+REDIS_DB = f"{REDIS_SERVER}/7?socket_timeout=15"
+SHAPES = {"memory": ("in-memory", 1), "redis": ("Redis", 1), "redis2": ("Redis", 2)}
+WAVE = 40
+INBOX_PREFIX = b'{"type": "requests_opened"'
+BARE_PREFIX = b'{"type": "bench"'
 
 
-def setup() -> tuple[str, str]:
-    call_command("migrate", verbosity=0)
-    tenant = Tenant.objects.create(slug="bench", name="Bench")
-    user = User.objects.create_user("bench-operator", password="unused-password-1")
-    membership = Membership.objects.create(user=user, tenant=tenant, role="operator")
-    Agent.create(
-        tenant,
-        DefinitionContent.model_validate({"name": "mailer", "tools": [{"name": "send_email", "approval": "always"}]}),
-        user,
-    )
-    session = SessionStore()
-    session[SESSION_KEY], session[BACKEND_SESSION_KEY] = str(user.pk), settings.AUTHENTICATION_BACKENDS[0]
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session["tenant_id"] = tenant.pk
-    session.create()
-    return ApiToken.issue(membership, "bench")[1], session.session_key or ""
+def sent_at(raw: bytes) -> float:
+    """The `sentAt` of a pushed JSON message, read without parsing the whole message (client CPU is shared)."""
+    start = raw.index(b'"sentAt": ') + 10
+    end = start
+    while raw[end] not in b",}":
+        end += 1
+    return float(raw[start:end])
+
+
+class Sink:
+    """Latencies of one kind of socket; `done` is set when every socket got the current round's message."""
+
+    def __init__(self, prefix: bytes) -> None:
+        self.prefix = prefix
+        self.latencies: list[float] = []
+        self.recording = False
+        self.expected = 0
+        self.received = 0
+        self.size = 0
+        self.done = asyncio.Event()
+
+    def arm(self, count: int, recording: bool) -> None:
+        self.expected, self.received, self.recording = count, 0, recording
+        self.done.clear()
+
+    def got(self, raw: bytes, arrived: float) -> None:
+        if not raw.startswith(self.prefix):
+            return
+        if self.recording:
+            self.latencies.append(arrived - sent_at(raw))
+        self.size = len(raw)
+        self.received += 1
+        if self.received >= self.expected:
+            self.done.set()
+
+
+@dataclass
+class Cell:
+    layer: str
+    servers: int
+    clients: int
+    inbox: list[float] = field(default_factory=list)
+    bare: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+async def connect(
+    servers: list[Daphne], headers: dict[str, str], clients: int, inbox: Sink, bare: Sink
+) -> list[RawWebSocket]:
+    """N inbox and N bare sockets, split evenly over the servers, opened in waves of WAVE pairs: a burst of
+    a few hundred simultaneous connects exhausts the Redis layer's pool of 100 connections per process."""
+    sockets: list[RawWebSocket] = []
+    for first in range(0, clients, WAVE):
+        opening = []
+        for index in range(first, min(clients, first + WAVE)):
+            port = servers[index % len(servers)].port
+            opening.append(open_websocket(port, "/ws/console/", headers, inbox.got))
+            opening.append(open_websocket(port, "/bench/ws/", headers, bare.got))
+        opened = await asyncio.gather(*opening, return_exceptions=True)
+        sockets += [ws for ws in opened if isinstance(ws, RawWebSocket)]
+        failed = [error for error in opened if isinstance(error, BaseException)]
+        if failed:
+            for ws in sockets:
+                ws.close()
+            raise RuntimeError(f"{len(failed)} of {len(opening)} sockets did not connect: {failed[0]!r}")
+    return sockets
+
+
+async def wait_all(sink: Sink, sockets: list[RawWebSocket], what: str) -> None:
+    try:
+        await asyncio.wait_for(sink.done.wait(), timeout=120)
+    except TimeoutError:
+        closed = [ws.closed.result() for ws in sockets if ws.closed.done()]
+        raise RuntimeError(
+            f"{what}: {sink.received} of {sink.expected} sockets got the message; {len(closed)} closed "
+            f"(codes {sorted(set(closed))})"
+        ) from None
+
+
+async def measure(servers: list[Daphne], persona: dict[str, str], cell: Cell, rounds: int) -> None:
+    started = time.perf_counter()
+    inbox, bare = Sink(INBOX_PREFIX), Sink(BARE_PREFIX)
+    headers = {"Cookie": f"sessionid={persona['session']}", "Origin": servers[0].base}
+    http = HttpConnection(servers[0].port)
+    sockets: list[RawWebSocket] = []
+    try:
+        sockets = await connect(servers, headers, cell.clients, inbox, bare)
+        await asyncio.sleep(0.5)  # let the connection heartbeats pass
+        run_headers = {"Authorization": f"Bearer {persona['token']}", "Content-Type": "application/json"}
+        for n in range(rounds + 1):
+            recording = n > 0  # the first round warms up
+            inbox.arm(cell.clients, recording)
+            body = {"message": send_email_lines(1), "sessionId": f"{cell.layer}-{cell.servers}-{cell.clients}-{n}"}
+            status, text = await http.request("POST", "/api/agents/mailer/runs", json.dumps(body).encode(), run_headers)
+            if status != 200:
+                raise RuntimeError(f"run API answered {status}: {text[:300]!r}")
+            await wait_all(inbox, sockets, "inbox push")
+            bare.arm(cell.clients, recording)
+            # The bare message is as long as the inbox one (its filler makes up the rest).
+            status, _ = await http.request("POST", f"/bench/broadcast?size={max(1, inbox.size - 60)}")
+            await wait_all(bare, sockets, "bare broadcast")
+    finally:
+        await http.close()
+        for ws in sockets:
+            ws.close()
+        await asyncio.sleep(0.2)
+    cell.inbox, cell.bare = inbox.latencies, bare.latencies
+    cell.seconds = time.perf_counter() - started
 
 
 def render_cost(rounds: int = 50) -> float:
-    """Median time to render one push's fragments (both role variants), in ms."""
+    """Median time to render one push's fragments (both role variants), in ms (in this process)."""
     from approvals.models import PendingRequest
     from approvals.push import render_request
 
-    request = PendingRequest.objects.select_related("agent", "run", "session").first()
+    request = PendingRequest.objects.select_related("agent", "run__version", "session").first()
     assert request is not None
     times = []
     for _ in range(rounds):
@@ -91,128 +190,94 @@ def render_cost(rounds: int = 50) -> float:
     return statistics.median(times) * 1000
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+def ms(values: list[float], p: float | None = None) -> float:
+    return (median(values) if p is None else percentile(values, p)) * 1000
 
 
-class Sockets:
-    def __init__(self) -> None:
-        self.latencies: list[float] = []
-        self.expected = 0
-        self.done = asyncio.Event()
-        self.received = 0
-
-    def got(self, latency: float) -> None:
-        self.latencies.append(latency)
-        self.received += 1
-        if self.received >= self.expected:
-            self.done.set()
-
-    def arm(self, count: int) -> None:
-        self.expected, self.received = count, 0
-        self.done.clear()
-
-
-async def listen(
-    url: str, headers: dict[str, str], sink: Sockets, kind: str, ready: asyncio.Event, count: list[int], total: int
-) -> None:
-    async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
-        count[0] += 1
-        if count[0] == total:
-            ready.set()
-        async for raw in ws:
-            now = time.time()
-            message = json.loads(raw)
-            if (kind == "inbox" and message.get("type") == "requests_opened") or (
-                kind == "bare" and message.get("type") == "bench"
-            ):
-                sink.got(now - message["sentAt"])
-
-
-def post(url: str, body: dict | None, token: str | None = None) -> bytes:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body).encode() if body is not None else b""
-    with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=60) as response:
-        return response.read()
-
-
-async def measure(
-    base: str, ws_base: str, token: str, session: str, clients: int, rounds: int
-) -> dict[str, list[float]]:
-    inbox, bare = Sockets(), Sockets()
-    headers = {"Cookie": f"sessionid={session}", "Origin": base}
-    ready_inbox, ready_bare = asyncio.Event(), asyncio.Event()
-    counts_inbox, counts_bare = [0], [0]
-    tasks = [
-        asyncio.create_task(
-            listen(f"{ws_base}/ws/console/", headers, inbox, "inbox", ready_inbox, counts_inbox, clients)
+def report(cells: list[Cell], args: argparse.Namespace, database: str, render_ms: float, seconds: float) -> None:
+    command = f"push_latency.py --clients {args.clients} --rounds {args.rounds} --rounds-large {args.rounds_large}"
+    print("### Inbox push latency (b): request opened -> card received, against a bare group_send\n")
+    print(
+        f"`{command}`: {database} (one database shared by the daphnes); in-memory layer, or Redis at "
+        f"`{REDIS_DB}` (channels_redis); each cell pools the latencies of every socket over its rounds "
+        f"({args.rounds}, {args.rounds_large} from 500 clients, after one warm-up round), inbox push and bare "
+        f"broadcast alternating in the same run, N inbox and N bare sockets connected throughout; "
+        f"{python_line()}; {seconds:.0f} s.\n"
+    )
+    print("| layer | daphnes | clients | inbox p50 ms | inbox p99 ms | bare p50 ms | bare p99 ms | p50 x | p99 x |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for c in cells:
+        i50, i99, b50, b99 = ms(c.inbox), ms(c.inbox, 99), ms(c.bare), ms(c.bare, 99)
+        print(
+            f"| {c.layer} | {c.servers} | {c.clients} | {i50:.1f} | {i99:.1f} | {b50:.1f} | {b99:.1f} "
+            f"| {i50 / b50:.2f} | {i99 / b99:.2f} |"
         )
-        for _ in range(clients)
+    print(f"\nRendering one push's fragments (both role variants, once per push): {render_ms:.2f} ms.\n")
+    single = [c for c in cells if c.servers == 1]
+    misses = [
+        f"{c.layer} N={c.clients} ({ms(c.inbox) / ms(c.bare):.2f}x / {ms(c.inbox, 99) / ms(c.bare, 99):.2f}x)"
+        for c in single
+        if ms(c.inbox) > 1.2 * ms(c.bare) or ms(c.inbox, 99) > 1.2 * ms(c.bare, 99)
     ]
-    tasks += [
-        asyncio.create_task(listen(f"{ws_base}/bench/ws/", headers, bare, "bare", ready_bare, counts_bare, clients))
-        for _ in range(clients)
-    ]
-    await asyncio.wait_for(asyncio.gather(ready_inbox.wait(), ready_bare.wait()), timeout=120)
-    size = 0
-    for n in range(rounds):
-        inbox.arm(clients)
-        body = {
-            "message": 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}',
-            "sessionId": f"b{clients}-{n}",
-        }
-        await asyncio.to_thread(post, f"{base}/api/agents/mailer/runs", body, token)
-        await asyncio.wait_for(inbox.done.wait(), timeout=60)
-        size = size or 1500
-        bare.arm(clients)
-        await asyncio.to_thread(post, f"{base}/bench/broadcast?size={size}", None)
-        await asyncio.wait_for(bare.done.wait(), timeout=60)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    return {"inbox": inbox.latencies, "bare": bare.latencies}
+    if single:
+        detail = f"over at {', '.join(misses)}" if misses else "every cell within"
+        target = "Target: one daphne, inbox within 1.2x of bare at every N (p50 and p99)"
+        print(f"{target} — {verdict(not misses)} ({detail})")
+    top = max(c.clients for c in cells)
+    two = next((c for c in cells if c.servers == 2 and c.clients == top), None)
+    one = next((c for c in cells if c.servers == 1 and c.layer == "Redis" and c.clients == top), None)
+    if two and one and top >= 1000:
+        ratio = ms(two.inbox, 99) / ms(one.bare, 99)
+        print(
+            f"Target: {top} clients, inbox p99 on two daphnes at most 0.6x the one-daphne bare p99 (Redis): "
+            f"{ms(two.inbox, 99):.1f} / {ms(one.bare, 99):.1f} ms = {ratio:.2f}x — {verdict(ratio <= 0.6)}"
+        )
+        memory = next((c for c in cells if c.servers == 1 and c.layer == "in-memory" and c.clients == top), None)
+        if memory:
+            print(
+                f"(Against the in-memory one-daphne bare p99, {ms(memory.bare, 99):.1f} ms: "
+                f"{ms(two.inbox, 99) / ms(memory.bare, 99):.2f}x.)"
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--clients", default="1,50,200")
-    parser.add_argument("--rounds", type=int, default=20)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clients", default="1,50,200,1000")
+    parser.add_argument("--rounds", type=int, default=25)
+    parser.add_argument("--rounds-large", type=int, default=8, help="rounds at 500 clients and more")
+    parser.add_argument("--shapes", default="memory,redis,redis2", help="any of memory, redis, redis2")
+    parser.add_argument("--database-url", default=None, help="shared database (default: a temporary SQLite file)")
     args = parser.parse_args()
-    token, session = setup()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "bench.push_asgi:application"],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base, ws_base = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        machine = f"{platform.node()} {platform.machine()} {os.cpu_count()} cores"
-        print(f"machine: {machine}, Python {platform.python_version()}")
-        print("| clients | inbox p50 ms | inbox p99 ms | bare p50 ms | bare p99 ms | p50 ratio | p99 ratio |")
-        print("|---|---|---|---|---|---|---|")
-        for clients in [int(c) for c in args.clients.split(",")]:
-            result = asyncio.run(measure(base, ws_base, token, session, clients, args.rounds))
-            i50, i99 = statistics.median(result["inbox"]) * 1000, percentile(result["inbox"], 99) * 1000
-            b50, b99 = statistics.median(result["bare"]) * 1000, percentile(result["bare"], 99) * 1000
-            print(f"| {clients} | {i50:.1f} | {i99:.1f} | {b50:.1f} | {b99:.1f} | {i50 / b50:.2f} | {i99 / b99:.2f} |")
-        print(f"\nrender ms (both variants of one push, once per push): {render_cost():.2f}")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    raise_nofile()
+    started = time.perf_counter()
+    with scratch_dir("airlock-push-bench-") as data:
+        env = bench_env(data, database_url=args.database_url)
+        setup_django(env)
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        seeded = seed_operator("bench", {"mailer": MAILER})
+        persona = {"token": seeded["token"], "session": seeded["session"]}
+        database = database_label()
+        cells: list[Cell] = []
+        for shape in args.shapes.split(","):
+            layer, count = SHAPES[shape]
+            shape_env = bench_env(
+                data, database_url=args.database_url, redis_url=REDIS_DB if layer == "Redis" else None
+            )
+            if layer == "Redis":
+                flush_redis(REDIS_DB)
+            with daphnes(served_by_daphne(shape_env), count, app="bench.push_asgi:application") as servers:
+                for clients in [int(c) for c in args.clients.split(",")]:
+                    cell = Cell(layer, count, clients)
+                    asyncio.run(measure(servers, persona, cell, args.rounds if clients < 500 else args.rounds_large))
+                    print(f"  {layer} x{count} N={clients}: {cell.seconds:.1f} s", file=sys.stderr)
+                    cells.append(cell)
+        render_ms = render_cost()
+        from django.db import connections
+
+        connections.close_all()
+    report(cells, args, database, render_ms, time.perf_counter() - started)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,38 @@ def test_it_lists_the_tenants_open_requests_oldest_first(operator, mailer, outsi
     assert "<title>(2) Inbox · Airlock</title>" in response.content.decode()
 
 
+def test_it_pages_the_open_requests_25_at_a_time_oldest_first(operator, mailer):
+    # One run asking for 30 approvals at once: 30 open requests in call order.
+    asked = ask(operator, message="\n".join([SEND] * 30))
+    ids = [r["requestId"] for r in asked["pendingRequests"]]
+    assert len(ids) == 30
+
+    first = operator.client.get("/inbox/").content.decode()
+    second = operator.client.get("/inbox/?page=2").content.decode()
+
+    assert card_ids(first) == ids[:25]
+    assert card_ids(second) == ids[25:]
+    assert 'href="?page=2"' in first and 'rel="prev"' not in first
+    assert "1–25 of 30" in first
+    assert 'href="?page=1"' in second and 'rel="next"' not in second
+    assert card_ids(operator.client.get("/inbox/?page=nonsense").content.decode()) == ids[:25]
+    assert "No open request on this page." in operator.client.get("/inbox/?page=9").content.decode()
+
+
+def test_a_reconnecting_inbox_refreshes_the_page_it_shows(operator, mailer):
+    asked = ask(operator, message="\n".join([SEND] * 30))
+    ids = [r["requestId"] for r in asked["pendingRequests"]]
+
+    refreshed = operator.client.get(
+        "/inbox/",
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL="http://testserver/inbox/?page=2",
+        HTTP_X_INBOX_REFRESH="1",
+    )
+
+    assert card_ids(refreshed.content.decode()) == ids[25:]
+
+
 def test_it_says_when_nothing_is_waiting(operator):
     response = operator.client.get("/inbox/")
 
