@@ -53,16 +53,6 @@ def bench_env(data_dir: Path, *, database_url: str | None = None, redis_url: str
     return env
 
 
-def served_by_daphne(env: dict[str, str]) -> dict[str, str]:
-    """`env` for a daphne serving HTTP on PostgreSQL: under daphne every HTTP request runs in a thread of its
-    own, so a persistent connection (DATABASE_CONN_MAX_AGE, 60 s by default) outlives its thread and each
-    request leaves one more PostgreSQL connection open, until the server refuses them ("too many clients").
-    Closing the connection at the end of each request is what works today (see bench/README.md)."""
-    if env.get("DATABASE_URL", "").startswith("postgres"):
-        return {**env, "DATABASE_CONN_MAX_AGE": "0"}
-    return env
-
-
 def setup_django(env: dict[str, str]) -> None:
     """Configure this process with `env` (before any Django import) and set Django up."""
     for key in ("DATABASE_URL", "REDIS_URL"):

@@ -50,7 +50,6 @@ from bench.common import (
     scratch_dir,
     seed_operator,
     send_email_lines,
-    served_by_daphne,
     setup_django,
     verdict,
 )
@@ -267,7 +266,7 @@ def main() -> None:
             )
             if layer == "Redis":
                 flush_redis(REDIS_DB)
-            with daphnes(served_by_daphne(shape_env), count, app="bench.push_asgi:application") as servers:
+            with daphnes(shape_env, count, app="bench.push_asgi:application") as servers:
                 for clients in [int(c) for c in args.clients.split(",")]:
                     cell = Cell(layer, count, clients)
                     asyncio.run(measure(servers, persona, cell, args.rounds if clients < 500 else args.rounds_large))

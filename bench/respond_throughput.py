@@ -13,8 +13,7 @@ reply), HTTP answers per second, latency of one answer (p50/p99; apart, the answ
 continuation), and the races: a request `accepted` twice, a request nobody got `accepted` for, a run
 continued twice; the database is checked as well (each request answered once, one continuation per run).
 
-The daphne process closes its PostgreSQL connection after each request (DATABASE_CONN_MAX_AGE=0, see
-bench/common.py served_by_daphne(): with persistent connections every request would leave one open).
+The daphne process takes its PostgreSQL connections from the console's pool (console/settings.py).
 
 Target: at least 500 answers/s and 0 double resolutions.
 
@@ -46,7 +45,6 @@ from bench.common import (
     scratch_dir,
     seed_operator,
     send_email_lines,
-    served_by_daphne,
     setup_django,
     verdict,
 )
@@ -199,7 +197,7 @@ def main() -> None:
         tokens, requests = seed(runs, args.per_run)
         seed_seconds = time.perf_counter() - seed_start
         connections.close_all()
-        with daphnes(served_by_daphne(env), 1) as servers:
+        with daphnes(env, 1) as servers:
             tally, seconds = asyncio.run(hammer(servers[0].port, tokens, requests, args.clients, args.respond_async))
             healthz = asyncio.run(floor(servers[0].port, 2 * args.clients))
             if tally.errors:
@@ -215,7 +213,7 @@ def main() -> None:
     command = f"respond_throughput.py --requests {args.requests} --per-run {args.per_run} --clients {args.clients}"
     print("### Answer throughput and races (c): `POST /api/runs/{runId}/responses`, every request answered twice\n")
     print(
-        f"`{command}{prefer}`: {database} (DATABASE_CONN_MAX_AGE=0), in-memory layer, one daphne; "
+        f"`{command}{prefer}`: {database} (pooled connections), in-memory layer, one daphne; "
         f"{len(requests)} pending approvals in {runs} runs (seeded through the run API in {seed_seconds:.0f} s), "
         f"{args.clients} client pairs over loopback keep-alive HTTP, both clients of a pair answering the same "
         f"request at the same moment; {python_line()}; "
