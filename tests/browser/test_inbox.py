@@ -118,7 +118,7 @@ def test_it_answers_a_runs_approvals_at_once_and_counts_down_their_deadline(
     other = create_agent(api, tools=[{"name": "send_email", "approval": "always"}])
     page = sign_in("otto")
     open_inbox(page)
-    page.get_by_label("Agent").select_option(agent)
+    page.get_by_label("Agent", exact=True).select_option(agent)
     expect(page).to_have_url(re.compile(rf"/inbox/\?agent={agent}"))
 
     run(api["otto"], other, SEND, uuid4().hex)  # filtered out: never shown here
