@@ -1,4 +1,4 @@
-"""The operations commands: create_tenant, create_user, create_token, seed_demo."""
+"""The operations commands: create_tenant, create_user, create_token, seed_demo, run_worker."""
 
 from io import StringIO
 
@@ -102,3 +102,27 @@ def test_it_seeds_the_demo_once(db, monkeypatch):
     roles = dict(Membership.objects.filter(tenant=demo).values_list("user__username", "role"))
     assert roles == {"admin": "admin", "operator": "operator", "viewer": "reader"}
     assert Client().login(username="viewer", password="demo-password-1")
+
+
+def test_the_worker_works_what_is_queued_in_batch_mode_and_only_its_lanes(admin, agent):
+    def queue(lane: str) -> str:
+        response = admin.api(
+            "POST", f"/api/agents/{agent.name}/runs", {"message": "hi", "lane": lane}, HTTP_PREFER="respond-async"
+        )
+        assert response.status_code == 202, response.content
+        return response.json()["runId"]
+
+    mine, theirs = queue("reports"), queue("default")
+
+    assert run("run_worker", "--lanes", "reports", "--batch").strip() == "ran 1 queued runs"
+
+    from agents.models import Run
+
+    assert Run.objects.get(id=mine).status == "completed"
+    assert Run.objects.get(id=theirs).status == "queued"
+
+
+@pytest.mark.parametrize("args", [["--lanes", "Not A Lane"], ["--threads", "0"]])
+def test_the_worker_refuses_a_bad_lane_or_thread_count(db, args):
+    with pytest.raises(CommandError):
+        run("run_worker", *args)

@@ -1,3 +1,4 @@
+import re
 import signal
 import threading
 from typing import Any
@@ -19,8 +20,6 @@ class Command(BaseCommand):
         parser.add_argument("--batch", action="store_true", help="Run every ready queued run, then exit.")
 
     def handle(self, *args: Any, lanes: str, threads: int | None, batch: bool, **options: Any) -> None:
-        import re
-
         from agents.queue import WorkerPool, drain, reclaim_lost
 
         chosen = None if lanes.strip() == "*" else [lane.strip() for lane in lanes.split(",")]
