@@ -43,6 +43,7 @@ from agents.runs import (
     RunRequest,
     StartedRun,
     active_rules,
+    calls_with_side_effects,
     execute,
     finish_run,
 )
@@ -130,21 +131,12 @@ def execute_queued(context: TaskContext, run_id: str) -> str:
     return run.status
 
 
-def _side_effects_ran(started: StartedRun) -> bool:
-    def ran(event_type: str, data: dict[str, Any]) -> bool:
-        return event_type == "tool.execution_start" and bool(data.get("sideEffects"))
-
-    if any(ran(event.type, event.data) for event in started.log.stored):
-        return True
-    return started.run.events.filter(type="tool.execution_start", data__sideEffects=True).exists()
-
-
 def _retry(started: StartedRun, error: TurnError | None) -> bool:
     """Queue the run again after a transient failure, when it may run again; True when it did."""
     run = started.run
     if error is None or not error.transient or run.queued_input is None:
         return False
-    if run.attempts >= settings.RUN_MAX_ATTEMPTS or _side_effects_ran(started):
+    if run.attempts >= settings.RUN_MAX_ATTEMPTS or calls_with_side_effects(run, started.log):
         return False
     delay = settings.RUN_RETRY_DELAY_SECONDS * 2 ** (run.attempts - 1)
     run_after = timezone.now() + timedelta(seconds=delay)

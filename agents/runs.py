@@ -491,6 +491,17 @@ def active_rules(agent: Agent, version: AgentVersion) -> list[Rule]:
     return list(Rule.objects.filter(agent=agent, revoked_at__isnull=True))
 
 
+def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:
+    """The call ids of tools with side effects that started in `run` (written events and the log's own)."""
+    started = {
+        event.data.get("callId")
+        for event in log.stored
+        if event.type == "tool.execution_start" and event.data.get("sideEffects")
+    }
+    written = run.events.filter(type="tool.execution_start", data__sideEffects=True)
+    return started | set(written.values_list("data__callId", flat=True))
+
+
 def _person(user: Any) -> Any:
     """The user to record as the author, or None for the system and anonymous callers."""
     return user if user is not None and user.is_authenticated else None
@@ -514,6 +525,15 @@ def _claim(pending: PendingRequest, *, answered_before: bool, **changes: Any) ->
 
 
 ABANDONED_REASON = "The request was abandoned: the session moved on."
+_COMPLETED_EVENT: dict[str, str] = {
+    RequestKind.APPROVAL: "permission.completed",
+    RequestKind.CLIENT_TOOL: "external_tool.completed",
+    RequestKind.INPUT: "elicitation.completed",
+}
+RAN_IN_FAILED_TURN = (
+    "This call already ran, in a turn that failed before its result was kept; it was not run again. "
+    "Repeat it only if the user asks."
+)
 TERMINATED_REASONS = {
     RequestStatus.EXPIRED: "The request expired before anyone answered it.",
     RequestStatus.CANCELLED: "The request was cancelled.",
@@ -535,13 +555,9 @@ def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log
         answers.approvals[pending.call_id] = ToolDenied(reason)
     base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id}
     log.record("request.terminated", {**base, "kind": pending.status})
-    completed = {
-        "approval": "permission.completed",
-        "client_tool": "external_tool.completed",
-        "input": "elicitation.completed",
-    }
     log.record(
-        completed[pending.kind], {**base, "answeredBy": None, "result": {"kind": pending.status, "reason": reason}}
+        _COMPLETED_EVENT[pending.kind],
+        {**base, "answeredBy": None, "result": {"kind": pending.status, "reason": reason}},
     )
 
 
@@ -562,6 +578,12 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
     answer = pending.answer or {}
     who = pending.answered_by.username if pending.answered_by else None
     base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id, "answeredBy": who}
+    if answer.get("ranInFailedTurn"):
+        # The call ran in a turn that failed before it was kept: never run it twice.
+        answers.approvals[pending.call_id] = ToolDenied(RAN_IN_FAILED_TURN)
+        ran = {"kind": "ran-in-failed-turn", "reason": RAN_IN_FAILED_TURN}
+        log.record(_COMPLETED_EVENT[pending.kind], {**base, "result": ran})
+        return
     if pending.kind == RequestKind.APPROVAL:
         approved = bool(answer.get("approved"))
         if approved:
@@ -571,7 +593,7 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
         result: dict[str, Any] = {"kind": _DECISIONS[approved], "reason": answer.get("reason")}
         if answer.get("overrideArguments") is not None:
             result["overrideArguments"] = answer["overrideArguments"]
-        if approved and answer.get("remember"):
+        if approved and answer.get("remember") and not answer.get("rememberedRuleId"):
             # Narrowed to the arguments the operator approved: with an override, never the model's own.
             override = answer.get("overrideArguments")
             approved_arguments = override if override is not None else pending.arguments
@@ -585,6 +607,9 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
                 created_from=pending,
             )
             result["rememberedRuleId"] = str(rule.id)
+            # Once: should this turn fail, the answer returns for the next one without a second rule.
+            pending.answer = {**answer, "rememberedRuleId": str(rule.id)}
+            PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
         log.record("permission.completed", {**base, "result": result})
     elif pending.kind == RequestKind.CLIENT_TOOL:
         if answer.get("errorMessage"):
@@ -727,7 +752,12 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
         if run.session is not None:
             run.session.conversation = outcome.conversation
     if outcome is None:
-        # The answers this run carried were not consumed: keep them for the next turn of the session.
+        # The answers this run carried were not consumed: keep them for the next turn of the session,
+        # except that a call with side effects that already ran is never run again.
+        ran = calls_with_side_effects(run, log)
+        for pending in PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED, call_id__in=ran):
+            pending.answer = {**(pending.answer or {}), "ranInFailedTurn": True}
+            pending.save(update_fields=["answer"])
         PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED).update(
             status=RequestStatus.PENDING, answered_in=None, closed_at=None
         )

@@ -18,7 +18,7 @@ from django_tasks_db.models import DBTaskResult
 from agents import queue
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
-from approvals.models import PendingRequest, RequestStatus
+from approvals.models import PendingRequest, RequestStatus, Rule
 from tests.agents.run_helpers import EMAIL, assert_problem, call_line, run, run_ok, snapshot, stored_events
 from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401
 from tests.conftest import Persona
@@ -384,3 +384,60 @@ def test_another_tenants_queued_run_is_not_found(operator, outsider, assistant):
 def test_a_reader_may_not_queue_a_run(reader, assistant):
     assert_problem(run(reader, {"message": "hi"}, **ASYNC), 403, "forbidden")
     assert DBTaskResult.objects.count() == 0
+
+
+# --- a turn that fails after its answers were applied -----------------------------------------------
+
+
+@pytest.fixture
+def asking(admin, fake, monkeypatch) -> Agent:
+    """On the loopback model: send_email (side effects) and get_time (none), both asking for approval."""
+    monkeypatch.setenv(KEY_ENV, "sk-queue-test")
+    content = {
+        "name": "asking",
+        "model": {"provider": "openai", "name": "loopback", "baseUrl": fake.base_url, "apiKeyEnv": KEY_ENV},
+        "tools": [{"name": "get_time", "approval": "always"}, {"name": "send_email", "approval": "always"}],
+    }
+    return Agent.create(admin.tenant, DefinitionContent.model_validate(content), admin.user)
+
+
+def test_an_approved_call_that_ran_in_a_failed_turn_never_runs_again(operator, asking, fake):
+    fake.reply_tool_call("send_email", EMAIL)
+    asked = run_ok(operator, {"message": "mail ada", "sessionId": "f1"}, agent="asking")
+    request_id = asked["pendingRequests"][0]["requestId"]
+    fake.fail(401)  # the mail goes out, then the model fails for good
+
+    failed = run_ok(
+        operator, {"sessionId": "f1", "approvals": [{"requestId": request_id, "approved": True}]}, agent="asking"
+    )
+
+    assert (failed["status"], failed["error"]["code"]) == ("failed", "provider_auth_failed")
+    assert len(mail.outbox) == 1
+    pending = PendingRequest.objects.get(id=request_id)
+    assert (pending.status, pending.answer["ranInFailedTurn"]) == (RequestStatus.PENDING, True)
+
+    fake.reply_text("Noted.")
+    after = run_ok(operator, {"message": "", "sessionId": "f1"}, agent="asking")
+
+    assert (after["status"], after["output"]) == ("completed", "Noted.")
+    assert len(mail.outbox) == 1  # not sent twice
+    [told] = [m for m in fake.requests[-1].messages if m.get("role") == "tool"]
+    assert "already ran" in told["content"]
+    [decision] = [e for e in stored_events(after["runId"]) if e.type == "permission.completed"]
+    assert decision.data["result"]["kind"] == "ran-in-failed-turn"
+
+
+def test_a_remembered_approval_makes_one_rule_however_often_its_turn_is_tried(operator, asking, fake):
+    fake.reply_tool_call("get_time", {})
+    asked = run_ok(operator, {"message": "time?", "sessionId": "r1"}, agent="asking")
+    request_id = asked["pendingRequests"][0]["requestId"]
+    fake.fail(401)
+    approval = {"requestId": request_id, "approved": True, "remember": True}
+
+    failed = run_ok(operator, {"sessionId": "r1", "approvals": [approval]}, agent="asking")
+    assert failed["status"] == "failed"
+    fake.reply_text("It is late.")
+    after = run_ok(operator, {"message": "", "sessionId": "r1"}, agent="asking")
+
+    assert after["output"] == "It is late."
+    assert Rule.objects.filter(tool_name="get_time").count() == 1
