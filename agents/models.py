@@ -15,6 +15,10 @@ class AgentQuerySet(models.QuerySet["Agent"]):
     def live(self) -> "AgentQuerySet":
         return self.filter(deleted_at__isnull=True)
 
+    def names_in(self, tenant: Tenant) -> list[str]:
+        """The tenant's agent names, sorted, each once (a deleted agent's name may be reused)."""
+        return list(self.filter(tenant=tenant).order_by("name").values_list("name", flat=True).distinct())
+
 
 class Agent(models.Model):
     """An agent definition; its content lives in immutable versions, the newest being current."""

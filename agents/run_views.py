@@ -99,7 +99,7 @@ def duration(start: datetime, end: datetime | None) -> str:
 @vary_on_headers("HX-Request")
 def run_list(request: HttpRequest) -> HttpResponse:
     tenant = request.membership.tenant  # type: ignore[attr-defined]
-    agent_names = list(Agent.objects.filter(tenant=tenant).order_by("name").values_list("name", flat=True).distinct())
+    agent_names = Agent.objects.names_in(tenant)
     filters = RunFilters(request.GET, agent_names)
     runs = filters.apply(Run.objects.filter(tenant=tenant)).select_related("agent", "version", "session", "created_by")
     page = Paginator(runs.order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))

@@ -58,7 +58,7 @@ class AuditFilters(ListFilters):
 @vary_on_headers("HX-Request")
 def audit(request: HttpRequest) -> HttpResponse:
     tenant = request.membership.tenant  # type: ignore[attr-defined]
-    agent_names = list(Agent.objects.filter(tenant=tenant).order_by("name").values_list("name", flat=True).distinct())
+    agent_names = Agent.objects.names_in(tenant)
     filters = AuditFilters(request.GET, agent_names)
     export = request.GET.get("format")
     if export in EXPORTS:

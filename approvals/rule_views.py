@@ -226,7 +226,7 @@ def _condition(row: ConditionRow) -> dict[str, Any]:
 def _names(request: HttpRequest) -> tuple[list[str], list[str]]:
     """The tenant's live agents and the tool names its rules are for, for the pickers."""
     tenant = request.membership.tenant  # type: ignore[attr-defined]
-    agents = list(Agent.objects.live().filter(tenant=tenant).order_by("name").values_list("name", flat=True))
+    agents = Agent.objects.live().names_in(tenant)
     tools = list(tenant_rules(tenant).order_by("tool_name").values_list("tool_name", flat=True).distinct())
     return agents, tools
 

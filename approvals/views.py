@@ -94,7 +94,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         return answer_all(request)
     tenant = request.membership.tenant  # type: ignore[attr-defined]
-    agent_names = list(Agent.objects.live().filter(tenant=tenant).order_by("name").values_list("name", flat=True))
+    agent_names = Agent.objects.live().names_in(tenant)
     filters = InboxFilters(request.GET, agent_names)
     number = _page_number(_requested_page(request))
     start = (number - 1) * PAGE_SIZE
