@@ -7,7 +7,7 @@ from typing import Any
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event, Run, RunStatus, Session
 from agents.queue import drain
-from approvals.models import PendingRequest, Rule
+from approvals.models import PendingRequest, RequestKind, Rule
 from tests.conftest import Persona
 
 ASSISTANT: dict[str, Any] = {
@@ -104,3 +104,22 @@ def ask_to_send(persona: Persona, session: str = "s1", **email: str) -> dict[str
     result = run_ok(persona, {"message": call_line("send_email", {**EMAIL, **email}), "sessionId": session})
     assert result["status"] == "awaiting_approval", result
     return result
+
+
+DAY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"day": {"type": "string"}}, "required": ["day"]}
+
+
+def ask_for_a_day(asked: dict[str, Any], schema: dict[str, Any] = DAY_SCHEMA) -> PendingRequest:
+    """An input request next to the approval `asked` opened (no MCP server needed for the question)."""
+    approval = PendingRequest.objects.get(id=asked["pendingRequests"][0]["requestId"])
+    return PendingRequest.objects.create(
+        tenant=approval.tenant,
+        agent=approval.agent,
+        session=approval.session,
+        run=approval.run,
+        kind=RequestKind.INPUT,
+        tool_name="book_meeting",
+        call_id="call-day",
+        message="Which day should I book?",
+        requested_schema=schema,
+    )

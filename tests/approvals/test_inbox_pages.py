@@ -10,13 +10,12 @@ from django.core import mail
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
-from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.models import PendingRequest, Rule
 from approvals.push import render_request
-from tests.agents.run_helpers import drain_queued, run_queued
+from tests.agents.run_helpers import ask_for_a_day, drain_queued, run_queued
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
-DAY_SCHEMA = {"type": "object", "properties": {"day": {"type": "string"}}, "required": ["day"]}
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
@@ -52,22 +51,6 @@ def card_ids(html: str) -> list[str]:
 
 def continuation(asked: dict[str, Any]) -> Run:
     return Run.objects.get(previous_run_id=asked["runId"])
-
-
-def ask_for_a_day(asked: dict[str, Any], schema: dict[str, Any] = DAY_SCHEMA) -> PendingRequest:
-    """An input request next to the approval `asked` opened (no MCP server needed for the form)."""
-    approval = PendingRequest.objects.get(id=request_id(asked))
-    return PendingRequest.objects.create(
-        tenant=approval.tenant,
-        agent=approval.agent,
-        session=approval.session,
-        run=approval.run,
-        kind=RequestKind.INPUT,
-        tool_name="book_meeting",
-        call_id="call-day",
-        message="Which day should I book?",
-        requested_schema=schema,
-    )
 
 
 # --- the list -------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ from django.core import mail
 from django.test import Client
 
 from agents.models import Agent, Run
-from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.models import PendingRequest, RequestStatus, Rule
 from tests.agents.run_helpers import (
+    ask_for_a_day,
     assert_problem,
     drain_queued,
     make_agent,
@@ -26,7 +27,6 @@ from tests.conftest import Persona
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 LOCATE = "call get_user_location {}"
-DAY_SCHEMA = {"type": "object", "properties": {"day": {"type": "string"}}, "required": ["day"]}
 
 
 @pytest.fixture
@@ -63,22 +63,6 @@ def get_run(persona: Persona, run_id: str) -> dict[str, Any]:
     response = persona.api("GET", f"/api/runs/{run_id}")
     assert response.status_code == 200, response.content
     return response.json()
-
-
-def ask_for_a_day(asked: dict[str, Any]) -> PendingRequest:
-    """An input request next to the approval `asked` opened (no MCP server needed for the question)."""
-    approval = PendingRequest.objects.get(id=request_id(asked))
-    return PendingRequest.objects.create(
-        tenant=approval.tenant,
-        agent=approval.agent,
-        session=approval.session,
-        run=approval.run,
-        kind=RequestKind.INPUT,
-        tool_name="book_meeting",
-        call_id="call-day",
-        message="Which day should I book?",
-        requested_schema=DAY_SCHEMA,
-    )
 
 
 # --- accepted -------------------------------------------------------------------------------------
