@@ -74,17 +74,24 @@ def mid_turn(api: Api, fake: FakeOpenAI, run_id: str, calls: int) -> None:
     assert api.ok("GET", f"/api/runs/{run_id}")["status"] == "running"
 
 
+def kill_mid_turn(cluster: Cluster, api: Api, fake: FakeOpenAI, body: dict[str, Any], calls: int) -> dict[str, Any]:
+    """Queue a run, SIGKILL its worker while it waits on the model's `calls`-th reply, start another
+    worker; the run as it ends."""
+    first = cluster.worker("worker-1", "--threads", "1")
+    run_id = queue_run(api, body)
+    mid_turn(api, fake, run_id, calls)
+    cluster.kill(first)
+    cluster.worker("worker-2", "--threads", "1")
+    return api.run_until(run_id, lambda r: r["status"] in FINISHED)
+
+
 def test_a_run_whose_worker_is_killed_runs_again_on_another_worker(cluster, api, fake):
     fake.reply_text("never delivered", delay=60)
     fake.reply_text("Recovered.")
-    first = cluster.worker("worker-1", "--threads", "1")
-    run_id = queue_run(api, {"message": "hi", "sessionId": "crash-1"})
-    mid_turn(api, fake, run_id, 1)
 
-    cluster.kill(first)
-    cluster.worker("worker-2", "--threads", "1")
+    run = kill_mid_turn(cluster, api, fake, {"message": "hi", "sessionId": "crash-1"}, calls=1)
 
-    run = api.run_until(run_id, lambda r: r["status"] in FINISHED)
+    run_id = run["runId"]
     assert (run["status"], run["output"]) == ("completed", "Recovered."), run
     [retry] = [e for e in events(api, run_id) if e["type"] == "run.retrying"]
     assert retry["data"]["error"]["code"] == "worker_lost"
@@ -93,14 +100,10 @@ def test_a_run_whose_worker_is_killed_runs_again_on_another_worker(cluster, api,
 def test_a_run_killed_after_a_tool_with_side_effects_fails_worker_lost_and_is_not_repeated(cluster, api, fake):
     fake.reply_tool_call("send_email", EMAIL)
     fake.reply_text("never delivered", delay=60)
-    first = cluster.worker("worker-1", "--threads", "1")
-    run_id = queue_run(api, {"message": "mail ada", "sessionId": "crash-2"})
-    mid_turn(api, fake, run_id, 2)
 
-    cluster.kill(first)
-    cluster.worker("worker-2", "--threads", "1")
+    run = kill_mid_turn(cluster, api, fake, {"message": "mail ada", "sessionId": "crash-2"}, calls=2)
 
-    run = api.run_until(run_id, lambda r: r["status"] in FINISHED)
+    run_id = run["runId"]
     assert (run["status"], run["error"]["code"]) == ("failed", "worker_lost"), run
     types = [e["type"] for e in events(api, run_id)]
     assert types.count("tool.execution_start") == 1
