@@ -14,7 +14,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -25,6 +25,7 @@ from approvals.push import tenant_group
 from console.asgi import application
 from console.models import Membership
 from tests.agents.run_helpers import make_agent, run_ok
+from tests.approvals.live import close_worker_thread_connections, empty_channel_layer  # noqa: F401
 from tests.conftest import PASSWORD, Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,20 +34,6 @@ EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 LOCAL = b"http://localhost"
 APPROVE_BUTTON = '<button name="decision" value="approve">'
-
-
-@pytest.fixture(autouse=True)
-async def empty_channel_layer():
-    """The in-memory layer lives as long as the process; start each test without earlier groups."""
-    await get_channel_layer().flush()
-
-
-@pytest.fixture(autouse=True)
-async def close_worker_thread_connections():
-    """ORM calls from async code run in asgiref's worker thread, whose connection outlives the test;
-    on PostgreSQL that open session keeps the test database from being dropped at the end."""
-    yield
-    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture

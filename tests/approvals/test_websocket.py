@@ -5,30 +5,16 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
-from django.db import connections
 from django.test import Client
 
 from console.asgi import application
 from console.models import Membership, Tenant
+from tests.approvals.live import close_worker_thread_connections, empty_channel_layer  # noqa: F401
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LOCAL = b"http://localhost"
-
-
-@pytest.fixture(autouse=True)
-async def empty_channel_layer():
-    """The in-memory layer lives as long as the process; start each test without earlier groups."""
-    await get_channel_layer().flush()
-
-
-@pytest.fixture(autouse=True)
-async def close_worker_thread_connections():
-    """ORM calls from async code run in asgiref's worker thread, whose connection outlives the test;
-    on PostgreSQL that open session keeps the test database from being dropped at the end."""
-    yield
-    await sync_to_async(connections.close_all)()
 
 
 @sync_to_async
