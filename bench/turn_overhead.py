@@ -28,22 +28,13 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
-atexit.register(shutil.rmtree, DATA, ignore_errors=True)
-os.environ.update(
-    AIRLOCK_DATA_DIR=str(DATA),
-    DEBUG="0",
-    SECRET_KEY="bench-" + "x" * 60,
-    ALLOWED_HOSTS="testserver,127.0.0.1",
-    SECURE_SSL_REDIRECT="0",
-    LOG_LEVEL="WARNING",
-)
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 sys.path.insert(0, str(ROOT))
 
-import django  # noqa: E402
+from bench.common import bench_env, setup_django  # noqa: E402
 
-django.setup()
+DATA = Path(tempfile.mkdtemp(prefix="airlock-bench-"))
+atexit.register(shutil.rmtree, DATA, ignore_errors=True)
+setup_django(bench_env(DATA))
 
 from django.core.management import call_command  # noqa: E402
 from django.test import Client  # noqa: E402
