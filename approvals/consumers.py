@@ -1,28 +1,37 @@
 """The console websocket: one connection per open console tab, joined to its tenant's group.
 
-Pushes arrive from approvals/push.py with their fragments already rendered (one variant for those who
-may answer, one for readers); the consumer only picks its variant and forwards it, after making sure
-its user is still a member (re-checked when told a membership changed, and at most every few seconds).
+Pushes arrive from approvals/push.py already rendered and encoded, one text for those who may answer and one
+for readers, with the tenant's members as read when the push left. Before each send the consumer looks its
+user up in those members: it forwards the text of the user's role as it is, or closes the socket when the
+user is no longer an active member. A membership change also reaches the socket at once (push.py's
+`notify_membership_changed`), so a removed member's socket closes even when nothing is pushed.
 """
 
-import time
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from approvals.push import pending_count, tenant_group
+from approvals.push import member_key, pending_count, tenant_group
 from console.models import Membership
-
-RECHECK_SECONDS = 5.0
 
 
 class ConsoleConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
     user_id: int | None = None
     tenant_id: int | None = None
-    can_answer = False
-    checked_at = 0.0
+    key = ""
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' own dispatch first closes stale database connections in the sync thread: a thread hop
+        # per message (about a millisecond here), taken socket after socket through one thread, which made up
+        # most of a push's fan-out. This consumer reads the database only through database_sync_to_async,
+        # which closes stale connections itself, so its messages go straight to their handlers.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -33,8 +42,7 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         if membership is None:
             await self.close(code=4403)
             return
-        self.user_id, self.tenant_id = user.pk, membership.tenant_id
-        self._remember(membership)
+        self.user_id, self.tenant_id, self.key = user.pk, membership.tenant_id, member_key(user.pk)
         self.group = tenant_group(membership.tenant_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -48,45 +56,32 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         if content == {"type": "ping"} and await self._still_member():
             await self.send_json({"type": "heartbeat", "pending": await self._pending()})
 
-    async def approvals_requests_opened(self, event: dict[str, Any]) -> None:
-        if await self._still_member():
-            variant = "operator" if self.can_answer else "reader"
-            await self.send_json(
-                {
-                    "type": "requests_opened",
-                    "ids": event["ids"],
-                    "html": event["html"][variant],
-                    "titles": event["titles"],
-                    "sentAt": event["sentAt"],
-                    "pending": event["pending"],
-                }
-            )
-
-    async def approvals_requests_closed(self, event: dict[str, Any]) -> None:
-        if await self._still_member():
-            await self.send_json({"type": "requests_closed", "ids": event["ids"], "pending": event["pending"]})
+    async def console_push(self, event: dict[str, Any]) -> None:
+        if self.group is None:
+            return
+        if self.key in event["operators"]:
+            await self.send(text_data=event["operator"])
+        elif self.key in event["readers"]:
+            await self.send(text_data=event["reader"])
+        else:
+            await self._leave()
 
     async def console_membership_changed(self, event: dict[str, Any]) -> None:
         if event["user_id"] == self.user_id:
-            self.checked_at = 0.0
             await self._still_member()
 
     async def _still_member(self) -> bool:
-        """Re-read the membership when it may have changed; a removed member's socket is closed."""
-        if time.monotonic() - self.checked_at < RECHECK_SECONDS:
+        """Re-read the membership; a removed member's socket is closed."""
+        if self.group is not None and await self._current():
             return True
-        membership = await self._current(self.user_id, self.tenant_id)
-        if membership is None:
+        await self._leave()
+        return False
+
+    async def _leave(self) -> None:
+        if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.group = None
             await self.close(code=4403)
-            return False
-        self._remember(membership)
-        return True
-
-    def _remember(self, membership: Membership) -> None:
-        self.can_answer = membership.allows("operator")
-        self.checked_at = time.monotonic()
 
     @database_sync_to_async
     def _membership(self, user_id: int, tenant_id: int | None) -> Membership | None:
@@ -98,10 +93,9 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         return memberships.first()
 
     @database_sync_to_async
-    def _current(self, user_id: int | None, tenant_id: int | None) -> Membership | None:
-        if user_id is None or tenant_id is None:
-            return None
-        return Membership.objects.filter(user_id=user_id, tenant_id=tenant_id, user__is_active=True).first()
+    def _current(self) -> bool:
+        assert self.user_id is not None and self.tenant_id is not None
+        return Membership.objects.filter(user_id=self.user_id, tenant_id=self.tenant_id, user__is_active=True).exists()
 
     @database_sync_to_async
     def _pending(self) -> int:

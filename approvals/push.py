@@ -1,10 +1,12 @@
 """Every push to open consoles goes through here, one function per event.
 
-A push renders its fragment once per role variant (answer buttons or not), never once per socket;
-the consumers pick their variant and forward it. Domain code calls these functions, never the
-channel layer directly.
+A push is rendered and JSON-encoded once per role variant (answer buttons or not), never once per socket,
+and carries the tenant's members as read when it leaves: each consumer finds its user in that list, sends
+its variant's text as it is, and closes itself when its user is no longer a member. Domain code calls these
+functions, never the channel layer directly.
 """
 
+import json
 import time
 from typing import Any
 
@@ -13,6 +15,7 @@ from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
 from approvals.models import PendingRequest, RequestStatus
+from console.models import ROLE_RANK, Membership, Role
 
 
 def tenant_group(tenant_id: int) -> str:
@@ -27,10 +30,45 @@ def render_request(request: PendingRequest, *, can_answer: bool, error: str | No
     return render_to_string("approvals/request.html", {"r": request, "can_answer": can_answer, "error": error})
 
 
+def member_key(user_id: int) -> str:
+    """How a user appears in a push's member lists (see `_members`)."""
+    return f" {user_id} "
+
+
+def _members(tenant_id: int) -> tuple[str, str]:
+    """The tenant's active members now, as two strings of ` id ` keys: those who may answer, and readers.
+
+    Strings rather than sets: the in-memory layer deep-copies a message for every socket and the Redis layer
+    serialises it for every socket, and a string costs one copy however many members it lists.
+    """
+    operators, readers = [" "], [" "]
+    for user_id, role in Membership.objects.filter(tenant_id=tenant_id, user__is_active=True).values_list(
+        "user_id", "role"
+    ):
+        (operators if ROLE_RANK[Role(role)] >= ROLE_RANK[Role.OPERATOR] else readers).append(f"{user_id} ")
+    return "".join(operators), "".join(readers)
+
+
 def _send(tenant_id: int, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is not None:
         async_to_sync(layer.group_send)(tenant_group(tenant_id), message)
+
+
+def _push(tenant_id: int, operator: dict[str, Any], reader: dict[str, Any] | None = None) -> None:
+    """Push `operator` to the members who may answer and `reader` (the same when None) to the others."""
+    operators, readers = _members(tenant_id)
+    # When the push left (rendered, counted, members read), so clients and benchmarks see the fan-out latency.
+    sent_at = {"sentAt": time.time()}
+    operator_text = json.dumps({**operator, **sent_at})
+    message = {
+        "type": "console.push",
+        "operators": operators,
+        "readers": readers,
+        "operator": operator_text,
+        "reader": operator_text if reader is None else json.dumps({**reader, **sent_at}),
+    }
+    _send(tenant_id, message)
 
 
 def notify_requests_opened(requests: list[PendingRequest]) -> None:
@@ -38,21 +76,16 @@ def notify_requests_opened(requests: list[PendingRequest]) -> None:
     if not requests:
         return
     tenant_id = requests[0].tenant_id
-    html = {
-        "operator": "".join(render_request(r, can_answer=True) for r in requests),
-        "reader": "".join(render_request(r, can_answer=False) for r in requests),
+    common = {
+        "type": "requests_opened",
+        "ids": [str(r.id) for r in requests],
+        "titles": [f"{r.agent.name}: {r.tool_name}" for r in requests],
+        "pending": pending_count(tenant_id),
     }
-    _send(
+    _push(
         tenant_id,
-        {
-            "type": "approvals.requests_opened",
-            "ids": [str(r.id) for r in requests],
-            "html": html,
-            "titles": [f"{r.agent.name}: {r.tool_name}" for r in requests],
-            "pending": pending_count(tenant_id),
-            # When the push left (rendered, counted), so clients and benchmarks can see the fan-out latency.
-            "sentAt": time.time(),
-        },
+        {**common, "html": "".join(render_request(r, can_answer=True) for r in requests)},
+        {**common, "html": "".join(render_request(r, can_answer=False) for r in requests)},
     )
 
 
@@ -60,10 +93,7 @@ def notify_requests_closed(tenant_id: int, request_ids: list[str]) -> None:
     """Answered or terminated requests: every open inbox drops them."""
     if not request_ids:
         return
-    _send(
-        tenant_id,
-        {"type": "approvals.requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)},
-    )
+    _push(tenant_id, {"type": "requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)})
 
 
 def notify_membership_changed(tenant_id: int, user_id: int) -> None:

@@ -18,7 +18,7 @@ Targets: on one daphne the inbox stays within 1.2x of the bare broadcast at ever
 at 1000 clients the inbox p99 over two daphnes is at most 0.6x of the one-daphne bare p99 (same layer).
 
 Usage: .venv/bin/python bench/push_latency.py [--clients 1,50,200,1000] [--rounds 25] [--rounds-large 8]
-       [--shapes memory,redis,redis2] [--database-url postgres://...]
+       [--rounds-small 200] [--shapes memory,redis,redis2] [--database-url postgres://...]
 """
 
 import argparse
@@ -174,6 +174,13 @@ async def measure(servers: list[Daphne], persona: dict[str, str], cell: Cell, ro
     cell.seconds = time.perf_counter() - started
 
 
+def rounds_for(clients: int, args: argparse.Namespace) -> int:
+    """Enough rounds for a p99 that is not just the slowest sample, within the time a round of N takes."""
+    if clients < 10:
+        return args.rounds_small
+    return args.rounds if clients < 500 else args.rounds_large
+
+
 def render_cost(rounds: int = 50) -> float:
     """Median time to render one push's fragments (both role variants), in ms (in this process)."""
     from approvals.models import PendingRequest
@@ -194,12 +201,16 @@ def ms(values: list[float], p: float | None = None) -> float:
 
 
 def report(cells: list[Cell], args: argparse.Namespace, database: str, render_ms: float, seconds: float) -> None:
-    command = f"push_latency.py --clients {args.clients} --rounds {args.rounds} --rounds-large {args.rounds_large}"
+    command = (
+        f"push_latency.py --clients {args.clients} --rounds {args.rounds} --rounds-large {args.rounds_large} "
+        f"--rounds-small {args.rounds_small}"
+    )
     print("### Inbox push latency (b): request opened -> card received, against a bare group_send\n")
     print(
         f"`{command}`: {database} (one database shared by the daphnes); in-memory layer, or Redis at "
         f"`{REDIS_DB}` (channels_redis); each cell pools the latencies of every socket over its rounds "
-        f"({args.rounds}, {args.rounds_large} from 500 clients, after one warm-up round), inbox push and bare "
+        f"({args.rounds}; {args.rounds_small} below 10 clients, {args.rounds_large} from 500; after one warm-up "
+        f"round), inbox push and bare "
         f"broadcast alternating in the same run, N inbox and N bare sockets connected throughout; "
         f"{python_line()}; {seconds:.0f} s.\n"
     )
@@ -244,6 +255,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,50,200,1000")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--rounds-large", type=int, default=8, help="rounds at 500 clients and more")
+    parser.add_argument("--rounds-small", type=int, default=200, help="rounds below 10 clients")
     parser.add_argument("--shapes", default="memory,redis,redis2", help="any of memory, redis, redis2")
     parser.add_argument("--database-url", default=None, help="shared database (default: a temporary SQLite file)")
     args = parser.parse_args()
@@ -269,7 +281,7 @@ def main() -> None:
             with daphnes(shape_env, count, app="bench.push_asgi:application") as servers:
                 for clients in [int(c) for c in args.clients.split(",")]:
                     cell = Cell(layer, count, clients)
-                    asyncio.run(measure(servers, persona, cell, args.rounds if clients < 500 else args.rounds_large))
+                    asyncio.run(measure(servers, persona, cell, rounds_for(clients, args)))
                     print(f"  {layer} x{count} N={clients}: {cell.seconds:.1f} s", file=sys.stderr)
                     cells.append(cell)
         render_ms = render_cost()
