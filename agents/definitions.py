@@ -3,7 +3,9 @@
 On the wire the fields are camelCase (`displayName`); in Python they are snake_case.
 """
 
+import json
 import re
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
@@ -167,6 +169,11 @@ class DefinitionContent(WireModel):
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+    @cached_property
+    def identity(self) -> str:
+        """The whole content as one string, equal for equal contents (the engine caches agents by it)."""
+        return json.dumps(self.wire(), sort_keys=True)
 
     @property
     def consults_rules(self) -> bool:

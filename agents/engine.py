@@ -260,7 +260,7 @@ def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
     takes effect on the next turn (the key itself is held only by the provider's client)."""
     api_key = api_key_for(content)
     key_digest = hashlib.sha256((api_key or "").encode()).hexdigest()
-    key = json.dumps([content.wire(), key_digest], sort_keys=True)
+    key = f"{key_digest} {content.identity}"
     agent = _AGENTS.get(key)
     if agent is None:
         server_tools = FunctionToolset[TurnDeps](
@@ -269,14 +269,15 @@ def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
                 for t in content.tools
             ]
         )
-        client_tools = ExternalToolset[TurnDeps](
-            [
+        modes: dict[str, str] = {t.name: t.approval for t in content.tools}
+        toolsets: list[AbstractToolset[TurnDeps]] = [GatedToolset(server_tools, modes=modes)]
+        if content.client_tools:
+            # Only when there are some: every toolset costs each model request a little.
+            client_tools = [
                 ToolDefinition(name=t.name, description=t.description, parameters_json_schema=t.parameters)
                 for t in content.client_tools
             ]
-        )
-        modes: dict[str, str] = {t.name: t.approval for t in content.tools}
-        toolsets: list[AbstractToolset[TurnDeps]] = [GatedToolset(server_tools, modes=modes), client_tools]
+            toolsets.append(ExternalToolset[TurnDeps](client_tools))
         agent = Agent(
             build_model(content, api_key),
             output_type=[str, DeferredToolRequests],
@@ -330,7 +331,7 @@ async def run_turn(
                 "deferred_tool_results": answers.deferred_results() if answers else None,
                 "instructions": instructions,
                 "deps": deps,
-                "toolsets": mcp_toolsets,
+                "toolsets": mcp_toolsets or None,
             }
             if stream:
                 async with agent.run_stream_events(prompt, **options) as events:

@@ -80,6 +80,9 @@ class Agent(models.Model):
         return self.versions.get(number=self.current_version)
 
 
+_PARSED: dict[tuple[int, Any], DefinitionContent] = {}
+
+
 class AgentVersion(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
@@ -102,8 +105,18 @@ class AgentVersion(models.Model):
 
     @cached_property
     def definition(self) -> DefinitionContent:
-        """The parsed content (a version never changes, so once per instance)."""
-        return DefinitionContent.model_validate(self.content)
+        """The parsed content. A version never changes, so a stored one is parsed once per process: the
+        same instance every time, which keeps what is derived from it (the engine's agent) at hand."""
+        if self.pk is None:
+            return DefinitionContent.model_validate(self.content)
+        # The creation time is in the key too: a test database hands out the same ids again.
+        key = (self.pk, self.created_at)
+        parsed = _PARSED.get(key)
+        if parsed is None:
+            if len(_PARSED) >= 1024:
+                _PARSED.clear()
+            parsed = _PARSED[key] = DefinitionContent.model_validate(self.content)
+        return parsed
 
 
 class Session(models.Model):

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 from pydantic import Field, StrictBool, field_validator
@@ -114,9 +115,25 @@ class PreparedRun:
     terminated: list[PendingRequest] = field(default_factory=list)
 
 
-def prepare_run(tenant: Tenant, agent: Agent, request: RunRequest) -> PreparedRun:
-    """Check the whole request (SPEC section 4, "Rules"); raises RunRejected, writes nothing."""
-    version = _version(agent, request.definition_version)
+def live_version(tenant: Tenant, name: str, number: int | None) -> AgentVersion:
+    """The version a run of the agent `name` uses (its current one unless `number`), with its agent, in
+    one query; raises RunRejected (404) when there is no such agent or version."""
+    versions = AgentVersion.objects.select_related("agent").filter(
+        agent__tenant=tenant, agent__name=name, agent__deleted_at__isnull=True
+    )
+    chosen = versions.filter(number=number) if number else versions.filter(number=F("agent__current_version"))
+    version = next(iter(chosen[:1]), None)
+    if version is None:
+        if not Agent.objects.live().filter(tenant=tenant, name=name).exists():
+            raise RunRejected(404, "agent_not_found", f"No agent named {name!r} in this tenant.")
+        raise RunRejected(404, "version_not_found", f"Agent {name!r} has no version {number}.")
+    return version
+
+
+def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> PreparedRun:
+    """Check the whole request (SPEC section 4, "Rules") for a run of `version` (see `live_version`);
+    raises RunRejected, writes nothing."""
+    agent = version.agent
     if request.has_answers and not request.session_id:
         raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
     session = None
@@ -162,13 +179,6 @@ def prepare_run(tenant: Tenant, agent: Agent, request: RunRequest) -> PreparedRu
 def _refuse_if_busy(session: Session) -> None:
     if session.runs.filter(status__in=(RunStatus.RUNNING, RunStatus.QUEUED)).exists():
         raise RunRejected(409, "session_busy", "A turn of this session is still running; send the next one after it.")
-
-
-def _version(agent: Agent, number: int | None) -> AgentVersion:
-    version = agent.versions.filter(number=number or agent.current_version).first()
-    if version is None:
-        raise RunRejected(404, "version_not_found", f"Agent {agent.name!r} has no version {number}.")
-    return version
 
 
 def _check_answers(prepared: PreparedRun) -> None:

@@ -14,7 +14,6 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from agents import queue
-from agents.api import _agent as agent_or_404
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.runs import (
     RunRejected,
@@ -22,6 +21,7 @@ from agents.runs import (
     StartedRun,
     event_envelope,
     finish_run,
+    live_version,
     prepare_run,
     run_result,
     start_run,
@@ -64,10 +64,10 @@ def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
     """Start a run. `Prefer: respond-async` queues it on its lane (202); `Accept: text/event-stream`
     streams its events; otherwise the result comes when the turn ends."""
     membership = require_role(request, "operator")
-    agent = agent_or_404(request, name)
     queued = _prefers_async(request)
     try:
-        started = start_run(prepare_run(membership.tenant, agent, payload), request.user, queued=queued)
+        version = live_version(membership.tenant, name, payload.definition_version)
+        started = start_run(prepare_run(membership.tenant, version, payload), request.user, queued=queued)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     if queued:

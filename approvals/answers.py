@@ -18,6 +18,7 @@ from agents.runs import (
     RunRejected,
     RunRequest,
     approval_mode,
+    live_version,
     prepare_run,
     schema_problems,
     start_run,
@@ -191,7 +192,9 @@ def continue_when_complete(user: Any, session: Session) -> Run | None:
             definition_version=asked.version.number if asked else None,
             lane=asked.lane if asked else None,
         )
-        prepared = prepare_run(session.tenant, session.agent, request)
+        version = asked.version if asked else live_version(session.tenant, session.agent.name, None)
+        version.agent = session.agent
+        prepared = prepare_run(session.tenant, version, request)
         started = start_run(prepared, user, queued=True)
     except RunRejected:
         # Another answer started the continuation at the same moment (the session is busy), or the

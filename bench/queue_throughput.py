@@ -43,15 +43,17 @@ def one(database: str, threads: int, runs: int) -> dict[str, object]:
         from django.core.management import call_command
         from django.db.models import Max, Min
 
-        from agents.models import Agent, Run
-        from agents.runs import RunRequest, prepare_run, start_run
+        from agents.models import Run
+        from agents.runs import RunRequest, live_version, prepare_run, start_run
 
         call_command("migrate", verbosity=0)
         persona = seed_operator(agents={"clock": AGENT})
-        agent = Agent.objects.get(name="clock")
+        version = live_version(persona["tenant"], "clock", None)
         for _ in range(runs):
             start_run(
-                prepare_run(persona["tenant"], agent, RunRequest(message="call get_time")), persona["user"], queued=True
+                prepare_run(persona["tenant"], version, RunRequest(message="call get_time")),
+                persona["user"],
+                queued=True,
             )
         log = data / "worker.log"
         with log.open("w") as out:

@@ -5,7 +5,7 @@ same scripted model in this process. The console side goes through the whole req
 Django handler with every middleware, token auth, the run checks, the database writes (run, events,
 session) and JSON out. `--http` also measures it over loopback HTTP against a daphne process.
 
-The two sides alternate in ten blocks, so a machine whose load changes during the run weighs on both alike.
+The sides alternate in ten blocks, so a machine whose load changes during the run weighs on each alike.
 
 Usage: .venv/bin/python bench/turn_overhead.py [--turns 300] [--http]
 Target: the console turn's median at most 2.5x the bare turn's.
@@ -14,6 +14,7 @@ Target: the console turn's median at most 2.5x the bare turn's.
 import argparse
 import asyncio
 import atexit
+import http.client
 import json
 import os
 import platform
@@ -26,6 +27,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -55,19 +57,22 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def bare(turns: int) -> list[float]:
-    agent = Agent(scripted_model(), tools=[get_time], instructions="You tell the time.")
+class Bare:
+    """The same turn on bare pydantic-ai, on an event loop kept between turns; each turn times itself."""
 
-    async def go() -> list[float]:
-        times = []
-        for _ in range(turns):
-            start = time.perf_counter()
-            result = await agent.run(MESSAGE)
-            times.append(time.perf_counter() - start)
-            assert result.output.startswith("get_time: ")
-        return times
+    def __init__(self) -> None:
+        self.agent = Agent(scripted_model(), tools=[get_time], instructions="You tell the time.")
+        self.runner = asyncio.Runner()
 
-    return asyncio.run(go())
+    async def _turn(self) -> float:
+        start = time.perf_counter()
+        result = await self.agent.run(MESSAGE)
+        elapsed = time.perf_counter() - start
+        assert result.output.startswith("get_time: ")
+        return elapsed
+
+    def turns(self, count: int) -> list[float]:
+        return [self.runner.run(self._turn()) for _ in range(count)]
 
 
 def setup() -> str:
@@ -84,52 +89,62 @@ def setup() -> str:
     return ApiToken.issue(membership, "bench")[1]
 
 
-def console(turns: int, token: str) -> list[float]:
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-    body = json.dumps({"message": MESSAGE})
-    times = []
-    for _ in range(turns):
-        start = time.perf_counter()
-        response = client.post("/api/agents/clock/runs", body, content_type="application/json")
-        times.append(time.perf_counter() - start)
-        assert response.status_code == 200 and response.json()["output"].startswith("get_time: "), response.content
-    return times
+class InProcess:
+    """The console turn through Django's handler in this process (the test client: no sockets)."""
+
+    def __init__(self, token: str) -> None:
+        self.client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+        self.body = json.dumps({"message": MESSAGE})
+
+    def turns(self, count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            response = self.client.post("/api/agents/clock/runs", self.body, content_type="application/json")
+            times.append(time.perf_counter() - start)
+            assert response.status_code == 200 and response.json()["output"].startswith("get_time: "), response.content
+        return times
 
 
-def over_http(turns: int, token: str) -> list[float]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
+class OverHttp:
+    """The console turn over loopback HTTP: a daphne process and one keep-alive connection to it, as an API
+    client would hold (a connection per turn would time the client's TCP handshake, not the console)."""
+
+    def __init__(self, token: str) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(200):
             try:
-                urllib.request.urlopen(url + "/healthz", timeout=1)
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
                 break
             except OSError:
                 time.sleep(0.1)
-        request = urllib.request.Request(
-            url + "/api/agents/clock/runs",
-            data=json.dumps({"message": MESSAGE}).encode(),
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.body = json.dumps({"message": MESSAGE}).encode()
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def turns(self, count: int) -> list[float]:
         times = []
-        for _ in range(turns):
+        for _ in range(count):
             start = time.perf_counter()
-            with urllib.request.urlopen(request, timeout=30) as response:
-                payload = json.load(response)
+            self.connection.request("POST", "/api/agents/clock/runs", self.body, self.headers)
+            response = self.connection.getresponse()
+            payload = json.loads(response.read())
             times.append(time.perf_counter() - start)
-            assert payload["output"].startswith("get_time: ")
+            assert response.status == 200 and payload["output"].startswith("get_time: "), payload
         return times
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.connection.close()
+        self.server.terminate()
+        self.server.wait(timeout=10)
 
 
 def report(label: str, times: list[float]) -> tuple[float, float]:
@@ -144,23 +159,32 @@ def main() -> None:
     parser.add_argument("--http", action="store_true")
     args = parser.parse_args()
     token = setup()
-    warm = max(20, args.turns // 10)
-    bare(warm), console(warm, token)  # imports, caches, first queries
-    bare_times: list[float] = []
-    console_times: list[float] = []
-    for _ in range(BLOCKS):
-        bare_times += bare(args.turns // BLOCKS)
-        console_times += console(args.turns // BLOCKS, token)
+    sides: dict[str, Any] = {"bare": Bare(), "console": InProcess(token)}
+    if args.http:
+        sides["http"] = OverHttp(token)
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    try:
+        for side in sides.values():
+            side.turns(max(20, args.turns // 10))  # imports, caches, first queries
+        # The sides take turns in blocks, so load that comes and goes weighs on all of them alike. (Not turn by
+        # turn: a console turn between two bare turns leaves the caches cold for the bare one, slowing it by
+        # a fifth or more on these machines, which would flatter the ratio.)
+        for _ in range(BLOCKS):
+            for name, side in sides.items():
+                times[name] += side.turns(args.turns // BLOCKS)
+    finally:
+        if args.http:
+            sides["http"].stop()
     print("### Control-plane overhead per scripted turn (a)\n")
     print(
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, SQLite; "
         f"the one-tool turn `{MESSAGE}`, {BLOCKS} alternating blocks of each side\n"
     )
     print("| turn | n | median ms | p99 ms |\n|---|---|---|---|")
-    bare_median, _ = report("bare pydantic-ai (agent.run)", bare_times)
-    console_median, _ = report("console run API, in process (Django handler, SQLite)", console_times)
+    bare_median, _ = report("bare pydantic-ai (agent.run)", times["bare"])
+    console_median, _ = report("console run API, in process (Django handler, SQLite)", times["console"])
     if args.http:
-        http_median, _ = report("console run API over loopback HTTP (daphne)", over_http(args.turns, token))
+        http_median, _ = report("console run API over loopback HTTP (daphne, keep-alive)", times["http"])
     ratio = console_median / bare_median
     verdict = "met" if ratio <= 2.5 else "missed"
     print(f"\nTarget: console turn at most 2.5x the bare turn (median) — {ratio:.2f}x: {verdict}.")

@@ -1,11 +1,16 @@
 import gc
 import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.asgi import get_asgi_application
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 # Django must be set up before anything imports models (the routing does).
-django_asgi_app = get_asgi_application()
+get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
@@ -13,9 +18,58 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from approvals.routing import websocket_urlpatterns  # noqa: E402
 
+IDLE_REQUEST_THREADS = 32
+
+
+class ConsoleASGIHandler(ASGIHandler):
+    """Django's ASGI handler, with each request's synchronous work on one thread, entered once, and that
+    thread kept for later requests.
+
+    Django's own handler runs the middleware chain in async mode: every middleware that is not async (ours,
+    WhiteNoise) is entered through a thread hop, and every MiddlewareMixin one runs its request and response
+    hooks through a hop each, before the view gets one more. Here the chain and the view are the synchronous
+    ones WSGI runs, entered once through `sync_to_async`.
+
+    Django also starts a thread per request (and another to join it). Everything a thread holds went with
+    it: its database connection (opened again, with SQLite's pragmas, on every request, the old one left
+    for the collector) and the event loop a run turns on (agents.queue.run_here, with pydantic-ai's worker
+    thread for sync tools). Here a request borrows an idle single-thread executor and gives it back once
+    everything it queued has run, so a request whose client went away while its view still runs does not
+    hold up the next one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.idle: deque[ThreadPoolExecutor] = deque()
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async=False)
+        chain: Any = self._middleware_chain  # type: ignore[has-type]
+        self._middleware_chain = sync_to_async(chain, thread_sensitive=True)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        try:
+            executor = self.idle.pop()
+        except IndexError:
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="request")
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
+        finally:
+            executor.submit(lambda: None).add_done_callback(lambda _: self._give_back(executor))
+
+    def _give_back(self, executor: ThreadPoolExecutor) -> None:
+        if len(self.idle) < IDLE_REQUEST_THREADS:
+            self.idle.append(executor)
+        else:
+            executor.shutdown(wait=False)
+
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": ConsoleASGIHandler(),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

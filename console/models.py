@@ -72,11 +72,11 @@ class ApiToken(models.Model):
 
     @classmethod
     def authenticate(cls, raw: str) -> "ApiToken | None":
-        token = (
-            cls.objects.select_related("membership__user", "membership__tenant")
-            .filter(token_hash=hash_token(raw), revoked_at__isnull=True, membership__user__is_active=True)
-            .first()
-        )
+        # token_hash is unique: no ordering needed, which `first()` would add.
+        found = cls.objects.select_related("membership__user", "membership__tenant").filter(
+            token_hash=hash_token(raw), revoked_at__isnull=True, membership__user__is_active=True
+        )[:1]
+        token = next(iter(found), None)
         now = timezone.now()
         # Record use at most once a minute: a write on every request would cost more than it tells.
         if token is not None and (token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY):

@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from django.core import mail
 
 from agents.models import Attachment, Event, Run, RunStatus, Session
-from agents.runs import RunRejected, RunRequest, execute, finish_run, prepare_run, start_run
+from agents.runs import RunRejected, RunRequest, execute, finish_run, live_version, prepare_run, start_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from tests.agents.run_helpers import (
     EMAIL,
@@ -318,8 +318,8 @@ def test_it_answers_a_request_once_when_two_turns_race(operator, assistant):
     asked = ask_to_send(operator)
     approval = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True}
     body = RunRequest.model_validate({"sessionId": "s1", "approvals": [approval]})
-    first = prepare_run(operator.tenant, assistant, body)
-    second = prepare_run(operator.tenant, assistant, body)
+    version = live_version(operator.tenant, assistant.name, None)
+    first, second = prepare_run(operator.tenant, version, body), prepare_run(operator.tenant, version, body)
     started = start_run(first, operator.user)
     finish_run(started, async_to_sync(execute)(started))
     before = snapshot()
