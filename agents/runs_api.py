@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
@@ -131,7 +132,9 @@ async def _stream(started: StartedRun) -> AsyncIterator[str]:
 
 
 async def _finish_detached(task: "asyncio.Future[Any]", started: StartedRun) -> None:
-    await sync_to_async(finish_run)(started, await task)
+    # Outlives its request, so not on the request's thread (console.asgi keeps that for the next request,
+    # and refuses work from tasks of a request that ended): a pool thread, its connection closed after.
+    await database_sync_to_async(finish_run, thread_sensitive=False)(started, await task)
 
 
 class RunFilters(Schema):

@@ -2,6 +2,7 @@
 the chat completions API (tests/fakes/openai_server.py), so every request the engine sends is seen and
 every reply, error and broken body is planned by the test."""
 
+import asyncio
 import importlib
 import json
 import socket
@@ -294,3 +295,40 @@ async def test_it_streams_from_the_provider_when_the_turn_is_watched(remote, fak
     assert "event: done" in body and "Hello from the loopback." in body
     [request] = await sync_to_async(lambda: list(fake.requests))()
     assert request.stream
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_streamed_run_whose_client_goes_away_still_finishes_under_the_server(operator, remote, fake):
+    """Through the ASGI application daphne serves: the client drops the event stream while the model is
+    still thinking; the turn goes on without it and its outcome is stored."""
+    from asgiref.sync import sync_to_async
+    from asgiref.testing import ApplicationCommunicator
+
+    from console.asgi import application
+
+    fake.reply_text("Finished anyway.", delay=1.0)
+    headers = [
+        (b"host", b"localhost"),
+        (b"authorization", f"Bearer {operator.token}".encode()),
+        (b"content-type", b"application/json"),
+        (b"accept", b"text/event-stream"),
+    ]
+    scope = {"type": "http", "method": "POST", "path": "/api/agents/remote/runs", "headers": headers}
+    client = ApplicationCommunicator(application, {**scope, "query_string": b"", "http_version": "1.1"})
+    await client.send_input({"type": "http.request", "body": json.dumps({"message": "hi"}).encode()})
+    start = await client.receive_output(timeout=10)
+    assert start["status"] == 200
+    first = await client.receive_output(timeout=10)
+    assert b"event: run.started" in first["body"]
+
+    await client.send_input({"type": "http.disconnect"})
+    await client.wait(timeout=10)
+
+    async def status() -> str:
+        return await sync_to_async(lambda: Run.objects.get().status)()
+
+    deadline = time.monotonic() + 15
+    while await status() == "running" and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    run = await sync_to_async(Run.objects.get)()
+    assert (run.status, run.output) == ("completed", "Finished anyway.")
