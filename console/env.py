@@ -1,7 +1,7 @@
 """Typed readers for settings taken from the environment. A bad value stops start-up with a clear message."""
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 
 class EnvError(ValueError):
@@ -28,26 +28,24 @@ def env_bool(name: str, default: bool, environ: Mapping[str, str] = os.environ) 
 
 
 def env_int(name: str, default: int, environ: Mapping[str, str] = os.environ, *, minimum: int = 0) -> int:
-    if name not in environ:
-        return default
-    try:
-        value = int(environ[name])
-    except ValueError:
-        raise EnvError(f"{name} must be a whole number; got {environ[name]!r}") from None
-    if value < minimum:
-        raise EnvError(f"{name} must be at least {minimum}; got {value}")
-    return value
+    return _env_number(name, default, environ, int, "a whole number", minimum)
 
 
 def env_float(name: str, default: float, environ: Mapping[str, str] = os.environ) -> float:
+    return _env_number(name, default, environ, float, "a number", 0)
+
+
+def _env_number[N: (int, float)](
+    name: str, default: N, environ: Mapping[str, str], parse: Callable[[str], N], kind: str, minimum: int
+) -> N:
     if name not in environ:
         return default
     try:
-        value = float(environ[name])
+        value = parse(environ[name])
     except ValueError:
-        raise EnvError(f"{name} must be a number; got {environ[name]!r}") from None
-    if not 0 <= value < float("inf"):
-        raise EnvError(f"{name} must be zero or more; got {value}")
+        raise EnvError(f"{name} must be {kind}; got {environ[name]!r}") from None
+    if not minimum <= value < float("inf"):
+        raise EnvError(f"{name} must be at least {minimum}; got {value}")
     return value
 
 
