@@ -2,16 +2,23 @@ from datetime import datetime
 
 from django.db import IntegrityError
 from django.db.models import F
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Router, Schema, Status
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
-from agents.definitions import DefinitionContent
+from agents import deletion
+from agents.definitions import ConnectionRefused, DefinitionContent
 from agents.models import Agent, AgentVersion
-from console.api import ApiError, require_role
+from console.api import ApiError, Problem, api, problem, require_role
 
 router = Router(tags=["agents"])
+
+
+@api.exception_handler(ConnectionRefused)
+def _connection_refused(request: HttpRequest, exc: ConnectionRefused) -> HttpResponse:
+    errors = [{"field": field, "message": message} for field, message in exc.errors.items()]
+    return problem(400, exc.code, "The definition names connections it cannot use.", errors=errors)
 
 
 class AgentOut(DefinitionContent):
@@ -52,7 +59,7 @@ def list_agents(request: HttpRequest) -> list[AgentOut]:
     return [_out(v) for v in versions]
 
 
-@router.post("", response={201: AgentOut}, by_alias=True)
+@router.post("", response={201: AgentOut, 409: Problem}, by_alias=True)
 def create_agent(request: HttpRequest, payload: DefinitionContent) -> Status[AgentOut]:
     membership = require_role(request, "admin")
     if Agent.objects.live().filter(tenant=membership.tenant, name=payload.name).exists():
@@ -86,7 +93,7 @@ def update_agent(request: HttpRequest, name: str, payload: DefinitionContent) ->
 @router.delete("/{name}", response={204: None})
 def delete_agent(request: HttpRequest, name: str) -> Status[None]:
     require_role(request, "admin")
-    _agent(request, name).soft_delete()
+    deletion.delete_agent(_agent(request, name))
     return Status(204, None)
 
 

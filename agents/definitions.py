@@ -5,6 +5,7 @@ On the wire the fields are camelCase (`displayName`); in Python they are snake_c
 
 import json
 import re
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -18,18 +19,26 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 
 from agents.tools import REGISTRY
+from console.connections import MODEL_KINDS, ConnectionSpec
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
-ENV_NAME = r"^[A-Z_][A-Z0-9_]{0,127}$"
 CULTURE = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
 
 Approval = Literal["never", "always", "every_time"]
+
+
+class ConnectionRefused(ValueError):
+    """A definition names connections the tenant cannot use (see `DefinitionContent.connection_problems`)."""
+
+    def __init__(self, code: str, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" for field, message in errors.items()))
+        self.code, self.errors = code, errors
 
 
 class WireModel(BaseModel):
@@ -47,21 +56,30 @@ def _json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-class ModelBinding(WireModel):
-    provider: Literal["scripted", "openai", "anthropic"] = "scripted"
-    name: str | None = Field(default=None, max_length=200)
-    base_url: str | None = Field(default=None, max_length=500, pattern=r"^https?://\S+$")
-    api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
+def _refuse_inline(value: Any) -> Any:
+    raise ValueError(
+        "inline connection settings are refused: connections belong to the installation; "
+        "name one granted to this tenant instead (GET /api/connections lists them)"
+    )
 
-    @model_validator(mode="after")
-    def _provider_needs_a_model_name(self) -> "ModelBinding":
-        if self.provider != "scripted" and not self.name:
-            raise ValueError(f"the {self.provider} provider needs a model name")
-        return self
+
+# The fields a definition held before connections (SPEC section 2): refused with a message naming them,
+# never stored, and left out of the schema.
+Refused = Annotated[SkipJsonSchema[Any], AfterValidator(_refuse_inline), Field(default=None, exclude=True)]
+
+
+class ModelBinding(WireModel):
+    """The model: a connection of a model kind (`scripted` is every tenant's) and the model's name on it."""
+
+    connection: str = Field(default="scripted", pattern=SLUG)
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    provider: Refused
+    base_url: Refused
+    api_key_env: Refused
 
     @property
     def label(self) -> str:
-        return self.provider if self.provider == "scripted" else f"{self.provider}:{self.name}"
+        return self.connection if self.name is None else f"{self.connection}:{self.name}"
 
 
 def _registered(name: str) -> str:
@@ -84,19 +102,19 @@ class ClientTool(WireModel):
 
 
 class McpServer(WireModel):
-    name: str = Field(pattern=SLUG)
-    command: str | None = Field(default=None, min_length=1, max_length=500)
-    args: list[str] = Field(default_factory=list)
-    env: list[Annotated[str, Field(pattern=ENV_NAME)]] = Field(default_factory=list)
-    url: str | None = Field(default=None, pattern=r"^https?://\S+$", max_length=500)
+    """An MCP server: a connection of kind `mcp`, with the approval mode of its tools."""
+
+    connection: str = Field(pattern=SLUG)
     approval: Approval = "never"
     tool_prefix: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+    command: Refused
+    args: Refused
+    env: Refused
+    url: Refused
 
-    @model_validator(mode="after")
-    def _command_or_url(self) -> "McpServer":
-        if (self.command is None) == (self.url is None):
-            raise ValueError("give either a stdio command or a streamable-HTTP url, not both or neither")
-        return self
+    @property
+    def name(self) -> str:
+        return self.connection
 
 
 class Parameter(WireModel):
@@ -174,6 +192,35 @@ class DefinitionContent(WireModel):
     def identity(self) -> str:
         """The whole content as one string, equal for equal contents (the engine caches agents by it)."""
         return json.dumps(self.wire(), sort_keys=True)
+
+    @property
+    def connection_names(self) -> set[str]:
+        return {self.model.connection} | {server.connection for server in self.mcp_servers}
+
+    def connection_problems(self, granted: Mapping[str, ConnectionSpec]) -> tuple[str, dict[str, str]] | None:
+        """Why the connections this content names cannot be used, given those granted to the tenant:
+        `("unknown_connection", {field: message})` when one is missing or not granted (the same answer
+        for both, so a tenant cannot probe for others' connections), else `("invalid_request", ...)`
+        for a connection of the wrong kind; None when all is well."""
+        named = [("model.connection", self.model.connection, MODEL_KINDS)] + [
+            (f"mcpServers.{i}.connection", server.connection, {"mcp"}) for i, server in enumerate(self.mcp_servers)
+        ]
+        unknown = {
+            field: f"no connection named {name!r} is granted to this tenant"
+            for field, name, _ in named
+            if name not in granted
+        }
+        if unknown:
+            return "unknown_connection", unknown
+        wrong = {
+            field: f"the connection {name!r} is of kind {granted[name].kind}, not {' or '.join(sorted(kinds))}"
+            for field, name, kinds in named
+            if granted[name].kind not in kinds
+        }
+        kind = granted[self.model.connection].kind
+        if not wrong and kind != "scripted" and not self.model.name:
+            wrong["model.name"] = f"the {kind} connection {self.model.connection!r} needs a model name"
+        return ("invalid_request", wrong) if wrong else None
 
     @property
     def consults_rules(self) -> bool:

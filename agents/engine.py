@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,6 +53,7 @@ from agents.mcp_bridge import McpBridge, McpServerFailed
 from agents.scripted import document_prompt, scripted_model
 from agents.tools import REGISTRY
 from approvals.rules import first_matching
+from console.connections import ConnectionSpec
 
 Emit = Callable[[str, dict[str, Any], bool], Awaitable[None]]
 RequestKindName = Literal["approval", "client_tool", "input"]
@@ -142,33 +143,42 @@ class TurnDeps:
     rules: Sequence[Any]
 
 
-def api_key_for(content: DefinitionContent) -> str | None:
-    """The provider key, read from the environment variable the definition names (never stored)."""
-    binding = content.model
-    if binding.provider == "scripted" or not binding.api_key_env:
+def connection_for(connections: Mapping[str, ConnectionSpec], name: str) -> ConnectionSpec:
+    """The settings of the connection `name`, as resolved for the run's tenant before the turn."""
+    spec = connections.get(name)
+    if spec is None:
+        raise TurnError("unknown_connection", f"No connection named {name!r} is granted to this tenant.")
+    return spec
+
+
+def api_key_for(spec: ConnectionSpec) -> str | None:
+    """The provider key, read from the environment variable the connection names (never stored)."""
+    if not spec.api_key_env:
         return None
-    api_key = os.environ.get(binding.api_key_env)
+    api_key = os.environ.get(spec.api_key_env)
     if not api_key:
-        raise TurnError("provider_key_missing", f"The environment variable {binding.api_key_env} is not set.")
+        raise TurnError("provider_key_missing", f"The environment variable {spec.api_key_env} is not set.")
     return api_key
 
 
-def build_model(content: DefinitionContent, api_key: str | None = None) -> Model:
-    binding = content.model
-    if binding.provider == "scripted":
+def build_model(spec: ConnectionSpec, model_name: str, api_key: str | None = None) -> Model:
+    base_url = spec.base_url or None
+    if spec.kind == "scripted":
         return scripted_model()
-    if binding.provider == "openai":
+    if spec.kind == "openai":
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
 
-        provider: Any = OpenAIProvider(base_url=binding.base_url, api_key=api_key or "not-needed")
-        model: Model = OpenAIChatModel(binding.name or "", provider=provider)
-    else:
+        provider: Any = OpenAIProvider(base_url=base_url, api_key=api_key or "not-needed")
+        model: Model = OpenAIChatModel(model_name, provider=provider)
+    elif spec.kind == "anthropic":
         from pydantic_ai.models.anthropic import AnthropicModel
         from pydantic_ai.providers.anthropic import AnthropicProvider
 
-        provider = AnthropicProvider(api_key=api_key or "not-needed", base_url=binding.base_url)
-        model = AnthropicModel(binding.name or "", provider=provider)
+        provider = AnthropicProvider(api_key=api_key or "not-needed", base_url=base_url)
+        model = AnthropicModel(model_name, provider=provider)
+    else:
+        raise TurnError("unknown_connection", f"The connection {spec.name!r} is not a model provider.")
     # The SDKs retry 408/409/429/5xx and refused connections with backoff, honouring a Retry-After of up
     # to two minutes, while the run's request waits. Fail at once instead: the error code says whether
     # it is transient, and whoever runs the turn decides when to try again. (Set on the SDK client the
@@ -253,14 +263,15 @@ def _jsonable(value: Any) -> Any:
 _AGENTS: dict[str, Agent[TurnDeps, Any]] = {}
 
 
-def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
-    """An agent for the definition's model and tools; cached by content, as versions never change.
+def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[TurnDeps, Any]:
+    """An agent for the definition's model and tools on `connection`; cached by content and connection,
+    as versions never change and a changed connection must take effect.
 
     The key is read at every turn and is part of the cache key, so that a changed or removed variable
     takes effect on the next turn (the key itself is held only by the provider's client)."""
-    api_key = api_key_for(content)
+    api_key = api_key_for(connection)
     key_digest = hashlib.sha256((api_key or "").encode()).hexdigest()
-    key = f"{key_digest} {content.identity}"
+    key = f"{key_digest} {connection!r} {content.identity}"
     agent = _AGENTS.get(key)
     if agent is None:
         server_tools = FunctionToolset[TurnDeps](
@@ -279,7 +290,7 @@ def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
             ]
             toolsets.append(ExternalToolset[TurnDeps](client_tools))
         agent = Agent(
-            build_model(content, api_key),
+            build_model(connection, content.model.name or "", api_key),
             output_type=[str, DeferredToolRequests],
             deps_type=TurnDeps,
             toolsets=toolsets,
@@ -294,6 +305,7 @@ def agent_for(content: DefinitionContent) -> Agent[TurnDeps, Any]:
 async def run_turn(
     content: DefinitionContent,
     *,
+    connections: Mapping[str, ConnectionSpec],
     instructions: str,
     conversation: dict[str, Any] | None,
     message: str | None,
@@ -308,13 +320,13 @@ async def run_turn(
     With `stream` the model's reply streams (text deltas as ephemeral events); without it the turn
     runs node by node and each reply is reported whole, which is cheaper when nobody watches live.
     The stored events are the same either way."""
-    agent = agent_for(content)
+    agent = agent_for(content, connection_for(connections, content.model.connection))
     restored = ConversationTypeAdapter.validate_python(conversation) if conversation else None
     prompt: list[str] | None = None
     if message is not None:
         prompt = [document_prompt(name, text) for name, text in documents] + [message]
     deps = TurnDeps(emit=emit, rules=list(rules))
-    bridges = [McpBridge(server) for server in content.mcp_servers]
+    bridges = [McpBridge(server, connection_for(connections, server.connection)) for server in content.mcp_servers]
     mcp_toolsets: list[AbstractToolset[TurnDeps]] = [
         GatedToolset(bridge.toolset(), default_mode=bridge.server.approval, server=bridge.server.name)
         for bridge in bridges

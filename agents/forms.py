@@ -8,6 +8,7 @@ Every list section is a table of rows. A row has a random key, so its inputs are
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
@@ -15,23 +16,26 @@ from uuid import uuid4
 from django.http import QueryDict
 from pydantic import ValidationError
 
-from agents.definitions import CULTURE, ENV_NAME, IDENTIFIER, SLUG, DefinitionContent, error_map
+from agents.definitions import CULTURE, IDENTIFIER, SLUG, DefinitionContent, error_map
 from agents.tools import REGISTRY
+from console.connections import MODEL_KINDS, ConnectionSpec
 
 # Each section's fields, in the order its inputs appear.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "cultures": ("culture", "instructions"),
     "tools": ("name", "approval"),
     "client_tools": ("name", "description", "parameters"),
-    "mcp_servers": ("name", "command", "args", "env", "url", "approval", "tool_prefix"),
+    "mcp_servers": ("connection", "approval", "tool_prefix"),
     "parameters": ("name", "kind", "required", "default", "description"),
 }
 # Fields whose blank value says nothing (a select's default, a checkbox); a row with only these is dropped.
 _CHOICES = {"approval", "kind", "required"}
+# The field that names a row (two rows may not share it).
+_NAME_FIELD = {"mcp_servers": "connection"}
 # Multi-line inputs keep their whitespace; everything else is stripped.
-_TEXTAREAS = {"instructions", "description", "parameters", "args"}
+_TEXTAREAS = {"instructions", "description", "parameters"}
 # Where an error about a whole row is shown.
-_ROW_ERROR_FIELD = {"tools": "name", "client_tools": "name", "mcp_servers": "command", "parameters": "default"}
+_ROW_ERROR_FIELD = {"tools": "name", "client_tools": "name", "mcp_servers": "connection", "parameters": "default"}
 # The wire name of each list section, as pydantic reports it in error paths.
 _WIRE_SECTION = {
     "tools": "tools",
@@ -47,10 +51,8 @@ TOP_FIELDS = {
     "description": "description",
     "instructions": "instructions",
     "request_deadline_seconds": "requestDeadlineSeconds",
-    "model_provider": "model.provider",
+    "model_connection": "model.connection",
     "model_name": "model.name",
-    "model_base_url": "model.baseUrl",
-    "model_api_key_env": "model.apiKeyEnv",
 }
 _TOP_BY_PATH = {path: name for name, path in TOP_FIELDS.items()} | {"model": "model_name"}
 _INPUT_NAME = re.compile(r"^(?P<section>[a-z_]+)-(?P<key>[0-9a-f]{8})-(?P<field>[a-z_]+)$")
@@ -61,10 +63,13 @@ _FALSE = {"false", "no", "0"}
 APPROVAL_LABELS = {"never": "Never ask", "always": "Ask unless a rule answers", "every_time": "Ask every time"}
 
 
-def choices() -> dict[str, Any]:
-    """The fixed options of the form's selects."""
+def choices(granted: Mapping[str, ConnectionSpec]) -> dict[str, Any]:
+    """The options of the form's selects; connections are those granted to the tenant."""
+    specs = sorted(granted.values(), key=lambda spec: spec.name)
     return {
-        "providers": [("scripted", "Scripted (built in)"), ("openai", "OpenAI-compatible"), ("anthropic", "Anthropic")],
+        "model_connections": [(spec.name, spec.kind) for spec in specs if spec.kind in MODEL_KINDS],
+        "model_connection_names": {spec.name for spec in specs if spec.kind in MODEL_KINDS},
+        "mcp_connections": [spec.name for spec in specs if spec.kind == "mcp"],
         "approvals": list(APPROVAL_LABELS.items()),
         "kinds": [("text", "Text"), ("number", "Number"), ("boolean", "Boolean")],
         "server_tools": sorted(REGISTRY.values(), key=lambda tool: tool.name),
@@ -101,7 +106,7 @@ class DefinitionForm:
 
     @classmethod
     def blank(cls) -> "DefinitionForm":
-        values = dict.fromkeys(TOP_FIELDS, "") | {"model_provider": "scripted"}
+        values = dict.fromkeys(TOP_FIELDS, "") | {"model_connection": "scripted"}
         return cls(values, {section: [] for section in SECTIONS})
 
     @classmethod
@@ -135,10 +140,8 @@ class DefinitionForm:
             "description": content.description,
             "instructions": content.instructions,
             "request_deadline_seconds": as_text(content.request_deadline_seconds),
-            "model_provider": model.provider,
+            "model_connection": model.connection,
             "model_name": model.name or "",
-            "model_base_url": model.base_url or "",
-            "model_api_key_env": model.api_key_env or "",
         }
         rows = {
             "cultures": [
@@ -156,15 +159,7 @@ class DefinitionForm:
             "mcp_servers": [
                 Row(
                     new_key(),
-                    {
-                        "name": s.name,
-                        "command": s.command or "",
-                        "args": "\n".join(s.args),
-                        "env": ", ".join(s.env),
-                        "url": s.url or "",
-                        "approval": s.approval,
-                        "tool_prefix": s.tool_prefix or "",
-                    },
+                    {"connection": s.connection, "approval": s.approval, "tool_prefix": s.tool_prefix or ""},
                 )
                 for s in content.mcp_servers
             ],
@@ -197,7 +192,8 @@ class DefinitionForm:
         """An error about the definition as a whole, not about one input."""
         return self.errors.get("__all__", "")
 
-    def is_valid(self) -> bool:
+    def is_valid(self, granted: Mapping[str, ConnectionSpec]) -> bool:
+        """Build `content`, or fill errors; `granted` are the connections the tenant may name."""
         self.errors, self.content = {}, None
         for rows in self.rows.values():
             for row in rows:
@@ -215,8 +211,18 @@ class DefinitionForm:
             return False
         if found_already:
             return False
+        problems = content.connection_problems(granted)
+        if problems is not None:
+            self.refuse(problems[1])
+            return False
         self.content = content
         return True
+
+    def refuse(self, errors: dict[str, str]) -> None:
+        """Show errors found past the form (by field path, as `ConnectionRefused` gives them)."""
+        self.content = None
+        for path, message in errors.items():
+            self._place(path, _readable(message))
 
     def _wire(self) -> dict[str, Any]:
         """The camelCase dict `DefinitionContent` validates; conversions that fail become field errors."""
@@ -228,10 +234,8 @@ class DefinitionForm:
             "instructions": v["instructions"],
             "requestDeadlineSeconds": self._whole_number("request_deadline_seconds"),
             "model": {
-                "provider": v["model_provider"],
+                "connection": v["model_connection"],
                 "name": v["model_name"] or None,
-                "baseUrl": v["model_base_url"] or None,
-                "apiKeyEnv": v["model_api_key_env"] or None,
             },
             "instructionsByCulture": self._cultures(),
             "tools": [dict(row.values) for row in self.rows["tools"]],
@@ -290,17 +294,18 @@ class DefinitionForm:
 
     def _check_unique_names(self) -> None:
         """Duplicate names are an error on the later row, where the user can see and fix it."""
-        for section, what in (
-            ("tools", "server tool"),
-            ("client_tools", "client tool"),
-            ("mcp_servers", "MCP server"),
-            ("parameters", "parameter"),
+        for section, clash in (
+            ("tools", "Another server tool is named “{}”."),
+            ("client_tools", "Another client tool is named “{}”."),
+            ("mcp_servers", "Another MCP server uses “{}”."),
+            ("parameters", "Another parameter is named “{}”."),
         ):
             seen: set[str] = set()
+            key = _NAME_FIELD.get(section, "name")
             for row in self.rows[section]:
-                name = row.values["name"]
+                name = row.values[key]
                 if name and name in seen:
-                    row.errors.setdefault("name", f"Another {what} is named “{name}”.")
+                    row.errors.setdefault(key, clash.format(name))
                 seen.add(name)
         server_tools = {row.values["name"] for row in self.rows["tools"]}
         for row in self.rows["client_tools"]:
@@ -325,8 +330,6 @@ class DefinitionForm:
 _PATTERNS = {
     SLUG: "Use lowercase letters, digits, - and _, starting with a letter or digit.",
     IDENTIFIER: "Use letters, digits and _, not starting with a digit.",
-    ENV_NAME: "Give the name of an environment variable: capitals, digits and _.",
-    r"^https?://\S+$": "Give an http:// or https:// address.",
     r"^[A-Za-z_][A-Za-z0-9_]{0,31}$": "Use letters, digits and _, not starting with a digit (at most 32).",
 }
 
@@ -362,11 +365,7 @@ def _filled(row: Row, section: str) -> Row:
 def _mcp_server(row: Row) -> dict[str, Any]:
     v = row.values
     return {
-        "name": v["name"],
-        "command": v["command"] or None,
-        "args": [line.strip() for line in v["args"].splitlines() if line.strip()],
-        "env": [name.strip() for name in v["env"].split(",") if name.strip()],
-        "url": v["url"] or None,
+        "connection": v["connection"],
         "approval": v["approval"],
         "toolPrefix": v["tool_prefix"] or None,
     }

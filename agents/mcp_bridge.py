@@ -31,6 +31,7 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agents.definitions import McpServer
+from console.connections import ConnectionSpec
 
 NO_BACK_CHANNEL = "no back-channel"
 CALL_TIMEOUT_SECONDS = 60.0
@@ -50,8 +51,8 @@ class McpServerFailed(Exception):
     """The server could not be started or reached, or died during the turn."""
 
 
-def _server_key(server: McpServer) -> str:
-    return repr((server.command, tuple(server.args), server.url))
+def _server_key(spec: ConnectionSpec) -> str:
+    return repr((spec.command, spec.args, spec.env, spec.url))
 
 
 class _Held:
@@ -93,6 +94,7 @@ class _Held:
 @dataclass
 class McpBridge:
     server: McpServer
+    connection: ConnectionSpec
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _slot: dict[str, Any] | None = None
     _connection: _Held | None = None
@@ -100,7 +102,7 @@ class McpBridge:
 
     @property
     def key(self) -> str:
-        return _server_key(self.server)
+        return _server_key(self.connection)
 
     def toolset(self) -> AbstractToolset[Any]:
         mode = "legacy" if self.key in _LEGACY_SERVERS else "auto"
@@ -123,14 +125,13 @@ class McpBridge:
             raise McpServerFailed(f"The MCP server {self.server.name!r} could not be started: {detail}") from error
 
     def _client(self, mode: str) -> FastMCPClient[Any]:
-        if self.server.url:
-            transport: Any = StreamableHttpTransport(self.server.url)
+        spec = self.connection
+        if spec.url:
+            transport: Any = StreamableHttpTransport(spec.url)
         else:
-            env = {name: os.environ[name] for name in self.server.env if name in os.environ}
+            env = {name: os.environ[name] for name in spec.env if name in os.environ}
             env.setdefault("PATH", os.environ.get("PATH", ""))
-            transport = StdioTransport(
-                self.server.command or "", list(self.server.args), env=env, cwd=PROJECT_DIR, keep_alive=False
-            )
+            transport = StdioTransport(spec.command, list(spec.args), env=env, cwd=PROJECT_DIR, keep_alive=False)
         return FastMCPClient(
             transport,
             elicitation_handler=self._on_elicit,

@@ -7,8 +7,8 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents.definitions import DefinitionContent
-from console.models import Tenant
+from agents.definitions import ConnectionRefused, DefinitionContent
+from console.models import Connection, Tenant
 
 
 class AgentQuerySet(models.QuerySet["Agent"]):
@@ -45,13 +45,18 @@ class Agent(models.Model):
 
     @classmethod
     def create(cls, tenant: Tenant, content: DefinitionContent, user: Any) -> "Agent":
+        """A new agent with `content` as version 1 (ConnectionRefused: see `append_version`)."""
         with transaction.atomic():
             agent = cls.objects.create(tenant=tenant, name=content.name)
             agent.append_version(content, user, note="created")
         return agent
 
     def append_version(self, content: DefinitionContent, user: Any, note: str = "") -> "AgentVersion":
-        """Store `content` as the next version; earlier versions are never touched."""
+        """Store `content` as the next version; earlier versions are never touched. Raises
+        ConnectionRefused when it names a connection the tenant may not use."""
+        problems = content.connection_problems(Connection.objects.specs_for(self.tenant, content.connection_names))
+        if problems is not None:
+            raise ConnectionRefused(*problems)
         with transaction.atomic():
             locked = Agent.objects.select_for_update().get(pk=self.pk)
             number = locked.current_version + 1

@@ -46,6 +46,7 @@ from agents.runs import (
     calls_with_side_effects,
     execute,
     finish_run,
+    granted_connections,
 )
 from console.periodic import start_periodic
 
@@ -101,6 +102,7 @@ def load_started(run: Run) -> StartedRun:
         instructions=data.get("instructions", ""),
         documents=[(name, text) for name, text in data.get("documents", [])],
         previous_run=None,
+        connections=granted_connections(run.tenant, run.version),
     )
     return StartedRun(
         run=run,
@@ -123,6 +125,10 @@ def execute_queued(context: TaskContext, run_id: str) -> str:
     run = _runs().filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id).first()
     if run is None:
         return "skipped"  # cancelled, or reclaimed, before its turn began
+    if run.cancel_requested or run.agent.deleted_at is not None:
+        # Cancelled (or its agent deleted) after the claim and before the turn began: it never starts.
+        finish_run(load_started(run), ExecutionResult(None, None, cancelled=True))
+        return run.status
     started = load_started(run)
     result = run_here(tracked(started))
     if _retry(started, result.error):

@@ -11,11 +11,11 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, Literal
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import Exists, F, QuerySet
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 from pydantic import Field, StrictBool, field_validator
@@ -28,7 +28,8 @@ from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.push import notify_requests_closed, notify_requests_opened
 from approvals.rules import arguments_hash
-from console.models import Tenant
+from console.connections import ConnectionSpec
+from console.models import Connection, Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,13 @@ class RunRejected(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
+# An answer's requestId is any string: one that is not a UUID names no request of the session, which is
+# `unknown_request` (SPEC section 4) rather than a malformed body.
+RequestId = Annotated[str, Field(max_length=200)]
+
+
 class ApprovalAnswer(WireModel):
-    request_id: uuid.UUID
+    request_id: RequestId
     approved: StrictBool
     reason: str | None = Field(default=None, max_length=2000)
     remember: StrictBool = False
@@ -57,7 +63,7 @@ class ToolResultAnswer(WireModel):
 
 
 class InputAnswer(WireModel):
-    request_id: uuid.UUID
+    request_id: RequestId
     action: Literal["accept", "decline", "cancel"]
     content: dict[str, Any] | None = None
 
@@ -107,6 +113,8 @@ class PreparedRun:
     instructions: str
     documents: list[tuple[str, str]]
     previous_run: Run | None
+    # The connections the definition names, as granted to the tenant now (a missing one fails the turn).
+    connections: dict[str, ConnectionSpec] = field(default_factory=dict)
     # (request, answer payload) pairs answered by this request, and earlier stored answers now used.
     answered: list[tuple[PendingRequest, dict[str, Any]]] = field(default_factory=list)
     stored_answers: list[PendingRequest] = field(default_factory=list)
@@ -156,7 +164,11 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
         instructions="",
         documents=[],
         previous_run=previous_run,
+        connections=granted_connections(tenant, version),
     )
+    problems = version.definition.connection_problems(prepared.connections)
+    if problems is not None:
+        raise RunRejected(400, problems[0], "; ".join(f"{path}: {text}" for path, text in problems[1].items()))
     _check_answers(prepared)
     if not (prepared.answered or prepared.stored_answers or prepared.terminated or request.message):
         raise RunRejected(400, "message_required", "Send a message (it may be empty only when answers are sent).")
@@ -176,8 +188,25 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
     return prepared
 
 
+def granted_connections(tenant: Tenant, version: AgentVersion) -> dict[str, ConnectionSpec]:
+    """The connections `version` names that `tenant` may use now (a grant may be withdrawn after a save)."""
+    return Connection.objects.specs_for(tenant, version.definition.connection_names)
+
+
 def _refuse_if_busy(session: Session) -> None:
     if session.runs.filter(status__in=(RunStatus.RUNNING, RunStatus.QUEUED)).exists():
+        raise RunRejected(409, "session_busy", "A turn of this session is still running; send the next one after it.")
+
+
+def _refuse_if_busy_or_gone(session: Session) -> None:
+    """`_refuse_if_busy` under the session's lock, which also refuses a turn of an agent deleted since the
+    request was checked: the deletion locks the agent's sessions too, so it waits for this turn to be
+    recorded (and then cancels it) or this turn waits for the deletion (and then stops here)."""
+    busy = Exists(Run.objects.filter(session=session, status__in=(RunStatus.RUNNING, RunStatus.QUEUED)))
+    deleted_at, is_busy = Agent.objects.filter(pk=session.agent_id).values_list("deleted_at", busy).get()
+    if deleted_at is not None:
+        raise RunRejected(404, "agent_not_found", "The agent of this session was deleted.")
+    if is_busy:
         raise RunRejected(409, "session_busy", "A turn of this session is still running; send the next one after it.")
 
 
@@ -189,13 +218,16 @@ def _check_answers(prepared: PreparedRun) -> None:
     by_call = {r.call_id: r for r in open_requests.values()}
     approval_modes = {t.name: t.approval for t in prepared.version.definition.tools}
 
-    def target(request_id: uuid.UUID | None, kind: str, call_id: str | None = None) -> PendingRequest:
-        found = by_call.get(call_id) if call_id is not None else open_requests.get(request_id)  # type: ignore[arg-type]
+    def target(request_id: str | None, kind: str, call_id: str | None = None) -> PendingRequest:
+        if call_id is not None:
+            found, lookup, named = by_call.get(call_id), {"call_id": call_id}, call_id
+        else:
+            as_uuid = _as_uuid(request_id)
+            found, lookup, named = open_requests.get(as_uuid) if as_uuid else None, {"id": as_uuid}, request_id
         if found is None:
-            lookup = {"call_id": call_id} if call_id is not None else {"id": request_id}
             if session is not None and session.requests.filter(**lookup).exclude(status=RequestStatus.PENDING).exists():
-                raise RunRejected(409, "already_answered", f"The request {request_id or call_id} was answered before.")
-            raise RunRejected(400, "unknown_request", f"No pending request {request_id or call_id} in this session.")
+                raise RunRejected(409, "already_answered", f"The request {named} was answered before.")
+            raise RunRejected(400, "unknown_request", f"No pending request {named!r} in this session.")
         if found.kind != kind or found.answer is not None:
             if found.answer is not None:
                 raise RunRejected(409, "already_answered", f"The request {found.id} was answered before.")
@@ -216,7 +248,7 @@ def _check_answers(prepared: PreparedRun) -> None:
             raise RunRejected(400, "remember_refused", "`remember` applies to approvals only, not to a denial.")
         if approval.remember and approval_mode(found, approval_modes) == "every_time":
             raise RunRejected(400, "remember_refused", f"{found.tool_name} asks every time; it cannot be remembered.")
-        answer(found, approval.model_dump(mode="json", by_alias=True))
+        answer(found, {**approval.model_dump(mode="json", by_alias=True), "requestId": str(found.id)})
     for result in request.tool_results:
         answer(
             target(None, RequestKind.CLIENT_TOOL, call_id=result.call_id), result.model_dump(mode="json", by_alias=True)
@@ -229,7 +261,7 @@ def _check_answers(prepared: PreparedRun) -> None:
                 raise RunRejected(
                     400, "invalid_input_content", f"The content does not fit the requested schema: {problems}"
                 )
-        answer(found, response.model_dump(mode="json", by_alias=True))
+        answer(found, {**response.model_dump(mode="json", by_alias=True), "requestId": str(found.id)})
 
     if session is not None:
         prepared.terminated = list(
@@ -249,6 +281,13 @@ def _check_answers(prepared: PreparedRun) -> None:
         raise RunRejected(
             400, "unanswered_requests", f"Answer every pending request of the session together; missing: {missing}"
         )
+
+
+def _as_uuid(value: str | None) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value) if value else None
+    except ValueError:
+        return None
 
 
 def approval_mode(pending: PendingRequest, modes: Mapping[str, str]) -> str:
@@ -409,7 +448,7 @@ def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> Star
         if session is not None:
             # One turn at a time per session: a second one would run against the same history.
             session = Session.objects.select_for_update().get(pk=session.pk)
-            _refuse_if_busy(session)
+            _refuse_if_busy_or_gone(session)
         elif request.session_id:
             try:
                 with transaction.atomic():
@@ -446,17 +485,11 @@ def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> Star
         now = timezone.now()
         answers = Answers()
         for pending in prepared.abandoned:
-            _claim(pending, answered_before=False, status=RequestStatus.ABANDONED, closed_at=now)
+            if not pending.close(RequestStatus.ABANDONED, now):
+                detail = f"The request {pending.id} was answered or closed meanwhile."
+                raise RunRejected(409, "already_answered", detail)
             _answer_abandoned(pending, answers)
-            log.record(
-                "request.terminated",
-                {
-                    "requestId": str(pending.id),
-                    "kind": "abandoned",
-                    "toolName": pending.tool_name,
-                    "callId": pending.call_id,
-                },
-            )
+            record_terminated(log, pending)
         for pending in prepared.terminated:
             _deliver_terminated(pending, run, answers, log)
         for pending, payload in prepared.answered:
@@ -563,12 +596,19 @@ def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log
         answers.tool_results[pending.call_id] = ToolFailed(reason)
     else:
         answers.approvals[pending.call_id] = ToolDenied(reason)
+    record_terminated(log, pending)
     base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id}
-    log.record("request.terminated", {**base, "kind": pending.status})
     log.record(
         _COMPLETED_EVENT[pending.kind],
         {**base, "answeredBy": None, "result": {"kind": pending.status, "reason": reason}},
     )
+
+
+def record_terminated(log: EventLog, pending: PendingRequest) -> None:
+    """The run log's word that `pending` closed without an answer (SPEC section 5: the lifecycle lives on
+    the generic request events, the kind on the event)."""
+    data = {"requestId": str(pending.id), "kind": pending.status, "toolName": pending.tool_name}
+    log.record("request.terminated", {**data, "callId": pending.call_id})
 
 
 def _answer_abandoned(pending: PendingRequest, answers: Answers) -> None:
@@ -655,6 +695,7 @@ async def execute(started: StartedRun) -> ExecutionResult:
     try:
         outcome = await run_turn(
             prepared.version.definition,
+            connections=prepared.connections,
             instructions=prepared.instructions,
             conversation=started.conversation,
             message=message,
@@ -706,11 +747,43 @@ class _Reclaimed(Exception):
     pass
 
 
+def _agent_deleted(session: Session) -> bool:
+    """Whether the session's agent is deleted, read under the session's lock (taken here, as the deletion
+    takes it: a deletion running now is either seen whole or waits for this turn's outcome)."""
+    Session.objects.select_for_update().filter(pk=session.pk).values_list("pk").first()
+    return Agent.objects.filter(pk=session.agent_id, deleted_at__isnull=False).exists()
+
+
+def abandon_requests_of_deleted_agent(
+    requests: QuerySet[PendingRequest], now: datetime, current: EventLog | None = None
+) -> list[PendingRequest]:
+    """Close the still pending ones of `requests` `abandoned`, with an answer stored on them or not: their
+    agent is deleted, so no run will ever carry them. Each closing goes into the log of the run that asked,
+    after its last event (`current` is the log of a run finishing now, whose events are not all stored)."""
+    closed = [
+        pending
+        for pending in requests.filter(status=RequestStatus.PENDING).select_related("run").order_by("opened_at", "id")
+        if pending.close(RequestStatus.ABANDONED, now, answered_too=True)
+    ]
+    logs = {current.run.pk: current} if current is not None else {}
+    for pending in closed:
+        if pending.run_id not in logs:
+            logs[pending.run_id] = EventLog.resume(pending.run)
+        record_terminated(logs[pending.run_id], pending)
+    for log in logs.values():
+        if log is not current:
+            log.flush()
+    return closed
+
+
 def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[PendingRequest]) -> None:
     run, log, prepared = started.run, started.log, started.prepared
     run.lease_expires_at = run.queued_input = None
     run.finished_at = timezone.now()
     outcome = result.outcome
+    # A turn that would leave requests open (new ones, or answers handed back) checks that its agent still
+    # exists, under the session's lock first, as the deletion takes it (agents/deletion.py).
+    gone = run.session is not None and (outcome is None or bool(outcome.pending)) and _agent_deleted(run.session)
     if result.cancelled:
         run.status = RunStatus.CANCELLED
         log.record("run.cancelled", {})
@@ -774,6 +847,11 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
         PendingRequest.objects.filter(answered_in=run).update(answered_in=None)
     if opened:
         PendingRequest.objects.bulk_create(opened)
+    if gone:
+        # The agent was deleted while this turn ran: what it leaves open closes as the deletion closed the rest.
+        assert run.session is not None
+        abandon_requests_of_deleted_agent(run.session.requests.all(), run.finished_at, current=log)
+        opened.clear()
     # Only the holder of the run's lease finishes it: a run reclaimed meanwhile (its lease ran out)
     # was finished or queued again by the reclaimer, and this outcome rolls back.
     fields = ["status", "output", "usage", "error", "finished_at", "lease_expires_at", "queued_input"]

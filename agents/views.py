@@ -10,10 +10,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents.definitions import DefinitionContent
+from agents import deletion
+from agents.definitions import ConnectionRefused, DefinitionContent
 from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, as_text, choices, empty_row
 from agents.models import Agent, AgentVersion
 from agents.tools import REGISTRY
+from console.connections import ConnectionSpec
+from console.models import Connection
 from console.tenancy import role_required
 
 
@@ -22,6 +25,10 @@ def _agent(request: HttpRequest, name: str) -> Agent:
     if agent is None:
         raise Http404("No such agent.")
     return agent
+
+
+def _granted(request: HttpRequest) -> dict[str, ConnectionSpec]:
+    return Connection.objects.specs_for(request.membership.tenant)  # type: ignore[attr-defined]
 
 
 def _version(agent: Agent, number: str | int | None) -> AgentVersion:
@@ -51,17 +58,20 @@ def agent_list(request: HttpRequest) -> HttpResponse:
 @role_required("admin")
 @require_http_methods(["GET", "POST"])
 def agent_create(request: HttpRequest) -> HttpResponse:
+    granted = _granted(request)
     form = DefinitionForm.from_post(request.POST) if request.method == "POST" else DefinitionForm.blank()
-    if request.method == "POST" and form.is_valid():
+    if request.method == "POST" and form.is_valid(granted):
         assert form.content is not None
         try:
             agent = Agent.create(request.membership.tenant, form.content, request.user)  # type: ignore[attr-defined]
         except IntegrityError:
             form.errors["name"] = f"An agent named “{form.content.name}” exists already."
+        except ConnectionRefused as refused:  # a grant withdrawn since the check
+            form.refuse(refused.errors)
         else:
             messages.success(request, f"Created agent “{agent.name}” (version 1).")
             return redirect("agents:detail", agent.name)
-    return render(request, "agents/form.html", {"form": form, "agent": None, **choices()})
+    return render(request, "agents/form.html", {"form": form, "agent": None, **choices(granted)})
 
 
 @role_required("admin")
@@ -69,20 +79,25 @@ def agent_create(request: HttpRequest) -> HttpResponse:
 def agent_edit(request: HttpRequest, name: str) -> HttpResponse:
     agent = _agent(request, name)
     current = agent.current.definition
+    granted = _granted(request)
     if request.method == "GET":
         form = DefinitionForm.from_content(current)
     else:
         form = DefinitionForm.from_post(request.POST, fixed_name=agent.name)
-        if form.is_valid():
+        if form.is_valid(granted):
             assert form.content is not None
             if form.content.wire() == current.wire():
                 messages.info(request, "Nothing changed, so no new version was saved.")
-            else:
-                note = request.POST.get("note", "").strip()[:200] or "edited"
+                return redirect("agents:detail", agent.name)
+            note = request.POST.get("note", "").strip()[:200] or "edited"
+            try:
                 version = agent.append_version(form.content, request.user, note=note)
+            except ConnectionRefused as refused:  # a grant withdrawn since the check
+                form.refuse(refused.errors)
+            else:
                 messages.success(request, f"Saved version {version.number}.")
-            return redirect("agents:detail", agent.name)
-    context = {"form": form, "agent": agent, "note": request.POST.get("note", ""), **choices()}
+                return redirect("agents:detail", agent.name)
+    context = {"form": form, "agent": agent, "note": request.POST.get("note", ""), **choices(granted)}
     return render(request, "agents/form.html", context)
 
 
@@ -92,7 +107,7 @@ def blank_row(request: HttpRequest, section: str) -> HttpResponse:
     """One empty row of a form section, added to its table by htmx."""
     if section not in SECTIONS:
         raise Http404("No such section.")
-    return render(request, f"agents/rows.html#{section}", {"row": empty_row(section), **choices()})
+    return render(request, f"agents/rows.html#{section}", {"row": empty_row(section), **choices(_granted(request))})
 
 
 @role_required("reader")
@@ -133,7 +148,11 @@ def agent_diff(request: HttpRequest, name: str) -> HttpResponse:
 def agent_rollback(request: HttpRequest, name: str) -> HttpResponse:
     agent = _agent(request, name)
     old = _version(agent, request.POST.get("version"))
-    new = agent.rollback(old.number, request.user)
+    try:
+        new = agent.rollback(old.number, request.user)
+    except ConnectionRefused as refused:
+        messages.error(request, f"Version {old.number} cannot come back: {refused}.")
+        return redirect("agents:versions", agent.name)
     messages.success(request, f"Rolled back: version {new.number} now holds version {old.number}'s content.")
     return redirect("agents:versions", agent.name)
 
@@ -142,7 +161,7 @@ def agent_rollback(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def agent_delete(request: HttpRequest, name: str) -> HttpResponse:
     agent = _agent(request, name)
-    agent.soft_delete()
+    deletion.delete_agent(agent)
     messages.success(request, f"Deleted agent “{agent.name}”.")
     return redirect("agents:list")
 
@@ -178,8 +197,6 @@ def _comparable(content: DefinitionContent, cultures: list[str]) -> dict[str, st
         "Instructions": content.instructions,
         "Request deadline (seconds)": as_text(content.request_deadline_seconds),
         "Model": content.model.label,
-        "Model base URL": content.model.base_url or "",
-        "API key variable": content.model.api_key_env or "",
     }
     fields |= {f"Instructions ({culture})": content.instructions_by_culture.get(culture, "") for culture in cultures}
     fields |= {label: json.dumps(wire[key], indent=2) if wire[key] else "" for label, key in _LIST_FIELDS}

@@ -1,15 +1,25 @@
 """The JSON API: authentication (bearer token or browser session), problem+json errors, the routers."""
 
+import functools
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, UnreadablePostError
+from django.http.multipartparser import MultiPartParserError
+from django.urls import URLPattern, URLResolver, re_path
+from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.openapi.schema import OpenAPISchema
+from ninja.parser import Parser
 from ninja.security import HttpBearer
 from ninja.security.session import SessionAuth
+from ninja.types import DictStrAny
+from pydantic import ConfigDict, Field
 
 from console.models import ApiToken, Membership
 from console.tenancy import current_membership
@@ -28,14 +38,19 @@ TITLES = {
     401: "Unauthorized",
     403: "Forbidden",
     404: "Not found",
+    405: "Method not allowed",
     409: "Conflict",
     413: "Payload too large",
+    415: "Unsupported media type",
     422: "Unprocessable",
     500: "Server error",
 }
 
+logger = logging.getLogger(__name__)
+
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> HttpResponse:
+    """An application/problem+json response (RFC 9457) with a stable `code`; `extra` adds members."""
     body = {
         "type": f"https://airlock.dev/problems/{code}",
         "title": TITLES.get(status, "Error"),
@@ -45,6 +60,46 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> HttpResponse:
         **extra,
     }
     return HttpResponse(json.dumps(body), status=status, content_type="application/problem+json")
+
+
+class FieldProblem(Schema):
+    field: str = Field(description="The offending input, as its dotted path on the wire (`body` for the whole body).")
+    message: str
+
+
+class Problem(Schema):
+    """The body of every error response: RFC 9457 problem details with a stable `code`."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": True})
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str = Field(description="Stable and machine-readable, e.g. `invalid_request`, `agent_not_found`.")
+    errors: list[FieldProblem] = Field(default=[], description="The offending fields, when some are.")
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or (
+        content_type.startswith("application/") and content_type.endswith("+json")
+    )
+
+
+class JsonBody(Parser):
+    """Reads a body as JSON only when its Content-Type says JSON (415 otherwise: a client must not get an
+    answer by accident), and says when it does not parse (400 `invalid_json`)."""
+
+    def parse_body(self, request: HttpRequest) -> DictStrAny:
+        content_type = (request.content_type or "").lower()
+        if not _is_json(content_type):
+            sent = f"not {content_type}" if content_type else "with a Content-Type header"
+            raise ApiError(415, "unsupported_media_type", f"Send the body as application/json, {sent}.")
+        try:
+            body: DictStrAny = json.loads(request.body)
+        except ValueError as error:
+            raise ApiError(400, "invalid_json", f"The body is not valid JSON ({error}).") from None
+        return body
 
 
 class BearerToken(HttpBearer):
@@ -74,13 +129,86 @@ class BrowserSession(SessionAuth):
         return membership
 
 
-api = NinjaAPI(
+UNSAFE_METHODS = {"post", "put", "patch", "delete"}
+
+
+def error_statuses(method: str, operation: dict[str, Any]) -> set[int]:
+    """The errors any operation of this shape can answer; a route declares the others it has (409, a 404
+    without a path parameter) in its `response` as `Problem`."""
+    statuses = set()
+    if operation.get("security"):
+        statuses.add(401)
+    if method in UNSAFE_METHODS:
+        statuses.add(403)  # every write needs a role above reader; the browser session also needs CSRF
+    parameters = operation.get("parameters", [])
+    if parameters or "requestBody" in operation:
+        statuses.add(400)
+    if any(parameter["in"] == "path" for parameter in parameters):
+        statuses.add(404)
+    if "requestBody" in operation:
+        statuses |= {413, 415}
+    return statuses
+
+
+class ConsoleAPI(NinjaAPI):
+    """The API, with every error as application/problem+json: from the views (the exception handlers
+    below), for a method or a path no operation serves, and in the OpenAPI schema."""
+
+    @property
+    def urls(self) -> tuple[list[URLResolver | URLPattern], str, str]:
+        patterns, app_name, namespace = super().urls
+        for pattern in patterns:
+            if isinstance(pattern, URLPattern):
+                pattern.callback = _problem_when_not_allowed(pattern.callback)
+        return [*patterns, re_path(r"", _no_route)], app_name, namespace
+
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: DictStrAny | None = None
+    ) -> OpenAPISchema:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        problem_schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(problem_schema.pop("$defs", {}), Problem=problem_schema)
+        for path_item in schema["paths"].values():
+            for method, operation in path_item.items():
+                responses = {int(status): response for status, response in operation["responses"].items()}
+                for status in error_statuses(method, operation) | {s for s in responses if s >= 400}:
+                    responses[status] = {
+                        "description": TITLES[status],
+                        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+                    }
+                operation["responses"] = dict(sorted(responses.items()))
+        return schema
+
+
+def _problem_when_not_allowed(view: Callable[..., Any]) -> Callable[..., Any]:
+    # ninja answers a method no operation of the path has with a bare 405 of its own. Every view of this
+    # API is synchronous (ConsoleASGIHandler runs it on the request's thread), so a plain wrapper does.
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        response = view(request, *args, **kwargs)
+        if not isinstance(response, HttpResponseNotAllowed):
+            return response
+        allowed = response["Allow"]
+        refused = problem(405, "method_not_allowed", f"{request.method} is not allowed here; use {allowed}.")
+        refused["Allow"] = allowed
+        return refused
+
+    return wrapped
+
+
+def _no_route(request: HttpRequest) -> HttpResponse:
+    return problem(404, "not_found", f"No API route {request.path}.")
+
+
+api = ConsoleAPI(
     title="Airlock API",
     version="1",
     urls_namespace="api",
     auth=[BearerToken(), BrowserSession()],
     docs_url="/docs",
     openapi_url="/openapi.json",
+    parser=JsonBody(),
 )
 
 
@@ -103,8 +231,59 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # ninja wraps whatever the body parser raised (JsonBody's 415 and `invalid_json`) in a 400 of its own.
+    if isinstance(exc.__cause__, ApiError):
+        return _api_error(request, exc.__cause__)
     code = "csrf_failed" if "CSRF" in exc.message else "http_error"
     return problem(exc.status_code, code, exc.message)
+
+
+# What Django raises while reading a body the client sent (request.body, request.POST, request.FILES).
+
+
+@api.exception_handler(RequestDataTooBig)
+def _body_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return problem(413, "body_too_large", f"The request body is larger than the limit of {limit} bytes.")
+
+
+@api.exception_handler(MultiPartParserError)
+def _invalid_multipart(request: HttpRequest, exc: MultiPartParserError) -> HttpResponse:
+    return problem(400, "invalid_multipart", f"The multipart body cannot be read ({exc}).")
+
+
+@api.exception_handler(TooManyFieldsSent)
+def _too_many_fields(request: HttpRequest, exc: TooManyFieldsSent) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    return problem(400, "too_many_fields", f"The body has more than {limit} fields.")
+
+
+@api.exception_handler(TooManyFilesSent)
+def _too_many_files(request: HttpRequest, exc: TooManyFilesSent) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
+    return problem(400, "too_many_files", f"The body has more than {limit} files.")
+
+
+@api.exception_handler(SuspiciousOperation)
+def _suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
+    return problem(400, "bad_request", "The request cannot be read.")
+
+
+@api.exception_handler(UnreadablePostError)
+def _unreadable(request: HttpRequest, exc: UnreadablePostError) -> HttpResponse:
+    return problem(400, "unreadable_body", "The request body ended before its Content-Length.")
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return problem(404, "not_found", "Nothing here.")
+
+
+@api.exception_handler(Exception)
+def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The safety net: a defect, logged with its traceback; the client learns nothing of its details."""
+    logger.error("Unexpected error in %s %s", request.method, request.path, exc_info=exc)
+    return problem(500, "server_error", "Something went wrong on the server; it has been logged.")
 
 
 @api.exception_handler(NinjaValidationError)
@@ -122,9 +301,21 @@ def _invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     return problem(400, "invalid_request", "The request has invalid fields.", errors=errors)
 
 
+# A page has 1..MAX_LIMIT items. An offset past MAX_OFFSET is refused before it reaches the database
+# (SQLite's OFFSET is a signed 64-bit integer: a larger one was a server error).
+MAX_LIMIT = 200
+MAX_OFFSET = 1_000_000_000
+
+
+class Paging(Schema):
+    """The `limit` and `offset` query parameters of a paged list (see `page_of`); out of bounds is a 400."""
+
+    limit: int = Field(default=50, ge=1, le=MAX_LIMIT)
+    offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
+
+
 def page_of(query: Any, limit: int, offset: int, wire: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
-    """One page of an ordered query as `{items, limit, offset, next}` (limit kept within 1..200)."""
-    limit = max(1, min(limit, 200))
+    """One page of an ordered query as `{items, limit, offset, next}` (bounds checked by `Paging`)."""
     rows = list(query[offset : offset + limit + 1])
     return {
         "items": [wire(row) for row in rows[:limit]],
@@ -138,3 +329,4 @@ api.add_router("/agents", "agents.api.router")
 api.add_router("", "agents.runs_api.router")
 api.add_router("", "approvals.api.router")
 api.add_router("", "approvals.rules_api.router")
+api.add_router("", "console.connections_api.router")

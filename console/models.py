@@ -1,11 +1,17 @@
 import hashlib
 import secrets
+from collections.abc import Iterable
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
-from django.core.validators import validate_slug
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator, validate_slug
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
+
+from console.connections import BUILTIN, ENV_NAME, ConnectionSpec
 
 
 class Tenant(models.Model):
@@ -88,3 +94,113 @@ class ApiToken(models.Model):
         if self.revoked_at is None:
             self.revoked_at = timezone.now()
             self.save(update_fields=["revoked_at"])
+
+
+class ConnectionKind(models.TextChoices):
+    OPENAI = "openai", "OpenAI-compatible model provider"
+    ANTHROPIC = "anthropic", "Anthropic model provider"
+    MCP = "mcp", "MCP server"
+    WEBHOOK = "webhook", "Policy webhook"
+
+
+_env_name = RegexValidator(ENV_NAME, "the name of an environment variable: capitals, digits and _")
+
+
+def _env_names(value: Any) -> None:
+    if not isinstance(value, list):
+        raise ValidationError("a list of environment variable names")
+    for name in value:
+        if not isinstance(name, str):
+            raise ValidationError("a list of environment variable names")
+        _env_name(name)
+
+
+def _strings(value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValidationError("a list of strings")
+
+
+class ConnectionQuerySet(models.QuerySet["Connection"]):
+    def granted_to(self, tenant: Tenant) -> "ConnectionQuerySet":
+        return self.filter(Q(all_tenants=True) | Q(tenants=tenant)).distinct()
+
+    def specs_for(self, tenant: Tenant, names: Iterable[str] = ()) -> dict[str, ConnectionSpec]:
+        """The connections of `names` (all when empty) that `tenant` may use, built-in ones included.
+        Asks the database only for names that are not built in."""
+        names = set(names)
+        specs = {name: spec for name, spec in BUILTIN.items() if not names or name in names}
+        stored = names - specs.keys()
+        if stored or not names:
+            query = self.granted_to(tenant)
+            if stored:
+                query = query.filter(name__in=stored)
+            specs |= {connection.name: connection.spec for connection in query}
+        return specs
+
+
+class Connection(models.Model):
+    """A model provider, MCP server or policy webhook the installation runs for its tenants."""
+
+    name = models.SlugField(max_length=63, unique=True, validators=[validate_slug])
+    kind = models.CharField(max_length=16, choices=ConnectionKind.choices)
+    description = models.CharField(max_length=500, blank=True)
+    base_url = models.URLField(max_length=500, blank=True, help_text="Model providers: the API's base URL.")
+    api_key_env = models.CharField(
+        max_length=128, blank=True, validators=[_env_name], help_text="Model providers: the variable holding the key."
+    )
+    command = models.CharField(max_length=500, blank=True, help_text="MCP over stdio: the program to start.")
+    args = models.JSONField(default=list, blank=True, validators=[_strings], help_text="MCP over stdio: arguments.")
+    env = models.JSONField(
+        default=list, blank=True, validators=[_env_names], help_text="MCP over stdio: variables passed on."
+    )
+    url = models.URLField(max_length=500, blank=True, help_text="MCP over streamable HTTP, or the webhook.")
+    secret_env = models.CharField(
+        max_length=128, blank=True, validators=[_env_name], help_text="Webhooks: the variable holding the secret."
+    )
+    all_tenants = models.BooleanField(default=False, help_text="Granted to every tenant, present and future.")
+    tenants = models.ManyToManyField(Tenant, blank=True, related_name="connections")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConnectionQuerySet.as_manager()
+
+    # The settings each kind uses; any other must stay empty.
+    FIELDS_BY_KIND = {
+        ConnectionKind.OPENAI: {"base_url", "api_key_env"},
+        ConnectionKind.ANTHROPIC: {"base_url", "api_key_env"},
+        ConnectionKind.MCP: {"command", "args", "env", "url"},
+        ConnectionKind.WEBHOOK: {"url", "secret_env"},
+    }
+    SETTINGS = ("base_url", "api_key_env", "command", "args", "env", "url", "secret_env")
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.name in BUILTIN:
+            errors["name"] = f"{self.name!r} is a built-in connection every tenant has."
+        used = self.FIELDS_BY_KIND.get(ConnectionKind(self.kind), set()) if self.kind in ConnectionKind else set()
+        for setting in self.SETTINGS:
+            if setting not in used and getattr(self, setting):
+                errors[setting] = f"A {self.kind} connection has no {setting}."
+        if self.kind == ConnectionKind.MCP and bool(self.command) == bool(self.url):
+            errors["command"] = "Give either a stdio command or a streamable-HTTP url, not both or neither."
+        if self.kind == ConnectionKind.WEBHOOK and not self.url:
+            errors["url"] = "A webhook needs its url."
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def spec(self) -> ConnectionSpec:
+        return ConnectionSpec(
+            name=self.name,
+            kind=self.kind,
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            command=self.command,
+            args=tuple(self.args),
+            env=tuple(self.env),
+            url=self.url,
+            secret_env=self.secret_env,
+        )

@@ -1,3 +1,4 @@
+from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
@@ -17,6 +18,7 @@ urlpatterns = [
     path("agents/", include("agents.urls")),
     path("healthz", views.healthz, name="healthz"),
     path("api/", api.urls),
+    path("admin/", admin.site.urls),
     path("trial/", trial_views.trial, name="trial"),
     path("trial/turns/<uuid:run_id>/", trial_views.trial_turn, name="trial_turn"),
     path("runs/", run_views.run_list, name="runs"),

@@ -10,7 +10,7 @@ from django.test import Client
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent
-from console.models import ApiToken, Membership, Tenant
+from console.models import ApiToken, Connection, Membership, Tenant
 
 PASSWORD = "correct horse battery staple"
 
@@ -89,6 +89,16 @@ def outsider(globex) -> Persona:
 
 def definition(name: str = "helper", **fields) -> DefinitionContent:
     return DefinitionContent.model_validate({"name": name, "instructions": "You help {{team}}.", **fields})
+
+
+def grant(name: str, kind: str, *tenants: Tenant, **settings) -> Connection:
+    """A connection of the installation (as superusers define them), granted to `tenants`, or to every
+    tenant when none are given."""
+    connection = Connection(name=name, kind=kind, all_tenants=not tenants, **settings)
+    connection.full_clean()
+    connection.save()
+    connection.tenants.set(tenants)
+    return connection
 
 
 @pytest.fixture

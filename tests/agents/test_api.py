@@ -33,7 +33,7 @@ def test_it_creates_an_agent_as_version_1_in_camel_case(admin):
     assert agent["name"] == "helper"
     assert agent["displayName"] == "Helper"
     assert agent["requestDeadlineSeconds"] == 300
-    assert agent["model"] == {"provider": "scripted", "name": None, "baseUrl": None, "apiKeyEnv": None}
+    assert agent["model"] == {"connection": "scripted", "name": None}
     assert agent["parameters"] == [
         {"name": "team", "kind": "text", "required": False, "default": "ops", "description": ""}
     ]
@@ -72,8 +72,10 @@ def test_it_allows_the_same_name_in_another_tenant(outsider, agent):
         ({"parameters": [{"name": "limit", "kind": "number", "default": "ten"}]}, "parameters.0.default"),
         ({"tools": [{"name": "launch_rockets"}]}, "tools.0.name"),
         ({"instructionsByCulture": {"Turkish": "…"}}, "instructionsByCulture"),
-        ({"mcpServers": [{"name": "m", "command": "python", "url": "https://mcp.example"}]}, "mcpServers.0"),
-        ({"model": {"provider": "openai"}}, "model"),
+        ({"mcpServers": [{"connection": "meetings", "command": "python"}]}, "mcpServers.0.command"),
+        ({"mcpServers": [{"name": "m", "url": "https://mcp.example"}]}, "mcpServers.0.url"),
+        ({"model": {"provider": "openai"}}, "model.provider"),
+        ({"model": {"connection": "scripted", "baseUrl": "http://127.0.0.1:9/v1"}}, "model.baseUrl"),
         ({"name": "Not A Slug"}, "name"),
         ({"colour": "blue"}, "colour"),
     ],

@@ -4,6 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from agents.definitions import DefinitionContent, error_map
+from console.connections import ConnectionSpec
 
 
 def validate(**fields) -> DefinitionContent:
@@ -18,7 +19,7 @@ def errors_of(**fields) -> dict[str, str]:
 
 def test_it_fills_defaults_for_a_minimal_definition():
     content = validate()
-    assert content.model.provider == "scripted"
+    assert content.model.connection == "scripted"
     assert content.model.label == "scripted"
     assert content.tools == content.client_tools == content.mcp_servers == content.parameters == []
     assert content.request_deadline_seconds is None
@@ -28,21 +29,17 @@ def test_it_round_trips_through_camel_case_wire_json():
     content = validate(
         displayName="Helper",
         instructionsByCulture={"tr": "Merhaba"},
-        model={"provider": "openai", "name": "gpt-4o", "baseUrl": "https://llm.example/v1", "apiKeyEnv": "LLM_KEY"},
+        model={"connection": "openai-prod", "name": "gpt-4o"},
         clientTools=[{"name": "get_user_location"}],
-        mcpServers=[{"name": "meetings", "url": "https://mcp.example/mcp", "toolPrefix": "meet"}],
+        mcpServers=[{"connection": "meetings", "toolPrefix": "meet"}],
         requestDeadlineSeconds=600,
     )
     wire = content.wire()
     assert {"displayName", "instructionsByCulture", "clientTools", "mcpServers", "requestDeadlineSeconds"} <= set(wire)
-    assert wire["model"] == {
-        "provider": "openai",
-        "name": "gpt-4o",
-        "baseUrl": "https://llm.example/v1",
-        "apiKeyEnv": "LLM_KEY",
-    }
-    assert wire["mcpServers"][0]["toolPrefix"] == "meet"
+    assert wire["model"] == {"connection": "openai-prod", "name": "gpt-4o"}
+    assert wire["mcpServers"] == [{"connection": "meetings", "approval": "never", "toolPrefix": "meet"}]
     assert DefinitionContent.model_validate(wire) == content
+    assert content.connection_names == {"openai-prod", "meetings"}
 
 
 @pytest.mark.parametrize("culture", ["tr", "tr-TR", "zh-Hant-TW", "fil"])
@@ -108,31 +105,71 @@ def test_it_accepts_a_client_tool_schema():
     assert validate(clientTools=[{"name": "t", "parameters": schema}]).client_tools[0].parameters == schema
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_it_needs_a_model_name_for_a_real_provider(provider):
-    assert errors_of(model={"provider": provider}) == {"model": f"the {provider} provider needs a model name"}
-    assert validate(model={"provider": provider, "name": "m1"}).model.label == f"{provider}:m1"
+INLINE = "inline connection settings are refused: connections belong to the installation; "
 
 
-def test_it_refuses_an_unknown_provider():
-    assert "model.provider" in errors_of(model={"provider": "ollama", "name": "llama"})
+@pytest.mark.parametrize(
+    ("fields", "path"),
+    [
+        ({"model": {"provider": "openai", "name": "m"}}, "model.provider"),
+        ({"model": {"name": "m", "baseUrl": "http://attacker.example/v1"}}, "model.baseUrl"),
+        ({"model": {"name": "m", "apiKeyEnv": "SECRET_KEY"}}, "model.apiKeyEnv"),
+        ({"mcpServers": [{"connection": "meetings", "command": "sh"}]}, "mcpServers.0.command"),
+        ({"mcpServers": [{"connection": "meetings", "args": ["-c", "id"]}]}, "mcpServers.0.args"),
+        ({"mcpServers": [{"connection": "meetings", "env": ["DEMO_PASSWORD"]}]}, "mcpServers.0.env"),
+        ({"mcpServers": [{"connection": "meetings", "url": "http://169.254.169.254/"}]}, "mcpServers.0.url"),
+    ],
+)
+def test_it_refuses_inline_connection_settings_naming_the_field(fields, path):
+    errors = errors_of(**fields)
+    assert list(errors) == [path]
+    assert errors[path].startswith(INLINE)
 
 
 def test_it_never_holds_an_api_key_itself():
-    errors = errors_of(model={"provider": "openai", "name": "gpt-4o", "apiKey": "sk-secret"})
+    errors = errors_of(model={"connection": "openai-prod", "name": "gpt-4o", "apiKey": "sk-secret"})
     assert errors == {"model.apiKey": "Extra inputs are not permitted"}
 
 
-@pytest.mark.parametrize("env_name", ["OPENAI_API_KEY", "_KEY", "K2"])
-def test_it_accepts_environment_variable_names(env_name):
-    assert validate(model={"provider": "openai", "name": "m", "apiKeyEnv": env_name}).model.api_key_env == env_name
+def test_it_needs_a_connection_for_an_mcp_server():
+    assert errors_of(mcpServers=[{"approval": "never"}]) == {"mcpServers.0.connection": "Field required"}
 
 
-@pytest.mark.parametrize("env_name", ["openai_key", "OPENAI-KEY", "2KEY", "sk-abc123", ""])
-def test_it_refuses_what_is_not_an_environment_variable_name(env_name):
-    assert "model.apiKeyEnv" in errors_of(model={"provider": "openai", "name": "m", "apiKeyEnv": env_name})
-    server = {"name": "meetings", "command": "python", "env": ["GOOD", env_name]}
-    assert "mcpServers.0.env.1" in errors_of(mcpServers=[server])
+GRANTED = {
+    "scripted": ConnectionSpec("scripted", "scripted"),
+    "openai-prod": ConnectionSpec("openai-prod", "openai", base_url="https://llm.example/v1"),
+    "meetings": ConnectionSpec("meetings", "mcp", command="python"),
+}
+
+
+def test_it_finds_no_problem_with_granted_connections_of_the_right_kinds():
+    content = validate(model={"connection": "openai-prod", "name": "m"}, mcpServers=[{"connection": "meetings"}])
+    assert content.connection_problems(GRANTED) is None
+
+
+def test_it_calls_a_missing_connection_unknown_wherever_it_is_named():
+    content = validate(model={"connection": "elsewhere", "name": "m"}, mcpServers=[{"connection": "theirs"}])
+    assert content.connection_problems(GRANTED) == (
+        "unknown_connection",
+        {
+            "model.connection": "no connection named 'elsewhere' is granted to this tenant",
+            "mcpServers.0.connection": "no connection named 'theirs' is granted to this tenant",
+        },
+    )
+
+
+def test_it_refuses_a_connection_of_the_wrong_kind():
+    content = validate(model={"connection": "meetings"}, mcpServers=[{"connection": "openai-prod"}])
+    code, errors = content.connection_problems(GRANTED)
+    assert code == "invalid_request"
+    assert errors["model.connection"] == "the connection 'meetings' is of kind mcp, not anthropic or openai or scripted"
+    assert errors["mcpServers.0.connection"] == "the connection 'openai-prod' is of kind openai, not mcp"
+
+
+def test_it_needs_a_model_name_on_a_provider_connection():
+    problems = validate(model={"connection": "openai-prod"}).connection_problems(GRANTED)
+    assert problems == ("invalid_request", {"model.name": "the openai connection 'openai-prod' needs a model name"})
+    assert validate(model={"connection": "openai-prod", "name": "m1"}).model.label == "openai-prod:m1"
 
 
 def test_it_refuses_an_unknown_server_tool():
@@ -146,31 +183,11 @@ def test_it_refuses_an_unknown_approval_mode():
 
 
 @pytest.mark.parametrize(
-    "server",
-    [
-        {"name": "meetings", "command": "python", "url": "https://mcp.example/mcp"},
-        {"name": "meetings"},
-    ],
-)
-def test_it_needs_exactly_one_of_command_and_url_for_an_mcp_server(server):
-    errors = errors_of(mcpServers=[server])
-    assert errors == {"mcpServers.0": "give either a stdio command or a streamable-HTTP url, not both or neither"}
-
-
-def test_it_refuses_an_mcp_url_that_is_not_http():
-    assert "mcpServers.0.url" in errors_of(mcpServers=[{"name": "m", "url": "file:///etc/passwd"}])
-
-
-@pytest.mark.parametrize(
     ("field", "items", "message"),
     [
         ("tools", [{"name": "get_time"}, {"name": "get_time"}], "two server tools are named 'get_time'"),
         ("clientTools", [{"name": "locate"}, {"name": "locate"}], "two client tools are named 'locate'"),
-        (
-            "mcpServers",
-            [{"name": "m", "command": "a"}, {"name": "m", "url": "http://x"}],
-            "two MCP servers are named 'm'",
-        ),
+        ("mcpServers", [{"connection": "m"}, {"connection": "m", "approval": "always"}], "two MCP servers are named 'm'"),
         ("parameters", [{"name": "team"}, {"name": "team"}], "two parameters are named 'team'"),
     ],
 )

@@ -17,22 +17,24 @@ from agents import mcp_bridge
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event
 from tests.agents.run_helpers import assert_problem, call_line, run, run_ok, snapshot
-from tests.conftest import Persona
+from tests.conftest import Persona, grant
 
 QUESTION = "Which day should I book?"
 CRASHING_SERVER = str(Path(__file__).with_name("crashing_mcp_server.py"))
 DEMO = ["-m", "agents.mcp_demo"]
 
 
+@pytest.fixture(autouse=True)
+def connections(acme) -> None:
+    """The installation's MCP servers: the demo (told its style and state key through the environment),
+    a program that does not exist, and a server that dies mid-call."""
+    grant("demo", "mcp", acme, command=sys.executable, args=DEMO, env=["AIRLOCK_MCP_STYLE", "AIRLOCK_MCP_STATE_KEY"])
+    grant("broken", "mcp", acme, command="/nonexistent/binary")
+    grant("fragile", "mcp", acme, command=sys.executable, args=[CRASHING_SERVER])
+
+
 def meetings(**changes: Any) -> dict[str, Any]:
-    return {
-        "name": "meetings",
-        "command": sys.executable,
-        "args": DEMO,
-        "env": ["AIRLOCK_MCP_STYLE", "AIRLOCK_MCP_STATE_KEY"],
-        "approval": "never",
-        **changes,
-    }
+    return {"connection": "demo", "approval": "never", **changes}
 
 
 def make_agent(persona: Persona, *servers: dict[str, Any]) -> Agent:
@@ -217,7 +219,7 @@ def test_it_asks_for_approval_before_the_server_asks_for_input(operator, admin, 
 
 
 def test_it_fails_the_run_when_the_server_cannot_start(operator, admin):
-    agent = make_agent(admin, meetings(command="/nonexistent/binary", args=[]))
+    agent = make_agent(admin, meetings(connection="broken"))
 
     started = time.monotonic()
     result = send(operator, {"message": call_line("book_meeting", {"topic": "roadmap"}), "sessionId": "s1"})
@@ -226,7 +228,7 @@ def test_it_fails_the_run_when_the_server_cannot_start(operator, admin):
     assert result["status"] == "failed", result
     assert result["error"]["code"] == "mcp_server_failed"
     message = result["error"]["message"]
-    assert message.startswith("The MCP server 'meetings' could not be started: ")
+    assert message.startswith("The MCP server 'broken' could not be started: ")
     assert "/nonexistent/binary" in message
     assert result["pendingRequests"] == []
     # The operator takes the broken server out of the definition; the session goes on.
@@ -238,8 +240,7 @@ def test_it_fails_the_run_when_the_server_cannot_start(operator, admin):
 
 
 def test_it_fails_the_run_when_the_server_dies_mid_call(operator, admin):
-    crashing = {"name": "fragile", "command": sys.executable, "args": [CRASHING_SERVER], "approval": "never"}
-    make_agent(admin, crashing)
+    make_agent(admin, {"connection": "fragile", "approval": "never"})
 
     started = time.monotonic()
     result = send(operator, {"message": call_line("explode"), "sessionId": "s1"})

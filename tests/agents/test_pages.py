@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 import pytest
 
 from agents.models import Agent
-from tests.conftest import definition
+from tests.conftest import definition, grant
 
 BASICS = {
     "name": "triage",
@@ -14,11 +14,18 @@ BASICS = {
     "description": "Sorts tickets.",
     "instructions": "Sort the {{queue}} queue.",
     "request_deadline_seconds": "600",
-    "model_provider": "scripted",
+    "model_connection": "scripted",
     "model_name": "",
-    "model_base_url": "",
-    "model_api_key_env": "",
 }
+
+
+@pytest.fixture(autouse=True)
+def connections(acme, globex) -> None:
+    """The installation's connections: three granted to acme, one to globex only."""
+    grant("files", "mcp", acme, command="npx", args=["-y", "@mcp/files"], env=["HOME"])
+    grant("web", "mcp", acme, url="https://mcp.example/mcp")
+    grant("claude-prod", "anthropic", acme, api_key_env="ANTHROPIC_API_KEY")
+    grant("globex-llm", "openai", globex, base_url="https://llm.globex.example/v1")
 
 
 def rows(section: str, *items: dict[str, str]) -> dict[str, str]:
@@ -121,15 +128,7 @@ def test_it_creates_an_agent_through_the_form(admin):
         ),
         **rows(
             "mcp_servers",
-            {
-                "name": "files",
-                "command": "npx",
-                "args": "-y\r\n@mcp/files\r\n",
-                "env": "HOME, TOKEN",
-                "url": "",
-                "approval": "always",
-                "tool_prefix": "fs",
-            },
+            {"connection": "files", "approval": "always", "tool_prefix": "fs"},
         ),
     }
 
@@ -149,13 +148,7 @@ def test_it_creates_an_agent_through_the_form(admin):
     assert [(t.name, t.approval) for t in content.tools] == [("get_time", "never"), ("send_email", "every_time")]
     assert content.client_tools[0].parameters["properties"] == {"kind": {"type": "string"}}
     server = content.mcp_servers[0]
-    assert (server.command, server.args, server.env, server.url, server.tool_prefix) == (
-        "npx",
-        ["-y", "@mcp/files"],
-        ["HOME", "TOKEN"],
-        None,
-        "fs",
-    )
+    assert (server.connection, server.approval, server.tool_prefix) == ("files", "always", "fs")
     assert content.request_deadline_seconds == 600
 
 
@@ -197,17 +190,12 @@ def test_it_saves_no_version_when_an_edit_changes_nothing(admin):
         instructions="Line one.\nLine two, {{team}}.\n",
         description="Helps.\nTwice.",
         instructions_by_culture={"tr": "Yardim et.\nLütfen.", "de-CH": "Hilf."},
-        model={
-            "provider": "openai",
-            "name": "gpt-4.1-mini",
-            "baseUrl": "https://llm.example/v1",
-            "apiKeyEnv": "LLM_KEY",
-        },
+        model={"connection": "claude-prod", "name": "claude-sonnet"},
         tools=[{"name": "get_time", "approval": "always"}],
         clientTools=[{"name": "pick", "description": "Pick.", "parameters": {"type": "object", "required": []}}],
         mcpServers=[
-            {"name": "web", "url": "https://mcp.example/mcp", "approval": "every_time"},
-            {"name": "files", "command": "npx", "args": ["-y", "files"], "env": ["HOME"]},
+            {"connection": "web", "approval": "every_time"},
+            {"connection": "files", "toolPrefix": "fs"},
         ],
         parameters=[
             {"name": "team", "default": "ops", "required": True},
@@ -276,20 +264,26 @@ def test_it_saves_no_version_when_an_edit_changes_nothing(admin):
         pytest.param(
             "mcp_servers",
             [
-                {"name": "x", "command": "", "url": "", "args": "", "env": "", "approval": "never", "tool_prefix": ""},
-                {
-                    "name": "files",
-                    "command": "npx",
-                    "url": "https://a.example/mcp",
-                    "args": "",
-                    "env": "",
-                    "approval": "never",
-                    "tool_prefix": "",
-                },
+                {"connection": "files", "approval": "never", "tool_prefix": ""},
+                {"connection": "files", "approval": "always", "tool_prefix": "again"},
             ],
-            "command",
-            "Give either a stdio command or a streamable-HTTP url",
-            id="mcp-command-and-url",
+            "connection",
+            "Another MCP server uses “files”.",
+            id="mcp-same-server-twice",
+        ),
+        pytest.param(
+            "mcp_servers",
+            [{"connection": "globex-llm", "approval": "never", "tool_prefix": ""}],
+            "connection",
+            "No connection named 'globex-llm' is granted to this tenant",
+            id="mcp-not-granted",
+        ),
+        pytest.param(
+            "mcp_servers",
+            [{"connection": "claude-prod", "approval": "never", "tool_prefix": ""}],
+            "connection",
+            "The connection 'claude-prod' is of kind anthropic, not mcp",
+            id="mcp-wrong-kind",
         ),
     ],
 )
@@ -313,8 +307,6 @@ def test_it_shows_every_invalid_field_at_once(admin):
         **BASICS,
         "name": "Not A Slug",
         "request_deadline_seconds": "soon",
-        "model_base_url": "ftp://llm.example",
-        "model_api_key_env": "sk-abc",
         **rows("parameters", parameter("queue"), parameter("queue", "number", "abc"), parameter("1bad")),
         **rows(
             "client_tools", {"name": "pick", "description": "", "parameters": '{"type": "object", "properties": 5}'}
@@ -326,8 +318,6 @@ def test_it_shows_every_invalid_field_at_once(admin):
     texts = read(response).texts
     assert "Use lowercase letters" in texts["id_name-field"]
     assert "whole number of seconds" in texts["id_request_deadline_seconds-field"]
-    assert "http:// or https://" in texts["id_model_base_url-field"]
-    assert "environment variable" in texts["id_model_api_key_env-field"]
     assert "Another parameter is named “queue”." in texts["parameters-00000001-name-error"]
     assert "“abc” is not a number." in texts["parameters-00000001-default-error"]
     assert "Use letters, digits and _" in texts["parameters-00000002-name-error"]
@@ -336,10 +326,41 @@ def test_it_shows_every_invalid_field_at_once(admin):
 
 
 def test_it_asks_for_a_model_name_for_a_real_provider(admin):
-    response = admin.client.post("/agents/new/", {**BASICS, "model_provider": "anthropic"})
+    response = admin.client.post("/agents/new/", {**BASICS, "model_connection": "claude-prod"})
 
-    assert "The anthropic provider needs a model name" in read(response).texts["id_model_name-error"]
+    texts = read(response).texts
+    assert "The anthropic connection 'claude-prod' needs a model name" in texts["id_model_name-error"]
     assert not Agent.objects.exists()
+
+
+def test_it_offers_only_the_connections_granted_to_the_tenant(admin):
+    html = admin.client.get("/agents/new/").content.decode()
+    model_select = re.search(r'<select id="id_model_connection".*?</select>', html, re.S)[0]
+
+    assert re.findall(r'<option value="([^"]+)"', model_select) == ["claude-prod", "scripted"]
+    row = admin.client.get("/agents/row/mcp_servers/").content.decode()
+    server_select = re.search(r'<select id="[^"]*-connection".*?</select>', row, re.S)[0]
+    assert re.findall(r'<option value="([^"]*)"', server_select) == ["", "files", "meetings", "web"]
+    assert "globex-llm" not in html
+
+
+def test_it_refuses_a_model_connection_of_another_tenant_and_saves_nothing(admin):
+    response = admin.client.post("/agents/new/", {**BASICS, "model_connection": "globex-llm", "model_name": "m"})
+
+    error = read(response).texts["id_model_connection-error"]
+    assert error == "No connection named 'globex-llm' is granted to this tenant"
+    assert not Agent.objects.exists()
+
+
+def test_it_ignores_inline_connection_settings_posted_by_hand(admin):
+    posted = {**BASICS, "model_base_url": "http://attacker.example/v1", "model_api_key_env": "SECRET_KEY"}
+    posted |= {"mcp_servers-00000000-command": "sh", "mcp_servers-00000000-args": "-c\nid"}
+
+    admin.client.post("/agents/new/", posted)
+
+    content = Agent.objects.get(name="triage").current.content
+    assert content["model"] == {"connection": "scripted", "name": None}
+    assert content["mcpServers"] == []
 
 
 def test_it_keeps_an_edit_with_errors_unsaved(admin, agent):
@@ -388,13 +409,13 @@ def test_it_has_no_row_for_an_unknown_section(admin):
 
 def test_it_lists_agents_with_their_model_and_version(admin, agent):
     agent.append_version(
-        definition(display_name="Helper Bot", model={"provider": "anthropic", "name": "claude"}), admin.user
+        definition(display_name="Helper Bot", model={"connection": "claude-prod", "name": "claude"}), admin.user
     )
 
     html = admin.client.get("/agents/").content.decode()
 
     assert "Helper Bot" in html
-    assert "anthropic:claude" in html
+    assert "claude-prod:claude" in html
     assert "v2" in html
 
 

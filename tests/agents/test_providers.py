@@ -17,7 +17,8 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event, Run, Session
 from tests.agents.run_helpers import EMAIL, run_ok
-from tests.conftest import Persona
+from console.models import Connection
+from tests.conftest import Persona, grant
 from tests.fakes.openai_server import FakeOpenAI
 
 KEY_ENV = "AIRLOCK_TEST_OPENAI_KEY"
@@ -41,20 +42,26 @@ def key(monkeypatch) -> str:
     return KEY
 
 
-def definition(base_url: str) -> DefinitionContent:
+def definition() -> DefinitionContent:
     return DefinitionContent.model_validate(
         {
             "name": "remote",
             "instructions": "You help the ops team.",
-            "model": {"provider": "openai", "name": "loopback-model", "baseUrl": base_url, "apiKeyEnv": KEY_ENV},
+            "model": {"connection": "loopback", "name": "loopback-model"},
             "tools": [{"name": "get_time", "approval": "never"}, {"name": "send_email", "approval": "always"}],
         }
     )
 
 
 @pytest.fixture
-def remote(admin, fake, key) -> Agent:
-    return Agent.create(admin.tenant, definition(fake.base_url), admin.user)
+def loopback(acme, fake) -> Connection:
+    """The installation's connection to the loopback provider, granted to acme."""
+    return grant("loopback", "openai", acme, base_url=fake.base_url, api_key_env=KEY_ENV)
+
+
+@pytest.fixture
+def remote(admin, loopback, key) -> Agent:
+    return Agent.create(admin.tenant, definition(), admin.user)
 
 
 def send(persona: Persona, body: dict[str, Any]) -> dict[str, Any]:
@@ -244,8 +251,10 @@ def test_it_does_not_wait_out_a_retry_after(operator, remote, fake):
     assert_failed(result, "provider_rate_limited")
 
 
-def test_it_fails_the_run_when_the_provider_is_unreachable(operator, admin, key, fake):
-    agent = Agent.create(admin.tenant, definition(closed_port_url()), admin.user)
+def test_it_fails_the_run_when_the_provider_is_unreachable(operator, admin, key, fake, loopback):
+    loopback.base_url = closed_port_url()
+    loopback.save()
+    Agent.create(admin.tenant, definition(), admin.user)
 
     started = time.monotonic()
     result = send(operator, {"message": "Say hello", "sessionId": "s1"})
@@ -253,8 +262,9 @@ def test_it_fails_the_run_when_the_provider_is_unreachable(operator, admin, key,
     assert time.monotonic() - started < 5
     message = assert_failed(result, "provider_unreachable")
     assert "connect" in message.lower()
-    # The operator fixes the base URL; the session carries on with the new version.
-    agent.append_version(definition(fake.base_url), admin.user)
+    # The installation's operator fixes the base URL; the session's next turn uses it.
+    loopback.base_url = fake.base_url
+    loopback.save()
     recovers(operator, fake)
 
 

@@ -21,7 +21,7 @@ from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, RequestStatus, Rule
 from tests.agents.run_helpers import EMAIL, assert_problem, call_line, run, run_ok, snapshot, stored_events
 from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401
-from tests.conftest import Persona
+from tests.conftest import Persona, grant
 from tests.fakes.openai_server import FakeOpenAI
 
 pytestmark = pytest.mark.django_db
@@ -61,10 +61,11 @@ def fake():
 def remote(admin, fake, monkeypatch) -> Agent:
     """An agent on a loopback OpenAI-compatible server."""
     monkeypatch.setenv(KEY_ENV, "sk-queue-test")
+    grant("loopback", "openai", admin.tenant, base_url=fake.base_url, api_key_env=KEY_ENV)
     content = {
         "name": "remote",
         "instructions": "You help.",
-        "model": {"provider": "openai", "name": "loopback", "baseUrl": fake.base_url, "apiKeyEnv": KEY_ENV},
+        "model": {"connection": "loopback", "name": "loopback"},
         "tools": [{"name": "get_time", "approval": "never"}, {"name": "send_email", "approval": "never"}],
     }
     return Agent.create(admin.tenant, DefinitionContent.model_validate(content), admin.user)
@@ -393,9 +394,10 @@ def test_a_reader_may_not_queue_a_run(reader, assistant):
 def asking(admin, fake, monkeypatch) -> Agent:
     """On the loopback model: send_email (side effects) and get_time (none), both asking for approval."""
     monkeypatch.setenv(KEY_ENV, "sk-queue-test")
+    grant("loopback", "openai", admin.tenant, base_url=fake.base_url, api_key_env=KEY_ENV)
     content = {
         "name": "asking",
-        "model": {"provider": "openai", "name": "loopback", "baseUrl": fake.base_url, "apiKeyEnv": KEY_ENV},
+        "model": {"connection": "loopback", "name": "loopback"},
         "tools": [{"name": "get_time", "approval": "always"}, {"name": "send_email", "approval": "always"}],
     }
     return Agent.create(admin.tenant, DefinitionContent.model_validate(content), admin.user)

@@ -13,7 +13,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals.models import PendingRequest, Rule
 from approvals.rules import arguments_hash
-from tests.conftest import Persona
+from tests.conftest import Persona, grant
 
 MAILER: dict[str, Any] = {
     "name": "mailer",
@@ -22,9 +22,15 @@ MAILER: dict[str, Any] = {
 }
 # Never started here: a rule is checked against the definition, not against the servers' tool lists.
 MCP_SERVERS = [
-    {"name": "meetings", "command": "python", "approval": "always", "toolPrefix": "meet"},
-    {"name": "files", "command": "python", "approval": "every_time", "toolPrefix": "files"},
+    {"connection": "meetings", "approval": "always", "toolPrefix": "meet"},
+    {"connection": "files", "approval": "every_time", "toolPrefix": "files"},
 ]
+
+
+@pytest.fixture(autouse=True)
+def files(db):
+    """An MCP connection of the installation besides the built-in `meetings`, granted to every tenant."""
+    return grant("files", "mcp", command="python")
 EMAIL = {"to": "ops@example.com", "subject": "Report", "body": "All green."}
 
 
@@ -129,7 +135,7 @@ def test_it_creates_a_rule_for_a_tool_of_an_mcp_server_that_asks_always(admin):
 
 
 def test_it_accepts_any_tool_name_of_an_mcp_server_without_prefix(admin):
-    make_agent(admin, mcpServers=[{"name": "meetings", "command": "python", "approval": "always"}])
+    make_agent(admin, mcpServers=[{"connection": "meetings", "approval": "always"}])
 
     assert created(admin, toolName="book_meeting")["toolName"] == "book_meeting"
 

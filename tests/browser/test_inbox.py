@@ -168,8 +168,7 @@ def test_it_answers_a_runs_approvals_at_once_and_counts_down_their_deadline(
 
 
 def test_it_answers_an_elicitation_from_its_generated_form(api: dict[str, Api], sign_in: Callable[[str], Page]) -> None:
-    meetings = {"name": "meetings", "command": ".venv/bin/python", "args": ["-m", "agents.mcp_demo"]}
-    agent = create_agent(api, mcpServers=[meetings])
+    agent = create_agent(api, mcpServers=[{"connection": "meetings"}])
     page = sign_in("otto")
     open_inbox(page)
 

@@ -2,6 +2,7 @@
 again. The model is a loopback OpenAI-compatible server whose reply the killed worker never gets."""
 
 import http.client
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,14 +45,19 @@ def cluster(installation: tuple[Cluster, str]) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def api(installation: tuple[Cluster, str], cluster: Cluster, fake: FakeOpenAI) -> Api:
-    """The API of a console process that works no queue, with an agent `remote` on the fake model."""
+def api(installation: tuple[Cluster, str], cluster: Cluster, fake: FakeOpenAI, tmp_path: Path) -> Api:
+    """The API of a console process that works no queue, with an agent `remote` on the fake model (a
+    connection the installation loads from a file, as its operators would)."""
+    connections = tmp_path / "connections.json"
+    loopback = {"name": "loopback", "kind": "openai", "baseUrl": fake.base_url, "apiKeyEnv": KEY_ENV, "tenants": "*"}
+    connections.write_text(json.dumps({"connections": [loopback]}))
+    cluster.manage("load_connections", str(connections))
     console = cluster.serve()
     client = Api(console.url, installation[1])
     definition = {
         "name": "remote",
         "instructions": "You help.",
-        "model": {"provider": "openai", "name": "loopback", "baseUrl": fake.base_url, "apiKeyEnv": KEY_ENV},
+        "model": {"connection": "loopback", "name": "loopback"},
         "tools": [{"name": "get_time", "approval": "every_time"}, {"name": "send_email", "approval": "never"}],
     }
     status, _, _ = client.call("PUT", "/api/agents/remote", definition)

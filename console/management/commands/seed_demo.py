@@ -1,6 +1,5 @@
 import os
 import secrets
-import sys
 from typing import Any
 
 from django.conf import settings
@@ -35,9 +34,7 @@ def demo_agent() -> DefinitionContent:
                     },
                 }
             ],
-            "mcpServers": [
-                {"name": "meetings", "command": sys.executable, "args": ["-m", "agents.mcp_demo"], "approval": "never"}
-            ],
+            "mcpServers": [{"connection": "meetings", "approval": "never"}],
             "parameters": [
                 {
                     "name": "team",
@@ -56,12 +53,16 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
-        password = self._password()
+        chosen = os.environ.get("DEMO_PASSWORD") or None
         tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
         User = get_user_model()
+        existing = set(User.objects.filter(username__in=DEMO_USERS).values_list("username", flat=True))
+        # An existing user's password changes only when DEMO_PASSWORD says so: a start without it
+        # never resets what a person chose or was told before.
+        password = chosen or (self._generated() if len(existing) < len(DEMO_USERS) else None)
         for username, role in DEMO_USERS.items():
             user, _ = User.objects.get_or_create(username=username)
-            if not user.check_password(password):
+            if password is not None and (chosen or username not in existing) and not user.check_password(password):
                 user.set_password(password)
                 user.save(update_fields=["password"])
             Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
@@ -69,12 +70,17 @@ class Command(BaseCommand):
         if not Agent.objects.live().filter(tenant=tenant, name="assistant").exists():
             Agent.create(tenant, demo_agent(), admin)
         self.stdout.write("Demo tenant 'demo' is ready. Log in as admin, operator or viewer")
-        self.stdout.write(f"with the password: {password}")
+        if password is None:
+            kept = settings.DATA_DIR / "demo-password"
+            if kept.exists() and admin.check_password(kept.read_text().strip()):
+                password = kept.read_text().strip()
+        if password is not None:
+            self.stdout.write(f"with the password: {password}")
+        else:
+            self.stdout.write("with the passwords they had (set DEMO_PASSWORD to set them all again).")
 
-    def _password(self) -> str:
-        """DEMO_PASSWORD, else one generated on the first run and kept in the data folder."""
-        if os.environ.get("DEMO_PASSWORD"):
-            return os.environ["DEMO_PASSWORD"]
+    def _generated(self) -> str:
+        """The password kept in the data folder, made on the first run without DEMO_PASSWORD."""
         stored = settings.DATA_DIR / "demo-password"
         if stored.exists():
             return stored.read_text().strip()

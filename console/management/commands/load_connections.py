@@ -1,0 +1,84 @@
+import json
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from console.models import Connection, Tenant
+
+# Wire name in the file -> model field.
+FIELDS = {
+    "kind": "kind",
+    "description": "description",
+    "baseUrl": "base_url",
+    "apiKeyEnv": "api_key_env",
+    "command": "command",
+    "args": "args",
+    "env": "env",
+    "url": "url",
+    "secretEnv": "secret_env",
+}
+
+
+class Command(BaseCommand):
+    help = (
+        "Create or update connections from a JSON file ({\"connections\": [...]}, SPEC section 2): upsert by "
+        "name, nothing else touched. All of the file or nothing is loaded."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("file", help="the JSON file, or - for standard input")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        entries = self._entries(options["file"])
+        with transaction.atomic():
+            for index, entry in enumerate(entries):
+                self._load(index, entry)
+        self.stdout.write(f"Loaded {len(entries)} connection(s).")
+
+    def _entries(self, path: str) -> list[dict[str, Any]]:
+        try:
+            text = self.stdin.read() if path == "-" else Path(path).read_text()
+            data = json.loads(text)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise CommandError(f"Cannot read {path}: {error}") from None
+        entries = data.get("connections") if isinstance(data, dict) else None
+        if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+            raise CommandError('The file must be {"connections": [{...}, ...]}.')
+        return entries
+
+    def _load(self, index: int, entry: dict[str, Any]) -> None:
+        where = f"connections[{index}]"
+        name = entry.get("name")
+        unknown = set(entry) - set(FIELDS) - {"name", "tenants"}
+        if unknown:
+            raise CommandError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}.")
+        if not isinstance(name, str):
+            raise CommandError(f"{where}: give the connection's name.")
+        connection = Connection.objects.filter(name=name).first() or Connection(name=name)
+        for wire, attribute in FIELDS.items():
+            default: Any = [] if attribute in ("args", "env") else ""
+            setattr(connection, attribute, entry.get(wire, default) if entry.get(wire) is not None else default)
+        tenants = entry.get("tenants", [])
+        connection.all_tenants = tenants == "*"
+        granted = self._tenants(where, tenants)
+        try:
+            connection.full_clean()
+        except ValidationError as error:
+            problems = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in error.message_dict.items())
+            raise CommandError(f"{where} ({name}): {problems}") from None
+        connection.save()
+        connection.tenants.set(granted)
+
+    def _tenants(self, where: str, tenants: Any) -> list[Tenant]:
+        if tenants == "*":
+            return []
+        if not isinstance(tenants, list) or not all(isinstance(slug, str) for slug in tenants):
+            raise CommandError(f'{where}: "tenants" is "*" or a list of tenant slugs.')
+        found = list(Tenant.objects.filter(slug__in=tenants))
+        missing = set(tenants) - {tenant.slug for tenant in found}
+        if missing:
+            raise CommandError(f"{where}: no tenant {', '.join(sorted(missing))}.")
+        return found
