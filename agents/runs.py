@@ -166,9 +166,6 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
         previous_run=previous_run,
         connections=granted_connections(tenant, version),
     )
-    problems = version.definition.connection_problems(prepared.connections)
-    if problems is not None:
-        raise RunRejected(400, problems[0], "; ".join(f"{path}: {text}" for path, text in problems[1].items()))
     _check_answers(prepared)
     if not (prepared.answered or prepared.stored_answers or prepared.terminated or request.message):
         raise RunRejected(400, "message_required", "Send a message (it may be empty only when answers are sent).")
@@ -191,6 +188,14 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
 def granted_connections(tenant: Tenant, version: AgentVersion) -> dict[str, ConnectionSpec]:
     """The connections `version` names that `tenant` may use now (a grant may be withdrawn after a save)."""
     return Connection.objects.specs_for(tenant, version.definition.connection_names)
+
+
+def refuse_ungranted_connections(prepared: PreparedRun) -> None:
+    """A client's run request is refused (400) when a connection was withdrawn since its agent was saved.
+    The console's own continuation is not: it starts, and fails `unknown_connection` where people see it."""
+    problems = prepared.version.definition.connection_problems(prepared.connections)
+    if problems is not None:
+        raise RunRejected(400, problems[0], "; ".join(f"{path}: {text}" for path, text in problems[1].items()))
 
 
 def _refuse_if_busy(session: Session) -> None:
@@ -219,11 +224,12 @@ def _check_answers(prepared: PreparedRun) -> None:
     approval_modes = {t.name: t.approval for t in prepared.version.definition.tools}
 
     def target(request_id: str | None, kind: str, call_id: str | None = None) -> PendingRequest:
+        lookup: dict[str, Any]
         if call_id is not None:
             found, lookup, named = by_call.get(call_id), {"call_id": call_id}, call_id
         else:
             as_uuid = _as_uuid(request_id)
-            found, lookup, named = open_requests.get(as_uuid) if as_uuid else None, {"id": as_uuid}, request_id
+            found, lookup, named = open_requests.get(as_uuid) if as_uuid else None, {"id": as_uuid}, str(request_id)
         if found is None:
             if session is not None and session.requests.filter(**lookup).exclude(status=RequestStatus.PENDING).exists():
                 raise RunRejected(409, "already_answered", f"The request {named} was answered before.")

@@ -12,7 +12,6 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
-from pydantic import Field
 
 from agents import queue
 from agents.models import Attachment, Event, Run, RunStatus, Session
@@ -24,11 +23,12 @@ from agents.runs import (
     finish_run,
     live_version,
     prepare_run,
+    refuse_ungranted_connections,
     run_result,
     start_run,
 )
 from approvals.models import RequestStatus
-from console.api import ApiError, page_of, require_role
+from console.api import ApiError, Paging, Problem, page_of, require_role
 
 router = Router(tags=["runs"])
 
@@ -60,7 +60,7 @@ def _prefers_async(request: HttpRequest) -> bool:
     return "respond-async" in (p.strip() for p in preferences)
 
 
-@router.post("/agents/{name}/runs", response={200: dict, 202: dict, 400: dict, 404: dict, 409: dict})
+@router.post("/agents/{name}/runs", response={200: dict, 202: dict, 409: Problem})
 def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
     """Start a run. `Prefer: respond-async` queues it on its lane (202); `Accept: text/event-stream`
     streams its events; otherwise the result comes when the turn ends."""
@@ -68,7 +68,9 @@ def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
     queued = _prefers_async(request)
     try:
         version = live_version(membership.tenant, name, payload.definition_version)
-        started = start_run(prepare_run(membership.tenant, version, payload), request.user, queued=queued)
+        prepared = prepare_run(membership.tenant, version, payload)
+        refuse_ungranted_connections(prepared)
+        started = start_run(prepared, request.user, queued=queued)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     if queued:
@@ -137,12 +139,10 @@ async def _finish_detached(task: "asyncio.Future[Any]", started: StartedRun) -> 
     await database_sync_to_async(finish_run, thread_sensitive=False)(started, await task)
 
 
-class RunFilters(Schema):
+class RunFilters(Paging):
     agent: str | None = None
     status: RunStatus | None = None
     sessionId: str | None = None
-    limit: int = 50
-    offset: int = Field(default=0, ge=0)
 
 
 @router.get("/runs", response=dict)
@@ -198,7 +198,7 @@ def _events_after(run_id: uuid.UUID, after: int) -> tuple[list[Event], str]:
     return list(Event.objects.filter(run_id=run_id, sequence__gt=after).order_by("sequence")), status
 
 
-@router.post("/runs/{run_id}/cancel", response=dict)
+@router.post("/runs/{run_id}/cancel", response={200: dict, 409: Problem})
 def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> Any:
     require_role(request, "operator")
     run = _run(request, run_id)
@@ -228,10 +228,27 @@ def session_state(request: HttpRequest, session_id: str) -> dict[str, Any]:
     }
 
 
-@router.post("/attachments", response={201: dict, 400: dict, 413: dict})
+# The view reads the upload itself (its size is checked before the body is read); the schema says what it takes.
+ATTACHMENT_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "properties": {"file": {"type": "string", "format": "binary"}},
+                "required": ["file"],
+            }
+        }
+    },
+}
+
+
+@router.post("/attachments", response={201: dict}, openapi_extra={"requestBody": ATTACHMENT_BODY})
 def upload_attachment(request: HttpRequest) -> Any:
     """Upload a file (multipart field `file`) to reference from runs by id."""
     membership = require_role(request, "operator")
+    if request.content_type != "multipart/form-data":
+        raise ApiError(415, "unsupported_media_type", "Send the file as multipart/form-data, in the field `file`.")
     limit = settings.ATTACHMENT_MAX_BYTES
     # Refuse an oversized body before reading it (the multipart envelope adds a little to the file).
     if int(request.headers.get("Content-Length") or 0) > limit + 64 * 1024:
