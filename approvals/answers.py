@@ -150,7 +150,9 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
     )
     rid = str(pending.id)
     if pending.status in _TERMINAL_STATUS:
-        return Outcome(_TERMINAL_STATUS[pending.status], rid, f"The request was closed: {pending.status}.")
+        deleted = pending.status == RequestStatus.ABANDONED and pending.agent.deleted_at is not None
+        why = "its agent was deleted" if deleted else pending.status
+        return Outcome(_TERMINAL_STATUS[pending.status], rid, f"The request was closed: {why}.")
     now = timezone.now()
     if pending.expires_at is not None and pending.expires_at <= now and pending.answer is None:
         # Past its deadline but not swept yet: close it now, as the sweep would, and say so.

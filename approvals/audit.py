@@ -67,6 +67,7 @@ CLOSING_REASONS = {
     RequestStatus.CANCELLED: "The run or its session was cancelled.",
     RequestStatus.ABANDONED: "The session moved on without answering.",
 }
+AGENT_DELETED = "The agent was deleted."
 
 
 @dataclass
@@ -373,12 +374,17 @@ def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, st
 
 
 def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
+    reason = CLOSING_REASONS.get(RequestStatus(pending.status))
+    deleted_at = pending.agent.deleted_at
+    # No session moves on once its agent is deleted: an abandoning from then on is the deletion's.
+    if pending.status == RequestStatus.ABANDONED and deleted_at is not None and when >= deleted_at:
+        reason = AGENT_DELETED
     return AuditEntry(
         when=when,
         source=CLOSING,
         decision=pending.status,
         who="system",
-        reason=CLOSING_REASONS.get(RequestStatus(pending.status)),
+        reason=reason,
         via="",
         **_base(pending),
     )

@@ -22,11 +22,7 @@ def expire_due(now: datetime | None = None) -> list[PendingRequest]:
     )
     expired = []
     for pending in due[:500]:
-        closed = PendingRequest.objects.filter(pk=pending.pk, status=RequestStatus.PENDING, answer__isnull=True).update(
-            status=RequestStatus.EXPIRED, closed_at=now
-        )
-        if closed:
-            pending.status, pending.closed_at = RequestStatus.EXPIRED, now
+        if pending.close(RequestStatus.EXPIRED, now):
             expired.append(pending)
     for tenant_id in {p.tenant_id for p in expired}:
         notify_requests_closed(tenant_id, [str(p.id) for p in expired if p.tenant_id == tenant_id])

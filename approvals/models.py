@@ -1,4 +1,5 @@
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -70,6 +71,19 @@ class PendingRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.tool_name} ({self.status})"
+
+    def close(self, kind: str, now: datetime, *, answered_too: bool = False) -> bool:
+        """Close the request with the terminal `kind` (expired, cancelled, abandoned) while it is still open,
+        and say whether it was. A conditional update: of a closing and an answer (or two closings) at once,
+        one wins. An answer stored but not yet carried by a run keeps the request open unless `answered_too`
+        (its agent is gone, so no run will ever carry it); the answer stays for the audit."""
+        still_open = PendingRequest.objects.filter(pk=self.pk, status=RequestStatus.PENDING, answered_in=None)
+        if not answered_too:
+            still_open = still_open.filter(answer__isnull=True)
+        if not still_open.update(status=kind, closed_at=now):
+            return False
+        self.status, self.closed_at = kind, now
+        return True
 
     def wire(self) -> dict[str, Any]:
         return {

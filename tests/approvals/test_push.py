@@ -51,7 +51,8 @@ def session_cookie(persona: Persona) -> bytes:
 async def connect(persona: Persona) -> WebsocketCommunicator:
     """An open console of `persona`, past its greeting."""
     cookie = await session_cookie(persona)
-    ws = WebsocketCommunicator(application, "/ws/console/", headers=[(b"cookie", cookie), (b"origin", LOCAL)])
+    headers = [(b"host", b"localhost"), (b"cookie", cookie), (b"origin", LOCAL)]
+    ws = WebsocketCommunicator(application, "/ws/console/", headers=headers)
     connected, _ = await ws.connect()
     assert connected
     greeting = await ws.receive_json_from()
@@ -226,6 +227,24 @@ async def test_it_pushes_an_expired_request_as_closed(operator, admin):
     assert await closed(ws) == {"type": "requests_closed", "ids": [request_id(asked)], "pending": 0}
     assert await ws.receive_nothing()
     await close_all(ws)
+
+
+async def test_it_pushes_the_requests_of_a_deleted_agent_as_closed_to_everyone(operator, reader, admin, assistant):
+    sockets = [await connect(p) for p in (operator, reader)]
+    first, second = await ask(operator, session="s1"), await ask(operator, session="s2")
+    for ws in sockets:
+        await opened(ws)
+        await opened(ws)
+
+    deleted = await sync_to_async(admin.api)("DELETE", "/api/agents/assistant")
+
+    assert deleted.status_code == 204, deleted.content
+    ids = sorted([request_id(first), request_id(second)])
+    for ws in sockets:
+        pushed = await closed(ws)
+        assert (sorted(pushed["ids"]), pushed["pending"]) == (ids, 0)
+        assert await ws.receive_nothing()
+    await close_all(*sockets)
 
 
 async def test_it_closes_the_socket_of_a_removed_member(operator, admin, assistant):
