@@ -34,9 +34,11 @@ test-sqlite:
 	$(PY) -m pytest
 
 # The same suite on PostgreSQL (browser tests run on SQLite only: they prove the UI, not the database).
+# Under CI the pass is never skipped: PostgreSQL down is a failure that names it.
 test-postgres:
-	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null || [ -n "$$CI" ]; then \
+	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then \
 		DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -m "not browser and not processes"; \
+	elif [ -n "$$CI" ]; then echo "PostgreSQL is not running on 127.0.0.1:5432: the PostgreSQL pass cannot run (CI)"; exit 1; \
 	else echo "PostgreSQL is not running on 127.0.0.1:5432: skipped the PostgreSQL pass"; fi
 
 # Every benchmark (bench/README.md); writes bench/results.md. Needs PostgreSQL and Redis on loopback.

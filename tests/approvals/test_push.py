@@ -12,7 +12,6 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
@@ -310,11 +309,9 @@ async def test_it_applies_a_change_made_without_signals_at_the_next_push(operato
     await close_all(ws)
 
 
-@pytest.mark.skipif(
-    "sqlite" in settings.DATABASES["default"]["ENGINE"],
-    reason="SQLite's in-memory test database locks a table another connection is writing, so the console "
-    "cannot read the membership while the change is uncommitted; PostgreSQL can (make test-postgres)",
-)
+# SQLite's in-memory test database locks a table another connection is writing, so the console cannot
+# read the membership while the change is uncommitted; PostgreSQL can (`make test-postgres`).
+@pytest.mark.postgresql
 async def test_it_applies_a_role_change_once_it_is_committed(operator, admin, assistant):
     ws = await connect(operator)
     changed, release = threading.Event(), threading.Event()

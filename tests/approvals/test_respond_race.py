@@ -11,7 +11,6 @@ from functools import partial
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.core import mail
 from django.db import connection
 from django.test import Client
@@ -25,11 +24,8 @@ from tests.conftest import Persona
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        "postgresql" not in settings.DATABASES["default"]["ENGINE"],
-        reason="concurrent answers only race on PostgreSQL (SQLite serializes writes); "
-        "run with DATABASE_URL=postgres://... (make test-postgres)",
-    ),
+    # Concurrent answers only race on PostgreSQL (SQLite serializes writes): `make test-postgres`.
+    pytest.mark.postgresql,
 ]
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}

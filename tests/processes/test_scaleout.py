@@ -37,8 +37,8 @@ def _reachable() -> str | None:
 def database() -> Iterator[str]:
     """A fresh PostgreSQL database of its own, dropped afterwards."""
     problem = _reachable()
-    if problem is not None and not os.environ.get("CI"):
-        pytest.skip(f"PostgreSQL and Redis are needed: {problem}")
+    if problem is not None:
+        pytest.skip(f"PostgreSQL and Redis are needed: {problem}")  # a failure under CI (tests/conftest.py)
     name = f"airlock_scaleout_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
