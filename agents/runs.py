@@ -150,7 +150,7 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
         if session is not None and session.agent_id != agent.pk:
             raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
         if session is not None:
-            _refuse_if_busy(session)
+            _refuse_if_busy_or_gone(session)
     previous_run = session.last_run if session is not None else None
 
     prepared = PreparedRun(
@@ -198,15 +198,10 @@ def refuse_ungranted_connections(prepared: PreparedRun) -> None:
         raise RunRejected(400, problems[0], "; ".join(f"{path}: {text}" for path, text in problems[1].items()))
 
 
-def _refuse_if_busy(session: Session) -> None:
-    if session.runs.filter(status__in=(RunStatus.RUNNING, RunStatus.QUEUED)).exists():
-        raise RunRejected(409, "session_busy", "A turn of this session is still running; send the next one after it.")
-
-
 def _refuse_if_busy_or_gone(session: Session) -> None:
-    """`_refuse_if_busy` under the session's lock, which also refuses a turn of an agent deleted since the
-    request was checked: the deletion locks the agent's sessions too, so it waits for this turn to be
-    recorded (and then cancels it) or this turn waits for the deletion (and then stops here)."""
+    """Refuse a second turn of the session, and a turn of an agent deleted meanwhile. `start_run` asks again
+    under the session's lock, which the deletion takes too: the deletion waits for this turn to be recorded
+    (and then cancels it), or this turn waits for the deletion (and then stops here)."""
     busy = Exists(Run.objects.filter(session=session, status__in=(RunStatus.RUNNING, RunStatus.QUEUED)))
     deleted_at, is_busy = Agent.objects.filter(pk=session.agent_id).values_list("deleted_at", busy).get()
     if deleted_at is not None:

@@ -135,3 +135,27 @@ def test_it_tells_every_answer_racing_the_sweep_what_became_of_the_request(opera
             assert statuses == ["accepted"] + ["already_resolved"] * 19
             assert continuation.output == "send_email: sent to a@b.c"
     assert Run.objects.filter(previous_run__isnull=False).count() == 5
+
+
+def test_it_runs_nothing_for_answers_racing_the_deletion_of_their_agent(operator, admin):
+    for round_ in range(5):
+        make_agent(admin, name=f"mailer-{round_}")
+        asked = run_ok(operator, {"message": SEND, "sessionId": f"s{round_}"}, agent=f"mailer-{round_}")
+        body = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True}
+
+        def delete(name: str = f"mailer-{round_}") -> int:
+            return admin.api("DELETE", f"/api/agents/{name}").status_code
+
+        *outcomes, deleted = together([answer(operator, asked["runId"], body)] * 10 + [delete])
+
+        assert deleted == 204
+        statuses = sorted(o["status"] for o in outcomes)
+        # An answer stored before the deletion is closed with the request, and its continuation (if it
+        # was queued) is cancelled; every later answer is told the request ended.
+        assert set(statuses) <= {"accepted", "already_resolved", "execution_ended"}, statuses
+        assert statuses.count("accepted") <= 1
+        request = PendingRequest.objects.get(id=body["requestId"])
+        assert request.status == RequestStatus.ABANDONED
+        assert not Run.objects.filter(session__key=f"s{round_}", status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
+    drain_queued(0)
+    assert mail.outbox == []
