@@ -5,12 +5,11 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Query, Router, Schema
-from pydantic import Field
 
 from agents.models import Run
 from approvals.answers import Response, ResponseRefused, respond
 from approvals.models import PendingRequest, RequestKind, RequestStatus
-from console.api import ApiError, page_of, require_role
+from console.api import ApiError, Paging, page_of, require_role
 
 router = Router(tags=["requests"])
 
@@ -31,14 +30,11 @@ def request_wire(pending: PendingRequest) -> dict[str, Any]:
     }
 
 
-class RequestFilters(Schema):
+class RequestFilters(Paging):
     status: Literal["pending", "answered", "expired", "cancelled", "abandoned"] | None = "pending"
     agent: str | None = None
     kind: RequestKind | None = None
     tool: str | None = None
-    limit: int = 50
-    # A negative offset would reach the ORM as negative indexing (a 500).
-    offset: int = Field(default=0, ge=0)
 
 
 def _requests(request: HttpRequest) -> Any:

@@ -4,11 +4,11 @@ import uuid
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Field, Query, Router, Schema, Status
+from ninja import Query, Router, Status
 
 from approvals.models import Rule
 from approvals.rules import RuleIn, RuleRefused, create_rule, remembered_arguments, revoke, tenant_rules
-from console.api import ApiError, page_of, require_role
+from console.api import ApiError, Paging, Problem, page_of, require_role
 
 router = Router(tags=["rules"])
 
@@ -29,12 +29,10 @@ def rule_wire(rule: Rule) -> dict[str, Any]:
     }
 
 
-class RuleFilters(Schema):
+class RuleFilters(Paging):
     agent: str | None = None
     tool: str | None = None
     includeRevoked: bool = False
-    limit: int = 50
-    offset: int = Field(default=0, ge=0)
 
 
 @router.get("/rules", response=dict)
@@ -50,7 +48,7 @@ def list_rules(request: HttpRequest, filters: Query[RuleFilters]) -> dict[str, A
     return page_of(rules.order_by("-created_at", "-id"), filters.limit, filters.offset, rule_wire)
 
 
-@router.post("/rules", response={201: dict})
+@router.post("/rules", response={201: dict, 404: Problem})
 def create_rule_by_hand(request: HttpRequest, payload: RuleIn) -> Status[dict[str, Any]]:
     """A rule for a tool of the agent's current version that asks with mode "always"; `arguments`
     narrows it to exactly those arguments, `conditions` to calls where every condition holds."""

@@ -1,0 +1,218 @@
+"""What the JSON API answers to input a careless client (or an attacker) can send: always a 4xx
+application/problem+json with a stable `code`, never a server error, and nothing changes."""
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from django.test import Client, RequestFactory
+
+from agents.models import Agent, AgentVersion, Attachment, Run
+from approvals.models import PendingRequest, Rule
+from console.api import MAX_OFFSET, api
+from tests.agents.run_helpers import ask_to_send, assert_problem, make_agent
+from tests.conftest import Persona
+
+RUN_ID = "0b6f7a52-5d3e-4a43-9d0a-1f6a4c1f2e10"
+
+# Every route that reads a JSON body.
+JSON_ROUTES = [
+    ("POST", "/api/agents"),
+    ("PUT", "/api/agents/assistant"),
+    ("POST", "/api/agents/assistant/rollback"),
+    ("POST", "/api/agents/assistant/runs"),
+    ("POST", f"/api/runs/{RUN_ID}/responses"),
+    ("POST", "/api/rules"),
+]
+
+PAGED_ROUTES = ["/api/runs", "/api/requests", "/api/rules"]
+
+
+@pytest.fixture
+def assistant(admin) -> Agent:
+    return make_agent(admin)
+
+
+def snapshot() -> dict[str, Any]:
+    return {
+        "agents": sorted(Agent.objects.values_list("name", "current_version", "deleted_at")),
+        "versions": AgentVersion.objects.count(),
+        "runs": sorted(Run.objects.values_list("id", "status")),
+        "requests": sorted(PendingRequest.objects.values_list("id", "status", "answer")),
+        "rules": Rule.objects.count(),
+        "attachments": Attachment.objects.count(),
+    }
+
+
+def send(persona: Persona, method: str, path: str, body: bytes, content_type: str) -> Any:
+    return Client().generic(method, path, body, content_type, HTTP_AUTHORIZATION=f"Bearer {persona.token}")
+
+
+def definition_body(**changes: Any) -> dict[str, Any]:
+    return {"name": "assistant", "instructions": "You help.", **changes}
+
+
+# --- bodies too large -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), JSON_ROUTES)
+def test_it_refuses_a_json_body_over_the_upload_limit_with_413(settings, admin, assistant, method, path):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    before = snapshot()
+    body = json.dumps(definition_body(description="x" * 2048)).encode()
+
+    response = send(admin, method, path, body, "application/json")
+
+    problem = assert_problem(response, 413, "body_too_large")
+    assert "1024" in problem["detail"]
+    assert snapshot() == before
+
+
+def test_it_still_accepts_a_json_body_within_the_upload_limit(settings, admin):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    body = json.dumps(definition_body(description="x" * 2048)).encode()
+
+    response = send(admin, "POST", "/api/agents", body, "application/json")
+
+    assert response.status_code == 201, response.content
+
+
+# --- content types --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), JSON_ROUTES)
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"])
+def test_it_refuses_a_json_body_sent_as_another_type_with_415(admin, assistant, method, path, content_type):
+    before = snapshot()
+    body = json.dumps(definition_body()).encode()
+
+    response = send(admin, method, path, body, content_type)
+
+    problem = assert_problem(response, 415, "unsupported_media_type")
+    assert "application/json" in problem["detail"]
+    assert snapshot() == before
+
+
+def test_it_refuses_an_answer_sent_as_text_plain_and_the_request_stays_open(operator, assistant):
+    asked = ask_to_send(operator)
+    request_id = asked["pendingRequests"][0]["requestId"]
+    before = snapshot()
+    body = json.dumps({"requestId": request_id, "approved": True}).encode()
+
+    response = send(operator, "POST", f"/api/runs/{asked['runId']}/responses", body, "text/plain")
+
+    assert_problem(response, 415, "unsupported_media_type")
+    assert snapshot() == before
+    assert PendingRequest.objects.get(id=request_id).answer is None
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "application/vnd.airlock+json"])
+def test_it_accepts_json_media_types_with_parameters_or_a_json_suffix(admin, content_type):
+    response = send(admin, "POST", "/api/agents", json.dumps(definition_body()).encode(), content_type)
+
+    assert response.status_code == 201, response.content
+
+
+def test_it_refuses_a_body_that_is_not_json_with_invalid_json(admin, assistant):
+    before = snapshot()
+
+    response = send(admin, "PUT", "/api/agents/assistant", b'{"name": "assistant",', "application/json")
+
+    assert_problem(response, 400, "invalid_json")
+    assert snapshot() == before
+
+
+def test_it_refuses_an_attachment_that_is_not_multipart_with_415(operator):
+    response = send(operator, "POST", "/api/attachments", b'{"file": "x"}', "application/json")
+
+    assert_problem(response, 415, "unsupported_media_type")
+    assert Attachment.objects.count() == 0
+
+
+# --- multipart ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["multipart/form-data", "multipart/form-data; boundary=", "multipart/form-data; boundary=\u00e9t\u00e9"],
+)
+def test_it_refuses_an_unparseable_multipart_body_with_400(operator, content_type):
+    body = b'--x\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\nhello\r\n--x--\r\n'
+
+    response = send(operator, "POST", "/api/attachments", body, content_type)
+
+    assert_problem(response, 400, "invalid_multipart")
+    assert Attachment.objects.count() == 0
+
+
+def test_it_refuses_an_unparseable_multipart_body_sent_with_the_browser_session(operator):
+    # The session's CSRF check reads the form before the view does.
+    response = operator.client.post("/api/attachments", b"--x\r\n", content_type="multipart/form-data")
+
+    assert_problem(response, 400, "invalid_multipart")
+
+
+def test_it_refuses_a_multipart_body_with_too_many_fields_with_400(settings, operator):
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 3
+    fields = {f"field{i}": "x" for i in range(5)}
+
+    response = Client().post("/api/attachments", fields, HTTP_AUTHORIZATION=f"Bearer {operator.token}")
+
+    assert_problem(response, 400, "too_many_fields")
+    assert Attachment.objects.count() == 0
+
+
+# --- paging ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PAGED_ROUTES)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("offset", 2**63), ("offset", MAX_OFFSET + 1), ("offset", -1), ("limit", 0), ("limit", 201), ("limit", -5)],
+)
+def test_it_refuses_paging_out_of_bounds_naming_the_field(reader, path, field, value):
+    response = reader.api("GET", f"{path}?{field}={value}")
+
+    problem = assert_problem(response, 400, "invalid_request")
+    assert [error["field"] for error in problem["errors"]] == [field]
+
+
+@pytest.mark.parametrize("path", PAGED_ROUTES)
+def test_it_pages_up_to_the_bounds(reader, path):
+    response = reader.api("GET", f"{path}?limit=200&offset={MAX_OFFSET}")
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {"items": [], "limit": 200, "offset": MAX_OFFSET, "next": None}
+
+
+# --- routes and methods ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/api/nothing-here", f"/api/runs/{RUN_ID}/nothing", "/api/agents/"])
+def test_it_answers_an_unknown_api_path_with_a_problem_404(reader, path):
+    assert_problem(reader.api("GET", path), 404, "not_found")
+
+
+def test_it_answers_an_unsupported_method_with_a_problem_405(reader):
+    response = reader.api("PATCH", "/api/agents")
+
+    assert_problem(response, 405, "method_not_allowed")
+    assert set(response["Allow"].split(", ")) == {"GET", "POST"}
+
+
+# --- the safety net -------------------------------------------------------------------------------
+
+
+def test_it_turns_an_unexpected_exception_into_a_problem_500_without_its_details(caplog):
+    request = RequestFactory().get("/api/agents")
+
+    with caplog.at_level(logging.ERROR):
+        response = api.on_exception(request, RuntimeError("the database password is hunter2"))
+
+    assert response.status_code == 500
+    assert response["Content-Type"] == "application/problem+json"
+    assert json.loads(response.content)["code"] == "server_error"
+    assert b"hunter2" not in response.content
+    assert b"Traceback" not in response.content
+    assert any(record.exc_info and "hunter2" in str(record.exc_info[1]) for record in caplog.records)
