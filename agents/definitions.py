@@ -170,7 +170,7 @@ class DefinitionContent(WireModel):
     description: str = Field(default="", max_length=5000)
     instructions: str = Field(default="", max_length=100_000)
     instructions_by_culture: Annotated[dict[str, str], AfterValidator(_cultures)] = Field(default_factory=dict)
-    model: ModelBinding = Field(default_factory=ModelBinding)
+    model: ModelBinding = Field(default_factory=lambda: ModelBinding.model_validate({}))
     tools: Annotated[list[ToolBinding], _unique("server tools")] = Field(default_factory=list)
     client_tools: Annotated[list[ClientTool], _unique("client tools")] = Field(default_factory=list)
     mcp_servers: Annotated[list[McpServer], _unique("MCP servers")] = Field(default_factory=list)

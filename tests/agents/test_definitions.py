@@ -187,7 +187,11 @@ def test_it_refuses_an_unknown_approval_mode():
     [
         ("tools", [{"name": "get_time"}, {"name": "get_time"}], "two server tools are named 'get_time'"),
         ("clientTools", [{"name": "locate"}, {"name": "locate"}], "two client tools are named 'locate'"),
-        ("mcpServers", [{"connection": "m"}, {"connection": "m", "approval": "always"}], "two MCP servers are named 'm'"),
+        (
+            "mcpServers",
+            [{"connection": "m"}, {"connection": "m", "approval": "always"}],
+            "two MCP servers are named 'm'",
+        ),
         ("parameters", [{"name": "team"}, {"name": "team"}], "two parameters are named 'team'"),
     ],
 )

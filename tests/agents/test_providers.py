@@ -16,8 +16,8 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event, Run, Session
-from tests.agents.run_helpers import EMAIL, run_ok
 from console.models import Connection
+from tests.agents.run_helpers import EMAIL, run_ok
 from tests.conftest import Persona, grant
 from tests.fakes.openai_server import FakeOpenAI
 

@@ -31,6 +31,8 @@ MCP_SERVERS = [
 def files(db):
     """An MCP connection of the installation besides the built-in `meetings`, granted to every tenant."""
     return grant("files", "mcp", command="python")
+
+
 EMAIL = {"to": "ops@example.com", "subject": "Report", "body": "All green."}
 
 

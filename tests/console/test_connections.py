@@ -84,7 +84,9 @@ def run_sneaky(persona: Persona):
 )
 def test_it_refuses_a_definition_with_a_command_and_runs_nothing(admin, operator, tmp_path, server):
     marker = tmp_path / "ran"
-    server = {key: [a.format(marker=marker) for a in value] if key == "args" else value for key, value in server.items()}
+    server = {
+        key: [a.format(marker=marker) for a in value] if key == "args" else value for key, value in server.items()
+    }
 
     problem = assert_problem(admin.api("POST", "/api/agents", definition(mcpServers=[server])), 400, "invalid_request")
 
@@ -138,7 +140,10 @@ def test_it_answers_the_same_for_a_missing_and_an_ungranted_connection(admin, ou
     ungranted = admin.api("POST", "/api/agents", definition(model={"connection": "globex-llm", "name": "m"}))
     missing = admin.api("POST", "/api/agents", definition(model={"connection": "no-such", "name": "m"}))
 
-    first, second = assert_problem(ungranted, 400, "unknown_connection"), assert_problem(missing, 400, "unknown_connection")
+    first, second = (
+        assert_problem(ungranted, 400, "unknown_connection"),
+        assert_problem(missing, 400, "unknown_connection"),
+    )
     assert json.dumps(first).replace("globex-llm", "X") == json.dumps(second).replace("no-such", "X")
     assert first["errors"] == [
         {"field": "model.connection", "message": "no connection named 'globex-llm' is granted to this tenant"}
@@ -176,7 +181,9 @@ def test_it_refuses_a_run_once_the_grant_is_withdrawn_and_changes_nothing(admin,
     files.tenants.clear()
     before = snapshot()
 
-    problem = assert_problem(run(operator, {"message": "hi", "sessionId": "s1"}, agent="sneaky"), 400, "unknown_connection")
+    problem = assert_problem(
+        run(operator, {"message": "hi", "sessionId": "s1"}, agent="sneaky"), 400, "unknown_connection"
+    )
 
     assert "files" in problem["detail"]
     assert snapshot() == before
@@ -374,7 +381,9 @@ def test_it_turns_stored_inline_settings_into_connections_of_their_tenant():
 
     MigrationExecutor(db_connection).migrate(AFTER)
 
-    stored = {(v.agent.tenant.slug, v.agent.name): v.content for v in AgentVersion.objects.select_related("agent__tenant")}
+    stored = {
+        (v.agent.tenant.slug, v.agent.name): v.content for v in AgentVersion.objects.select_related("agent__tenant")
+    }
     assert stored["a", "one"]["model"] == {"connection": "a-openai", "name": "gpt"}
     assert stored["a", "two"]["model"] == {"connection": "a-openai", "name": "gpt"}
     assert stored["a", "one"]["mcpServers"] == [

@@ -1,4 +1,5 @@
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ FIELDS = {
 
 class Command(BaseCommand):
     help = (
-        "Create or update connections from a JSON file ({\"connections\": [...]}, SPEC section 2): upsert by "
+        'Create or update connections from a JSON file ({"connections": [...]}, SPEC section 2): upsert by '
         "name, nothing else touched. All of the file or nothing is loaded."
     )
 
@@ -40,7 +41,7 @@ class Command(BaseCommand):
 
     def _entries(self, path: str) -> list[dict[str, Any]]:
         try:
-            text = self.stdin.read() if path == "-" else Path(path).read_text()
+            text = sys.stdin.read() if path == "-" else Path(path).read_text()
             data = json.loads(text)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise CommandError(f"Cannot read {path}: {error}") from None
