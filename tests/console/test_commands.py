@@ -126,3 +126,42 @@ def test_the_worker_works_what_is_queued_in_batch_mode_and_only_its_lanes(admin,
 def test_the_worker_refuses_a_bad_lane_or_thread_count(db, args):
     with pytest.raises(CommandError):
         run("run_worker", *args)
+
+
+def test_it_keeps_the_demo_passwords_when_seeded_again_without_demo_password(db, monkeypatch, settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    monkeypatch.setenv("DEMO_PASSWORD", "chosen-at-first")
+    run("seed_demo")
+    operator = User.objects.get(username="operator")
+    operator.set_password("the-operators-own")
+    operator.save()
+    monkeypatch.delenv("DEMO_PASSWORD")
+
+    out = run("seed_demo")
+
+    assert Client().login(username="admin", password="chosen-at-first")
+    assert Client().login(username="operator", password="the-operators-own")
+    assert "with the passwords they had" in out
+    assert not (tmp_path / "demo-password").exists(), "no new password was made up"
+
+
+def test_it_sets_every_demo_password_again_when_demo_password_says_so(db, monkeypatch):
+    monkeypatch.setenv("DEMO_PASSWORD", "first")
+    run("seed_demo")
+    monkeypatch.setenv("DEMO_PASSWORD", "second")
+
+    assert "second" in run("seed_demo")
+
+    assert all(Client().login(username=name, password="second") for name in ("admin", "operator", "viewer"))
+
+
+def test_it_generates_and_keeps_a_password_on_a_first_seed_without_demo_password(db, monkeypatch, settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    monkeypatch.delenv("DEMO_PASSWORD", raising=False)
+
+    out = run("seed_demo")
+
+    password = (tmp_path / "demo-password").read_text().strip()
+    assert f"with the password: {password}" in out
+    assert f"with the password: {password}" in run("seed_demo")
+    assert Client().login(username="viewer", password=password)
