@@ -7,6 +7,7 @@ user is no longer an active member. A membership change also reaches the socket 
 `notify_membership_changed`), so a removed member's socket closes even when nothing is pushed.
 """
 
+import json
 from typing import Any
 
 from channels.consumer import get_handler_name
@@ -15,6 +16,9 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals.push import member_key, pending_count, tenant_group
 from console.models import Membership
+
+# The longest frame worth parsing: a client only ever sends {"type": "ping"}.
+MAX_CLIENT_FRAME = 256
 
 
 class ConsoleConsumer(AsyncJsonWebsocketConsumer):
@@ -51,6 +55,17 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """A client sends only pings; anything else, malformed or not, is ignored (never a crash that
+        closes the socket). Long frames are not parsed at all."""
+        if text_data is None or len(text_data) > MAX_CLIENT_FRAME:
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            return
+        await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if content == {"type": "ping"} and await self._still_member():

@@ -14,9 +14,9 @@ get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from approvals.routing import websocket_urlpatterns  # noqa: E402
+from console.origins import ConsoleOriginValidator  # noqa: E402
 
 IDLE_REQUEST_THREADS = 32
 
@@ -70,7 +70,7 @@ class ConsoleASGIHandler(ASGIHandler):
 application = ProtocolTypeRouter(
     {
         "http": ConsoleASGIHandler(),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": ConsoleOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -36,8 +36,23 @@ def create_member(username: str, *tenants_and_roles: tuple[str, str]) -> User:
     return user
 
 
-def communicator(*headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
-    return WebsocketCommunicator(application, "/ws/console/", headers=list(headers))
+def communicator(*headers: tuple[bytes, bytes], scheme: str = "ws") -> WebsocketCommunicator:
+    """A handshake as a browser on http://localhost sends it (Host first), plus `headers`."""
+    ws = WebsocketCommunicator(application, "/ws/console/", headers=[(b"host", b"localhost"), *headers])
+    ws.scope["scheme"] = scheme
+    return ws
+
+
+async def opened_by(cookie: bytes, origin: bytes, host: bytes, scheme: str = "ws") -> bool:
+    """Whether a handshake to `host` from a page of `origin` carrying `cookie` opens the console socket."""
+    ws = WebsocketCommunicator(
+        application, "/ws/console/", headers=[(b"host", host), (b"cookie", cookie), (b"origin", origin)]
+    )
+    ws.scope["scheme"] = scheme
+    connected, _ = await ws.connect()
+    if connected:
+        await ws.disconnect()
+    return connected
 
 
 async def test_it_greets_a_member_with_a_heartbeat():
@@ -110,3 +125,85 @@ async def test_it_refuses_a_deactivated_user():
     ws = communicator((b"cookie", cookie), (b"origin", LOCAL))
     connected, _ = await ws.connect()
     assert not connected
+
+
+async def test_it_opens_for_a_page_of_its_own_origin():
+    await create_member("rita", ("acme", "reader"))
+    cookie = await session_cookie("rita")
+    assert await opened_by(cookie, b"http://127.0.0.1:8000", host=b"127.0.0.1:8000")
+    assert await opened_by(cookie, b"https://localhost", host=b"localhost", scheme="wss")
+
+
+async def test_it_refuses_a_page_of_the_same_host_on_another_port():
+    """Another port of the same host is another origin: a page there must not read the operator's pushes."""
+    await create_member("rita", ("acme", "reader"))
+    cookie = await session_cookie("rita")
+    assert not await opened_by(cookie, b"http://127.0.0.1:9999", host=b"127.0.0.1:8000")
+    assert not await opened_by(cookie, b"http://localhost:8000", host=b"localhost")
+
+
+async def test_it_refuses_a_page_of_the_same_host_over_another_scheme():
+    await create_member("rita", ("acme", "reader"))
+    cookie = await session_cookie("rita")
+    assert not await opened_by(cookie, b"http://localhost", host=b"localhost", scheme="wss")
+    assert not await opened_by(cookie, b"https://localhost", host=b"localhost", scheme="ws")
+
+
+async def test_it_refuses_a_host_outside_allowed_hosts_even_from_its_own_origin():
+    await create_member("rita", ("acme", "reader"))
+    cookie = await session_cookie("rita")
+    assert not await opened_by(cookie, b"http://evil.example", host=b"evil.example")
+
+
+async def test_it_refuses_a_handshake_without_an_origin():
+    await create_member("rita", ("acme", "reader"))
+    ws = communicator((b"cookie", await session_cookie("rita")))
+    connected, _ = await ws.connect()
+    assert not connected
+
+
+async def test_it_opens_for_a_trusted_origin_behind_a_proxy(settings):
+    """A TLS proxy forwards to the console's own address; the public origin is in CSRF_TRUSTED_ORIGINS."""
+    settings.CSRF_TRUSTED_ORIGINS = ["https://airlock.example.com", "https://*.airlock.example.net"]
+    await create_member("rita", ("acme", "reader"))
+    cookie = await session_cookie("rita")
+    assert await opened_by(cookie, b"https://airlock.example.com", host=b"127.0.0.1:8000")
+    assert await opened_by(cookie, b"https://eu.airlock.example.net", host=b"127.0.0.1:8000")
+    assert not await opened_by(cookie, b"http://airlock.example.com", host=b"127.0.0.1:8000")
+    assert not await opened_by(cookie, b"https://airlock.example.com:8443", host=b"127.0.0.1:8000")
+
+
+async def test_it_takes_the_scheme_from_the_proxy_header_it_trusts(settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    await create_member("rita", ("acme", "reader"))
+    cookie = await session_cookie("rita")
+    ws = WebsocketCommunicator(
+        application,
+        "/ws/console/",
+        headers=[
+            (b"host", b"localhost"),
+            (b"x-forwarded-proto", b"https"),
+            (b"cookie", cookie),
+            (b"origin", b"https://localhost"),
+        ],
+    )
+    connected, _ = await ws.connect()
+    assert connected
+    await ws.disconnect()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [{"text_data": "not json"}, {"text_data": "{"}, {"bytes_data": b"\x00\xff"}, {"text_data": "[" * 100_000}],
+    ids=["text", "truncated", "binary", "deeply-nested"],
+)
+async def test_it_ignores_a_malformed_frame_and_stays_open(frame):
+    await create_member("rita", ("acme", "reader"))
+    ws = communicator((b"cookie", await session_cookie("rita")), (b"origin", LOCAL))
+    await ws.connect()
+    await ws.receive_json_from()
+    await ws.send_to(**frame)
+    assert await ws.receive_nothing()
+    await ws.send_json_to({"type": "ping"})
+    assert await ws.receive_json_from() == {"type": "heartbeat", "pending": 0}
+    await ws.disconnect()
