@@ -19,10 +19,12 @@ from django.views.decorators.vary import vary_on_headers
 from agents.models import Agent
 from approvals.audit import AuditEntry, Criteria, DecisionFilter, entries, entry_keys, iter_entries
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
+from console.login import lockouts_of
 from console.models import Membership, Tenant
 from console.tenancy import role_required
 
 ENTRIES_PER_PAGE = 50
+LOCKOUTS_SHOWN = 20
 
 
 class AuditFilters(ListFilters):
@@ -72,6 +74,8 @@ def audit(request: HttpRequest) -> HttpResponse:
         return render(request, "approvals/audit.html#audit-table", {**context, "partial": True})
     members = Membership.objects.filter(tenant=tenant).order_by("user__username")
     context["usernames"] = members.values_list("user__username", flat=True)
+    if request.membership.allows("admin"):  # type: ignore[attr-defined]
+        context["lockouts"] = lockouts_of(tenant)[:LOCKOUTS_SHOWN]
     return render(request, "approvals/audit.html", context)
 
 

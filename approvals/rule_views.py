@@ -50,7 +50,7 @@ OPERATORS = [
 ]
 SCOPES = [("any", "Any arguments"), ("exact", "Exact arguments"), ("conditions", "Conditions")]
 _CONDITION_INPUT = re.compile(r"^condition-(?P<key>[0-9a-f]{8})-(?P<field>argument|operator|value)$")
-_SUBMIT_ON_CHANGE = {"onchange": "this.form.requestSubmit()"}
+_SUBMIT_ON_CHANGE = {"data-submit-on-change": True}  # see static/console/console.js
 
 
 class RuleFilters(forms.Form):

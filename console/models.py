@@ -204,3 +204,32 @@ class Connection(models.Model):
             url=self.url,
             secret_env=self.secret_env,
         )
+
+
+class LoginFailure(models.Model):
+    """A wrong password for `username` from `address` (console/login.py counts the recent ones)."""
+
+    username = models.CharField(max_length=150)
+    address = models.CharField(max_length=45, blank=True)  # an IPv6 address at most; empty when unknown
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["username", "address", "at"]), models.Index(fields=["at"])]
+
+    def __str__(self) -> str:
+        return f"{self.username} from {self.address or 'an unknown address'} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class LoginLockout(models.Model):
+    """Password checks of `username` from `address` refused until `until`: kept as the audit's record."""
+
+    username = models.CharField(max_length=150)
+    address = models.CharField(max_length=45, blank=True)
+    locked_at = models.DateTimeField(default=timezone.now)
+    until = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["username", "address", "until"]), models.Index(fields=["-locked_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.username} from {self.address or 'an unknown address'} until {self.until:%Y-%m-%d %H:%M:%S}"

@@ -7,10 +7,11 @@ from approvals import audit_views, rule_views
 from approvals import views as approval_views
 from console import views
 from console.api import api
+from console.login import LoginView
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tenant/", views.switch_tenant, name="switch_tenant"),
     path("tokens/", views.tokens, name="tokens"),

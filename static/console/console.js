@@ -1,4 +1,27 @@
-// The console's live parts: the websocket that keeps the pending count in the navigation bar current.
+// The console's shared behaviours, declared in the markup (the Content-Security-Policy runs no inline
+// handlers): `data-submit-on-change` submits its form when it changes, `data-confirm` on a form asks before
+// it is posted, `data-remove-row` removes its table row, `data-opens="id"` opens a <details>. Listeners sit on
+// the document, so content htmx swaps in behaves the same.
+(function () {
+  "use strict";
+  document.addEventListener("change", (event) => {
+    const field = event.target.closest("[data-submit-on-change]");
+    if (field && field.form) field.form.requestSubmit();
+  });
+  document.addEventListener("submit", (event) => {
+    const question = event.target.dataset.confirm;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+  document.addEventListener("click", (event) => {
+    const remover = event.target.closest("[data-remove-row]");
+    if (remover) remover.closest("tr").remove();
+    const opener = event.target.closest("[data-opens]");
+    const details = opener && document.getElementById(opener.dataset.opens);
+    if (details) details.open = true;
+  });
+})();
+
+// The websocket that keeps the pending count in the navigation bar current.
 (function () {
   "use strict";
   const badge = document.getElementById("pending-count");

@@ -2,6 +2,14 @@
 // streams, then the server-rendered turn (with its answer forms) replaces it.
 (function () {
   "use strict";
+  // Another agent starts at its current version.
+  const agentSelect = document.getElementById("agent-select");
+  if (agentSelect) {
+    agentSelect.addEventListener("change", () => {
+      agentSelect.form.version.value = "";
+      agentSelect.form.requestSubmit();
+    });
+  }
   const settings = document.getElementById("trial-settings");
   if (!settings) return;
   const csrf = document.querySelector('meta[name="csrf-token"]').content;

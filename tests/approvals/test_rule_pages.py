@@ -164,7 +164,7 @@ def test_it_shows_admins_the_buttons(admin, mailer):
     html = page(admin)
 
     assert f'action="/rules/{stored.id}/revoke/"' in html
-    assert "confirm(" in row(html, stored)
+    assert 'data-confirm="Revoke this rule?' in row(html, stored)
     assert 'action="/rules/new/"' in html
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
 
 from tests.processes.cluster import PYTHON, ROOT, free_port, healthy, manage
 
@@ -90,10 +90,41 @@ def browser() -> Iterator[Browser]:
             browser.close()
 
 
+# Every page reports what the Content-Security-Policy blocked on it as a console error, which the context
+# collects (Chromium's own "Refused to ..." messages are collected too).
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  console.error(`CSP violation: ${event.effectiveDirective} blocked ${event.blockedURI || "inline code"}`
+    + ` at ${event.sourceFile || event.documentURI}:${event.lineNumber} ${event.sample}`);
+});
+"""
+_csp_violations: dict[BrowserContext, list[str]] = {}
+
+
+def csp_violations(page: Page) -> list[str]:
+    """What the Content-Security-Policy blocked in the pages of `page`'s context so far."""
+    return _csp_violations[page.context]
+
+
 def _new_context(browser: Browser, server: Server) -> BrowserContext:
     context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(10_000)
+    violations = _csp_violations[context] = []
+    context.add_init_script(REPORT_CSP_VIOLATIONS)
+
+    def collect(message: ConsoleMessage) -> None:
+        if message.type == "error" and any(word in message.text for word in ("CSP violation", "Security Policy")):
+            violations.append(message.text)
+
+    context.on("console", collect)
     return context
+
+
+def _close(context: BrowserContext) -> None:
+    """Close the context; every browser test fails when the policy blocked anything on its pages."""
+    context.close()
+    violations = _csp_violations.pop(context)
+    assert violations == [], "the Content-Security-Policy blocked: " + "\n".join(violations)
 
 
 def _log_in(page: Page, server: Server, username: str, password: str) -> None:
@@ -110,7 +141,7 @@ def page(browser: Browser, server: Server) -> Iterator[Page]:
     try:
         yield context.new_page()
     finally:
-        context.close()
+        _close(context)
 
 
 @pytest.fixture
@@ -132,7 +163,7 @@ def sign_in(browser: Browser, server: Server) -> Iterator[Callable[[str], Page]]
 
     yield sign_in
     for context in contexts:
-        context.close()
+        _close(context)
 
 
 @pytest.fixture(scope="session")
