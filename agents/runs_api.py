@@ -171,7 +171,8 @@ def run_events(request: HttpRequest, run_id: uuid.UUID) -> Any:
     if not _wants_sse(request):
         return {"items": [event_envelope(e) for e in run.events.all()]}
     after = request.headers.get("Last-Event-ID", "0")
-    if not after.isdigit():
+    # str.isdigit() also takes digits int() cannot read, such as "²".
+    if not (after.isascii() and after.isdigit()):
         raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be a sequence number.")
     response = StreamingHttpResponse(_follow(run.id, int(after)), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -251,11 +252,15 @@ def upload_attachment(request: HttpRequest) -> Any:
         raise ApiError(415, "unsupported_media_type", "Send the file as multipart/form-data, in the field `file`.")
     limit = settings.ATTACHMENT_MAX_BYTES
     # Refuse an oversized body before reading it (the multipart envelope adds a little to the file).
-    if int(request.headers.get("Content-Length") or 0) > limit + 64 * 1024:
+    declared = request.headers.get("Content-Length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > limit + 64 * 1024:
         raise ApiError(413, "attachment_too_large", f"The file is larger than the limit of {limit} bytes.")
     upload = request.FILES.get("file")
     if upload is None:
         raise ApiError(400, "file_required", "Send the file as the multipart field `file`.")
+    if "\x00" in f"{upload.name}{upload.content_type}":
+        errors = [{"field": "file", "message": "its name or content type contains a NUL character"}]
+        raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
     if upload.size is None or upload.size > limit:
         raise ApiError(413, "attachment_too_large", f"The file is larger than the limit of {limit} bytes.")
     digest = hashlib.sha256()

@@ -3,6 +3,7 @@
 import functools
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooMa
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, UnreadablePostError
 from django.http.multipartparser import MultiPartParserError
 from django.urls import URLPattern, URLResolver, re_path
+from django.utils.datastructures import MultiValueDict
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -80,6 +82,55 @@ class Problem(Schema):
     errors: list[FieldProblem] = Field(default=[], description="The offending fields, when some are.")
 
 
+# Deeper JSON than this is refused before anything walks it (a definition's JSON schemas need far less; Python's
+# encoders and validators give up near 1,000 levels, with a server error).
+MAX_JSON_DEPTH = 64
+
+
+def _unstorable_text(value: Any, path: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """Where `value` (parsed JSON) holds text no database column takes: NUL characters (PostgreSQL refuses
+    them in text and JSON) or unpaired surrogates (not encodable as UTF-8), as `{field, message}` errors."""
+    if len(path) > MAX_JSON_DEPTH:
+        raise ApiError(400, "invalid_json", f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return [{"field": ".".join(path) or "body", "message": "contains an unpaired surrogate"}]
+        if "\x00" in value:
+            return [{"field": ".".join(path) or "body", "message": "contains a NUL character"}]
+        return []
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return []
+    errors = []
+    for key, item in items:
+        errors += _unstorable_text(key, path) if isinstance(key, str) else []
+        errors += _unstorable_text(item, (*path, str(key)))
+    return errors
+
+
+def _finite_number(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is out of range")
+    return number
+
+
+def _not_a_number(name: str) -> None:
+    # Python reads NaN and Infinity; JSON has no such numbers, and no JSON column stores them.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _refuse_unstorable(value: Any) -> None:
+    errors = _unstorable_text(value)
+    if errors:
+        raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
+
+
 def _is_json(content_type: str) -> bool:
     return content_type == "application/json" or (
         content_type.startswith("application/") and content_type.endswith("+json")
@@ -88,7 +139,8 @@ def _is_json(content_type: str) -> bool:
 
 class JsonBody(Parser):
     """Reads a body as JSON only when its Content-Type says JSON (415 otherwise: a client must not get an
-    answer by accident), and says when it does not parse (400 `invalid_json`)."""
+    answer by accident), and says when it does not parse or nests too deep (400 `invalid_json`). Text no
+    database stores (NUL, unpaired surrogates) is refused in bodies and query parameters as invalid fields."""
 
     def parse_body(self, request: HttpRequest) -> DictStrAny:
         content_type = (request.content_type or "").lower()
@@ -96,10 +148,18 @@ class JsonBody(Parser):
             sent = f"not {content_type}" if content_type else "with a Content-Type header"
             raise ApiError(415, "unsupported_media_type", f"Send the body as application/json, {sent}.")
         try:
-            body: DictStrAny = json.loads(request.body)
-        except ValueError as error:
+            body: DictStrAny = json.loads(request.body, parse_float=_finite_number, parse_constant=_not_a_number)
+        except (ValueError, RecursionError) as error:
             raise ApiError(400, "invalid_json", f"The body is not valid JSON ({error}).") from None
+        _refuse_unstorable(body)
         return body
+
+    def parse_querydict(
+        self, data: MultiValueDict[str, Any], list_fields: list[str], request: HttpRequest
+    ) -> DictStrAny:
+        parsed = super().parse_querydict(data, list_fields, request)
+        _refuse_unstorable(parsed)
+        return parsed
 
 
 class BearerToken(HttpBearer):
@@ -159,7 +219,7 @@ class ConsoleAPI(NinjaAPI):
         patterns, app_name, namespace = super().urls
         for pattern in patterns:
             if isinstance(pattern, URLPattern):
-                pattern.callback = _problem_when_not_allowed(pattern.callback)
+                pattern.callback = _api_view(pattern.callback)
         return [*patterns, re_path(r"", _no_route)], app_name, namespace
 
     def get_openapi_schema(
@@ -181,11 +241,15 @@ class ConsoleAPI(NinjaAPI):
         return schema
 
 
-def _problem_when_not_allowed(view: Callable[..., Any]) -> Callable[..., Any]:
-    # ninja answers a method no operation of the path has with a bare 405 of its own. Every view of this
-    # API is synchronous (ConsoleASGIHandler runs it on the request's thread), so a plain wrapper does.
+def _api_view(view: Callable[..., Any]) -> Callable[..., Any]:
+    """A path's view, with what ninja answers outside its operations as problems: a name in the path no row
+    can have (NUL: a 404 before the database refuses it), a method the path does not have (ninja's bare 405).
+    Every view of this API is synchronous (ConsoleASGIHandler runs it on the request's thread)."""
+
     @functools.wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if any("\x00" in str(value) for value in kwargs.values()):
+            return _no_route(request)
         response = view(request, *args, **kwargs)
         if not isinstance(response, HttpResponseNotAllowed):
             return response

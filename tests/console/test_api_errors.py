@@ -11,7 +11,7 @@ from django.test import Client, RequestFactory
 from agents.models import Agent, AgentVersion, Attachment, Run
 from approvals.models import PendingRequest, Rule
 from console.api import MAX_OFFSET, api
-from tests.agents.run_helpers import ask_to_send, assert_problem, make_agent
+from tests.agents.run_helpers import ask_to_send, assert_problem, make_agent, run_ok
 from tests.conftest import Persona
 
 RUN_ID = "0b6f7a52-5d3e-4a43-9d0a-1f6a4c1f2e10"
@@ -130,6 +130,74 @@ def test_it_refuses_an_attachment_that_is_not_multipart_with_415(operator):
     assert Attachment.objects.count() == 0
 
 
+# --- JSON no database stores ----------------------------------------------------------------------
+# PostgreSQL refuses NUL in text and JSON, and NaN or Infinity in JSON; an unpaired surrogate encodes to
+# nothing at all. Each was a server error once it reached a column.
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/agents", '{"name": "ok", "instructions": "You help.\\u0000"}', "instructions"),
+        ("/api/agents", '{"name": "ok", "instructions": "x", "tools": [{"name": "a\\u0000"}]}', "tools.0.name"),
+        ("/api/agents/assistant/runs", '{"message": "hi", "sessionId": "s\\u0000"}', "sessionId"),
+        ("/api/agents/assistant/runs", '{"message": "hi", "parameters": {"team": "\\ud800"}}', "parameters.team"),
+        ("/api/rules", '{"agent": "assistant\\u0000", "toolName": "send_email"}', "agent"),
+    ],
+)
+def test_it_refuses_text_no_database_stores_naming_the_field(admin, assistant, path, body, field):
+    before = snapshot()
+
+    response = send(admin, "POST", path, body.encode(), "application/json")
+
+    problem = assert_problem(response, 400, "invalid_request")
+    assert [error["field"] for error in problem["errors"]] == [field]
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_it_refuses_numbers_json_does_not_have(admin, assistant, number):
+    before = snapshot()
+    body = '{"message": "hi", "parameters": {"budget": ' + number + "}}"
+
+    response = send(admin, "POST", "/api/agents/assistant/runs", body.encode(), "application/json")
+
+    assert_problem(response, 400, "invalid_json")
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("depth", [65, 500, 5000])
+def test_it_refuses_json_nested_too_deep(admin, assistant, depth):
+    before = snapshot()
+    body = '{"agent": "assistant", "toolName": "send_email", "arguments": {"a": %s}}' % ("[" * depth + "]" * depth)
+
+    response = send(admin, "POST", "/api/rules", body.encode(), "application/json")
+
+    assert_problem(response, 400, "invalid_json")
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("path", PAGED_ROUTES)
+def test_it_refuses_a_nul_in_a_query_parameter_naming_it(reader, path):
+    problem = assert_problem(reader.api("GET", f"{path}?agent=a%00b"), 400, "invalid_request")
+
+    assert [error["field"] for error in problem["errors"]] == ["agent"]
+
+
+@pytest.mark.parametrize("path", ["/api/agents/a%00b", "/api/agents/a%00b/versions", "/api/sessions/s%00/state"])
+def test_it_answers_a_nul_in_a_path_name_with_404(reader, path):
+    assert_problem(reader.api("GET", path), 404, "not_found")
+
+
+def test_it_refuses_a_last_event_id_that_is_no_number(operator, assistant):
+    run_id = run_ok(operator, {"message": "hi"})["runId"]
+    sse = {"HTTP_ACCEPT": "text/event-stream", "HTTP_LAST_EVENT_ID": "\u00b2"}  # a digit int() cannot read
+
+    response = operator.api("GET", f"/api/runs/{run_id}/events", **sse)
+
+    assert_problem(response, 400, "invalid_last_event_id")
+
+
 # --- multipart ------------------------------------------------------------------------------------
 
 
@@ -151,6 +219,17 @@ def test_it_refuses_an_unparseable_multipart_body_sent_with_the_browser_session(
     response = operator.client.post("/api/attachments", b"--x\r\n", content_type="multipart/form-data")
 
     assert_problem(response, 400, "invalid_multipart")
+
+
+def test_it_refuses_an_upload_whose_content_type_has_a_nul(operator):
+    part = b'Content-Disposition: form-data; name="file"; filename="a.txt"\r\nContent-Type: text/pl\x00ain\r\n'
+    body = b"--x\r\n" + part + b"\r\nhello\r\n--x--\r\n"
+
+    response = send(operator, "POST", "/api/attachments", body, "multipart/form-data; boundary=x")
+
+    problem = assert_problem(response, 400, "invalid_request")
+    assert [error["field"] for error in problem["errors"]] == ["file"]
+    assert Attachment.objects.count() == 0
 
 
 def test_it_refuses_a_multipart_body_with_too_many_fields_with_400(settings, operator):
