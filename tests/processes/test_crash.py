@@ -3,7 +3,9 @@ again. The model is a loopback OpenAI-compatible server whose reply the killed w
 
 import http.client
 import json
+import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,34 @@ def test_a_run_whose_worker_is_killed_runs_again_on_another_worker(cluster, api,
     assert (run["status"], run["output"]) == ("completed", "Recovered."), run
     [retry] = [e for e in events(api, run_id) if e["type"] == "run.retrying"]
     assert retry["data"]["error"]["code"] == "worker_lost"
+
+
+def attempts(cluster: Cluster, run_id: str) -> int:
+    """How many times a worker claimed the run (not on the API: read from the installation's database)."""
+    database = sqlite3.connect(f"file:{cluster.folder / 'airlock.sqlite3'}?mode=ro", uri=True)
+    try:
+        row = database.execute("SELECT attempts FROM agents_run WHERE id = ?", [uuid.UUID(run_id).hex]).fetchone()
+    finally:
+        database.close()
+    assert row is not None, run_id
+    return row[0]
+
+
+def test_a_healthy_turn_longer_than_its_lease_completes_once(cluster, api, fake):
+    # Leases last 2 s here and the model takes 5 s: only the worker's keeper renewing the lease every second
+    # keeps its own keeper and the console's from taking the turn for a lost one and running it again.
+    fake.reply_text("Slow but sure.", delay=5)
+    cluster.worker("worker-1", "--threads", "1")
+
+    run_id = queue_run(api, {"message": "take your time", "sessionId": "long-turn"})
+    run = api.run_until(run_id, lambda r: r["status"] in FINISHED, timeout=60)
+
+    assert (run["status"], run["output"]) == ("completed", "Slow but sure."), run
+    types = [e["type"] for e in events(api, run_id)]
+    assert "run.retrying" not in types
+    assert types.count("run.completed") == 1
+    assert len(fake.requests) == 1  # the model was asked once
+    assert attempts(cluster, run_id) == 1
 
 
 def test_a_run_killed_after_a_tool_with_side_effects_fails_worker_lost_and_is_not_repeated(cluster, api, fake):
