@@ -4,8 +4,10 @@ and playing the worker for queued runs (an answer's continuation waits in the qu
 import json
 from typing import Any
 
+from django_tasks_db.models import DBTaskResult
+
 from agents.definitions import DefinitionContent
-from agents.models import Agent, Event, Run, RunStatus, Session
+from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus, Session
 from agents.queue import drain
 from approvals.models import PendingRequest, RequestKind, Rule
 from tests.conftest import Persona
@@ -62,13 +64,13 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
 
 
 def snapshot() -> dict[str, Any]:
-    """Every row a run request may write, with the fields an answer or a closing would change."""
+    """Every row a request may write, every field of it: agents and their versions, runs (output, error,
+    queued input, lease, cancel flag), sessions (with the conversation), pending requests (answer, who,
+    when, how, closing), rules, events (their data), attachments and queued tasks. Compare two to check
+    that a refused request changed nothing at all."""
     return {
-        "runs": sorted(Run.objects.values_list("id", "status")),
-        "events": Event.objects.count(),
-        "sessions": sorted(Session.objects.values_list("key", "last_run_id")),
-        "requests": sorted(PendingRequest.objects.values_list("id", "status", "answer", "answered_in_id")),
-        "rules": Rule.objects.count(),
+        model._meta.label: list(model.objects.order_by("pk").values())
+        for model in (Agent, AgentVersion, Run, Session, PendingRequest, Rule, Event, Attachment, DBTaskResult)
     }
 
 

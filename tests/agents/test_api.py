@@ -4,7 +4,7 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.test import Client
 
-from agents.models import Agent
+from tests.agents.run_helpers import snapshot
 
 
 def body(name: str = "helper", **fields) -> dict:
@@ -55,9 +55,10 @@ def test_it_lets_a_reader_read(reader, agent):
 
 
 def test_it_refuses_a_duplicate_name(admin, agent):
+    before = snapshot()
     problem = assert_problem(admin.api("POST", "/api/agents", body()), 409, "duplicate_name")
     assert "helper" in problem["detail"]
-    assert Agent.objects.filter(tenant=admin.tenant).count() == 1
+    assert snapshot() == before
 
 
 def test_it_allows_the_same_name_in_another_tenant(outsider, agent):
@@ -81,20 +82,21 @@ def test_it_allows_the_same_name_in_another_tenant(outsider, agent):
     ],
 )
 def test_it_refuses_an_invalid_definition_with_the_field_path(admin, fields, field):
+    before = snapshot()
     response = admin.api("POST", "/api/agents", body(**fields))
     problem = assert_problem(response, 400, "invalid_request")
     assert field in [error["field"] for error in problem["errors"]], problem["errors"]
     assert all(error["message"] for error in problem["errors"])
-    assert not Agent.objects.exists()
+    assert snapshot() == before
 
 
 def test_it_refuses_a_body_that_is_not_json(admin):
+    before = snapshot()
     response = Client().post(
         "/api/agents", "{not json", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {admin.token}"
     )
-    assert response.status_code == 400
-    assert response["Content-Type"] == "application/problem+json"
-    assert not Agent.objects.exists()
+    assert_problem(response, 400, "invalid_json")
+    assert snapshot() == before
 
 
 def test_it_appends_a_version_on_put(admin, agent):
@@ -130,8 +132,9 @@ def test_it_rolls_back_by_writing_the_old_content_as_a_new_version(admin, agent)
 
 
 def test_it_refuses_a_rollback_to_a_version_that_does_not_exist(admin, agent):
+    before = snapshot()
     assert_problem(admin.api("POST", "/api/agents/helper/rollback", {"version": 7}), 404, "version_not_found")
-    assert admin.api("GET", "/api/agents/helper").json()["version"] == 1
+    assert snapshot() == before
 
 
 def test_it_deletes_an_agent(admin, agent):
@@ -150,20 +153,27 @@ def test_it_frees_the_name_of_a_deleted_agent(admin, agent):
 
 
 def test_it_refuses_to_rename_an_agent(admin, agent):
+    before = snapshot()
     problem = assert_problem(admin.api("PUT", "/api/agents/helper", body("renamed")), 400, "invalid_request")
     assert problem["errors"] == [{"field": "name", "message": "must stay 'helper'"}]
-    assert admin.api("GET", "/api/agents/helper").json()["version"] == 1
+    assert snapshot() == before
     assert_problem(admin.api("GET", "/api/agents/renamed"), 404, "agent_not_found")
 
 
 def test_it_refuses_an_invalid_edit_without_a_new_version(admin, agent):
+    before = snapshot()
     response = admin.api("PUT", "/api/agents/helper", body(tools=[{"name": "launch_rockets"}]))
     assert_problem(response, 400, "invalid_request")
-    assert admin.api("GET", "/api/agents/helper").json()["version"] == 1
+    assert snapshot() == before
 
 
-def test_it_answers_404_to_an_edit_of_an_agent_that_does_not_exist(admin):
-    assert_problem(admin.api("PUT", "/api/agents/ghost", body("ghost")), 404, "agent_not_found")
+def test_it_answers_404_to_an_edit_of_an_agent_that_does_not_exist(admin, agent):
+    before = snapshot()
+
+    problem = assert_problem(admin.api("PUT", "/api/agents/ghost", body("ghost")), 404, "agent_not_found")
+
+    assert "ghost" in problem["detail"]
+    assert snapshot() == before  # no agent "ghost" made, "helper" untouched
 
 
 ROUTES = [
@@ -178,9 +188,9 @@ ROUTES = [
 
 @pytest.mark.parametrize(("method", "path", "payload"), ROUTES)
 def test_it_hides_an_agent_from_an_outsider(outsider, agent, method, path, payload):
+    before = snapshot()
     assert_problem(outsider.api(method, path, payload), 404, "agent_not_found")
-    agent.refresh_from_db()
-    assert (agent.current_version, agent.deleted_at) == (1, None)
+    assert snapshot() == before
 
 
 WRITES = [
@@ -195,9 +205,10 @@ WRITES = [
 @pytest.mark.parametrize(("method", "path", "payload"), WRITES)
 def test_it_lets_only_an_admin_change_agents(request, agent, persona, method, path, payload):
     member = request.getfixturevalue(persona)
+    before = snapshot()
     problem = assert_problem(member.api(method, path, payload), 403, "forbidden")
     assert f"needs the admin role; you are {persona}" in problem["detail"]
-    assert [(a.name, a.current_version, a.deleted_at) for a in Agent.objects.all()] == [("helper", 1, None)]
+    assert snapshot() == before
 
 
 def test_it_serves_the_openapi_schema_with_the_agent_routes(db):

@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run
 from agents.run_views import duration
+from tests.agents.run_helpers import snapshot
 from tests.conftest import Persona
 
 HELPER = {"name": "helper", "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time"}]}
@@ -361,9 +362,12 @@ def test_an_operator_cancels_a_queued_run_from_its_page(admin, operator, helper)
 def test_it_refuses_cancel_to_a_reader_and_to_another_tenant(admin, reader, outsider, helper):
     run_id = queue_run(admin, {"message": "wait"})
     assert 'action="/runs/' not in reader.client.get(f"/runs/{run_id}/").content.decode()
+    before = snapshot()
 
     assert reader.client.post(f"/runs/{run_id}/cancel/").status_code == 403
     assert outsider.client.post(f"/runs/{run_id}/cancel/").status_code == 404
+
+    assert snapshot() == before
     assert Run.objects.get(id=run_id).status == "queued"
 
 

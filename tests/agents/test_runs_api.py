@@ -10,6 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core import mail
 
+from agents import queue
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.runs import RunRejected, RunRequest, execute, finish_run, live_version, prepare_run, start_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
@@ -578,9 +579,15 @@ def test_it_refuses_to_cancel_a_finished_run(operator, assistant):
 
 
 def test_it_lets_no_reader_cancel(reader, operator, assistant):
-    ran = run_ok(operator, {"message": "hi"})
+    queued = run(operator, {"message": "hi", "sessionId": "s1"}, HTTP_PREFER="respond-async").json()
+    before = snapshot()
 
-    assert_problem(reader.api("POST", f"/api/runs/{ran['runId']}/cancel"), 403, "forbidden")
+    problem = assert_problem(reader.api("POST", f"/api/runs/{queued['runId']}/cancel"), 403, "forbidden")
+
+    assert "needs the operator role; you are reader" in problem["detail"]
+    assert snapshot() == before
+    # The run was one a cancel stops: an operator's does.
+    assert operator.api("POST", f"/api/runs/{queued['runId']}/cancel").json()["status"] == "cancelled"
 
 
 def test_it_answers_404_for_an_unknown_run_or_session(operator, assistant):
@@ -662,24 +669,30 @@ def test_it_keeps_a_session_per_tenant(operator, outsider, assistant):
     assert Session.objects.filter(key="s1").count() == 2
 
 
-def test_it_refuses_a_second_turn_while_one_of_the_session_is_running(operator, assistant):
-    from agents.models import Run, RunStatus
+@pytest.mark.parametrize("claimed", [False, True], ids=["queued", "running"])
+def test_it_refuses_a_second_turn_while_one_of_the_session_is_queued_or_running(operator, assistant, claimed):
+    first = run(operator, {"message": "hello", "sessionId": "busy"}, HTTP_PREFER="respond-async")
+    assert first.status_code == 202, first.content
+    if claimed:
+        assert queue.claim("worker-elsewhere") is not None
+    assert Run.objects.get().status == (RunStatus.RUNNING if claimed else RunStatus.QUEUED)
+    before = snapshot()
 
-    first = operator.api("post", "/api/agents/assistant/runs", {"message": "hello", "sessionId": "busy"}).json()
-    Run.objects.filter(id=first["runId"]).update(status=RunStatus.RUNNING)
-    runs = Run.objects.count()
-    response = operator.api("post", "/api/agents/assistant/runs", {"message": "again", "sessionId": "busy"})
-    assert response.status_code == 409
-    assert response.json()["code"] == "session_busy"
-    assert Run.objects.count() == runs
+    response = run(operator, {"message": "again", "sessionId": "busy"})
+
+    problem = assert_problem(response, 409, "session_busy")
+    assert "still running" in problem["detail"]
+    assert snapshot() == before
 
 
 def test_it_refuses_a_non_boolean_approval(operator, assistant):
-    from approvals.models import PendingRequest
+    asked = ask_to_send(operator, "strict")
+    before = snapshot()
 
-    body = {"message": 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}', "sessionId": "strict"}
-    pending = operator.api("post", "/api/agents/assistant/runs", body).json()["pendingRequests"][0]
-    answer = {"sessionId": "strict", "approvals": [{"requestId": pending["requestId"], "approved": "yes"}]}
-    response = operator.api("post", "/api/agents/assistant/runs", answer)
-    assert response.status_code == 400
-    assert PendingRequest.objects.get(id=pending["requestId"]).status == "pending"
+    answer = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": "yes"}
+    response = run(operator, {"sessionId": "strict", "approvals": [answer]})
+
+    problem = assert_problem(response, 400, "invalid_request")
+    assert [e["field"] for e in problem["errors"]] == ["approvals.0.approved"]
+    assert snapshot() == before
+    assert mail.outbox == []

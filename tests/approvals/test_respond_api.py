@@ -399,12 +399,13 @@ def test_it_answers_400_for_a_malformed_body(operator, assistant, body, field):
 def test_it_answers_400_without_a_request_id(operator, assistant, request_id_value):
     asked = ask(operator)
     body = {"approved": True} if request_id_value is None else {"requestId": request_id_value, "approved": True}
+    before = snapshot()
 
     response = respond(operator, asked["runId"], body)
 
     problem = assert_problem(response, 400, "invalid_request")
     assert "requestId" in [e["field"] for e in problem["errors"]]
-    assert PendingRequest.objects.get().answer is None
+    assert snapshot() == before
 
 
 def test_it_refuses_to_remember_a_denial(operator, assistant):
@@ -518,15 +519,17 @@ def test_it_lets_no_reader_answer(operator, reader, assistant):
 
 def test_it_answers_401_without_credentials(operator, assistant):
     asked = ask(operator)
+    before = snapshot()
 
-    response = Client().post(
+    response = Client(enforce_csrf_checks=True).post(
         f"/api/runs/{asked['runId']}/responses",
         data=json.dumps({"requestId": request_id(asked), "approved": True}),
         content_type="application/json",
     )
 
     assert_problem(response, 401, "unauthenticated")
-    assert PendingRequest.objects.get().answer is None
+    assert snapshot() == before
+    assert mail.outbox == []
 
 
 # --- parallel calls -------------------------------------------------------------------------------

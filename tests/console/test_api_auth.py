@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 
 from console.models import ApiToken
+from tests.agents.run_helpers import snapshot
 from tests.conftest import definition
 
 
@@ -46,13 +47,18 @@ def test_it_refuses_a_request_without_credentials():
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer al_00000000_wrong", "Basic dXNlcjpwdw=="])
-def test_it_answers_401_not_403_to_an_unauthenticated_write(db, authorization):
+def test_it_answers_401_not_403_to_an_unauthenticated_write(admin, agent, authorization):
     headers = {"HTTP_AUTHORIZATION": authorization} if authorization else {}
-    # The test client skips CSRF checks unless told not to; a real client gets them.
-    response = Client(enforce_csrf_checks=True).post(
-        "/api/agents", json.dumps(definition().wire()), content_type="application/json", **headers
-    )
-    assert_problem(response, 401, "unauthenticated")
+    before = snapshot()
+    client = Client(enforce_csrf_checks=True)  # the test client skips CSRF checks unless told not to
+    writes = [
+        client.post("/api/agents", json.dumps(definition("other").wire()), "application/json", **headers),
+        client.put("/api/agents/helper", json.dumps(definition().wire()), "application/json", **headers),
+        client.delete("/api/agents/helper", **headers),
+    ]
+    for response in writes:
+        assert_problem(response, 401, "unauthenticated")
+    assert snapshot() == before
 
 
 def test_it_refuses_a_revoked_token(admin):

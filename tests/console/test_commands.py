@@ -1,6 +1,7 @@
 """The operations commands: create_tenant, create_user, create_token, seed_demo, run_worker."""
 
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -8,13 +9,21 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from agents.models import Agent
-from console.models import Membership, Tenant
+from console.models import ApiToken, Membership, Tenant
+from tests.agents.run_helpers import snapshot
 
 
 def run(*args: str) -> str:
     out = StringIO()
     call_command(*args, stdout=out, stderr=StringIO())
     return out.getvalue()
+
+
+def accounts() -> dict[str, list[dict[str, Any]]]:
+    """Every field of every row the account commands write (tenants, users, memberships, tokens)."""
+    return {
+        model._meta.label: list(model.objects.order_by("pk").values()) for model in (Tenant, User, Membership, ApiToken)
+    }
 
 
 def test_it_creates_a_tenant(db):
@@ -28,14 +37,21 @@ def test_it_names_a_tenant_after_its_slug_by_default(db):
 
 
 def test_it_refuses_a_tenant_that_exists(acme):
+    before = accounts()
+
     with pytest.raises(CommandError, match="tenant 'acme' exists already"):
-        run("create_tenant", "acme")
+        run("create_tenant", "acme", "--name", "Acme Renamed")
+
+    assert accounts() == before
 
 
-def test_it_refuses_a_tenant_slug_with_spaces(db):
-    with pytest.raises(CommandError, match="is not a slug"):
+def test_it_refuses_a_tenant_slug_with_spaces(acme):
+    before = accounts()
+
+    with pytest.raises(CommandError, match="'not a slug' is not a slug"):
         run("create_tenant", "not a slug")
-    assert not Tenant.objects.exists()
+
+    assert accounts() == before
 
 
 def test_it_creates_a_user_who_can_log_in(acme):
@@ -65,15 +81,24 @@ def test_it_changes_the_role_of_an_existing_member(reader):
     assert reader.membership.role == "admin"
 
 
-def test_it_refuses_a_user_for_an_unknown_tenant(db):
+@pytest.mark.parametrize("username", ["mia", "ada"])
+def test_it_refuses_a_user_for_an_unknown_tenant(admin, username):
+    before = accounts()
+
     with pytest.raises(CommandError, match="no tenant 'nowhere'; create it with create_tenant first"):
-        run("create_user", "mia", "--tenant", "nowhere", "--role", "reader")
-    assert not User.objects.filter(username="mia").exists()
+        run("create_user", username, "--tenant", "nowhere", "--role", "reader", "--password", "s3cret-enough")
+
+    assert accounts() == before  # no user mia, ada's password and memberships as they were
 
 
-def test_it_refuses_an_unknown_role(acme):
+@pytest.mark.parametrize("username", ["mia", "ada"])
+def test_it_refuses_an_unknown_role(admin, username):
+    before = accounts()
+
     with pytest.raises(CommandError, match="invalid choice: 'owner'"):
-        run("create_user", "mia", "--tenant", "acme", "--role", "owner")
+        run("create_user", username, "--tenant", "acme", "--role", "owner")
+
+    assert accounts() == before
 
 
 def test_it_prints_only_a_working_token(admin, agent):
@@ -86,9 +111,14 @@ def test_it_prints_only_a_working_token(admin, agent):
     assert [a["name"] for a in response.json()] == ["helper"]
 
 
-def test_it_refuses_a_token_for_a_tenant_the_user_is_not_in(admin, globex):
-    with pytest.raises(CommandError, match="'ada' is not a member of tenant 'globex'"):
-        run("create_token", "ada", "--tenant", "globex")
+@pytest.mark.parametrize(("username", "tenant"), [("ada", "globex"), ("nobody", "acme")])
+def test_it_refuses_a_token_for_a_tenant_the_user_is_not_in(admin, globex, username, tenant):
+    before = accounts()
+
+    with pytest.raises(CommandError, match=f"'{username}' is not a member of tenant '{tenant}'"):
+        run("create_token", username, "--tenant", tenant)
+
+    assert accounts() == before
 
 
 def test_it_seeds_the_demo_once(db, monkeypatch):
@@ -122,10 +152,23 @@ def test_the_worker_works_what_is_queued_in_batch_mode_and_only_its_lanes(admin,
     assert Run.objects.get(id=theirs).status == "queued"
 
 
-@pytest.mark.parametrize("args", [["--lanes", "Not A Lane"], ["--threads", "0"]])
-def test_the_worker_refuses_a_bad_lane_or_thread_count(db, args):
-    with pytest.raises(CommandError):
-        run("run_worker", *args)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lanes", "default,Not A Lane"], "'Not A Lane' is not a lane name"),
+        (["--threads", "0"], "--threads must be at least 1"),
+    ],
+)
+def test_the_worker_refuses_a_bad_lane_or_thread_count_and_runs_nothing(admin, agent, args, message):
+    queued = admin.api("POST", f"/api/agents/{agent.name}/runs", {"message": "hi"}, HTTP_PREFER="respond-async")
+    assert queued.status_code == 202, queued.content
+    before = snapshot()
+
+    # In batch mode a worker that took the bad value would run the queued turn and return.
+    with pytest.raises(CommandError, match=message):
+        run("run_worker", *args, "--batch")
+
+    assert snapshot() == before
 
 
 def test_it_keeps_the_demo_passwords_when_seeded_again_without_demo_password(db, monkeypatch, settings, tmp_path):

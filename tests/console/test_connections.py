@@ -18,7 +18,7 @@ from django.db import connection as db_connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
-from agents.models import Agent, AgentVersion
+from agents.models import AgentVersion
 from console.models import Connection
 from tests.agents.run_helpers import EMAIL, assert_problem, call_line, drain_queued, make_agent, run, snapshot
 from tests.conftest import Persona, grant
@@ -87,14 +87,15 @@ def test_it_refuses_a_definition_with_a_command_and_runs_nothing(admin, operator
     server = {
         key: [a.format(marker=marker) for a in value] if key == "args" else value for key, value in server.items()
     }
+    before = snapshot()
 
     problem = assert_problem(admin.api("POST", "/api/agents", definition(mcpServers=[server])), 400, "invalid_request")
 
     fields = {error["field"]: error["message"] for error in problem["errors"]}
     assert {"mcpServers.0.command", "mcpServers.0.args", "mcpServers.0.env"} <= fields.keys()
     assert fields["mcpServers.0.command"].startswith(INLINE)
-    assert not Agent.objects.exists()
     assert_problem(run_sneaky(operator), 404, "agent_not_found")
+    assert snapshot() == before
     assert not marker.exists()
 
 
@@ -102,10 +103,11 @@ def test_it_refuses_a_command_put_into_an_existing_agent(admin, operator, tmp_pa
     admin.api("POST", "/api/agents", definition(mcpServers=[{"connection": "meetings"}]))
     marker = tmp_path / "ran"
     sneaky = {"connection": "meetings", "command": "sh", "args": ["-c", f"touch {marker}"]}
+    before = snapshot()
 
     assert_problem(admin.api("PUT", "/api/agents/sneaky", definition(mcpServers=[sneaky])), 400, "invalid_request")
 
-    assert Agent.objects.get().current_version == 1
+    assert snapshot() == before
     run_sneaky(operator)
     assert not marker.exists()
 
@@ -123,11 +125,13 @@ def test_it_refuses_a_command_put_into_an_existing_agent(admin, operator, tmp_pa
 def test_it_refuses_a_url_or_an_env_name_and_calls_nothing(admin, operator, listener, fields, monkeypatch):
     monkeypatch.setenv("SECRET_KEY", "the-installation's-secret")
     body = json.loads(json.dumps(definition(**fields)).replace("{url}", listener.url))
+    before = snapshot()
 
     problem = assert_problem(admin.api("POST", "/api/agents", body), 400, "invalid_request")
 
     assert any(error["message"].startswith(INLINE) for error in problem["errors"]), problem["errors"]
     assert_problem(run_sneaky(operator), 404, "agent_not_found")
+    assert snapshot() == before
     assert listener.accepted == 0
 
 
@@ -136,6 +140,7 @@ def test_it_refuses_a_url_or_an_env_name_and_calls_nothing(admin, operator, list
 
 def test_it_answers_the_same_for_a_missing_and_an_ungranted_connection(admin, outsider, globex):
     grant("globex-llm", "openai", globex, base_url="https://llm.globex.example/v1", api_key_env="GLOBEX_KEY")
+    before = snapshot()
 
     ungranted = admin.api("POST", "/api/agents", definition(model={"connection": "globex-llm", "name": "m"}))
     missing = admin.api("POST", "/api/agents", definition(model={"connection": "no-such", "name": "m"}))
@@ -148,7 +153,7 @@ def test_it_answers_the_same_for_a_missing_and_an_ungranted_connection(admin, ou
     assert first["errors"] == [
         {"field": "model.connection", "message": "no connection named 'globex-llm' is granted to this tenant"}
     ]
-    assert not Agent.objects.filter(tenant=admin.tenant).exists()
+    assert snapshot() == before
     created = outsider.api("POST", "/api/agents", definition(model={"connection": "globex-llm", "name": "m"}))
     assert created.status_code == 201, created.content
 
@@ -157,10 +162,11 @@ def test_it_refuses_an_ungranted_mcp_connection_on_every_save(admin, globex):
     grant("globex-files", "mcp", globex, command="npx")
     admin.api("POST", "/api/agents", definition())
     theirs = definition(mcpServers=[{"connection": "globex-files"}])
+    before = snapshot()
 
     assert_problem(admin.api("POST", "/api/agents", {**theirs, "name": "other"}), 400, "unknown_connection")
     assert_problem(admin.api("PUT", "/api/agents/sneaky", theirs), 400, "unknown_connection")
-    assert Agent.objects.get(name="sneaky").current_version == 1
+    assert snapshot() == before
 
 
 def test_it_refuses_a_rollback_to_a_connection_no_longer_granted(admin, acme):
@@ -168,11 +174,12 @@ def test_it_refuses_a_rollback_to_a_connection_no_longer_granted(admin, acme):
     admin.api("POST", "/api/agents", definition(mcpServers=[{"connection": "files"}]))
     admin.api("PUT", "/api/agents/sneaky", definition())
     files.tenants.clear()
+    before = snapshot()
 
     response = admin.api("POST", "/api/agents/sneaky/rollback", {"version": 1})
 
     assert_problem(response, 400, "unknown_connection")
-    assert Agent.objects.get(name="sneaky").current_version == 2
+    assert snapshot() == before
 
 
 def test_it_refuses_a_run_once_the_grant_is_withdrawn_and_changes_nothing(admin, operator, acme):
