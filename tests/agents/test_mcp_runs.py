@@ -1,13 +1,17 @@
 """MCP servers behind the run API: a tool that asks the user something (MCP elicitation) ends the run
 `awaiting_input`, and the answer, sent as the next turn's input, runs the call again in a new server
 process. The servers are real stdio processes: the bundled demo (`python -m agents.mcp_demo`) in both of
-its styles, and a server that dies in the middle of a call (tests/agents/crashing_mcp_server.py)."""
+its styles, and a server that dies in the middle of a call (tests/agents/crashing_mcp_server.py); and the
+demo served over MCP's streamable HTTP on a loopback port, a connection named by its URL."""
 
 import os
 import re
 import secrets
+import socket
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from tests.conftest import Persona, grant
 QUESTION = "Which day should I book?"
 CRASHING_SERVER = str(Path(__file__).with_name("crashing_mcp_server.py"))
 DEMO = ["-m", "agents.mcp_demo"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -255,3 +260,67 @@ def test_it_fails_the_run_when_the_server_dies_mid_call(operator, admin):
     after = send(operator, {"message": "Still there?", "sessionId": "s1"})
     assert after["status"] == "completed", after
     assert after["output"] == "You said: Still there?"
+
+
+# --- a server reached over streamable HTTP ------------------------------------------------------------
+
+
+@dataclass
+class HttpServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def serve_demo_over_http(style: str, folder: Path) -> HttpServer:
+    """The demo server as a process of its own, listening on a loopback port (MCP's streamable HTTP)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = f"from agents.mcp_demo import build_server; build_server({style!r}).run('streamable-http', port={port})"
+    log = folder / "mcp-http.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    server = HttpServer(f"http://127.0.0.1:{port}/mcp", process, log)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"the MCP server did not start:\n{server.output()}") from None
+            time.sleep(0.1)
+
+
+@pytest.fixture(params=["classic", "input_required"])
+def http_demo(request, acme, tmp_path):
+    """The demo server over streamable HTTP, in each style, as the installation's connection `demo-http`."""
+    server = serve_demo_over_http(request.param, tmp_path)
+    grant("demo-http", "mcp", acme, url=server.url)
+    yield server
+    server.process.terminate()
+    server.process.wait(10)
+
+
+def test_it_asks_and_books_through_a_server_over_streamable_http(operator, admin, http_demo):
+    make_agent(admin, meetings(connection="demo-http"))
+
+    asked = book(operator)
+
+    [pending] = asked["pendingRequests"]
+    assert (pending["kind"], pending["toolName"], pending["message"]) == ("input", "book_meeting", QUESTION)
+    assert pending["requestedSchema"]["required"] == ["day"]
+    console_restart()
+    response = answer(operator, asked, "accept", {"day": "Friday"})
+
+    assert response.status_code == 200, response.content
+    result = response.json()
+    assert (result["status"], result["output"]) == ("completed", 'book_meeting: Booked "roadmap" on Friday'), result
+    # The calls went to the server behind the URL, not to a process the console started.
+    assert "book_meeting body run #1 style=" in http_demo.output()
+    assert set(re.findall(r"pid=(\d+)", http_demo.output())) == {str(http_demo.process.pid)}

@@ -18,8 +18,9 @@ from django.utils import timezone
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event
 from approvals.audit import Criteria, entry_keys, iter_entries
+from approvals.audit_views import CSV_COLUMNS
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
-from tests.conftest import Persona
+from tests.conftest import Persona, make_persona
 
 SEND_EMAIL = 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}'
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
@@ -363,6 +364,41 @@ def test_it_keeps_spreadsheet_formulas_out_of_the_csv(operator, mailer):
     ]
     # The JSON export is data, not a spreadsheet: it keeps the reason as given.
     assert exported_json(operator)[1]["reason"] == "@SUM(A1)"
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def test_it_keeps_formulas_out_of_every_column_of_the_csv(acme, mailer):
+    """Whatever people, clients and models wrote (a username, a session key, a reason, a client tool's
+    result or error) reaches a spreadsheet as text: a cell starting with = + - @, a tab or a carriage
+    return gets a leading quote."""
+    mallory = make_persona("@mallory", acme, "operator")
+    deny(mallory, ask(mallory, session="=1+1"), "\tlooks fine")
+    deny(mallory, ask(mallory, session="s2"), "\rno")
+    answers = [{"result": "-2+3"}, {"result": -5}, {"errorMessage": "=cmd|' /C calc'!A0"}]
+    for number, answer in enumerate(answers, start=3):
+        asked = ask(mallory, session=f"+s{number}", message="call get_location {}")
+        turn(mallory, {"sessionId": asked["sessionId"], "toolResults": [{"callId": asked["callId"], **answer}]})
+
+    exported = exported_csv(mallory)
+
+    assert len(exported) == 5
+    for row in exported:
+        assert set(row) == set(CSV_COLUMNS)
+        for column, value in row.items():
+            assert not value.startswith(FORMULA_STARTS), (column, value)
+        assert row["who"] == "'@mallory"
+    by_session = {row["sessionId"]: row for row in exported}
+    assert by_session["'=1+1"]["reason"] == "'\tlooks fine"
+    assert by_session["s2"]["reason"] == "'\rno"
+    assert by_session["'+s3"]["result"] == "'-2+3"
+    assert by_session["'+s4"]["result"] == "'-5"
+    assert by_session["'+s5"]["errorMessage"] == "'=cmd|' /C calc'!A0"
+    # The JSON export is data, not a spreadsheet: it keeps every value as given.
+    entries = {entry["sessionId"]: entry for entry in exported_json(mallory)}
+    assert (entries["=1+1"]["who"], entries["=1+1"]["reason"]) == ("@mallory", "\tlooks fine")
+    assert (entries["+s4"]["result"], entries["+s5"]["errorMessage"]) == (-5, "=cmd|' /C calc'!A0")
 
 
 def queries_for(persona: Persona, path: str) -> int:

@@ -23,7 +23,11 @@ from approvals.push import tenant_group
 from console.asgi import application
 from console.models import Membership
 from tests.agents.run_helpers import make_agent, run_ok
-from tests.approvals.live import close_worker_thread_connections, empty_channel_layer  # noqa: F401
+from tests.approvals.live import (  # noqa: F401
+    assert_nothing_pushed,
+    close_worker_thread_connections,
+    empty_channel_layer,
+)
 from tests.conftest import PASSWORD, Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,7 +117,7 @@ async def test_it_pushes_a_new_request_with_answer_buttons_to_an_operator(operat
     assert "a@b.c" in html
     assert APPROVE_BUTTON in html
     assert '<button name="decision" value="deny" class="danger">' in html
-    assert await ws.receive_nothing()
+    await assert_nothing_pushed(operator.tenant.pk, ws)  # pushed once
     await close_all(ws)
 
 
@@ -161,16 +165,17 @@ async def test_it_never_pushes_one_tenants_requests_to_another(operator, outside
     asked = await ask(operator)
 
     assert (await opened(ours))["ids"] == [request_id(asked)]
-    assert await theirs.receive_nothing()
+    await assert_nothing_pushed(outsider.tenant.pk, theirs)
 
     their_request = await ask(outsider)
 
     pushed = await opened(theirs)
     assert (pushed["ids"], pushed["pending"]) == ([request_id(their_request)], 1)
-    assert await ours.receive_nothing()
+    await assert_nothing_pushed(operator.tenant.pk, ours)
     await respond(outsider, their_request)
     assert (await theirs.receive_json_from())["type"] == "requests_closed"
-    assert await ours.receive_nothing()
+    await assert_nothing_pushed(operator.tenant.pk, ours)
+    await assert_nothing_pushed(outsider.tenant.pk, theirs)
     await close_all(ours, theirs)
 
 
@@ -184,8 +189,8 @@ async def test_it_pushes_an_answered_request_as_closed_to_everyone(operator, rea
 
     for ws in sockets:
         assert await closed(ws) == {"type": "requests_closed", "ids": [request_id(asked)], "pending": 0}
-        # The continuation completes without asking: nothing more to push.
-        assert await ws.receive_nothing()
+    # Closed once, and the continuation (queued) pushed nothing.
+    await assert_nothing_pushed(operator.tenant.pk, *sockets)
     await close_all(*sockets)
 
 
@@ -224,7 +229,7 @@ async def test_it_pushes_an_expired_request_as_closed(operator, admin):
     await sync_to_async(expire_due)(timezone.now() + timedelta(seconds=61))
 
     assert await closed(ws) == {"type": "requests_closed", "ids": [request_id(asked)], "pending": 0}
-    assert await ws.receive_nothing()
+    await assert_nothing_pushed(operator.tenant.pk, ws)
     await close_all(ws)
 
 
@@ -242,7 +247,7 @@ async def test_it_pushes_the_requests_of_a_deleted_agent_as_closed_to_everyone(o
     for ws in sockets:
         pushed = await closed(ws)
         assert (sorted(pushed["ids"]), pushed["pending"]) == (ids, 0)
-        assert await ws.receive_nothing()
+    await assert_nothing_pushed(operator.tenant.pk, *sockets)  # one push for both requests
     await close_all(*sockets)
 
 
@@ -267,6 +272,8 @@ async def test_it_closes_the_socket_of_a_deleted_user(operator, admin, assistant
 
     assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
     await ask(admin)
+    # The socket left the tenant's group when it closed: no push can reach it.
+    assert tenant_group(admin.tenant.pk) not in get_channel_layer().groups
     assert await ws.receive_nothing()
 
 
