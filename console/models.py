@@ -147,18 +147,27 @@ class Connection(models.Model):
     base_url = models.URLField("base URL", max_length=500, blank=True, help_text="Model providers: the API's base URL.")
     api_key_env = models.CharField(
         "API key variable",
-        max_length=128, blank=True, validators=[_env_name], help_text="Model providers: the variable holding the key."
+        max_length=128,
+        blank=True,
+        validators=[_env_name],
+        help_text="Model providers: the variable holding the key.",
     )
     command = models.CharField(max_length=500, blank=True, help_text="MCP over stdio: the program to start.")
     args = models.JSONField(default=list, blank=True, validators=[_strings], help_text="MCP over stdio: arguments.")
     env = models.JSONField(
         "environment variables",
-        default=list, blank=True, validators=[_env_names], help_text="MCP over stdio: variables passed on."
+        default=list,
+        blank=True,
+        validators=[_env_names],
+        help_text="MCP over stdio: variables passed on.",
     )
     url = models.URLField("URL", max_length=500, blank=True, help_text="MCP over streamable HTTP, or the webhook.")
     secret_env = models.CharField(
         "secret variable",
-        max_length=128, blank=True, validators=[_env_name], help_text="Webhooks: the variable holding the secret."
+        max_length=128,
+        blank=True,
+        validators=[_env_name],
+        help_text="Webhooks: the variable holding the secret.",
     )
     all_tenants = models.BooleanField(default=False, help_text="Granted to every tenant, present and future.")
     tenants = models.ManyToManyField(Tenant, blank=True, related_name="connections")
