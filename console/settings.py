@@ -67,6 +67,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
                 "console.tenancy.tenant_context",
+                "approvals.context_processors.pending_requests",
             ],
         },
     },

@@ -63,8 +63,6 @@ def role_required(role: str) -> Callable[[Callable[..., HttpResponse]], Callable
 
 
 def tenant_context(request: HttpRequest) -> dict[str, Any]:
-    from approvals.push import pending_count  # the approvals app builds on this one
-
     membership = membership_of(request)
     if membership is None:
         return {}
@@ -74,5 +72,4 @@ def tenant_context(request: HttpRequest) -> dict[str, Any]:
         "can_operate": membership.allows("operator"),
         "can_admin": membership.allows("admin"),
         "all_memberships": Membership.objects.select_related("tenant").filter(user_id=membership.user_id),
-        "pending_count": pending_count(membership.tenant_id),
     }
