@@ -1,6 +1,7 @@
 """Typed readers for settings taken from the environment. A bad value stops start-up with a clear message."""
 
 import os
+import re
 from collections.abc import Callable, Mapping
 
 
@@ -49,16 +50,32 @@ def _env_number[N: (int, float)](
     return value
 
 
+# What a lane (a named queue of runs, `agents/lanes.py`) may be called. Here, below the apps, because the
+# settings check the lanes of RUN_LANES before any app is loaded.
+LANE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+_LANE = re.compile(LANE_PATTERN)
+
+
 def env_lanes(name: str, default: dict[str, int], environ: Mapping[str, str] = os.environ) -> dict[str, int]:
     """Lane concurrency limits, `default=4,bulk=1`."""
-    from agents.lanes import parse_limits
-
     if name not in environ:
         return default
     try:
-        return parse_limits(environ[name])
+        return parse_lane_limits(environ[name])
     except ValueError as error:
         raise EnvError(f"{name}: {error}") from None
+
+
+def parse_lane_limits(text: str) -> dict[str, int]:
+    """`"default=4,bulk=1"` -> {"default": 4, "bulk": 1}; raises ValueError naming the bad item."""
+    limits: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        lane, separator, number = item.partition("=")
+        lane = lane.strip()
+        if not separator or not _LANE.match(lane) or not number.strip().isdigit() or int(number) < 1:
+            raise ValueError(f"{item!r} is not LANE=LIMIT (a lane name, a limit of at least 1)")
+        limits[lane] = int(number)
+    return limits
 
 
 def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:
