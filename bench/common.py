@@ -110,7 +110,7 @@ def verdict(met: bool) -> str:
 class Daphne:
     """One daphne process serving `app` on a free loopback port; `stop()` ends it (also on failure)."""
 
-    def __init__(self, env: dict[str, str], app: str = "console.asgi:application", log_dir: Path | None = None):
+    def __init__(self, env: dict[str, str], app: str = "bench.served_asgi:application", log_dir: Path | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.ws_base = f"ws://127.0.0.1:{self.port}"
@@ -161,7 +161,7 @@ class Daphne:
 
 
 @contextlib.contextmanager
-def daphnes(env: dict[str, str], count: int = 1, app: str = "console.asgi:application") -> Iterator[list[Daphne]]:
+def daphnes(env: dict[str, str], count: int = 1, app: str = "bench.served_asgi:application") -> Iterator[list[Daphne]]:
     servers: list[Daphne] = []
     try:
         for _ in range(count):

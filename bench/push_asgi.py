@@ -10,7 +10,7 @@ import time
 from channels.generic.http import AsyncHttpConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from console.asgi import application as console
+from bench.served_asgi import application as console
 
 
 class BareConsumer(AsyncWebsocketConsumer):

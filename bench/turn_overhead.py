@@ -115,7 +115,7 @@ class OverHttp:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.server = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "bench.served_asgi:application"],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -1,4 +1,3 @@
-import gc
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -73,10 +72,3 @@ application = ProtocolTypeRouter(
         "websocket": ConsoleOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
-
-# A server's collector: everything loaded so far lives as long as the process, so full collections skip it
-# (gc.freeze), and young collections run every 10,000 allocations rather than 700. With the default
-# thresholds a console with a few hundred open sockets ran a full collection every second or two, each
-# stopping every push for 200 ms and more on a 2-core machine (bench/README.md, push_latency).
-gc.freeze()
-gc.set_threshold(10_000, 10, 10)

@@ -1,11 +1,22 @@
+import gc
 from typing import Any
 
 from daphne.cli import CommandLineInterface
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+import console.asgi  # noqa: F401  (loaded here, before tune_collector(), so the freeze covers it)
 from agents.queue import WorkerPool, start_keeper
 from approvals.deadlines import start_sweeper
+
+
+def tune_collector() -> None:
+    """A server's collector: everything loaded so far lives as long as the process, so full collections skip
+    it (gc.freeze), and young collections run every 10,000 allocations rather than 700. With the default
+    thresholds a console with a few hundred open sockets ran a full collection every second or two, each
+    stopping every push for 200 ms and more on a 2-core machine (bench/README.md, push_latency)."""
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 class Command(BaseCommand):
@@ -23,4 +34,5 @@ class Command(BaseCommand):
         start_keeper()
         if settings.WORKER_THREADS:
             WorkerPool(settings.WORKER_THREADS).start()
+        tune_collector()
         CommandLineInterface().run(["-b", host, "-p", str(port), "console.asgi:application"])
