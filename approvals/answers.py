@@ -165,8 +165,10 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
         return payload
     if pending.answer is not None or pending.status == RequestStatus.ANSWERED:
         return Outcome("already_resolved", rid, "The request was answered before; this answer changed nothing.")
-    claimed = PendingRequest.objects.filter(pk=pending.pk, status=RequestStatus.PENDING, answer__isnull=True).update(
-        answer=payload, answered_by=user, answered_at=timezone.now(), answered_via=via
+    claimed = (
+        PendingRequest.objects.open()
+        .filter(pk=pending.pk)
+        .update(answer=payload, answered_by=user, answered_at=timezone.now(), answered_via=via)
     )
     if not claimed:
         # Another answer won, or the sweep closed the request (expired) since it was read above.
@@ -182,7 +184,7 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
 def continue_when_complete(user: Any, session: Session) -> Run | None:
     """Start the continuation run once no open request of the session is left without its answer.
     `user` is who gave the last answer (None when the system closed the last request)."""
-    waiting = session.requests.filter(status=RequestStatus.PENDING, answered_in=None, answer__isnull=True)
+    waiting = session.requests.open().filter(answered_in=None)
     if waiting.exists():
         return None
     try:

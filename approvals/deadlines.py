@@ -17,9 +17,7 @@ from console.periodic import start_periodic
 def expire_due(now: datetime | None = None) -> list[PendingRequest]:
     """Close every pending, unanswered request whose deadline has passed; start the continuations."""
     now = now or timezone.now()
-    due = PendingRequest.objects.select_related("session__tenant", "session__agent").filter(
-        status=RequestStatus.PENDING, answer__isnull=True, expires_at__lte=now
-    )
+    due = PendingRequest.objects.open().select_related("session__tenant", "session__agent").filter(expires_at__lte=now)
     expired = []
     for pending in due[:500]:
         if pending.close(RequestStatus.EXPIRED, now):

@@ -29,6 +29,12 @@ TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDO
 OPEN = models.Q(status=RequestStatus.PENDING, answer__isnull=True)
 
 
+class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
+    def open(self) -> "PendingRequestQuerySet":
+        """The requests still waiting for their answer: pending, nothing stored yet (the `OPEN` indexes)."""
+        return self.filter(OPEN)
+
+
 class PendingRequest(models.Model):
     """Something a run asks of the outside world; answered once, or closed with a terminal kind."""
 
@@ -56,6 +62,8 @@ class PendingRequest(models.Model):
     answered_via = models.CharField(max_length=16, blank=True)
     # The run that carried the answer to the engine (the continuation).
     answered_in = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    objects = PendingRequestQuerySet.as_manager()
 
     class Meta:
         ordering = ["opened_at"]

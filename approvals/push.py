@@ -14,7 +14,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
-from approvals.models import PendingRequest, RequestStatus
+from approvals.models import PendingRequest
 from console.models import ROLE_RANK, Membership, Role
 
 
@@ -23,7 +23,7 @@ def tenant_group(tenant_id: int) -> str:
 
 
 def pending_count(tenant_id: int) -> int:
-    return PendingRequest.objects.filter(tenant_id=tenant_id, status=RequestStatus.PENDING, answer__isnull=True).count()
+    return PendingRequest.objects.open().filter(tenant_id=tenant_id).count()
 
 
 def render_request(request: PendingRequest, *, can_answer: bool, error: str | None = None) -> str:
