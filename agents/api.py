@@ -9,8 +9,10 @@ from pydantic.alias_generators import to_camel
 
 from agents import deletion
 from agents.definitions import ConnectionRefused, DefinitionContent
+from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
 from console.api import ApiError, Problem, api, problem, require_role
+from console.tenancy import ConsoleRequest
 
 router = Router(tags=["agents"])
 
@@ -38,21 +40,14 @@ class RollbackIn(Schema):
     version: int
 
 
-def _agent(request: HttpRequest, name: str) -> Agent:
-    agent = Agent.objects.live().filter(tenant=request.membership.tenant, name=name).first()  # type: ignore[attr-defined]
-    if agent is None:
-        raise ApiError(404, "agent_not_found", f"No agent named {name!r} in this tenant.")
-    return agent
-
-
 def _out(version: AgentVersion) -> AgentOut:
     return AgentOut(**version.definition.model_dump(), version=version.number, created_at=version.created_at)
 
 
 @router.get("", response=list[AgentOut], by_alias=True)
-def list_agents(request: HttpRequest) -> list[AgentOut]:
+def list_agents(request: ConsoleRequest) -> list[AgentOut]:
     versions = AgentVersion.objects.filter(
-        agent__tenant=request.membership.tenant,  # type: ignore[attr-defined]
+        agent__tenant=request.tenant,
         agent__deleted_at__isnull=True,
         number=F("agent__current_version"),
     ).order_by("agent__name")
@@ -60,7 +55,7 @@ def list_agents(request: HttpRequest) -> list[AgentOut]:
 
 
 @router.post("", response={201: AgentOut, 409: Problem}, by_alias=True)
-def create_agent(request: HttpRequest, payload: DefinitionContent) -> Status[AgentOut]:
+def create_agent(request: ConsoleRequest, payload: DefinitionContent) -> Status[AgentOut]:
     membership = require_role(request, "admin")
     if Agent.objects.live().filter(tenant=membership.tenant, name=payload.name).exists():
         raise ApiError(409, "duplicate_name", f"An agent named {payload.name!r} exists already.")
@@ -72,14 +67,14 @@ def create_agent(request: HttpRequest, payload: DefinitionContent) -> Status[Age
 
 
 @router.get("/{name}", response=AgentOut, by_alias=True)
-def get_agent(request: HttpRequest, name: str) -> AgentOut:
-    return _out(_agent(request, name).current)
+def get_agent(request: ConsoleRequest, name: str) -> AgentOut:
+    return _out(get_agent_for(request, name).current)
 
 
 @router.put("/{name}", response=AgentOut, by_alias=True)
-def update_agent(request: HttpRequest, name: str, payload: DefinitionContent) -> AgentOut:
+def update_agent(request: ConsoleRequest, name: str, payload: DefinitionContent) -> AgentOut:
     require_role(request, "admin")
-    agent = _agent(request, name)
+    agent = get_agent_for(request, name)
     if payload.name != name:
         raise ApiError(
             400,
@@ -91,15 +86,15 @@ def update_agent(request: HttpRequest, name: str, payload: DefinitionContent) ->
 
 
 @router.delete("/{name}", response={204: None})
-def delete_agent(request: HttpRequest, name: str) -> Status[None]:
+def delete_agent(request: ConsoleRequest, name: str) -> Status[None]:
     require_role(request, "admin")
-    deletion.delete_agent(_agent(request, name))
+    deletion.delete_agent(get_agent_for(request, name))
     return Status(204, None)
 
 
 @router.get("/{name}/versions", response=list[VersionSummary], by_alias=True)
-def list_versions(request: HttpRequest, name: str) -> list[VersionSummary]:
-    agent = _agent(request, name)
+def list_versions(request: ConsoleRequest, name: str) -> list[VersionSummary]:
+    agent = get_agent_for(request, name)
     return [
         VersionSummary(
             version=v.number,
@@ -112,17 +107,17 @@ def list_versions(request: HttpRequest, name: str) -> list[VersionSummary]:
 
 
 @router.get("/{name}/versions/{number}", response=AgentOut, by_alias=True)
-def get_version(request: HttpRequest, name: str, number: int) -> AgentOut:
-    version = _agent(request, name).versions.filter(number=number).first()
+def get_version(request: ConsoleRequest, name: str, number: int) -> AgentOut:
+    version = get_agent_for(request, name).versions.filter(number=number).first()
     if version is None:
         raise ApiError(404, "version_not_found", f"Agent {name!r} has no version {number}.")
     return _out(version)
 
 
 @router.post("/{name}/rollback", response=AgentOut, by_alias=True)
-def rollback(request: HttpRequest, name: str, payload: RollbackIn) -> AgentOut:
+def rollback(request: ConsoleRequest, name: str, payload: RollbackIn) -> AgentOut:
     require_role(request, "admin")
-    agent = _agent(request, name)
+    agent = get_agent_for(request, name)
     if not agent.versions.filter(number=payload.version).exists():
         raise ApiError(404, "version_not_found", f"Agent {name!r} has no version {payload.version}.")
     return _out(agent.rollback(payload.version, request.user))

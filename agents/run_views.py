@@ -10,22 +10,26 @@ from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Count, Min, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from agents import queue
+from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
 from agents.models import Agent, Event, Run, RunStatus
 from approvals.models import PendingRequest
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
-from console.tenancy import role_required
+from console.tenancy import ConsoleRequest, role_required
 
 FAILED_WINDOW = timedelta(hours=24)
 
 RUNS_PER_PAGE = 50
+
+# What the run page and its actions read of a run.
+RUN_RELATED = ("agent", "version", "session", "created_by", "previous_run")
 
 
 class RunFilters(ListFilters):
@@ -97,14 +101,14 @@ def duration(start: datetime, end: datetime | None) -> str:
 @role_required("reader")
 @require_GET
 @vary_on_headers("HX-Request")
-def run_list(request: HttpRequest) -> HttpResponse:
-    tenant = request.membership.tenant  # type: ignore[attr-defined]
+def run_list(request: ConsoleRequest) -> HttpResponse:
+    tenant = request.tenant
     agent_names = Agent.objects.names_in(tenant)
     filters = RunFilters(request.GET, agent_names)
     runs = filters.apply(Run.objects.filter(tenant=tenant)).select_related("agent", "version", "session", "created_by")
     page = Paginator(runs.order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     context = {"filters": filters, "page": page, "rows": [RunRow(run) for run in page], **jobs_context(tenant)}
-    partial = request.htmx and not request.htmx.history_restore_request  # type: ignore[attr-defined]
+    partial = request.htmx and not request.htmx.history_restore_request
     return render(request, "agents/run_list.html#runs-table" if partial else "agents/run_list.html", context)
 
 
@@ -142,16 +146,16 @@ def jobs_context(tenant: Any) -> dict[str, Any]:
 
 @role_required("reader")
 @require_GET
-def jobs_panel(request: HttpRequest) -> HttpResponse:
+def jobs_panel(request: ConsoleRequest) -> HttpResponse:
     """The Jobs panel alone: the Runs page refreshes it while runs wait or run."""
-    context = jobs_context(request.membership.tenant)  # type: ignore[attr-defined]
+    context = jobs_context(request.tenant)
     return render(request, "agents/run_list.html#jobs", context)
 
 
 @role_required("operator")
 @require_POST
-def run_cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
-    run = _run(request, run_id)
+def run_cancel(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = get_run_for(request, run_id, *RUN_RELATED)
     if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
         messages.error(request, f"The run has finished ({run.get_status_display().lower()}); nothing to cancel.")
     elif queue.cancel(run) == "cancelled":
@@ -159,14 +163,6 @@ def run_cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     else:
         messages.info(request, "Cancelling: the turn stops within a few seconds.")
     return redirect("run", run_id=run.id)
-
-
-def _run(request: HttpRequest, run_id: uuid.UUID) -> Run:
-    related = ("agent", "version", "session", "created_by", "previous_run")
-    run = Run.objects.select_related(*related).filter(tenant=request.membership.tenant, pk=run_id).first()  # type: ignore[attr-defined]
-    if run is None:
-        raise Http404("No such run.")
-    return run
 
 
 def pretty(value: Any) -> str:
@@ -205,8 +201,8 @@ class TimelineEntry:
 
 @role_required("reader")
 @require_GET
-def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
-    run = _run(request, run_id)
+def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = get_run_for(request, run_id, *RUN_RELATED)
     session_runs = run.session.runs.order_by("created_at", "pk") if run.session else Run.objects.none()
     context = {
         "run": run,

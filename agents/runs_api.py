@@ -10,10 +10,11 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 
 from agents import queue
+from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.runs import (
     RunRejected,
@@ -29,21 +30,11 @@ from agents.runs import (
 )
 from approvals.models import RequestStatus
 from console.api import ApiError, Paging, Problem, page_of, require_role
+from console.tenancy import ConsoleRequest
 
 router = Router(tags=["runs"])
 
 _DETACHED: set["asyncio.Future[None]"] = set()
-
-
-def _tenant(request: HttpRequest) -> Any:
-    return request.membership.tenant  # type: ignore[attr-defined]
-
-
-def _run(request: HttpRequest, run_id: uuid.UUID) -> Run:
-    run = Run.objects.select_related("agent", "version", "session").filter(tenant=_tenant(request), id=run_id).first()
-    if run is None:
-        raise ApiError(404, "run_not_found", f"No run {run_id} in this tenant.")
-    return run
 
 
 def _sse(envelope: dict[str, Any]) -> str:
@@ -51,17 +42,17 @@ def _sse(envelope: dict[str, Any]) -> str:
     return f"{head}event: {envelope['type']}\ndata: {json.dumps(envelope)}\n\n"
 
 
-def _wants_sse(request: HttpRequest) -> bool:
+def _wants_sse(request: ConsoleRequest) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
-def _prefers_async(request: HttpRequest) -> bool:
+def _prefers_async(request: ConsoleRequest) -> bool:
     preferences = request.headers.get("Prefer", "").lower().replace(";", ",").split(",")
     return "respond-async" in (p.strip() for p in preferences)
 
 
 @router.post("/agents/{name}/runs", response={200: dict, 202: dict, 409: Problem})
-def create_run(request: HttpRequest, name: str, payload: RunRequest) -> Any:
+def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
     """Start a run. `Prefer: respond-async` queues it on its lane (202); `Accept: text/event-stream`
     streams its events; otherwise the result comes when the turn ends."""
     membership = require_role(request, "operator")
@@ -146,8 +137,8 @@ class RunFilters(Paging):
 
 
 @router.get("/runs", response=dict)
-def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any]:
-    runs = Run.objects.select_related("agent", "version", "session").filter(tenant=_tenant(request))
+def list_runs(request: ConsoleRequest, filters: Query[RunFilters]) -> dict[str, Any]:
+    runs = Run.objects.select_related("agent", "version", "session").filter(tenant=request.tenant)
     if filters.agent:
         runs = runs.filter(agent__name=filters.agent)
     if filters.status:
@@ -159,15 +150,15 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any
 
 
 @router.get("/runs/{run_id}", response=dict)
-def get_run(request: HttpRequest, run_id: uuid.UUID) -> dict[str, Any]:
-    return run_result(_run(request, run_id))
+def get_run(request: ConsoleRequest, run_id: uuid.UUID) -> dict[str, Any]:
+    return run_result(get_run_for(request, run_id, "agent", "version", "session"))
 
 
 @router.get("/runs/{run_id}/events", response=dict)
-def run_events(request: HttpRequest, run_id: uuid.UUID) -> Any:
+def run_events(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
     """The stored events; with `Accept: text/event-stream` they stream, live until the run ends,
     resuming after `Last-Event-ID`."""
-    run = _run(request, run_id)
+    run = get_run_for(request, run_id, "agent", "version", "session")
     if not _wants_sse(request):
         return {"items": [event_envelope(e) for e in run.events.all()]}
     after = request.headers.get("Last-Event-ID", "0")
@@ -200,9 +191,9 @@ def _events_after(run_id: uuid.UUID, after: int) -> tuple[list[Event], str]:
 
 
 @router.post("/runs/{run_id}/cancel", response={200: dict, 409: Problem})
-def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> Any:
+def cancel_run(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
     require_role(request, "operator")
-    run = _run(request, run_id)
+    run = get_run_for(request, run_id, "agent", "version", "session")
     if run.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
         raise ApiError(409, "run_finished", f"The run has finished ({run.status}); a finished run is never rewritten.")
     return {"runId": str(run.id), "status": queue.cancel(run)}
@@ -216,8 +207,8 @@ class SessionState(Schema):
 
 
 @router.get("/sessions/{session_id}/state", response=SessionState)
-def session_state(request: HttpRequest, session_id: str) -> dict[str, Any]:
-    session = Session.objects.select_related("agent").filter(tenant=_tenant(request), key=session_id).first()
+def session_state(request: ConsoleRequest, session_id: str) -> dict[str, Any]:
+    session = Session.objects.select_related("agent").filter(tenant=request.tenant, key=session_id).first()
     if session is None:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     pending = session.requests.filter(status=RequestStatus.PENDING)
@@ -245,7 +236,7 @@ ATTACHMENT_BODY = {
 
 
 @router.post("/attachments", response={201: dict}, openapi_extra={"requestBody": ATTACHMENT_BODY})
-def upload_attachment(request: HttpRequest) -> Any:
+def upload_attachment(request: ConsoleRequest) -> Any:
     """Upload a file (multipart field `file`) to reference from runs by id."""
     membership = require_role(request, "operator")
     if request.content_type != "multipart/form-data":

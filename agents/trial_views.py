@@ -7,14 +7,15 @@ shows the reply as it streams, then swaps in the server-rendered turn (with its 
 import json
 import uuid
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from agents.getters import get_run_for
 from agents.models import Agent, Run, Session
 from agents.schema_forms import schema_fields
 from approvals.models import PendingRequest, RequestKind, RequestStatus
-from console.tenancy import role_required
+from console.tenancy import ConsoleRequest, role_required
 
 
 def _turn_context(run: Run) -> dict[str, object]:
@@ -32,8 +33,8 @@ def _turn_context(run: Run) -> dict[str, object]:
 
 @role_required("operator")
 @require_GET
-def trial(request: HttpRequest) -> HttpResponse:
-    tenant = request.membership.tenant  # type: ignore[attr-defined]
+def trial(request: ConsoleRequest) -> HttpResponse:
+    tenant = request.tenant
     agents = list(Agent.objects.live().filter(tenant=tenant))
     agent = next((a for a in agents if a.name == request.GET.get("agent")), agents[0] if agents else None)
     context: dict[str, object] = {"agents": agents, "agent": agent}
@@ -56,12 +57,6 @@ def trial(request: HttpRequest) -> HttpResponse:
 
 @role_required("operator")
 @require_GET
-def trial_turn(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
-    run = (
-        Run.objects.select_related("agent", "version", "session")
-        .filter(tenant=request.membership.tenant, id=run_id)  # type: ignore[attr-defined]
-        .first()
-    )
-    if run is None:
-        raise Http404("No such run.")
+def trial_turn(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = get_run_for(request, run_id, "agent", "version", "session")
     return render(request, "agents/trial.html#turn", {"turn": _turn_context(run)})

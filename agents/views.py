@@ -6,29 +6,23 @@ from typing import Any
 from django.contrib import messages
 from django.db import IntegrityError
 from django.db.models import F
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents import deletion
 from agents.definitions import ConnectionRefused, DefinitionContent
 from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, as_text, choices, empty_row
+from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
 from agents.tools import REGISTRY
 from console.connections import ConnectionSpec
 from console.models import Connection
-from console.tenancy import role_required
+from console.tenancy import ConsoleRequest, role_required
 
 
-def _agent(request: HttpRequest, name: str) -> Agent:
-    agent = Agent.objects.live().filter(tenant=request.membership.tenant, name=name).first()  # type: ignore[attr-defined]
-    if agent is None:
-        raise Http404("No such agent.")
-    return agent
-
-
-def _granted(request: HttpRequest) -> dict[str, ConnectionSpec]:
-    return Connection.objects.specs_for(request.membership.tenant)  # type: ignore[attr-defined]
+def _granted(request: ConsoleRequest) -> dict[str, ConnectionSpec]:
+    return Connection.objects.specs_for(request.tenant)
 
 
 def _version(agent: Agent, number: str | int | None) -> AgentVersion:
@@ -47,8 +41,8 @@ def _number(text: str | int | None) -> int:
 
 @role_required("reader")
 @require_GET
-def agent_list(request: HttpRequest) -> HttpResponse:
-    agents = list(Agent.objects.live().filter(tenant=request.membership.tenant))  # type: ignore[attr-defined]
+def agent_list(request: ConsoleRequest) -> HttpResponse:
+    agents = list(Agent.objects.live().filter(tenant=request.tenant))
     current = AgentVersion.objects.filter(agent__in=agents, number=F("agent__current_version"))
     definitions = {version.agent_id: version.definition for version in current}
     rows = [(agent, definitions.get(agent.pk)) for agent in agents]
@@ -57,13 +51,13 @@ def agent_list(request: HttpRequest) -> HttpResponse:
 
 @role_required("admin")
 @require_http_methods(["GET", "POST"])
-def agent_create(request: HttpRequest) -> HttpResponse:
+def agent_create(request: ConsoleRequest) -> HttpResponse:
     granted = _granted(request)
     form = DefinitionForm.from_post(request.POST) if request.method == "POST" else DefinitionForm.blank()
     if request.method == "POST" and form.is_valid(granted):
         assert form.content is not None
         try:
-            agent = Agent.create(request.membership.tenant, form.content, request.user)  # type: ignore[attr-defined]
+            agent = Agent.create(request.tenant, form.content, request.user)
         except IntegrityError:
             form.errors["name"] = f"An agent named “{form.content.name}” exists already."
         except ConnectionRefused as refused:  # a grant withdrawn since the check
@@ -76,8 +70,8 @@ def agent_create(request: HttpRequest) -> HttpResponse:
 
 @role_required("admin")
 @require_http_methods(["GET", "POST"])
-def agent_edit(request: HttpRequest, name: str) -> HttpResponse:
-    agent = _agent(request, name)
+def agent_edit(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
     current = agent.current.definition
     granted = _granted(request)
     if request.method == "GET":
@@ -103,7 +97,7 @@ def agent_edit(request: HttpRequest, name: str) -> HttpResponse:
 
 @role_required("admin")
 @require_GET
-def blank_row(request: HttpRequest, section: str) -> HttpResponse:
+def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
     """One empty row of a form section, added to its table by htmx."""
     if section not in SECTIONS:
         raise Http404("No such section.")
@@ -112,30 +106,30 @@ def blank_row(request: HttpRequest, section: str) -> HttpResponse:
 
 @role_required("reader")
 @require_GET
-def agent_detail(request: HttpRequest, name: str) -> HttpResponse:
-    agent = _agent(request, name)
+def agent_detail(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
     return render(request, "agents/detail.html", _definition_context(agent, _version(agent, agent.current_version)))
 
 
 @role_required("reader")
 @require_GET
-def agent_version(request: HttpRequest, name: str, number: int) -> HttpResponse:
-    agent = _agent(request, name)
+def agent_version(request: ConsoleRequest, name: str, number: int) -> HttpResponse:
+    agent = get_agent_for(request, name)
     return render(request, "agents/detail.html", _definition_context(agent, _version(agent, number)))
 
 
 @role_required("reader")
 @require_GET
-def agent_versions(request: HttpRequest, name: str) -> HttpResponse:
-    agent = _agent(request, name)
+def agent_versions(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
     versions = agent.versions.select_related("created_by")
     return render(request, "agents/versions.html", {"agent": agent, "versions": versions})
 
 
 @role_required("reader")
 @require_GET
-def agent_diff(request: HttpRequest, name: str) -> HttpResponse:
-    agent = _agent(request, name)
+def agent_diff(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
     a = _version(agent, request.GET.get("a", max(agent.current_version - 1, 1)))
     b = _version(agent, request.GET.get("b", agent.current_version))
     rows = _diff_rows(a.definition, b.definition)
@@ -145,8 +139,8 @@ def agent_diff(request: HttpRequest, name: str) -> HttpResponse:
 
 @role_required("admin")
 @require_POST
-def agent_rollback(request: HttpRequest, name: str) -> HttpResponse:
-    agent = _agent(request, name)
+def agent_rollback(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
     old = _version(agent, request.POST.get("version"))
     try:
         new = agent.rollback(old.number, request.user)
@@ -159,8 +153,8 @@ def agent_rollback(request: HttpRequest, name: str) -> HttpResponse:
 
 @role_required("admin")
 @require_POST
-def agent_delete(request: HttpRequest, name: str) -> HttpResponse:
-    agent = _agent(request, name)
+def agent_delete(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
     deletion.delete_agent(agent)
     messages.success(request, f"Deleted agent “{agent.name}”.")
     return redirect("agents:list")

@@ -3,13 +3,14 @@
 import uuid
 from typing import Any, Literal
 
-from django.http import HttpRequest
 from ninja import Query, Router, Schema
 
-from agents.models import Run
+from agents.getters import get_run_for
 from approvals.answers import Response, ResponseRefused, respond
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.getters import get_request_for
+from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
 from console.api import ApiError, Paging, page_of, require_role
+from console.tenancy import ConsoleRequest
 
 router = Router(tags=["requests"])
 
@@ -37,17 +38,17 @@ class RequestFilters(Paging):
     tool: str | None = None
 
 
-def _requests(request: HttpRequest) -> Any:
-    tenant = request.membership.tenant  # type: ignore[attr-defined]
+def _requests(request: ConsoleRequest) -> PendingRequestQuerySet:
+    tenant = request.tenant
     return PendingRequest.objects.select_related("agent", "session", "answered_by").filter(tenant=tenant)
 
 
 @router.get("/requests", response=dict)
-def list_requests(request: HttpRequest, filters: Query[RequestFilters]) -> dict[str, Any]:
+def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> dict[str, Any]:
     """The inbox: `status=pending` (the default) lists the requests still waiting for an answer."""
     requests = _requests(request)
     if filters.status == "pending":
-        requests = requests.filter(status=RequestStatus.PENDING, answer__isnull=True)
+        requests = requests.open()
     elif filters.status == "answered":
         requests = requests.exclude(answer__isnull=True)
     elif filters.status:
@@ -62,11 +63,8 @@ def list_requests(request: HttpRequest, filters: Query[RequestFilters]) -> dict[
 
 
 @router.get("/requests/{request_id}", response=dict)
-def get_request(request: HttpRequest, request_id: uuid.UUID) -> dict[str, Any]:
-    pending = _requests(request).filter(id=request_id).first()
-    if pending is None:
-        raise ApiError(404, "request_not_found", f"No request {request_id} in this tenant.")
-    return request_wire(pending)
+def get_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
+    return request_wire(get_request_for(request, request_id, "agent", "session", "answered_by"))
 
 
 class RespondResult(Schema):
@@ -77,12 +75,10 @@ class RespondResult(Schema):
 
 
 @router.post("/runs/{run_id}/responses", response=RespondResult)
-def respond_to_request(request: HttpRequest, run_id: uuid.UUID, payload: Response) -> dict[str, Any]:
+def respond_to_request(request: ConsoleRequest, run_id: uuid.UUID, payload: Response) -> dict[str, Any]:
     """Answer one pending request of a run. The status says what became of the answer."""
     membership = require_role(request, "operator")
-    run = Run.objects.filter(tenant=membership.tenant, id=run_id).first()
-    if run is None:
-        raise ApiError(404, "run_not_found", f"No run {run_id} in this tenant.")
+    run = get_run_for(request, run_id)
     try:
         outcome = respond(membership, membership.user, run, payload, via="api")
     except PendingRequest.DoesNotExist:

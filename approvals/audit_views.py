@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from django import forms
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -21,7 +21,7 @@ from approvals.audit import AuditEntry, Criteria, DecisionFilter, entries, entry
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.login import lockouts_of
 from console.models import Membership, Tenant
-from console.tenancy import role_required
+from console.tenancy import ConsoleRequest, role_required
 
 ENTRIES_PER_PAGE = 50
 LOCKOUTS_SHOWN = 20
@@ -58,8 +58,8 @@ class AuditFilters(ListFilters):
 @role_required("reader")
 @require_GET
 @vary_on_headers("HX-Request")
-def audit(request: HttpRequest) -> HttpResponse:
-    tenant = request.membership.tenant  # type: ignore[attr-defined]
+def audit(request: ConsoleRequest) -> HttpResponse:
+    tenant = request.tenant
     agent_names = Agent.objects.names_in(tenant)
     filters = AuditFilters(request.GET, agent_names)
     export = request.GET.get("format")
@@ -70,11 +70,11 @@ def audit(request: HttpRequest) -> HttpResponse:
         return HttpResponseBadRequest("Unknown export format: use format=csv or format=json.")
     page = Paginator(entry_keys(tenant, filters.criteria()), ENTRIES_PER_PAGE).get_page(request.GET.get("page"))
     context = {"filters": filters, "page": page, "entries": entries(tenant, list(page))}
-    if request.htmx and not request.htmx.history_restore_request:  # type: ignore[attr-defined]
+    if request.htmx and not request.htmx.history_restore_request:
         return render(request, "approvals/audit.html#audit-table", {**context, "partial": True})
     members = Membership.objects.filter(tenant=tenant).order_by("user__username")
     context["usernames"] = members.values_list("user__username", flat=True)
-    if request.membership.allows("admin"):  # type: ignore[attr-defined]
+    if request.membership.allows("admin"):
         context["lockouts"] = lockouts_of(tenant)[:LOCKOUTS_SHOWN]
     return render(request, "approvals/audit.html", context)
 
@@ -144,7 +144,7 @@ def _json(found: Iterable[AuditEntry]) -> Iterator[str]:
 EXPORTS = {"csv": (_csv, "text/csv; charset=utf-8"), "json": (_json, "application/json")}
 
 
-def _export(request: HttpRequest, tenant: Tenant, criteria: Criteria, export: str) -> StreamingHttpResponse:
+def _export(request: ConsoleRequest, tenant: Tenant, criteria: Criteria, export: str) -> StreamingHttpResponse:
     render_rows, content_type = EXPORTS[export]
     rows = render_rows(iter_entries(tenant, criteria))
     # Under ASGI a synchronous iterator would be read whole before sending; an asynchronous one streams.

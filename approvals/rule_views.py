@@ -15,7 +15,7 @@ from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import F, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from agents.definitions import error_map
 from agents.models import Agent, AgentVersion
+from approvals.getters import get_rule_for
 from approvals.models import Rule
 from approvals.rules import (
     RuleIn,
@@ -34,7 +35,7 @@ from approvals.rules import (
     revoke,
     tenant_rules,
 )
-from console.tenancy import role_required
+from console.tenancy import ConsoleRequest, role_required
 
 RULES_PER_PAGE = 50
 
@@ -223,18 +224,18 @@ def _condition(row: ConditionRow) -> dict[str, Any]:
     return condition
 
 
-def _names(request: HttpRequest) -> tuple[list[str], list[str]]:
+def _names(request: ConsoleRequest) -> tuple[list[str], list[str]]:
     """The tenant's live agents and the tool names its rules are for, for the pickers."""
-    tenant = request.membership.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     agents = Agent.objects.live().names_in(tenant)
     tools = list(tenant_rules(tenant).order_by("tool_name").values_list("tool_name", flat=True).distinct())
     return agents, tools
 
 
-def _gated_tools(request: HttpRequest) -> list[str]:
+def _gated_tools(request: ConsoleRequest) -> list[str]:
     """Tool names a rule can be made for (server tools that ask "always"), offered as suggestions."""
     versions = AgentVersion.objects.filter(
-        agent__tenant=request.membership.tenant,  # type: ignore[attr-defined]
+        agent__tenant=request.tenant,
         agent__deleted_at__isnull=True,
         number=F("agent__current_version"),
     )
@@ -244,12 +245,12 @@ def _gated_tools(request: HttpRequest) -> list[str]:
     return sorted(names)
 
 
-def _page(request: HttpRequest, form: RuleForm | None) -> HttpResponse:
+def _page(request: ConsoleRequest, form: RuleForm | None) -> HttpResponse:
     agents, tools = _names(request)
     filters = RuleFilters(request.GET, agents, tools)
-    rules = filters.apply(tenant_rules(request.membership.tenant))  # type: ignore[attr-defined]
+    rules = filters.apply(tenant_rules(request.tenant))
     page = Paginator(rules.order_by("-created_at", "-id"), RULES_PER_PAGE).get_page(request.GET.get("page"))
-    can_admin = request.membership.allows("admin")  # type: ignore[attr-defined]
+    can_admin = request.membership.allows("admin")
     if form is None and can_admin:
         form = RuleForm(None, agents)
         form.rows = [ConditionRow.blank()]
@@ -261,25 +262,25 @@ def _page(request: HttpRequest, form: RuleForm | None) -> HttpResponse:
         "operators": OPERATORS,
         "tool_suggestions": _gated_tools(request) if can_admin else [],
     }
-    partial = request.htmx and not request.htmx.history_restore_request  # type: ignore[attr-defined]
+    partial = request.htmx and not request.htmx.history_restore_request
     return render(request, "approvals/rules.html#rules-table" if partial else "approvals/rules.html", context)
 
 
 @role_required("reader")
 @require_GET
 @vary_on_headers("HX-Request")
-def rule_list(request: HttpRequest) -> HttpResponse:
+def rule_list(request: ConsoleRequest) -> HttpResponse:
     return _page(request, None)
 
 
 @role_required("admin")
 @require_POST
-def rule_create(request: HttpRequest) -> HttpResponse:
+def rule_create(request: ConsoleRequest) -> HttpResponse:
     form = RuleForm(request.POST, _names(request)[0])
     if form.is_valid():
         assert form.wanted is not None
         try:
-            rule = create_rule(request.membership.tenant, request.user, form.wanted)  # type: ignore[attr-defined]
+            rule = create_rule(request.tenant, request.user, form.wanted)
         except RuleRefused as refused:
             form.place(refused.field, refused.detail)
         else:
@@ -290,7 +291,7 @@ def rule_create(request: HttpRequest) -> HttpResponse:
 
 @role_required("admin")
 @require_GET
-def condition_row(request: HttpRequest) -> HttpResponse:
+def condition_row(request: ConsoleRequest) -> HttpResponse:
     """One empty condition row, appended to the form by htmx."""
     context = {"row": ConditionRow.blank(), "operators": OPERATORS}
     return render(request, "approvals/rules.html#condition-row", context)
@@ -298,10 +299,8 @@ def condition_row(request: HttpRequest) -> HttpResponse:
 
 @role_required("admin")
 @require_POST
-def rule_revoke(request: HttpRequest, rule_id: uuid.UUID) -> HttpResponse:
-    rule = tenant_rules(request.membership.tenant).filter(id=rule_id).first()  # type: ignore[attr-defined]
-    if rule is None:
-        raise Http404("No such rule.")
+def rule_revoke(request: ConsoleRequest, rule_id: uuid.UUID) -> HttpResponse:
+    rule = get_rule_for(request, rule_id)
     revoke(rule)
     messages.success(request, f"Revoked the rule for {rule.agent.name} · {rule.tool_name}: its calls ask again.")
     back = request.POST.get("next", "")

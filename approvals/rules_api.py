@@ -3,12 +3,13 @@
 import uuid
 from typing import Any
 
-from django.http import HttpRequest
 from ninja import Query, Router, Status
 
+from approvals.getters import get_rule_for
 from approvals.models import Rule
 from approvals.rules import RuleIn, RuleRefused, create_rule, remembered_arguments, revoke, tenant_rules
 from console.api import ApiError, Paging, Problem, page_of, require_role
+from console.tenancy import ConsoleRequest
 
 router = Router(tags=["rules"])
 
@@ -36,9 +37,9 @@ class RuleFilters(Paging):
 
 
 @router.get("/rules", response=dict)
-def list_rules(request: HttpRequest, filters: Query[RuleFilters]) -> dict[str, Any]:
+def list_rules(request: ConsoleRequest, filters: Query[RuleFilters]) -> dict[str, Any]:
     """The remembered rules, newest first; revoked ones only with `includeRevoked=true`."""
-    rules = tenant_rules(request.membership.tenant)  # type: ignore[attr-defined]
+    rules = tenant_rules(request.tenant)
     if not filters.includeRevoked:
         rules = rules.filter(revoked_at__isnull=True)
     if filters.agent:
@@ -49,7 +50,7 @@ def list_rules(request: HttpRequest, filters: Query[RuleFilters]) -> dict[str, A
 
 
 @router.post("/rules", response={201: dict, 404: Problem})
-def create_rule_by_hand(request: HttpRequest, payload: RuleIn) -> Status[dict[str, Any]]:
+def create_rule_by_hand(request: ConsoleRequest, payload: RuleIn) -> Status[dict[str, Any]]:
     """A rule for a tool of the agent's current version that asks with mode "always"; `arguments`
     narrows it to exactly those arguments, `conditions` to calls where every condition holds."""
     membership = require_role(request, "admin")
@@ -62,11 +63,9 @@ def create_rule_by_hand(request: HttpRequest, payload: RuleIn) -> Status[dict[st
 
 
 @router.delete("/rules/{rule_id}", response={204: None})
-def revoke_rule(request: HttpRequest, rule_id: uuid.UUID) -> Status[None]:
+def revoke_rule(request: ConsoleRequest, rule_id: uuid.UUID) -> Status[None]:
     """Revoke a rule: calls it approved ask again. Revoking a revoked rule changes nothing."""
-    membership = require_role(request, "admin")
-    rule = tenant_rules(membership.tenant).filter(id=rule_id).first()
-    if rule is None:
-        raise ApiError(404, "rule_not_found", f"No rule {rule_id} in this tenant.")
+    require_role(request, "admin")
+    rule = get_rule_for(request, rule_id)
     revoke(rule)
     return Status(204, None)

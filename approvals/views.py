@@ -13,20 +13,22 @@ from urllib.parse import parse_qs, urlsplit
 from django import forms
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 from pydantic import ValidationError
 
+from agents.getters import get_run_for
 from agents.models import Agent, Run
 from agents.schema_forms import schema_fields
 from approvals.answers import Outcome, Response, ResponseRefused, respond
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.getters import get_request_for
+from approvals.models import PendingRequest, RequestKind
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
-from console.tenancy import membership_of, role_required
+from console.tenancy import ConsoleRequest, role_required
 
 # Cards per inbox page: rendering a card costs about half a millisecond, so the page stays fast however many
 # requests wait (bench/inbox_scale.py); later pages are one link away, oldest first.
@@ -68,8 +70,9 @@ class InboxFilters(AgentFilters):
 
 def _open_requests(tenant: Tenant) -> QuerySet[PendingRequest]:
     return (
-        PendingRequest.objects.select_related("agent", "session", "run__version")
-        .filter(tenant=tenant, status=RequestStatus.PENDING, answer__isnull=True)
+        PendingRequest.objects.open()
+        .select_related("agent", "session", "run__version")
+        .filter(tenant=tenant)
         .order_by("opened_at", "id")
     )
 
@@ -89,11 +92,11 @@ def _with_batches(requests: list[PendingRequest]) -> list[PendingRequest]:
 @role_required("reader")
 @require_http_methods(["GET", "POST"])
 @vary_on_headers("HX-Request")
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: ConsoleRequest) -> HttpResponse:
     """The list (GET); a POST answers a run's approvals at once (the inbox has no route of its own for it)."""
     if request.method == "POST":
         return answer_all(request)
-    tenant = request.membership.tenant  # type: ignore[attr-defined]
+    tenant = request.tenant
     agent_names = Agent.objects.live().names_in(tenant)
     filters = InboxFilters(request.GET, agent_names)
     number = _page_number(_requested_page(request))
@@ -109,18 +112,18 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "has_next": len(listed) > PAGE_SIZE,
     }
     context = {"filters": filters, "requests": requests, "page": page}
-    if request.htmx and not request.htmx.history_restore_request:  # type: ignore[attr-defined]
+    if request.htmx and not request.htmx.history_restore_request:
         return render(request, "approvals/inbox.html#requests", context)
     tools = _open_requests(tenant).order_by("tool_name").values_list("tool_name", flat=True).distinct()
     context["tools"] = list(tools)
     return render(request, "approvals/inbox.html", context)
 
 
-def _requested_page(request: HttpRequest) -> str | None:
+def _requested_page(request: ConsoleRequest) -> str | None:
     """The page in the query string; for inbox.js's re-fetch after a reconnect (which asks for the list
     without a page) the page the browser shows, so the merge keeps that page's cards."""
     value = request.GET.get("page")
-    current = request.htmx.current_url if request.htmx else None  # type: ignore[attr-defined]
+    current = request.htmx.current_url if request.htmx else None
     if value is None and current and request.headers.get("X-Inbox-Refresh"):
         value = parse_qs(urlsplit(current).query).get("page", [None])[0]
     return value
@@ -266,23 +269,11 @@ def _summary(pending: PendingRequest, response: Response, outcome: Outcome) -> s
     return done + (". The run continues." if outcome.continuation_run_id else ".")
 
 
-def _tenant_request(membership: Membership, request_id: uuid.UUID) -> PendingRequest:
-    pending = (
-        PendingRequest.objects.select_related("run__version", "agent", "session")
-        .filter(tenant=membership.tenant, id=request_id)
-        .first()
-    )
-    if pending is None:
-        raise Http404("No such request.")
-    return pending
-
-
 @role_required("operator")
 @require_POST
-def answer(request: HttpRequest, request_id: uuid.UUID) -> HttpResponse:
-    membership = membership_of(request)
-    assert membership is not None
-    pending = _tenant_request(membership, request_id)
+def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
+    membership = request.membership
+    pending = get_request_for(request, request_id, "run__version", "agent", "session")
     error, field_errors, closed = None, {}, False
     try:
         response = form_response(pending, request.POST)
@@ -294,7 +285,7 @@ def answer(request: HttpRequest, request_id: uuid.UUID) -> HttpResponse:
     else:
         if outcome.status != "accepted":
             error, closed = outcome.message, outcome.status in _CLOSED
-    if not request.htmx:  # type: ignore[attr-defined]
+    if not request.htmx:
         if error:
             messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {error}")
         else:
@@ -324,14 +315,13 @@ def _answer_each(
 
 @role_required("operator")
 @require_POST
-def answer_all(request: HttpRequest) -> HttpResponse:
+def answer_all(request: ConsoleRequest) -> HttpResponse:
     """Approve or deny a run's listed approval requests at once, with one reason for all."""
-    membership = membership_of(request)
-    assert membership is not None
+    membership = request.membership
     run_id = request.POST.get("run", "")
-    run = Run.objects.filter(tenant=membership.tenant, id=run_id).first() if _is_uuid(run_id) else None
-    if run is None:
+    if not _is_uuid(run_id):
         raise Http404("No such run.")
+    run = get_run_for(request, uuid.UUID(run_id))
     decision = request.POST.get("decision")
     ids = [value for value in request.POST.getlist("request") if _is_uuid(value)]
     listed = list(run.requests.filter(id__in=ids, kind=RequestKind.APPROVAL).order_by("opened_at", "id"))
@@ -341,7 +331,7 @@ def answer_all(request: HttpRequest) -> HttpResponse:
         reason = request.POST.get("reason", "").strip() or None
         answered, problems = _answer_each(membership, request.user, run, listed, decision == "approve", reason)
         problems += [] if listed else ["No approval request of this run was listed."]
-    if not request.htmx:  # type: ignore[attr-defined]
+    if not request.htmx:
         if answered:
             verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(answered) != 1 else ""
             messages.success(request, f"{verb} {len(answered)} request{plural} of the run.")

@@ -5,7 +5,7 @@ import json
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
@@ -24,7 +24,7 @@ from ninja.types import DictStrAny
 from pydantic import ConfigDict, Field
 
 from console.models import ApiToken, Membership
-from console.tenancy import current_membership
+from console.tenancy import ConsoleRequest, NotFound, current_membership
 
 
 class ApiError(Exception):
@@ -167,7 +167,9 @@ class BearerToken(HttpBearer):
         api_token = ApiToken.authenticate(token)
         if api_token is None:
             return None
-        request.membership = api_token.membership  # type: ignore[attr-defined]
+        console_request = cast("ConsoleRequest", request)
+        console_request.membership = api_token.membership
+        console_request.tenant = api_token.membership.tenant
         request.user = api_token.membership.user
         return api_token.membership
 
@@ -185,7 +187,9 @@ class BrowserSession(SessionAuth):
     def authenticate(self, request: HttpRequest, key: str | None) -> Membership | None:
         membership = current_membership(request)
         if membership is not None:
-            request.membership = membership  # type: ignore[attr-defined]
+            console_request = cast("ConsoleRequest", request)
+            console_request.membership = membership
+            console_request.tenant = membership.tenant
         return membership
 
 
@@ -276,8 +280,8 @@ api = ConsoleAPI(
 )
 
 
-def require_role(request: HttpRequest, role: str) -> Membership:
-    membership: Membership = request.membership  # type: ignore[attr-defined]
+def require_role(request: ConsoleRequest, role: str) -> Membership:
+    membership = request.membership
     if not membership.allows(role):
         raise ApiError(403, "forbidden", f"This needs the {role} role; you are {membership.role}.")
     return membership
@@ -336,6 +340,11 @@ def _suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
 @api.exception_handler(UnreadablePostError)
 def _unreadable(request: HttpRequest, exc: UnreadablePostError) -> HttpResponse:
     return problem(400, "unreadable_body", "The request body ended before its Content-Length.")
+
+
+@api.exception_handler(NotFound)
+def _object_not_found(request: HttpRequest, exc: NotFound) -> HttpResponse:
+    return problem(404, exc.code, exc.detail)
 
 
 @api.exception_handler(Http404)

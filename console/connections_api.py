@@ -1,9 +1,9 @@
 """`GET /api/connections`: the connections a tenant's definitions may name (names and kinds only)."""
 
-from django.http import HttpRequest
 from ninja import Router, Schema
 
 from console.models import Connection
+from console.tenancy import ConsoleRequest
 
 router = Router(tags=["connections"])
 
@@ -14,6 +14,6 @@ class ConnectionOut(Schema):
 
 
 @router.get("/connections", response=list[ConnectionOut])
-def list_connections(request: HttpRequest) -> list[ConnectionOut]:
-    specs = Connection.objects.specs_for(request.membership.tenant)  # type: ignore[attr-defined]
+def list_connections(request: ConsoleRequest) -> list[ConnectionOut]:
+    specs = Connection.objects.specs_for(request.tenant)
     return [ConnectionOut(name=spec.name, kind=spec.kind) for spec in sorted(specs.values(), key=lambda s: s.name)]

@@ -2,16 +2,36 @@
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.functional import SimpleLazyObject
+from django_htmx.middleware import HtmxDetails
 
-from console.models import Membership
+from console.models import Membership, Tenant
 
 SESSION_KEY = "tenant_id"
+
+
+class ConsoleRequest(HttpRequest):
+    """A request as a guarded view or an authenticated API route sees it: `TenantMiddleware` (or the API's
+    auth) set `membership` and `tenant`, django-htmx's middleware set `htmx`. Only an annotation: the
+    request is a plain `HttpRequest` at run time."""
+
+    membership: Membership
+    tenant: Tenant
+    htmx: HtmxDetails
+
+
+class NotFound(Http404):
+    """Raised by a tenant-scoped getter: Django's 404 on a page, a problem+json 404 with `code` in the API."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
 
 
 def current_membership(request: HttpRequest) -> Membership | None:
@@ -33,7 +53,10 @@ class TenantMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        request.membership = SimpleLazyObject(lambda: current_membership(request))  # type: ignore[attr-defined]
+        console_request = cast("ConsoleRequest", request)  # what this middleware makes of it
+        console_request.membership = cast("Membership", SimpleLazyObject(lambda: current_membership(request)))
+        # Read through `membership` when first used, so the API's auth, which replaces it, is seen.
+        console_request.tenant = cast("Tenant", SimpleLazyObject(lambda: console_request.membership.tenant))
         return self.get_response(request)
 
 
@@ -55,6 +78,7 @@ def role_required(role: str) -> Callable[[Callable[..., HttpResponse]], Callable
             membership = membership_of(request)
             if membership is None or not membership.allows(role):
                 raise PermissionDenied(f"This needs the {role} role in the current tenant.")
+            cast("ConsoleRequest", request).tenant = membership.tenant  # the tenant itself, no longer lazy
             return view(request, *args, **kwargs)
 
         return guarded

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import Agent
 from console.models import ApiToken, Membership
-from console.tenancy import SESSION_KEY, membership_of, role_required
+from console.tenancy import SESSION_KEY, ConsoleRequest, role_required
 
 # Load balancers give up after a few seconds; answer before they do.
 HEALTHZ_TIMEOUT_SECONDS = 2
@@ -20,8 +20,8 @@ HEALTHZ_TIMEOUT_SECONDS = 2
 
 @role_required("reader")
 @require_GET
-def dashboard(request: HttpRequest) -> HttpResponse:
-    tenant = request.membership.tenant  # type: ignore[attr-defined]
+def dashboard(request: ConsoleRequest) -> HttpResponse:
+    tenant = request.tenant
     agents = Agent.objects.live().filter(tenant=tenant)
     return render(request, "console/dashboard.html", {"agent_count": agents.count(), "agents": agents[:10]})
 
@@ -51,9 +51,8 @@ class TokenForm(forms.Form):
 
 
 @role_required("reader")
-def tokens(request: HttpRequest) -> HttpResponse:
-    membership = membership_of(request)
-    assert membership is not None
+def tokens(request: ConsoleRequest) -> HttpResponse:
+    membership = request.membership
     raw = None
     form = TokenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -65,8 +64,8 @@ def tokens(request: HttpRequest) -> HttpResponse:
 
 @role_required("reader")
 @require_POST
-def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
-    membership = membership_of(request)
+def revoke_token(request: ConsoleRequest, token_id: int) -> HttpResponse:
+    membership = request.membership
     token = ApiToken.objects.filter(pk=token_id, membership=membership).first()
     if token is None:
         raise Http404("No such token.")
@@ -77,7 +76,7 @@ def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
 
 @role_required("reader")
 @require_GET
-def not_yet(request: HttpRequest, page: str) -> HttpResponse:
+def not_yet(request: ConsoleRequest, page: str) -> HttpResponse:
     return render(request, "console/not_yet.html", {"page": page})
 
 

@@ -1,0 +1,22 @@
+"""The tenant-scoped getters pages and API routes share: the object, or a 404 for anything not the caller's."""
+
+import uuid
+
+from agents.models import Agent, Run
+from console.tenancy import ConsoleRequest, NotFound
+
+
+def get_agent_for(request: ConsoleRequest, name: str) -> Agent:
+    agent = Agent.objects.live().filter(tenant=request.tenant, name=name).first()
+    if agent is None:
+        raise NotFound("agent_not_found", f"No agent named {name!r} in this tenant.")
+    return agent
+
+
+def get_run_for(request: ConsoleRequest, run_id: uuid.UUID, *related: str) -> Run:
+    """The run, with the `related` objects the caller reads joined in."""
+    runs = Run.objects.select_related(*related) if related else Run.objects.all()
+    run = runs.filter(tenant=request.tenant, id=run_id).first()
+    if run is None:
+        raise NotFound("run_not_found", f"No run {run_id} in this tenant.")
+    return run
