@@ -21,6 +21,16 @@ for _alias in connections:
     connections.settings[_alias]["CONN_MAX_AGE"] = 0
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """On SQLite the test database is a file in WAL mode, as the product runs it. Django's default, a
+    shared-cache in-memory database, locks whole tables: a test thread reading a run while a turn's
+    thread writes it failed at once with "database table is locked" instead of waiting its timeout."""
+    settings = connections.settings["default"]
+    if settings["ENGINE"] == "django.db.backends.sqlite3":
+        settings.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
+
+
 @dataclass
 class Persona:
     user: User

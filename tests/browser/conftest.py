@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
@@ -76,6 +77,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """A failed browser test shows the end of the server's log: what the server did is half the story."""
+    report = yield
+    server = getattr(item, "funcargs", {}).get("server")
+    if report.failed and isinstance(server, Server):
+        lines = (Path(server.env["AIRLOCK_DATA_DIR"]) / "daphne.log").read_text(errors="replace").splitlines()
+        report.sections.append(("server log, last 60 lines", "\n".join(lines[-60:])))
+    return report
 
 
 @pytest.fixture
