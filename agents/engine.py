@@ -49,6 +49,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.usage import RunUsage
 
 from agents.definitions import DefinitionContent
+from agents.events import EventType
 from agents.mcp_bridge import McpBridge, McpServerFailed
 from agents.scripted import document_prompt, scripted_model
 from agents.tools import REGISTRY
@@ -216,7 +217,7 @@ class GatedToolset(WrapperToolset[TurnDeps]):
                     raise ApprovalRequired(metadata={"approvalMode": mode})
                 decision = {"kind": "approved-by-rule", "ruleId": str(rule.id)}
                 await deps.emit(
-                    "permission.completed",
+                    EventType.PERMISSION_COMPLETED,
                     {"toolName": name, "callId": call_id, "arguments": tool_args, "result": decision},
                     False,
                 )
@@ -224,7 +225,7 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         # with side effects started is never retried (agents/queue.py).
         side_effects = self.server is not None or getattr(REGISTRY.get(name), "side_effects", True)
         start = {"toolName": name, "callId": call_id, "arguments": tool_args, "sideEffects": side_effects}
-        await deps.emit("tool.execution_start", start, False)
+        await deps.emit(EventType.TOOL_EXECUTION_START, start, False)
         try:
             result = await super().call_tool(name, tool_args, ctx, tool)
         except (ApprovalRequired, CallDeferred):
@@ -249,7 +250,7 @@ class GatedToolset(WrapperToolset[TurnDeps]):
     ) -> None:
         data: dict[str, Any] = {"toolName": name, "callId": call_id, "success": error is None}
         data["error" if error is not None else "result"] = error if error is not None else _jsonable(result)
-        await deps.emit("tool.execution_complete", data, False)
+        await deps.emit(EventType.TOOL_EXECUTION_COMPLETE, data, False)
 
 
 def _jsonable(value: Any) -> Any:
@@ -445,15 +446,15 @@ class _EventTranslator:
         if isinstance(event, PartStartEvent):
             await self._turn_start()
             if isinstance(event.part, TextPart) and event.part.content:
-                await self.emit("assistant.message_delta", {"delta": event.part.content}, True)
+                await self.emit(EventType.ASSISTANT_MESSAGE_DELTA, {"delta": event.part.content}, True)
         elif isinstance(event, PartDeltaEvent):
             if isinstance(event.delta, TextPartDelta) and event.delta.content_delta:
-                await self.emit("assistant.message_delta", {"delta": event.delta.content_delta}, True)
+                await self.emit(EventType.ASSISTANT_MESSAGE_DELTA, {"delta": event.delta.content_delta}, True)
             elif isinstance(event.delta, ThinkingPartDelta) and event.delta.content_delta:
-                await self.emit("assistant.reasoning_delta", {"delta": event.delta.content_delta}, True)
+                await self.emit(EventType.ASSISTANT_REASONING_DELTA, {"delta": event.delta.content_delta}, True)
         elif isinstance(event, PartEndEvent):
             if isinstance(event.part, TextPart):
-                await self.emit("assistant.message", {"content": event.part.content}, False)
+                await self.emit(EventType.ASSISTANT_MESSAGE, {"content": event.part.content}, False)
         elif isinstance(event, FunctionToolCallEvent):
             await self._turn_end()
 
@@ -462,18 +463,18 @@ class _EventTranslator:
         await self._turn_start()
         for part in response.parts:
             if isinstance(part, TextPart):
-                await self.emit("assistant.message", {"content": part.content}, False)
+                await self.emit(EventType.ASSISTANT_MESSAGE, {"content": part.content}, False)
         await self._turn_end()
 
     async def _turn_start(self) -> None:
         if not self.in_turn:
             self.in_turn = True
-            await self.emit("assistant.turn_start", {}, False)
+            await self.emit(EventType.ASSISTANT_TURN_START, {}, False)
 
     async def _turn_end(self) -> None:
         if self.in_turn:
             self.in_turn = False
-            await self.emit("assistant.turn_end", {}, False)
+            await self.emit(EventType.ASSISTANT_TURN_END, {}, False)
 
     async def finish(self) -> None:
         await self._turn_end()

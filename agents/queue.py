@@ -1,8 +1,9 @@
 """Queued runs (SPEC section 4, `Prefer: respond-async`; section 7): lanes, workers, leases.
 
-- `enqueue` (called by `start_run` inside its transaction) keeps on the run what its turn needs
-  (`queued_input`: instructions, documents, answers) and puts a task on the lane's queue: Django's
-  tasks framework with the django-tasks-db backend, a row in the same database and transaction.
+- `start_queued` starts a run queued: `enqueue`, inside `start_run`'s transaction, keeps on the run
+  what its turn needs (`queued_input`: instructions, documents, answers) and puts a task on the lane's
+  queue: Django's tasks framework with the django-tasks-db backend, a row in the same database and
+  transaction.
 - A `WorkerPool` (threads of `manage.py serve`, or `manage.py run_worker`) claims tasks one at a time
   under one lock, so a lane never runs more turns at once than its limit (`RUN_LANES`) over all
   workers; the claim marks the run `running` with a lease.
@@ -13,14 +14,8 @@
   reclaimed run carried go back to its session, never lost.
 """
 
-import asyncio
 import logging
-import os
-import socket
 import threading
-import uuid
-from collections.abc import Coroutine
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -34,10 +29,10 @@ from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from agents.engine import Answers, TurnError
+from agents.events import EventLog, EventType
 from agents.lanes import queue_name
 from agents.models import Run, RunStatus
 from agents.runs import (
-    EventLog,
     ExecutionResult,
     PreparedRun,
     RunRequest,
@@ -47,24 +42,12 @@ from agents.runs import (
     execute,
     finish_run,
     granted_connections,
+    start_run,
 )
+from agents.turns import PROCESS_ID, cancel_here, keep_held, keeper_started, lease, run_here
 from console.periodic import start_periodic
 
 logger = logging.getLogger(__name__)
-
-PROCESS_ID = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-"""Who holds the turns run by this process (worker threads add their number)."""
-
-
-def lease(worker_id: str) -> dict[str, Any]:
-    return {"worker_id": worker_id, "lease_expires_at": timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)}
-
-
-def hold_here() -> dict[str, Any]:
-    """A synchronous turn of this process: leased while a keeper renews leases here (`serve`,
-    `run_worker`), so its runs are reclaimed should the process die; without a keeper (another ASGI
-    server, tests) it is not leased, as nothing would renew the lease of a long turn."""
-    return lease(PROCESS_ID) if _KEEPER.is_set() else {"worker_id": PROCESS_ID}
 
 
 def lane_limit(lane: str) -> int:
@@ -72,6 +55,11 @@ def lane_limit(lane: str) -> int:
 
 
 # --- queueing --------------------------------------------------------------------------------------
+
+
+def start_queued(prepared: PreparedRun, user: Any) -> StartedRun:
+    """Start a run on its lane's queue: it is recorded `queued` and a worker runs its turn."""
+    return start_run(prepared, user, enqueue=enqueue)
 
 
 def enqueue(run: Run, prepared: PreparedRun, answers: Answers, log: EventLog) -> None:
@@ -130,7 +118,7 @@ def execute_queued(context: TaskContext, run_id: str) -> str:
         finish_run(load_started(run), ExecutionResult(None, None, cancelled=True))
         return run.status
     started = load_started(run)
-    result = run_here(tracked(started))
+    result = run_here(execute(started))
     if _retry(started, result.error):
         return "retrying"
     finish_run(started, result)
@@ -151,7 +139,7 @@ def _retry(started: StartedRun, error: TurnError | None) -> bool:
         if not held.update(status=RunStatus.QUEUED, worker_id="", lease_expires_at=None):
             return True  # reclaimed meanwhile: the reclaimer decides
         started.log.record(
-            "run.retrying",
+            EventType.RUN_RETRYING,
             {
                 "attempt": run.attempts,
                 "error": {"code": error.code, "message": error.message},
@@ -174,7 +162,7 @@ def cancel(run: Run) -> str:
         run = _runs().get(pk=run.pk)
         finish_run(load_started(run), ExecutionResult(None, None, cancelled=True))
         return "cancelled"
-    if _cancel_here(run.id):
+    if cancel_here(run.id):
         return "cancelling"
     Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(cancel_requested=True)
     return "cancelling"
@@ -298,79 +286,12 @@ class WorkerPool:
         close_old_connections()
 
 
-# --- turns held by this process: leases, live events, cancel, reclaim ------------------------------
-
-
-@dataclass
-class _Held:
-    loop: asyncio.AbstractEventLoop
-    task: "asyncio.Task[Any]"
-    log: EventLog
-
-
-_HELD: dict[uuid.UUID, _Held] = {}
-_HELD_LOCK = threading.Lock()
-_KEEPER = threading.Event()
-
-
-class _ThreadLoop:
-    """An event loop of one thread, closed when the thread ends (its thread-local goes away)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-
-    def __del__(self) -> None:
-        if not self.loop.is_running():
-            self.loop.close()
-
-
-_THREAD = threading.local()
-
-
-def run_here(turn: Coroutine[Any, Any, ExecutionResult]) -> ExecutionResult:
-    """Run a turn from synchronous code on this thread's own event loop, kept between turns: a new loop
-    per turn costs more than the turn's queries (and pydantic-ai's worker thread for sync tools)."""
-    holder = getattr(_THREAD, "loop", None)
-    if holder is None:
-        holder = _THREAD.loop = _ThreadLoop()
-    return holder.loop.run_until_complete(turn)
-
-
-async def tracked(started: StartedRun) -> ExecutionResult:
-    """Run the turn as one this process holds: cancellable from here, kept alive by the keeper."""
-    task = asyncio.current_task()
-    assert task is not None
-    started.log.live = _KEEPER.is_set()
-    with _HELD_LOCK:
-        _HELD[started.run.id] = _Held(asyncio.get_running_loop(), task, started.log)
-    try:
-        return await execute(started)
-    finally:
-        with _HELD_LOCK:
-            _HELD.pop(started.run.id, None)
-
-
-def _cancel_here(run_id: uuid.UUID) -> bool:
-    with _HELD_LOCK:
-        held = _HELD.get(run_id)
-    if held is None:
-        return False
-    held.loop.call_soon_threadsafe(held.task.cancel)
-    return True
+# --- the keeper ----------------------------------------------------------------------------------
 
 
 def keep() -> None:
-    """One round of the keeper: renew leases, write events, pass on cancels, reclaim lost runs."""
-    with _HELD_LOCK:
-        held = dict(_HELD)
-    if held:
-        Run.objects.filter(id__in=held, status=RunStatus.RUNNING).update(
-            lease_expires_at=timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
-        )
-        for entry in held.values():
-            entry.log.flush()
-        for run_id in Run.objects.filter(id__in=held, cancel_requested=True).values_list("id", flat=True):
-            _cancel_here(run_id)
+    """One round of the keeper: the turns held here (agents/turns.py), then runs other processes lost."""
+    keep_held()
     reclaim_lost()
 
 
@@ -402,5 +323,5 @@ def reclaim_lost(now: Any = None) -> list[Run]:
 
 def start_keeper(every_seconds: float = 1.0) -> None:
     """Start the keeper thread of this process (once)."""
-    _KEEPER.set()
+    keeper_started()
     start_periodic("keeper", every_seconds, keep)

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from agents import queue
+from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
 from agents.models import Agent, Event, Run, RunStatus
@@ -184,7 +185,7 @@ class TimelineEntry:
         data = event.data if isinstance(event.data, dict) else {"value": event.data}
         shown = {key: pretty(value) for key, value in data.items() if value is not None}
         result = data.get("result")
-        if event.type == "permission.completed" and isinstance(result, dict) and "overrideArguments" in result:
+        if event.type == EventType.PERMISSION_COMPLETED and isinstance(result, dict) and "overrideArguments" in result:
             shown["overrideArguments"] = pretty(result["overrideArguments"])
         shown["everything"] = pretty(event.data)
         return cls(event, shown)

@@ -7,14 +7,13 @@ transaction; `execute` runs the engine turn and `finish_run` stores the outcome.
 
 import asyncio
 import logging
-import threading
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, QuerySet
 from django.utils import timezone
 from jsonschema import Draft202012Validator
@@ -23,8 +22,10 @@ from pydantic import Field, StrictBool, field_validator
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
 from agents.definitions import CULTURE, WireModel
 from agents.engine import Answers, TurnError, TurnOutcome, run_turn
+from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE, LANE_PATTERN
-from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus, Session
+from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
+from agents.turns import hold_here, holding
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.push import notify_requests_closed, notify_requests_opened
 from approvals.rules import arguments_hash
@@ -320,106 +321,6 @@ def _attachment_documents(tenant: Tenant, ids: list[uuid.UUID]) -> list[tuple[st
     return documents
 
 
-# --- events ---------------------------------------------------------------------------------------
-
-
-Listener = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-class EventLog:
-    """Builds the envelope chain of one run. Stored events are written by `finish_run`, except those
-    `flush` wrote before (a queued run's as it starts, a long turn's while it runs)."""
-
-    def __init__(self, run: Run, listener: Listener | None = None) -> None:
-        self.run = run
-        self.listener = listener
-        self.stored: list[Event] = []
-        self.flushed = 0
-        self.sequence = 0
-        self.parent: uuid.UUID | None = None
-        # Set while a keeper runs in this process (agents/queue.py): events reach the database mid-turn.
-        self.live = False
-        self._flushing = threading.Lock()
-
-    @classmethod
-    def resume(cls, run: Run) -> "EventLog":
-        """The log of a run whose events so far are stored: the chain goes on after the last one."""
-        log = cls(run)
-        last = run.events.order_by("-sequence").only("id", "sequence").first()
-        if last is not None:
-            log.sequence, log.parent = last.sequence, last.id
-        return log
-
-    def flush(self) -> None:
-        """Write the stored events not written yet (from any thread; the turn may go on meanwhile)."""
-        with self._flushing:
-            events = self.stored[self.flushed :]
-            if events:
-                Event.objects.bulk_create(events)
-                self.flushed += len(events)
-
-    def envelope(self, event_type: str, data: dict[str, Any], ephemeral: bool) -> dict[str, Any]:
-        now = timezone.now()
-        if ephemeral:
-            return {
-                "id": str(uuid.uuid4()),
-                "runId": str(self.run.id),
-                "sequence": self.sequence,
-                "timestamp": now.isoformat(),
-                "parentId": str(self.parent) if self.parent else None,
-                "ephemeral": True,
-                "type": event_type,
-                "data": data,
-            }
-        return event_envelope(self._store(event_type, data, now))
-
-    def _store(self, event_type: str, data: dict[str, Any], now: Any = None) -> Event:
-        self.sequence += 1
-        event = Event(
-            run=self.run,
-            sequence=self.sequence,
-            parent_id=self.parent,
-            type=event_type,
-            data=data,
-            timestamp=now or timezone.now(),
-        )
-        self.stored.append(event)
-        self.parent = event.id
-        return event
-
-    async def emit(self, event_type: str, data: dict[str, Any], ephemeral: bool = False) -> None:
-        if self.listener is not None:
-            await self.listener(self.envelope(event_type, data, ephemeral))
-        elif not ephemeral:
-            self.record(event_type, data)
-        if self.live and event_type == "tool.execution_start" and data.get("sideEffects"):
-            # Stored before the tool runs: should this process die from here on, the run is not retried.
-            await asyncio.to_thread(self._flush_apart)
-
-    def _flush_apart(self) -> None:
-        try:
-            self.flush()
-        finally:
-            connection.close()
-
-    def record(self, event_type: str, data: dict[str, Any]) -> None:
-        """A stored event from synchronous code (no live listener is called)."""
-        self._store(event_type, data)
-
-
-def event_envelope(event: Event) -> dict[str, Any]:
-    return {
-        "id": str(event.id),
-        "runId": str(event.run_id),
-        "sequence": event.sequence,
-        "timestamp": event.timestamp.isoformat(),
-        "parentId": str(event.parent_id) if event.parent_id else None,
-        "ephemeral": False,
-        "type": event.type,
-        "data": event.data,
-    }
-
-
 # --- starting, executing, finishing ---------------------------------------------------------------
 
 
@@ -436,14 +337,17 @@ class StartedRun:
 _DECISIONS = {True: "approved", False: "denied-interactively-by-user"}
 
 
-def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> StartedRun:
-    """Record the run, the answers it carries and any rules they remember, in one transaction; a
-    `queued` run goes to its lane's queue in the same transaction (agents/queue.py).
+Enqueue = Callable[[Run, PreparedRun, Answers, EventLog], None]
+
+
+def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = None) -> StartedRun:
+    """Record the run, the answers it carries and any rules they remember, in one transaction; with
+    `enqueue` the run is queued, and `enqueue` puts it on its lane's queue in the same transaction
+    (`agents.queue.start_queued`).
 
     Raises RunRejected (and writes nothing) when a request it answers was answered meanwhile."""
-    from agents import queue
-
     request, tenant = prepared.request, prepared.tenant
+    queued = enqueue is not None
     with transaction.atomic():
         session = prepared.session
         if session is not None:
@@ -469,11 +373,11 @@ def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> Star
             parameters=prepared.bound,
             created_by=_person(user),
             lane=request.lane or DEFAULT_LANE,
-            **({} if queued else queue.hold_here()),
+            **({} if queued else hold_here()),
         )
         log = EventLog(run)
         log.record(
-            "run.started",
+            EventType.RUN_STARTED,
             {
                 "agent": prepared.agent.name,
                 "definitionVersion": prepared.version.number,
@@ -517,11 +421,11 @@ def start_run(prepared: PreparedRun, user: Any, *, queued: bool = False) -> Star
             _apply_answer(pending, answers, log, user)
         rules = active_rules(prepared.agent, prepared.version)
         if request.message is not None and request.message != "":
-            log.record("user.message", {"content": request.message})
+            log.record(EventType.USER_MESSAGE, {"content": request.message})
         for name, text in prepared.documents:
-            log.record("document.attached", {"name": name, "size": len(text.encode())})
-        if queued:
-            queue.enqueue(run, prepared, answers, log)
+            log.record(EventType.DOCUMENT_ATTACHED, {"name": name, "size": len(text.encode())})
+        if enqueue is not None:
+            enqueue(run, prepared, answers, log)
     closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
     notify_requests_closed(run.tenant_id, [str(i) for i in closed])
     conversation = session.conversation if session is not None else None
@@ -540,9 +444,9 @@ def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:
     started = {
         event.data.get("callId")
         for event in log.stored
-        if event.type == "tool.execution_start" and event.data.get("sideEffects")
+        if event.type == EventType.TOOL_EXECUTION_START and event.data.get("sideEffects")
     }
-    written = run.events.filter(type="tool.execution_start", data__sideEffects=True)
+    written = run.events.filter(type=EventType.TOOL_EXECUTION_START, data__sideEffects=True)
     return started | set(written.values_list("data__callId", flat=True))
 
 
@@ -570,9 +474,9 @@ def _claim(pending: PendingRequest, *, answered_before: bool, **changes: Any) ->
 
 ABANDONED_REASON = "The request was abandoned: the session moved on."
 _COMPLETED_EVENT: dict[str, str] = {
-    RequestKind.APPROVAL: "permission.completed",
-    RequestKind.CLIENT_TOOL: "external_tool.completed",
-    RequestKind.INPUT: "elicitation.completed",
+    RequestKind.APPROVAL: EventType.PERMISSION_COMPLETED,
+    RequestKind.CLIENT_TOOL: EventType.EXTERNAL_TOOL_COMPLETED,
+    RequestKind.INPUT: EventType.ELICITATION_COMPLETED,
 }
 RAN_IN_FAILED_TURN = (
     "This call already ran, in a turn that failed before its result was kept; it was not run again. "
@@ -609,7 +513,7 @@ def record_terminated(log: EventLog, pending: PendingRequest) -> None:
     """The run log's word that `pending` closed without an answer (SPEC section 5: the lifecycle lives on
     the generic request events, the kind on the event)."""
     data = {"requestId": str(pending.id), "kind": pending.status, "toolName": pending.tool_name}
-    log.record("request.terminated", {**data, "callId": pending.call_id})
+    log.record(EventType.REQUEST_TERMINATED, {**data, "callId": pending.call_id})
 
 
 def _answer_abandoned(pending: PendingRequest, answers: Answers) -> None:
@@ -661,14 +565,14 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
             # Once: should this turn fail, the answer returns for the next one without a second rule.
             pending.answer = {**answer, "rememberedRuleId": str(rule.id)}
             PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
-        log.record("permission.completed", {**base, "result": result})
+        log.record(EventType.PERMISSION_COMPLETED, {**base, "result": result})
     elif pending.kind == RequestKind.CLIENT_TOOL:
         if answer.get("errorMessage"):
             answers.tool_results[pending.call_id] = ToolFailed(answer["errorMessage"])
         else:
             answers.tool_results[pending.call_id] = answer.get("result")
         log.record(
-            "external_tool.completed",
+            EventType.EXTERNAL_TOOL_COMPLETED,
             {**base, "result": answer.get("result"), "errorMessage": answer.get("errorMessage")},
         )
     else:
@@ -677,7 +581,9 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
             "content": answer.get("content"),
             "engine_state": pending.engine_state,
         }
-        log.record("elicitation.completed", {**base, "action": answer["action"], "content": answer.get("content")})
+        log.record(
+            EventType.ELICITATION_COMPLETED, {**base, "action": answer["action"], "content": answer.get("content")}
+        )
 
 
 @dataclass
@@ -688,24 +594,26 @@ class ExecutionResult:
 
 
 async def execute(started: StartedRun) -> ExecutionResult:
-    """Run the engine turn; never raises for a failed turn (the result says so)."""
+    """Run the engine turn, as a turn this process holds (agents/turns.py); never raises for a failed
+    turn (the result says so)."""
     prepared = started.prepared
     message = prepared.request.message if prepared.request.message else None
     if message is None and not started.answers:
         message = ""
     try:
-        outcome = await run_turn(
-            prepared.version.definition,
-            connections=prepared.connections,
-            instructions=prepared.instructions,
-            conversation=started.conversation,
-            message=message,
-            documents=prepared.documents,
-            answers=started.answers or None,
-            rules=started.rules,
-            emit=started.log.emit,
-            stream=started.log.listener is not None,
-        )
+        async with holding(started.run, started.log):
+            outcome = await run_turn(
+                prepared.version.definition,
+                connections=prepared.connections,
+                instructions=prepared.instructions,
+                conversation=started.conversation,
+                message=message,
+                documents=prepared.documents,
+                answers=started.answers or None,
+                rules=started.rules,
+                emit=started.log.emit,
+                stream=started.log.listener is not None,
+            )
     except TurnError as error:
         return ExecutionResult(None, error)
     except asyncio.CancelledError:
@@ -723,9 +631,9 @@ _AWAITING_ORDER = [
     (RequestKind.CLIENT_TOOL, RunStatus.AWAITING_TOOL_RESULT),
 ]
 _REQUESTED_EVENT = {
-    RequestKind.APPROVAL: "permission.requested",
-    RequestKind.CLIENT_TOOL: "external_tool.requested",
-    RequestKind.INPUT: "elicitation.requested",
+    RequestKind.APPROVAL: EventType.PERMISSION_REQUESTED,
+    RequestKind.CLIENT_TOOL: EventType.EXTERNAL_TOOL_REQUESTED,
+    RequestKind.INPUT: EventType.ELICITATION_REQUESTED,
 }
 
 
@@ -787,12 +695,12 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
     gone = run.session is not None and (outcome is None or bool(outcome.pending)) and _agent_deleted(run.session)
     if result.cancelled:
         run.status = RunStatus.CANCELLED
-        log.record("run.cancelled", {})
+        log.record(EventType.RUN_CANCELLED, {})
     elif outcome is None:
         assert result.error is not None
         run.status = RunStatus.FAILED
         run.error = {"code": result.error.code, "message": result.error.message}
-        log.record("run.failed", {"error": run.error})
+        log.record(EventType.RUN_FAILED, {"error": run.error})
     elif outcome.pending and run.session is None:
         # A sessionless run cannot be answered: its requests would have nowhere to go.
         run.status = RunStatus.FAILED
@@ -800,10 +708,10 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
             "code": "session_required",
             "message": "The agent asked for approval, input or a client tool; send a sessionId to answer.",
         }
-        log.record("run.failed", {"error": run.error})
+        log.record(EventType.RUN_FAILED, {"error": run.error})
     else:
         run.usage = outcome.usage
-        log.record("assistant.usage", outcome.usage)
+        log.record(EventType.ASSISTANT_USAGE, outcome.usage)
         deadline = prepared.version.definition.request_deadline_seconds
         expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
         for call in outcome.pending:
@@ -828,11 +736,11 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
         if opened:
             kinds = {p.kind for p in opened}
             run.status = next(status for kind, status in _AWAITING_ORDER if kind in kinds)
-            log.record("run.awaiting", {"status": run.status, "pendingRequests": [p.wire() for p in opened]})
+            log.record(EventType.RUN_AWAITING, {"status": run.status, "pendingRequests": [p.wire() for p in opened]})
         else:
             run.status = RunStatus.COMPLETED
             run.output = outcome.output
-            log.record("run.completed", {"output": outcome.output})
+            log.record(EventType.RUN_COMPLETED, {"output": outcome.output})
         if run.session is not None:
             run.session.conversation = outcome.conversation
     if outcome is None:

@@ -14,13 +14,14 @@ from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 
 from agents import queue
+from agents.events import event_envelope
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.runs import (
     RunRejected,
     RunRequest,
     StartedRun,
-    event_envelope,
+    execute,
     finish_run,
     live_version,
     prepare_run,
@@ -28,6 +29,7 @@ from agents.runs import (
     run_result,
     start_run,
 )
+from agents.turns import run_here
 from approvals.models import RequestStatus
 from console.api import ApiError, Paging, Problem, page_of, require_role
 from console.tenancy import ConsoleRequest
@@ -61,7 +63,7 @@ def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
         version = live_version(membership.tenant, name, payload.definition_version)
         prepared = prepare_run(membership.tenant, version, payload)
         refuse_ungranted_connections(prepared)
-        started = start_run(prepared, request.user, queued=queued)
+        started = queue.start_queued(prepared, request.user) if queued else start_run(prepared, request.user)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     if queued:
@@ -81,7 +83,7 @@ def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    result = queue.run_here(queue.tracked(started))
+    result = run_here(execute(started))
     opened = finish_run(started, result)
     return JsonResponse(run_result(started.run, opened))
 
@@ -97,7 +99,7 @@ async def _stream(started: StartedRun) -> AsyncIterator[str]:
         await arrivals.put(envelope)
 
     started.log.listener = listener
-    task = asyncio.ensure_future(queue.tracked(started))
+    task = asyncio.ensure_future(execute(started))
     try:
         while not (task.done() and arrivals.empty()):
             getter = asyncio.ensure_future(arrivals.get())

@@ -7,6 +7,7 @@ request of the session has its answer, the console starts the continuation run i
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from django.utils import timezone
@@ -14,6 +15,7 @@ from pydantic import Field, StrictBool
 
 from agents.definitions import WireModel
 from agents.models import Run, Session
+from agents.queue import start_queued
 from agents.runs import (
     RunRejected,
     RunRequest,
@@ -21,7 +23,6 @@ from agents.runs import (
     live_version,
     prepare_run,
     schema_problems,
-    start_run,
 )
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from approvals.push import notify_requests_closed
@@ -156,8 +157,6 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
     now = timezone.now()
     if pending.expires_at is not None and pending.expires_at <= now and pending.answer is None:
         # Past its deadline but not swept yet: close it now, as the sweep would, and say so.
-        from approvals.deadlines import expire_due
-
         expire_due(now)
         return Outcome("expired", rid, "The request's deadline passed before this answer arrived.")
     payload = _payload(pending, response)
@@ -199,9 +198,24 @@ def continue_when_complete(user: Any, session: Session) -> Run | None:
         version = asked.version if asked else live_version(session.tenant, session.agent.name, None)
         version.agent = session.agent
         prepared = prepare_run(session.tenant, version, request)
-        started = start_run(prepared, user, queued=True)
+        started = start_queued(prepared, user)
     except RunRejected:
         # Another answer started the continuation at the same moment (the session is busy), or the
         # answers were consumed by a run request meanwhile: either way the turn is on its way.
         return None
     return started.run
+
+
+def expire_due(now: datetime | None = None) -> list[PendingRequest]:
+    """Close every pending, unanswered request whose deadline has passed; start the continuations."""
+    now = now or timezone.now()
+    due = PendingRequest.objects.open().select_related("session__tenant", "session__agent").filter(expires_at__lte=now)
+    expired = []
+    for pending in due[:500]:
+        if pending.close(RequestStatus.EXPIRED, now):
+            expired.append(pending)
+    for tenant_id in {p.tenant_id for p in expired}:
+        notify_requests_closed(tenant_id, [str(p.id) for p in expired if p.tenant_id == tenant_id])
+    for session in {p.session_id: p.session for p in expired}.values():
+        continue_when_complete(None, session)
+    return expired

@@ -22,6 +22,7 @@ from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 
+from agents.events import EventType
 from agents.models import Event
 from approvals.models import TERMINAL, PendingRequest, RequestKind, RequestStatus, Rule
 from console.models import Tenant
@@ -237,7 +238,7 @@ def _rule_decisions(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
     if criteria.decision and criteria.decision != DecisionFilter.RULE:
         return None
     events = Event.objects.filter(
-        run__tenant=tenant, type="permission.completed", data__result__kind="approved-by-rule"
+        run__tenant=tenant, type=EventType.PERMISSION_COMPLETED, data__result__kind="approved-by-rule"
     )
     if criteria.who:
         word, _, rule_id = criteria.who.partition(" ")

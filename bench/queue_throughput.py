@@ -44,17 +44,14 @@ def one(database: str, threads: int, runs: int) -> dict[str, object]:
         from django.db.models import Max, Min
 
         from agents.models import Run
-        from agents.runs import RunRequest, live_version, prepare_run, start_run
+        from agents.queue import start_queued
+        from agents.runs import RunRequest, live_version, prepare_run
 
         call_command("migrate", verbosity=0)
         persona = seed_operator(agents={"clock": AGENT})
         version = live_version(persona["tenant"], "clock", None)
         for _ in range(runs):
-            start_run(
-                prepare_run(persona["tenant"], version, RunRequest(message="call get_time")),
-                persona["user"],
-                queued=True,
-            )
+            start_queued(prepare_run(persona["tenant"], version, RunRequest(message="call get_time")), persona["user"])
         log = data / "worker.log"
         with log.open("w") as out:
             worker = subprocess.Popen(

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agents.models import Agent, Run, RunStatus
 from approvals import answers
-from approvals.deadlines import expire_due
+from approvals.answers import expire_due
 from approvals.models import PendingRequest, RequestStatus
 from tests.agents.run_helpers import drain_queued, make_agent, run_ok, run_queued, snapshot, stored_events
 from tests.conftest import Persona
