@@ -49,3 +49,4 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy .
+	.venv/bin/lint-imports --no-cache

@@ -491,16 +491,14 @@ TERMINATED_REASONS = {
 def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log: "EventLog") -> None:
     """Tell the engine that a call closed without an answer (expired, cancelled) did not run; the
     decision is recorded apart from a human "no"."""
-    from pydantic_ai import ToolDenied, ToolFailed
-
     claimed = PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run)
     if not claimed:
         raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
     reason = TERMINATED_REASONS[RequestStatus(pending.status)]
     if pending.kind == RequestKind.CLIENT_TOOL:
-        answers.tool_results[pending.call_id] = ToolFailed(reason)
+        answers.fail(pending.call_id, reason)
     else:
-        answers.approvals[pending.call_id] = ToolDenied(reason)
+        answers.deny(pending.call_id, reason)
     record_terminated(log, pending)
     base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id}
     log.record(
@@ -519,32 +517,28 @@ def record_terminated(log: EventLog, pending: PendingRequest) -> None:
 def _answer_abandoned(pending: PendingRequest, answers: Answers) -> None:
     """Close an abandoned call in the conversation too: the model must see that it never ran, and the
     engine refuses a new message while the last response still has calls without results."""
-    from pydantic_ai import ToolDenied, ToolFailed
-
     if pending.kind == RequestKind.CLIENT_TOOL:
-        answers.tool_results[pending.call_id] = ToolFailed(ABANDONED_REASON)
+        answers.fail(pending.call_id, ABANDONED_REASON)
     else:
-        answers.approvals[pending.call_id] = ToolDenied(ABANDONED_REASON)
+        answers.deny(pending.call_id, ABANDONED_REASON)
 
 
 def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user: Any) -> None:
-    from pydantic_ai import ToolApproved, ToolDenied, ToolFailed
-
     answer = pending.answer or {}
     who = pending.answered_by.username if pending.answered_by else None
     base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id, "answeredBy": who}
     if answer.get("ranInFailedTurn"):
         # The call ran in a turn that failed before it was kept: never run it twice.
-        answers.approvals[pending.call_id] = ToolDenied(RAN_IN_FAILED_TURN)
+        answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
         ran = {"kind": "ran-in-failed-turn", "reason": RAN_IN_FAILED_TURN}
         log.record(_COMPLETED_EVENT[pending.kind], {**base, "result": ran})
         return
     if pending.kind == RequestKind.APPROVAL:
         approved = bool(answer.get("approved"))
         if approved:
-            answers.approvals[pending.call_id] = ToolApproved(override_args=answer.get("overrideArguments"))
+            answers.approve(pending.call_id, answer.get("overrideArguments"))
         else:
-            answers.approvals[pending.call_id] = ToolDenied(answer.get("reason") or "The operator denied the call.")
+            answers.deny(pending.call_id, answer.get("reason") or "The operator denied the call.")
         result: dict[str, Any] = {"kind": _DECISIONS[approved], "reason": answer.get("reason")}
         if answer.get("overrideArguments") is not None:
             result["overrideArguments"] = answer["overrideArguments"]
@@ -568,22 +562,17 @@ def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user
         log.record(EventType.PERMISSION_COMPLETED, {**base, "result": result})
     elif pending.kind == RequestKind.CLIENT_TOOL:
         if answer.get("errorMessage"):
-            answers.tool_results[pending.call_id] = ToolFailed(answer["errorMessage"])
+            answers.fail(pending.call_id, answer["errorMessage"])
         else:
-            answers.tool_results[pending.call_id] = answer.get("result")
+            answers.result(pending.call_id, answer.get("result"))
         log.record(
             EventType.EXTERNAL_TOOL_COMPLETED,
             {**base, "result": answer.get("result"), "errorMessage": answer.get("errorMessage")},
         )
     else:
-        answers.inputs[pending.call_id] = {
-            "action": answer["action"],
-            "content": answer.get("content"),
-            "engine_state": pending.engine_state,
-        }
-        log.record(
-            EventType.ELICITATION_COMPLETED, {**base, "action": answer["action"], "content": answer.get("content")}
-        )
+        given = {"action": answer["action"], "content": answer.get("content")}
+        answers.answer_input(pending.call_id, {**given, "engine_state": pending.engine_state})
+        log.record(EventType.ELICITATION_COMPLETED, {**base, **given})
 
 
 @dataclass

@@ -43,8 +43,8 @@ from django.test import Client  # noqa: E402
 from pydantic_ai import Agent  # noqa: E402
 
 from agents.definitions import DefinitionContent  # noqa: E402
+from agents.engine.scripted import scripted_model  # noqa: E402
 from agents.models import Agent as AgentDefinition  # noqa: E402
-from agents.scripted import scripted_model  # noqa: E402
 from agents.tools import get_time  # noqa: E402
 from console.models import ApiToken, Membership, Tenant  # noqa: E402
 

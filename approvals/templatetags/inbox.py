@@ -5,14 +5,13 @@ The card is rendered by the inbox views and by approvals/push.py, which passes n
 """
 
 import json
-from functools import cache
 from typing import Any
 
 from django import template
 
+from agents.engine import server_tool_schema
 from agents.runs import approval_mode
 from agents.schema_forms import SchemaField, schema_fields
-from agents.tools import REGISTRY
 from approvals.models import PendingRequest, RequestKind
 
 register = template.Library()
@@ -34,19 +33,12 @@ def lookup(mapping: Any, key: str) -> Any:
     return mapping.get(key) if mapping else None
 
 
-@cache
-def _server_tool_schema(name: str) -> dict[str, Any]:
-    from pydantic_ai import Tool  # the engine's own schema of the function, as the model sees it
-
-    return Tool(REGISTRY[name].function).function_schema.json_schema
-
-
 def _parameters_schema(pending: PendingRequest) -> dict[str, Any] | None:
     definition = pending.run.version.definition
     if pending.kind == RequestKind.CLIENT_TOOL:
         return next((t.parameters for t in definition.client_tools if t.name == pending.tool_name), None)
     if pending.kind == RequestKind.APPROVAL and any(t.name == pending.tool_name for t in definition.tools):
-        return _server_tool_schema(pending.tool_name)
+        return server_tool_schema(pending.tool_name)
     return None  # an MCP tool: its schema lives on its server
 
 

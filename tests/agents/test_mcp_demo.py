@@ -23,7 +23,7 @@ from pydantic_ai import (
 )
 from pydantic_ai.mcp import CallToolFunc, MCPToolset
 
-from agents.scripted import scripted_model
+from agents.engine.scripted import scripted_model
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 QUESTION = "Which day should I book?"

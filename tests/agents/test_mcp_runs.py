@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from agents import mcp_bridge
 from agents.definitions import DefinitionContent
+from agents.engine import mcp as mcp_bridge
 from agents.models import Agent, Event
 from tests.agents.run_helpers import assert_problem, call_line, run, run_ok, snapshot
 from tests.conftest import Persona, grant

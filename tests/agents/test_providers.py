@@ -342,3 +342,15 @@ async def test_a_streamed_run_whose_client_goes_away_still_finishes_under_the_se
         await asyncio.sleep(0.1)
     run = await sync_to_async(Run.objects.get)()
     assert (run.status, run.output) == ("completed", "Finished anyway.")
+
+
+def test_every_model_kind_has_a_provider_and_every_provider_a_kind():
+    """A new provider is one entry in agents.engine.providers.PROVIDERS, its kind in MODEL_KINDS (which the
+    definition checks and the form use) and, unless built in, a ConnectionKind an installation can store."""
+    from agents.engine.providers import PROVIDERS
+    from console.connections import MODEL_KINDS
+    from console.models import ConnectionKind
+
+    assert set(PROVIDERS) == MODEL_KINDS
+    assert MODEL_KINDS - {"scripted"} <= set(ConnectionKind.values)
+    assert ConnectionKind.MCP not in PROVIDERS and ConnectionKind.WEBHOOK not in PROVIDERS

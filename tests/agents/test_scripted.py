@@ -19,7 +19,7 @@ from pydantic_ai import (
     UserPromptPart,
 )
 
-from agents.scripted import DOCUMENT_NAME, document_name, document_prompt, scripted_model
+from agents.engine.scripted import DOCUMENT_NAME, document_name, document_prompt, scripted_model
 
 LOCATION = ToolDefinition(
     name="get_user_location",

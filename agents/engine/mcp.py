@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
+from django.conf import settings
 from fastmcp.client import Client as FastMCPClient
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
@@ -37,7 +38,7 @@ NO_BACK_CHANNEL = "no back-channel"
 CALL_TIMEOUT_SECONDS = 60.0
 START_TIMEOUT_SECONDS = 15.0
 PING_TIMEOUT_SECONDS = 5.0
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_DIR = str(settings.BASE_DIR)
 
 TOOL_LIST_TTL_SECONDS = 300.0
 

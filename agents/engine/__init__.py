@@ -12,9 +12,9 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Literal
 
-from django.conf import settings
 from pydantic_ai import (
     Agent,
     AgentRunResultEvent,
@@ -49,9 +49,10 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.usage import RunUsage
 
 from agents.definitions import DefinitionContent
+from agents.engine import providers
+from agents.engine.mcp import McpBridge, McpServerFailed
+from agents.engine.scripted import document_prompt
 from agents.events import EventType
-from agents.mcp_bridge import McpBridge, McpServerFailed
-from agents.scripted import document_prompt, scripted_model
 from agents.tools import REGISTRY
 from approvals.rules import first_matching
 from console.connections import ConnectionSpec
@@ -89,6 +90,25 @@ class Answers:
 
     def __bool__(self) -> bool:
         return bool(self.approvals or self.tool_results or self.inputs)
+
+    def approve(self, call_id: str, override_arguments: dict[str, Any] | None = None) -> None:
+        self.approvals[call_id] = ToolApproved(override_args=override_arguments)
+
+    def deny(self, call_id: str, reason: str) -> None:
+        """The call does not run; the model reads `reason` as its result."""
+        self.approvals[call_id] = ToolDenied(reason)
+
+    def result(self, call_id: str, value: Any) -> None:
+        """The result a client tool returned."""
+        self.tool_results[call_id] = value
+
+    def fail(self, call_id: str, message: str) -> None:
+        """The client tool failed (or never ran); the model reads `message` as its error."""
+        self.tool_results[call_id] = ToolFailed(message)
+
+    def answer_input(self, call_id: str, answer: dict[str, Any]) -> None:
+        """An elicitation's answer (action, content, the engine's state of the call)."""
+        self.inputs[call_id] = answer
 
     def dump(self) -> dict[str, Any]:
         """JSON for a queued run's stored input; `load` reads it back."""
@@ -144,6 +164,12 @@ class TurnDeps:
     rules: Sequence[Any]
 
 
+@cache
+def server_tool_schema(name: str) -> dict[str, Any]:
+    """The JSON schema of a server tool's parameters, as the engine gives it to the model."""
+    return Tool(REGISTRY[name].function).function_schema.json_schema
+
+
 def connection_for(connections: Mapping[str, ConnectionSpec], name: str) -> ConnectionSpec:
     """The settings of the connection `name`, as resolved for the run's tenant before the turn."""
     spec = connections.get(name)
@@ -163,31 +189,9 @@ def api_key_for(spec: ConnectionSpec) -> str | None:
 
 
 def build_model(spec: ConnectionSpec, model_name: str, api_key: str | None = None) -> Model:
-    base_url = spec.base_url or None
-    if spec.kind == "scripted":
-        return scripted_model()
-    if spec.kind == "openai":
-        from pydantic_ai.models.openai import OpenAIChatModel
-        from pydantic_ai.providers.openai import OpenAIProvider
-
-        provider: Any = OpenAIProvider(base_url=base_url, api_key=api_key or "not-needed")
-        model: Model = OpenAIChatModel(model_name, provider=provider)
-    elif spec.kind == "anthropic":
-        from pydantic_ai.models.anthropic import AnthropicModel
-        from pydantic_ai.providers.anthropic import AnthropicProvider
-
-        provider = AnthropicProvider(api_key=api_key or "not-needed", base_url=base_url)
-        model = AnthropicModel(model_name, provider=provider)
-    else:
+    model = providers.build_model(spec, model_name, api_key)
+    if model is None:
         raise TurnError("unknown_connection", f"The connection {spec.name!r} is not a model provider.")
-    # The SDKs retry 408/409/429/5xx and refused connections with backoff, honouring a Retry-After of up
-    # to two minutes, while the run's request waits. Fail at once instead: the error code says whether
-    # it is transient, and whoever runs the turn decides when to try again. (Set on the SDK client the
-    # provider owns, so pydantic-ai still replaces its HTTP client when a turn runs on a new event loop.)
-    provider.client.max_retries = 0
-    # A provider that stops answering fails the turn (provider_timeout) instead of holding it for the
-    # SDK's default of ten minutes.
-    provider.client.timeout = float(settings.PROVIDER_TIMEOUT_SECONDS)
     return model
 
 
