@@ -8,15 +8,15 @@ transaction; `execute` runs the engine turn and `finish_run` stores the outcome.
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain
 from typing import Annotated, Any, Literal
 
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, QuerySet
 from django.utils import timezone
-from jsonschema import Draft202012Validator
 from pydantic import Field, StrictBool, field_validator
 
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
@@ -26,9 +26,9 @@ from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE, LANE_PATTERN
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
 from agents.turns import hold_here, holding
+from approvals.kinds import KINDS, AnswerRefused, awaiting_status, deliver
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.push import notify_requests_closed, notify_requests_opened
-from approvals.rules import arguments_hash
 from console.connections import ConnectionSpec
 from console.models import Connection, Tenant
 
@@ -244,26 +244,18 @@ def _check_answers(prepared: PreparedRun) -> None:
         seen.add(found.id)
         prepared.answered.append((found, payload))
 
-    for approval in request.approvals:
-        found = target(approval.request_id, RequestKind.APPROVAL)
-        if approval.remember and not approval.approved:
-            raise RunRejected(400, "remember_refused", "`remember` applies to approvals only, not to a denial.")
-        if approval.remember and approval_mode(found, approval_modes) == "every_time":
-            raise RunRejected(400, "remember_refused", f"{found.tool_name} asks every time; it cannot be remembered.")
-        answer(found, {**approval.model_dump(mode="json", by_alias=True), "requestId": str(found.id)})
-    for result in request.tool_results:
-        answer(
-            target(None, RequestKind.CLIENT_TOOL, call_id=result.call_id), result.model_dump(mode="json", by_alias=True)
-        )
-    for response in request.input_responses:
-        found = target(response.request_id, RequestKind.INPUT)
-        if response.action == "accept":
-            problems = schema_problems(found.requested_schema or {"type": "object"}, response.content or {})
-            if problems:
-                raise RunRejected(
-                    400, "invalid_input_content", f"The content does not fit the requested schema: {problems}"
-                )
-        answer(found, {**response.model_dump(mode="json", by_alias=True), "requestId": str(found.id)})
+    # Each answer is found, checked and taken in turn: the first that fails names the error.
+    given = chain(
+        ((target(a.request_id, RequestKind.APPROVAL), a) for a in request.approvals),
+        ((target(None, RequestKind.CLIENT_TOOL, call_id=r.call_id), r) for r in request.tool_results),
+        ((target(r.request_id, RequestKind.INPUT), r) for r in request.input_responses),
+    )
+    for found, wire in given:
+        try:
+            answer(found, KINDS[found.kind].answer(found, wire.model_dump(mode="json", by_alias=True), approval_modes))
+        except AnswerRefused as refused:
+            code = "invalid_input_content" if refused.code == "invalid_content" else refused.code
+            raise RunRejected(400, code, refused.detail) from None
 
     if session is not None:
         prepared.terminated = list(
@@ -290,16 +282,6 @@ def _as_uuid(value: str | None) -> uuid.UUID | None:
         return uuid.UUID(value) if value else None
     except ValueError:
         return None
-
-
-def approval_mode(pending: PendingRequest, modes: Mapping[str, str]) -> str:
-    """The approval mode a request was opened under (MCP tools carry their server's)."""
-    return (pending.engine_state or {}).get("approvalMode") or modes.get(pending.tool_name, "always")
-
-
-def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
-    errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
-    return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
 
 
 def _attachment_documents(tenant: Tenant, ids: list[uuid.UUID]) -> list[tuple[str, str]]:
@@ -332,9 +314,6 @@ class StartedRun:
     answers: Answers
     rules: list[Rule]
     conversation: dict[str, Any] | None = None
-
-
-_DECISIONS = {True: "approved", False: "denied-interactively-by-user"}
 
 
 Enqueue = Callable[[Run, PreparedRun, Answers, EventLog], None]
@@ -393,7 +372,9 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             if not pending.close(RequestStatus.ABANDONED, now):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
-            _answer_abandoned(pending, answers)
+            # Closed in the conversation too: the model must see that the call never ran, and the engine
+            # refuses a new message while the last response still has calls without results.
+            KINDS[pending.kind].close(pending, answers, ABANDONED_REASON)
             record_terminated(log, pending)
         for pending in prepared.terminated:
             _deliver_terminated(pending, run, answers, log)
@@ -418,7 +399,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
                 closed_at=pending.closed_at or now,
             )
         for pending in [p for p, _ in prepared.answered] + prepared.stored_answers:
-            _apply_answer(pending, answers, log, user)
+            deliver(pending, answers, log)
         rules = active_rules(prepared.agent, prepared.version)
         if request.message is not None and request.message != "":
             log.record(EventType.USER_MESSAGE, {"content": request.message})
@@ -473,36 +454,25 @@ def _claim(pending: PendingRequest, *, answered_before: bool, **changes: Any) ->
 
 
 ABANDONED_REASON = "The request was abandoned: the session moved on."
-_COMPLETED_EVENT: dict[str, str] = {
-    RequestKind.APPROVAL: EventType.PERMISSION_COMPLETED,
-    RequestKind.CLIENT_TOOL: EventType.EXTERNAL_TOOL_COMPLETED,
-    RequestKind.INPUT: EventType.ELICITATION_COMPLETED,
-}
-RAN_IN_FAILED_TURN = (
-    "This call already ran, in a turn that failed before its result was kept; it was not run again. "
-    "Repeat it only if the user asks."
-)
 TERMINATED_REASONS = {
     RequestStatus.EXPIRED: "The request expired before anyone answered it.",
     RequestStatus.CANCELLED: "The request was cancelled.",
 }
 
 
-def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log: "EventLog") -> None:
+def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log: EventLog) -> None:
     """Tell the engine that a call closed without an answer (expired, cancelled) did not run; the
     decision is recorded apart from a human "no"."""
     claimed = PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run)
     if not claimed:
         raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
     reason = TERMINATED_REASONS[RequestStatus(pending.status)]
-    if pending.kind == RequestKind.CLIENT_TOOL:
-        answers.fail(pending.call_id, reason)
-    else:
-        answers.deny(pending.call_id, reason)
+    kind = KINDS[pending.kind]
+    kind.close(pending, answers, reason)
     record_terminated(log, pending)
     base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id}
     log.record(
-        _COMPLETED_EVENT[pending.kind],
+        kind.completed_event,
         {**base, "answeredBy": None, "result": {"kind": pending.status, "reason": reason}},
     )
 
@@ -512,67 +482,6 @@ def record_terminated(log: EventLog, pending: PendingRequest) -> None:
     the generic request events, the kind on the event)."""
     data = {"requestId": str(pending.id), "kind": pending.status, "toolName": pending.tool_name}
     log.record(EventType.REQUEST_TERMINATED, {**data, "callId": pending.call_id})
-
-
-def _answer_abandoned(pending: PendingRequest, answers: Answers) -> None:
-    """Close an abandoned call in the conversation too: the model must see that it never ran, and the
-    engine refuses a new message while the last response still has calls without results."""
-    if pending.kind == RequestKind.CLIENT_TOOL:
-        answers.fail(pending.call_id, ABANDONED_REASON)
-    else:
-        answers.deny(pending.call_id, ABANDONED_REASON)
-
-
-def _apply_answer(pending: PendingRequest, answers: Answers, log: EventLog, user: Any) -> None:
-    answer = pending.answer or {}
-    who = pending.answered_by.username if pending.answered_by else None
-    base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id, "answeredBy": who}
-    if answer.get("ranInFailedTurn"):
-        # The call ran in a turn that failed before it was kept: never run it twice.
-        answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
-        ran = {"kind": "ran-in-failed-turn", "reason": RAN_IN_FAILED_TURN}
-        log.record(_COMPLETED_EVENT[pending.kind], {**base, "result": ran})
-        return
-    if pending.kind == RequestKind.APPROVAL:
-        approved = bool(answer.get("approved"))
-        if approved:
-            answers.approve(pending.call_id, answer.get("overrideArguments"))
-        else:
-            answers.deny(pending.call_id, answer.get("reason") or "The operator denied the call.")
-        result: dict[str, Any] = {"kind": _DECISIONS[approved], "reason": answer.get("reason")}
-        if answer.get("overrideArguments") is not None:
-            result["overrideArguments"] = answer["overrideArguments"]
-        if approved and answer.get("remember") and not answer.get("rememberedRuleId"):
-            # Narrowed to the arguments the operator approved: with an override, never the model's own.
-            override = answer.get("overrideArguments")
-            approved_arguments = override if override is not None else pending.arguments
-            rule = Rule.objects.create(
-                tenant=pending.tenant,
-                agent=pending.agent,
-                tool_name=pending.tool_name,
-                arguments_hash=arguments_hash(approved_arguments) if answer.get("rememberArgumentsOnly") else "",
-                arguments=approved_arguments if answer.get("rememberArgumentsOnly") else None,
-                created_by=pending.answered_by,
-                created_from=pending,
-            )
-            result["rememberedRuleId"] = str(rule.id)
-            # Once: should this turn fail, the answer returns for the next one without a second rule.
-            pending.answer = {**answer, "rememberedRuleId": str(rule.id)}
-            PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
-        log.record(EventType.PERMISSION_COMPLETED, {**base, "result": result})
-    elif pending.kind == RequestKind.CLIENT_TOOL:
-        if answer.get("errorMessage"):
-            answers.fail(pending.call_id, answer["errorMessage"])
-        else:
-            answers.result(pending.call_id, answer.get("result"))
-        log.record(
-            EventType.EXTERNAL_TOOL_COMPLETED,
-            {**base, "result": answer.get("result"), "errorMessage": answer.get("errorMessage")},
-        )
-    else:
-        given = {"action": answer["action"], "content": answer.get("content")}
-        answers.answer_input(pending.call_id, {**given, "engine_state": pending.engine_state})
-        log.record(EventType.ELICITATION_COMPLETED, {**base, **given})
 
 
 @dataclass
@@ -612,18 +521,6 @@ async def execute(started: StartedRun) -> ExecutionResult:
         logger.exception("Run %s failed unexpectedly", started.run.id)
         return ExecutionResult(None, TurnError("engine_error", f"The turn failed unexpectedly: {error}"))
     return ExecutionResult(outcome, None)
-
-
-_AWAITING_ORDER = [
-    (RequestKind.APPROVAL, RunStatus.AWAITING_APPROVAL),
-    (RequestKind.INPUT, RunStatus.AWAITING_INPUT),
-    (RequestKind.CLIENT_TOOL, RunStatus.AWAITING_TOOL_RESULT),
-]
-_REQUESTED_EVENT = {
-    RequestKind.APPROVAL: EventType.PERMISSION_REQUESTED,
-    RequestKind.CLIENT_TOOL: EventType.EXTERNAL_TOOL_REQUESTED,
-    RequestKind.INPUT: EventType.ELICITATION_REQUESTED,
-}
 
 
 def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequest]:
@@ -719,12 +616,10 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
                 expires_at=expires_at,
             )
             opened.append(pending)
-            log.record(
-                _REQUESTED_EVENT[RequestKind(call.kind)], {k: v for k, v in pending.wire().items() if k != "kind"}
-            )
+            log.record(KINDS[call.kind].requested_event, {k: v for k, v in pending.wire().items() if k != "kind"})
         if opened:
             kinds = {p.kind for p in opened}
-            run.status = next(status for kind, status in _AWAITING_ORDER if kind in kinds)
+            run.status = awaiting_status(kinds)
             log.record(EventType.RUN_AWAITING, {"status": run.status, "pendingRequests": [p.wire() for p in opened]})
         else:
             run.status = RunStatus.COMPLETED

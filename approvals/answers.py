@@ -19,12 +19,11 @@ from agents.queue import start_queued
 from agents.runs import (
     RunRejected,
     RunRequest,
-    approval_mode,
     live_version,
     prepare_run,
-    schema_problems,
 )
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.kinds import KINDS, AnswerRefused
+from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_closed
 from console.models import Membership
 
@@ -85,62 +84,22 @@ _TERMINAL_STATUS: dict[str, Status] = {
 }
 
 
-# The fields that answer each kind of request (`remember` is refused with a 400 instead, see below).
-_KIND_FIELDS: dict[str, set[str]] = {
-    RequestKind.APPROVAL: {"approved", "reason", "remember_arguments_only", "override_arguments"},
-    RequestKind.CLIENT_TOOL: {"result", "error_message"},
-    RequestKind.INPUT: {"action", "content"},
-}
-
-
-def _answers_another_kind(pending: PendingRequest, response: Response) -> bool:
-    """True when the answer sets a field of another kind of request: storing it without that field
-    would silently drop part of what the client meant (an `errorMessage` sent with an approval)."""
-    foreign = set().union(*_KIND_FIELDS.values()) - _KIND_FIELDS[pending.kind]
-    return any(getattr(response, name) != Response.model_fields[name].default for name in foreign)
-
-
 def _payload(pending: PendingRequest, response: Response) -> dict[str, Any] | Outcome:
-    """The stored answer for `pending`, or the outcome that refuses it."""
-    rid = str(pending.id)
-    if pending.kind == RequestKind.APPROVAL:
-        if response.approved is None or _answers_another_kind(pending, response):
-            return Outcome("response_type_mismatch", rid, "An approval request takes `approved` (and a reason).")
-        if response.remember and not response.approved:
-            raise ResponseRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
-        if response.remember and _approval_mode(pending) == "every_time":
-            raise ResponseRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
-        keys: tuple[str, ...] = (
-            "requestId",
-            "approved",
-            "reason",
-            "remember",
-            "rememberArgumentsOnly",
-            "overrideArguments",
-        )
-    elif pending.kind == RequestKind.CLIENT_TOOL:
-        if _answers_another_kind(pending, response):
-            return Outcome("response_type_mismatch", rid, "A client-tool request takes `result` or `errorMessage`.")
-        if response.remember:
-            raise ResponseRefused("remember_refused", "`remember` applies to tool approvals only.")
-        keys = ("callId", "result", "errorMessage")
-    else:
-        if response.action is None or _answers_another_kind(pending, response):
-            return Outcome("response_type_mismatch", rid, "An input request takes `action` (and `content`).")
-        if response.remember:
-            raise ResponseRefused("remember_refused", "`remember` applies to tool approvals only.")
-        if response.action == "accept":
-            problems = schema_problems(pending.requested_schema or {"type": "object"}, response.content or {})
-            if problems:
-                return Outcome("invalid_response", rid, f"The content does not fit the requested schema: {problems}")
-        keys = ("requestId", "action", "content")
-    wire = response.model_dump(mode="json", by_alias=True)
-    wire["callId"] = pending.call_id
-    return {key: wire.get(key) for key in keys}
-
-
-def _approval_mode(pending: PendingRequest) -> str:
-    return approval_mode(pending, {t.name: t.approval for t in pending.run.version.definition.tools})
+    """The stored answer for `pending`, or the outcome that refuses it (raises ResponseRefused for a 400)."""
+    kind = KINDS[pending.kind]
+    # A field of another kind would be silently dropped from what the client meant (an `errorMessage`
+    # sent with an approval): the answer is for another kind of request.
+    foreign = set().union(*(k.fields for k in KINDS.values())) - kind.fields
+    missing = kind.required is not None and getattr(response, kind.required) is None
+    if missing or any(getattr(response, name) != Response.model_fields[name].default for name in foreign):
+        return Outcome("response_type_mismatch", str(pending.id), kind.takes)
+    modes = {t.name: t.approval for t in pending.run.version.definition.tools}
+    try:
+        return kind.answer(pending, response.model_dump(mode="json", by_alias=True), modes)
+    except AnswerRefused as refused:
+        if refused.code == "invalid_content":
+            return Outcome("invalid_response", str(pending.id), refused.detail)
+        raise ResponseRefused(refused.code, refused.detail) from None
 
 
 def respond(membership: Membership, user: Any, run: Run, response: Response, *, via: str) -> Outcome:

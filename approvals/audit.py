@@ -24,6 +24,7 @@ from django.urls import reverse
 
 from agents.events import EventType
 from agents.models import Event
+from approvals.kinds import KINDS
 from approvals.models import TERMINAL, PendingRequest, RequestKind, RequestStatus, Rule
 from console.models import Tenant
 
@@ -344,23 +345,7 @@ def _base(pending: PendingRequest) -> dict[str, Any]:
 
 def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, str]) -> AuditEntry:
     answer = pending.answer if isinstance(pending.answer, dict) else {}
-    details: dict[str, Any] = {}
-    if pending.kind == RequestKind.APPROVAL:
-        decision = "approved" if answer.get("approved") else "denied"
-        details = {
-            "override_arguments": answer.get("overrideArguments"),
-            "remembered": bool(answer.get("remember")) and decision == "approved",
-            "rule_id": remembered.get(pending.id),
-        }
-    elif pending.kind == RequestKind.CLIENT_TOOL:
-        decision = "tool-error" if answer.get("errorMessage") else "tool-result"
-        details = {"result": answer.get("result"), "error_message": answer.get("errorMessage")}
-    else:
-        action = str(answer.get("action") or "")
-        decision = {"accept": "input-accepted", "decline": "input-declined", "cancel": "input-cancelled"}.get(
-            action, f"input-{action}"
-        )
-        details = {"action": action or None, "content": answer.get("content")}
+    decision, details = KINDS[pending.kind].audit(answer, remembered.get(pending.id))
     assert pending.answered_at is not None
     return AuditEntry(
         when=pending.answered_at,

@@ -10,8 +10,8 @@ from typing import Any
 from django import template
 
 from agents.engine import server_tool_schema
-from agents.runs import approval_mode
 from agents.schema_forms import SchemaField, schema_fields
+from approvals.kinds import approval_mode
 from approvals.models import PendingRequest, RequestKind
 
 register = template.Library()

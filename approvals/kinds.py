@@ -1,0 +1,230 @@
+"""Request kinds (SPEC section 4): what a run may ask while it runs. Each kind says, once, which answer
+fields it takes and what it stores, the checks an answer must pass, how the answer reaches the engine
+and which event records it, the event and run status that announce it, and how the audit describes it.
+
+Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.runs.prepare_run`) and
+the inbox / respond API (`approvals.answers.respond`). A new kind is one class here plus its inbox form and
+its card partial (docs/architecture.md, "A new request kind").
+"""
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from jsonschema import Draft202012Validator
+
+from agents.engine import Answers
+from agents.events import EventLog, EventType
+from agents.models import RunStatus
+from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.rules import arguments_hash
+
+RAN_IN_FAILED_TURN = (
+    "This call already ran, in a turn that failed before its result was kept; it was not run again. "
+    "Repeat it only if the user asks."
+)
+
+
+class AnswerRefused(Exception):
+    """An answer its kind refuses; nothing is stored. `code` is `remember_refused` or `invalid_content`."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code, self.detail = code, detail
+
+
+def approval_mode(pending: PendingRequest, modes: Mapping[str, str]) -> str:
+    """The approval mode a request was opened under (MCP tools carry their server's); `modes` are the
+    definition's tools by name."""
+    return (pending.engine_state or {}).get("approvalMode") or modes.get(pending.tool_name, "always")
+
+
+def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
+    errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
+    return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
+
+
+class Kind:
+    name: ClassVar[RequestKind]
+    awaiting: ClassVar[RunStatus]
+    requested_event: ClassVar[EventType]
+    completed_event: ClassVar[EventType]
+    # The answer fields (snake_case, as on `approvals.answers.Response`) this kind takes; `required` among them.
+    fields: ClassVar[frozenset[str]]
+    required: ClassVar[str | None] = None
+    # What a stored answer holds (camelCase, as on the wire).
+    stored: ClassVar[tuple[str, ...]]
+    # Said when an answer is not for this kind.
+    takes: ClassVar[str]
+
+    def answer(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> dict[str, Any]:
+        """The answer to store for `pending`, from its camelCase `wire` form; raises AnswerRefused."""
+        self.check(pending, wire, modes)
+        given = {**wire, "requestId": str(pending.id), "callId": pending.call_id}
+        return {key: given.get(key) for key in self.stored}
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> None:
+        if wire.get("remember"):
+            raise AnswerRefused("remember_refused", "`remember` applies to tool approvals only.")
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        """Hand the stored answer of `pending` to the engine and record it in the run's log."""
+        raise NotImplementedError
+
+    def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
+        """The call of `pending` closed without an answer: it did not run, for `reason`."""
+        answers.deny(pending.call_id, reason)
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        """The audit's decision for a stored answer, and the details it shows."""
+        raise NotImplementedError
+
+    @staticmethod
+    def base(pending: PendingRequest) -> dict[str, Any]:
+        who = pending.answered_by.username if pending.answered_by else None
+        return {
+            "requestId": str(pending.id),
+            "toolName": pending.tool_name,
+            "callId": pending.call_id,
+            "answeredBy": who,
+        }
+
+
+class Approval(Kind):
+    name = RequestKind.APPROVAL
+    awaiting = RunStatus.AWAITING_APPROVAL
+    requested_event = EventType.PERMISSION_REQUESTED
+    completed_event = EventType.PERMISSION_COMPLETED
+    fields = frozenset({"approved", "reason", "remember_arguments_only", "override_arguments"})
+    required = "approved"
+    stored = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments")
+    takes = "An approval request takes `approved` (and a reason)."
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> None:
+        if wire.get("remember") and not wire.get("approved"):
+            raise AnswerRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
+        if wire.get("remember") and approval_mode(pending, modes) == "every_time":
+            raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        answer = pending.answer or {}
+        approved = bool(answer.get("approved"))
+        override = answer.get("overrideArguments")
+        if approved:
+            answers.approve(pending.call_id, override)
+        else:
+            answers.deny(pending.call_id, answer.get("reason") or "The operator denied the call.")
+        result: dict[str, Any] = {
+            "kind": "approved" if approved else "denied-interactively-by-user",
+            "reason": answer.get("reason"),
+        }
+        if override is not None:
+            result["overrideArguments"] = override
+        if approved and answer.get("remember") and not answer.get("rememberedRuleId"):
+            result["rememberedRuleId"] = self._remember(pending, answer)
+        log.record(self.completed_event, {**self.base(pending), "result": result})
+
+    @staticmethod
+    def _remember(pending: PendingRequest, answer: dict[str, Any]) -> str:
+        """The rule a remembered approval makes, narrowed to the arguments the operator approved (with an
+        override, never the model's own); made once: should the turn fail, the answer comes back for the
+        next one without a second rule."""
+        override = answer.get("overrideArguments")
+        approved_arguments = override if override is not None else pending.arguments
+        only_these = bool(answer.get("rememberArgumentsOnly"))
+        rule = Rule.objects.create(
+            tenant=pending.tenant,
+            agent=pending.agent,
+            tool_name=pending.tool_name,
+            arguments_hash=arguments_hash(approved_arguments) if only_these else "",
+            arguments=approved_arguments if only_these else None,
+            created_by=pending.answered_by,
+            created_from=pending,
+        )
+        pending.answer = {**answer, "rememberedRuleId": str(rule.id)}
+        PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
+        return str(rule.id)
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        decision = "approved" if answer.get("approved") else "denied"
+        return decision, {
+            "override_arguments": answer.get("overrideArguments"),
+            "remembered": bool(answer.get("remember")) and decision == "approved",
+            "rule_id": rule_id,
+        }
+
+
+class Input(Kind):
+    name = RequestKind.INPUT
+    awaiting = RunStatus.AWAITING_INPUT
+    requested_event = EventType.ELICITATION_REQUESTED
+    completed_event = EventType.ELICITATION_COMPLETED
+    fields = frozenset({"action", "content"})
+    required = "action"
+    stored = ("requestId", "action", "content")
+    takes = "An input request takes `action` (and `content`)."
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> None:
+        super().check(pending, wire, modes)
+        if wire.get("action") == "accept":
+            problems = schema_problems(pending.requested_schema or {"type": "object"}, wire.get("content") or {})
+            if problems:
+                raise AnswerRefused("invalid_content", f"The content does not fit the requested schema: {problems}")
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        answer = pending.answer or {}
+        given = {"action": answer["action"], "content": answer.get("content")}
+        answers.answer_input(pending.call_id, {**given, "engine_state": pending.engine_state})
+        log.record(self.completed_event, {**self.base(pending), **given})
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        action = str(answer.get("action") or "")
+        decision = {"accept": "input-accepted", "decline": "input-declined", "cancel": "input-cancelled"}.get(
+            action, f"input-{action}"
+        )
+        return decision, {"action": action or None, "content": answer.get("content")}
+
+
+class ClientTool(Kind):
+    name = RequestKind.CLIENT_TOOL
+    awaiting = RunStatus.AWAITING_TOOL_RESULT
+    requested_event = EventType.EXTERNAL_TOOL_REQUESTED
+    completed_event = EventType.EXTERNAL_TOOL_COMPLETED
+    fields = frozenset({"result", "error_message"})
+    stored = ("callId", "result", "errorMessage")
+    takes = "A client-tool request takes `result` or `errorMessage`."
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        answer = pending.answer or {}
+        if answer.get("errorMessage"):
+            answers.fail(pending.call_id, answer["errorMessage"])
+        else:
+            answers.result(pending.call_id, answer.get("result"))
+        given = {"result": answer.get("result"), "errorMessage": answer.get("errorMessage")}
+        log.record(self.completed_event, {**self.base(pending), **given})
+
+    def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
+        answers.fail(pending.call_id, reason)
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        decision = "tool-error" if answer.get("errorMessage") else "tool-result"
+        return decision, {"result": answer.get("result"), "error_message": answer.get("errorMessage")}
+
+
+# In the order a run waits on them: with several kinds open, its status is the first one's `awaiting`.
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (Approval(), Input(), ClientTool())}
+
+
+def awaiting_status(kinds: set[str]) -> RunStatus:
+    """The status of a run waiting on requests of `kinds`."""
+    return next(kind.awaiting for name, kind in KINDS.items() if name in kinds)
+
+
+def deliver(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+    """Hand a stored answer to the engine; a call that already ran in a failed turn is never run twice."""
+    kind = KINDS[pending.kind]
+    if (pending.answer or {}).get("ranInFailedTurn"):
+        answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
+        ran = {"kind": "ran-in-failed-turn", "reason": RAN_IN_FAILED_TURN}
+        log.record(kind.completed_event, {**kind.base(pending), "result": ran})
+        return
+    kind.deliver(pending, answers, log)
