@@ -32,16 +32,14 @@ from agents.engine import Answers, TurnError
 from agents.events import EventLog, EventType
 from agents.lanes import queue_name
 from agents.models import Run, RunStatus
+from agents.prepare import PreparedRun, RunRequest, granted_connections
 from agents.runs import (
     ExecutionResult,
-    PreparedRun,
-    RunRequest,
     StartedRun,
     active_rules,
     calls_with_side_effects,
     execute,
     finish_run,
-    granted_connections,
     start_run,
 )
 from agents.turns import PROCESS_ID, cancel_here, keep_held, keeper_started, lease, run_here

@@ -17,18 +17,8 @@ from agents import queue
 from agents.events import event_envelope
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
-from agents.runs import (
-    RunRejected,
-    RunRequest,
-    StartedRun,
-    execute,
-    finish_run,
-    live_version,
-    prepare_run,
-    refuse_ungranted_connections,
-    run_result,
-    start_run,
-)
+from agents.prepare import RunRejected, RunRequest, live_version, prepare_run, refuse_ungranted_connections
+from agents.runs import StartedRun, execute, finish_run, run_result, start_run
 from agents.turns import run_here
 from approvals.models import RequestStatus
 from console.api import ApiError, Paging, Problem, page_of, require_role

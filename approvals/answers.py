@@ -15,13 +15,8 @@ from pydantic import Field, StrictBool
 
 from agents.definitions import WireModel
 from agents.models import Run, Session
+from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.queue import start_queued
-from agents.runs import (
-    RunRejected,
-    RunRequest,
-    live_version,
-    prepare_run,
-)
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_closed

@@ -2,7 +2,7 @@
 fields it takes and what it stores, the checks an answer must pass, how the answer reaches the engine
 and which event records it, the event and run status that announce it, and how the audit describes it.
 
-Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.runs.prepare_run`) and
+Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.prepare.prepare_run`) and
 the inbox / respond API (`approvals.answers.respond`). A new kind is one class here plus its inbox form and
 its card partial (docs/architecture.md, "A new request kind").
 """

@@ -44,8 +44,8 @@ def one(database: str, threads: int, runs: int) -> dict[str, object]:
         from django.db.models import Max, Min
 
         from agents.models import Run
+        from agents.prepare import RunRequest, live_version, prepare_run
         from agents.queue import start_queued
-        from agents.runs import RunRequest, live_version, prepare_run
 
         call_command("migrate", verbosity=0)
         persona = seed_operator(agents={"clock": AGENT})

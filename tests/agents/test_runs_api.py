@@ -12,7 +12,8 @@ from django.core import mail
 
 from agents import queue
 from agents.models import Attachment, Event, Run, RunStatus, Session
-from agents.runs import RunRejected, RunRequest, execute, finish_run, live_version, prepare_run, start_run
+from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
+from agents.runs import execute, finish_run, start_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from tests.agents.run_helpers import (
     EMAIL,

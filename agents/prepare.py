@@ -1,0 +1,289 @@
+"""A run request checked whole before anything is written (`prepare_run`): the request's schema, its
+session, the answers it carries, parameters, culture, documents and connections. A rejected request
+(`RunRejected`) changes nothing; `agents.runs.start_run` records what `PreparedRun` holds.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Annotated, Any, Literal
+
+from django.db.models import Exists, F
+from pydantic import Field, StrictBool, field_validator
+
+from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
+from agents.definitions import CULTURE, WireModel
+from agents.lanes import LANE_PATTERN
+from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
+from approvals.kinds import KINDS, AnswerRefused
+from approvals.models import PendingRequest, RequestKind, RequestStatus
+from console.connections import ConnectionSpec
+from console.models import Connection, Tenant
+
+
+class RunRejected(Exception):
+    """A run request that fails a check; nothing was changed."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+# An answer's requestId is any string: one that is not a UUID names no request of the session, which is
+# `unknown_request` (SPEC section 4) rather than a malformed body.
+RequestId = Annotated[str, Field(max_length=200)]
+
+
+class ApprovalAnswer(WireModel):
+    request_id: RequestId
+    approved: StrictBool
+    reason: str | None = Field(default=None, max_length=2000)
+    remember: StrictBool = False
+    remember_arguments_only: StrictBool = False
+    override_arguments: dict[str, Any] | None = None
+
+
+class ToolResultAnswer(WireModel):
+    call_id: str = Field(min_length=1, max_length=200)
+    result: Any = None
+    error_message: str | None = Field(default=None, max_length=5000)
+
+
+class InputAnswer(WireModel):
+    request_id: RequestId
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+
+
+class Document(WireModel):
+    name: str = Field(min_length=1, max_length=255)
+    content: str = Field(max_length=1_000_000)
+
+
+class RunRequest(WireModel):
+    message: str | None = Field(default=None, max_length=200_000)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    parameters: dict[str, Any] | None = None
+    culture: str | None = Field(default=None, max_length=35)
+    documents: list[Document] = Field(default_factory=list)
+    attachment_ids: list[uuid.UUID] = Field(default_factory=list)
+    approvals: list[ApprovalAnswer] = Field(default_factory=list)
+    tool_results: list[ToolResultAnswer] = Field(default_factory=list)
+    input_responses: list[InputAnswer] = Field(default_factory=list)
+    abandon_pending: bool = False
+    definition_version: int | None = Field(default=None, ge=1)
+    lane: str | None = Field(default=None, pattern=LANE_PATTERN)
+
+    @field_validator("culture")
+    @classmethod
+    def _culture(cls, value: str | None) -> str | None:
+        if value is not None and not CULTURE.match(value):
+            raise ValueError("not a culture name (like 'tr' or 'tr-TR')")
+        return value
+
+    @property
+    def has_answers(self) -> bool:
+        return bool(self.approvals or self.tool_results or self.input_responses)
+
+
+@dataclass
+class PreparedRun:
+    """A checked run request: everything `start_run` writes, nothing written yet."""
+
+    tenant: Tenant
+    agent: Agent
+    version: AgentVersion
+    request: RunRequest
+    session: Session | None
+    bound: dict[str, Any]
+    culture: str
+    instructions: str
+    documents: list[tuple[str, str]]
+    previous_run: Run | None
+    # The connections the definition names, as granted to the tenant now (a missing one fails the turn).
+    connections: dict[str, ConnectionSpec] = field(default_factory=dict)
+    # (request, answer payload) pairs answered by this request, and earlier stored answers now used.
+    answered: list[tuple[PendingRequest, dict[str, Any]]] = field(default_factory=list)
+    stored_answers: list[PendingRequest] = field(default_factory=list)
+    abandoned: list[PendingRequest] = field(default_factory=list)
+    # Requests closed without an answer (expired, cancelled) whose calls the engine has not yet seen end.
+    terminated: list[PendingRequest] = field(default_factory=list)
+
+
+def live_version(tenant: Tenant, name: str, number: int | None) -> AgentVersion:
+    """The version a run of the agent `name` uses (its current one unless `number`), with its agent, in
+    one query; raises RunRejected (404) when there is no such agent or version."""
+    versions = AgentVersion.objects.select_related("agent").filter(
+        agent__tenant=tenant, agent__name=name, agent__deleted_at__isnull=True
+    )
+    chosen = versions.filter(number=number) if number else versions.filter(number=F("agent__current_version"))
+    version = next(iter(chosen[:1]), None)
+    if version is None:
+        if not Agent.objects.live().filter(tenant=tenant, name=name).exists():
+            raise RunRejected(404, "agent_not_found", f"No agent named {name!r} in this tenant.")
+        raise RunRejected(404, "version_not_found", f"Agent {name!r} has no version {number}.")
+    return version
+
+
+def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> PreparedRun:
+    """Check the whole request (SPEC section 4, "Rules") for a run of `version` (see `live_version`);
+    raises RunRejected, writes nothing."""
+    agent = version.agent
+    if request.has_answers and not request.session_id:
+        raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
+    session = None
+    if request.session_id:
+        session = Session.objects.filter(tenant=tenant, key=request.session_id).first()
+        if session is not None and session.agent_id != agent.pk:
+            raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
+        if session is not None:
+            refuse_if_busy_or_gone(session)
+    previous_run = session.last_run if session is not None else None
+
+    prepared = PreparedRun(
+        tenant=tenant,
+        agent=agent,
+        version=version,
+        request=request,
+        session=session,
+        bound={},
+        culture="",
+        instructions="",
+        documents=[],
+        previous_run=previous_run,
+        connections=granted_connections(tenant, version),
+    )
+    _check_answers(prepared)
+    if not (prepared.answered or prepared.stored_answers or prepared.terminated or request.message):
+        raise RunRejected(400, "message_required", "Send a message (it may be empty only when answers are sent).")
+    content = version.definition
+    values = request.parameters
+    if values is None:
+        values = previous_run.parameters if previous_run is not None else {}
+    try:
+        prepared.bound = bind_parameters(content, values)
+    except BindingError as error:
+        raise RunRejected(400, error.code, error.detail) from None
+    prepared.culture = request.culture or (previous_run.culture if previous_run is not None else "")
+    prepared.instructions = render_instructions(resolve_culture(content, prepared.culture), prepared.bound)
+    prepared.documents = [(d.name, d.content) for d in request.documents] + _attachment_documents(
+        tenant, request.attachment_ids
+    )
+    return prepared
+
+
+def granted_connections(tenant: Tenant, version: AgentVersion) -> dict[str, ConnectionSpec]:
+    """The connections `version` names that `tenant` may use now (a grant may be withdrawn after a save)."""
+    return Connection.objects.specs_for(tenant, version.definition.connection_names)
+
+
+def refuse_ungranted_connections(prepared: PreparedRun) -> None:
+    """A client's run request is refused (400) when a connection was withdrawn since its agent was saved.
+    The console's own continuation is not: it starts, and fails `unknown_connection` where people see it."""
+    problems = prepared.version.definition.connection_problems(prepared.connections)
+    if problems is not None:
+        raise RunRejected(400, problems[0], "; ".join(f"{path}: {text}" for path, text in problems[1].items()))
+
+
+def refuse_if_busy_or_gone(session: Session) -> None:
+    """Refuse a second turn of the session, and a turn of an agent deleted meanwhile. `start_run` asks again
+    under the session's lock, which the deletion takes too: the deletion waits for this turn to be recorded
+    (and then cancels it), or this turn waits for the deletion (and then stops here)."""
+    busy = Exists(Run.objects.filter(session=session, status__in=(RunStatus.RUNNING, RunStatus.QUEUED)))
+    deleted_at, is_busy = Agent.objects.filter(pk=session.agent_id).values_list("deleted_at", busy).get()
+    if deleted_at is not None:
+        raise RunRejected(404, "agent_not_found", "The agent of this session was deleted.")
+    if is_busy:
+        raise RunRejected(409, "session_busy", "A turn of this session is still running; send the next one after it.")
+
+
+def _check_answers(prepared: PreparedRun) -> None:
+    request, session = prepared.request, prepared.session
+    open_requests: dict[uuid.UUID, PendingRequest] = {}
+    if session is not None:
+        open_requests = {r.id: r for r in session.requests.filter(status=RequestStatus.PENDING, answered_in=None)}
+    by_call = {r.call_id: r for r in open_requests.values()}
+    approval_modes = {t.name: t.approval for t in prepared.version.definition.tools}
+
+    def target(request_id: str | None, kind: str, call_id: str | None = None) -> PendingRequest:
+        lookup: dict[str, Any]
+        if call_id is not None:
+            found, lookup, named = by_call.get(call_id), {"call_id": call_id}, call_id
+        else:
+            as_uuid = _as_uuid(request_id)
+            found, lookup, named = open_requests.get(as_uuid) if as_uuid else None, {"id": as_uuid}, str(request_id)
+        if found is None:
+            if session is not None and session.requests.filter(**lookup).exclude(status=RequestStatus.PENDING).exists():
+                raise RunRejected(409, "already_answered", f"The request {named} was answered before.")
+            raise RunRejected(400, "unknown_request", f"No pending request {named!r} in this session.")
+        if found.kind != kind or found.answer is not None:
+            if found.answer is not None:
+                raise RunRejected(409, "already_answered", f"The request {found.id} was answered before.")
+            raise RunRejected(400, "unknown_request", f"The request {found.id} is a {found.kind} request, not {kind}.")
+        return found
+
+    seen: set[uuid.UUID] = set()
+
+    def answer(found: PendingRequest, payload: dict[str, Any]) -> None:
+        if found.id in seen:
+            raise RunRejected(400, "duplicate_answer", f"The request {found.id} is answered twice in this request.")
+        seen.add(found.id)
+        prepared.answered.append((found, payload))
+
+    # Each answer is found, checked and taken in turn: the first that fails names the error.
+    given = chain(
+        ((target(a.request_id, RequestKind.APPROVAL), a) for a in request.approvals),
+        ((target(None, RequestKind.CLIENT_TOOL, call_id=r.call_id), r) for r in request.tool_results),
+        ((target(r.request_id, RequestKind.INPUT), r) for r in request.input_responses),
+    )
+    for found, wire in given:
+        try:
+            answer(found, KINDS[found.kind].answer(found, wire.model_dump(mode="json", by_alias=True), approval_modes))
+        except AnswerRefused as refused:
+            code = "invalid_input_content" if refused.code == "invalid_content" else refused.code
+            raise RunRejected(400, code, refused.detail) from None
+
+    if session is not None:
+        prepared.terminated = list(
+            session.requests.filter(status__in=(RequestStatus.EXPIRED, RequestStatus.CANCELLED), answered_in=None)
+        )
+    stored = [r for r in open_requests.values() if r.answer is not None]
+    prepared.stored_answers = stored
+    unanswered = [r for r in open_requests.values() if r.id not in seen and r.answer is None]
+    if unanswered and request.abandon_pending:
+        prepared.abandoned = unanswered
+    elif unanswered and (request.message or prepared.answered):
+        if request.message:
+            raise RunRejected(
+                409, "pending_requests", "The session has unanswered requests; answer them or set abandonPending."
+            )
+        missing = ", ".join(str(r.id) for r in unanswered)
+        raise RunRejected(
+            400, "unanswered_requests", f"Answer every pending request of the session together; missing: {missing}"
+        )
+
+
+def _as_uuid(value: str | None) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value) if value else None
+    except ValueError:
+        return None
+
+
+def _attachment_documents(tenant: Tenant, ids: list[uuid.UUID]) -> list[tuple[str, str]]:
+    if not ids:
+        return []
+    found = {a.id: a for a in Attachment.objects.filter(tenant=tenant, id__in=ids)}
+    foreign = [str(i) for i in ids if i not in found]
+    if foreign:
+        raise RunRejected(400, "foreign_attachment", f"No attachment {', '.join(foreign)} in this tenant.")
+    documents = []
+    for attachment_id in ids:
+        attachment = found[attachment_id]
+        with attachment.file.open("rb") as stream:
+            raw = stream.read()
+        try:
+            documents.append((attachment.name, raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            documents.append((attachment.name, f"[binary {attachment.content_type}, {attachment.size} bytes]"))
+    return documents
