@@ -157,6 +157,13 @@ AWAITING = (RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_INPUT, RunStatus.AWA
 FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, *AWAITING)
 
 
+class RunQuerySet(models.QuerySet["Run"]):
+    def held_by(self, run: "Run") -> "RunQuerySet":
+        """`run` while its turn is still held by the worker that holds it here: lease-guarded updates go
+        through this, so a reclaimed run's late outcome (or retry) changes nothing."""
+        return self.filter(pk=run.pk, status=RunStatus.RUNNING, worker_id=run.worker_id)
+
+
 class Run(models.Model):
     """One turn of a session (or a sessionless one-off). Once finished it is never rewritten."""
 
@@ -185,6 +192,8 @@ class Run(models.Model):
     worker_id = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+
+    objects = RunQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

@@ -133,7 +133,7 @@ def _retry(started: StartedRun, error: TurnError | None) -> bool:
     delay = settings.RUN_RETRY_DELAY_SECONDS * 2 ** (run.attempts - 1)
     run_after = timezone.now() + timedelta(seconds=delay)
     with transaction.atomic():
-        held = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, worker_id=run.worker_id)
+        held = Run.objects.held_by(run)
         if not held.update(status=RunStatus.QUEUED, worker_id="", lease_expires_at=None):
             return True  # reclaimed meanwhile: the reclaimer decides
         started.log.record(

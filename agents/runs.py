@@ -100,27 +100,14 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             record_terminated(log, pending)
         for pending in prepared.terminated:
             _deliver_terminated(pending, run, answers, log)
-        for pending, payload in prepared.answered:
-            _claim(
-                pending,
-                answered_before=False,
-                answer=payload,
-                answered_by=_person(user),
-                answered_at=now,
-                answered_via="run",
-                status=RequestStatus.ANSWERED,
-                answered_in=run,
-                closed_at=now,
-            )
-        for pending in prepared.stored_answers:
-            _claim(
-                pending,
-                answered_before=True,
-                status=RequestStatus.ANSWERED,
-                answered_in=run,
-                closed_at=pending.closed_at or now,
-            )
-        for pending in [p for p, _ in prepared.answered] + prepared.stored_answers:
+        # Answers given in this request, then answers stored before (from the inbox): a request answered
+        # or closed since prepare_run found it rejects the whole run, so a call is never answered twice.
+        carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
+        for pending, payload in carried:
+            if not pending.deliver_to(run, now, answer=payload, user=_person(user)):
+                detail = f"The request {pending.id} was answered or closed meanwhile."
+                raise RunRejected(409, "already_answered", detail)
+        for pending, _ in carried:
             deliver(pending, answers, log)
         rules = active_rules(prepared.agent, prepared.version)
         if request.message is not None and request.message != "":
@@ -160,19 +147,6 @@ def _person(user: Any) -> Any:
 
 def _id(obj: Any) -> str | None:
     return str(obj.pk) if obj is not None else None
-
-
-def _claim(pending: PendingRequest, *, answered_before: bool, **changes: Any) -> None:
-    """Write `changes` only while the request is as `prepare_run` found it: still open, and unanswered
-    unless its answer came earlier (from the inbox). A request answered or closed in the meantime (two
-    operators, two turns at once) rejects the whole run, so a call is never answered twice."""
-    claimed = PendingRequest.objects.filter(
-        pk=pending.pk, status=RequestStatus.PENDING, answered_in=None, answer__isnull=not answered_before
-    ).update(**changes)
-    if not claimed:
-        raise RunRejected(409, "already_answered", f"The request {pending.id} was answered or closed meanwhile.")
-    for name, value in changes.items():
-        setattr(pending, name, value)
 
 
 ABANDONED_REASON = "The request was abandoned: the session moved on."
@@ -370,7 +344,7 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
     # Only the holder of the run's lease finishes it: a run reclaimed meanwhile (its lease ran out)
     # was finished or queued again by the reclaimer, and this outcome rolls back.
     fields = ["status", "output", "usage", "error", "finished_at", "lease_expires_at", "queued_input"]
-    held = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, worker_id=run.worker_id)
+    held = Run.objects.held_by(run)
     if not held.update(**{name: getattr(run, name) for name in fields}):
         raise _Reclaimed
     if run.session is not None:

@@ -118,12 +118,7 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
         return payload
     if pending.answer is not None or pending.status == RequestStatus.ANSWERED:
         return Outcome("already_resolved", rid, "The request was answered before; this answer changed nothing.")
-    claimed = (
-        PendingRequest.objects.open()
-        .filter(pk=pending.pk)
-        .update(answer=payload, answered_by=user, answered_at=timezone.now(), answered_via=via)
-    )
-    if not claimed:
+    if not pending.record_answer(payload, user, via, timezone.now()):
         # Another answer won, or the sweep closed the request (expired) since it was read above.
         now_status = PendingRequest.objects.filter(pk=pending.pk).values_list("status", flat=True).first()
         if now_status in _TERMINAL_STATUS:

@@ -93,6 +93,43 @@ class PendingRequest(models.Model):
         self.status, self.closed_at = kind, now
         return True
 
+    def record_answer(self, answer: dict[str, Any], user: Any, via: str, now: datetime) -> bool:
+        """Store the answer given outside a run (inbox, respond API) while the request is open and has
+        none; False when another answer or a closing came first (a conditional update: one wins)."""
+        changes = {"answer": answer, "answered_by": user, "answered_at": now, "answered_via": via}
+        if not PendingRequest.objects.open().filter(pk=self.pk).update(**changes):
+            return False
+        for name, value in changes.items():
+            setattr(self, name, value)
+        return True
+
+    def deliver_to(self, run: Run, now: datetime, *, answer: dict[str, Any] | None = None, user: Any = None) -> bool:
+        """Mark the request answered by `run`, which carries its answer to the engine: `answer` given in
+        that run request, else the one stored before (from the inbox). Only while the request is as the
+        run request found it: still open, and unanswered unless its answer came earlier; False when an
+        answer or a closing came in between (two operators, two turns at once)."""
+        changes: dict[str, Any] = {
+            "status": RequestStatus.ANSWERED,
+            "answered_in": run,
+            "closed_at": self.closed_at or now,
+        }
+        if answer is not None:
+            changes |= {
+                "answer": answer,
+                "answered_by": user,
+                "answered_at": now,
+                "answered_via": "run",
+                "closed_at": now,
+            }
+        found = PendingRequest.objects.filter(
+            pk=self.pk, status=RequestStatus.PENDING, answered_in=None, answer__isnull=answer is not None
+        )
+        if not found.update(**changes):
+            return False
+        for name, value in changes.items():
+            setattr(self, name, value)
+        return True
+
     def wire(self) -> dict[str, Any]:
         return {
             "requestId": str(self.id),

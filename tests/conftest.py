@@ -154,3 +154,22 @@ def _end_stray_connections(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+@pytest.fixture
+async def empty_channel_layer():
+    """The in-memory channel layer lives as long as the process; start a websocket test without earlier
+    groups."""
+    from channels.layers import get_channel_layer
+
+    await get_channel_layer().flush()
+
+
+@pytest.fixture
+async def close_worker_thread_connections():
+    """ORM calls from async code run in asgiref's worker thread, whose connection outlives the test; on
+    PostgreSQL that open session keeps the test database from being dropped at the end."""
+    from asgiref.sync import sync_to_async
+
+    yield
+    await sync_to_async(connections.close_all)()

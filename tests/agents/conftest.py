@@ -3,7 +3,7 @@
 import pytest
 
 from agents.models import Agent
-from tests.agents.run_helpers import make_agent
+from tests.helpers import make_agent
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.test import Client
 
-from tests.agents.run_helpers import snapshot
+from tests.helpers import snapshot
 
 
 def body(name: str = "helper", **fields) -> dict:

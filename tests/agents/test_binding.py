@@ -6,7 +6,7 @@ import pytest
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
 from agents.definitions import DefinitionContent
 from agents.models import Run
-from tests.agents.run_helpers import (
+from tests.helpers import (
     ASSISTANT,
     EMAIL,
     call_line,

@@ -13,8 +13,8 @@ from django.db import connection, transaction
 from django_tasks_db.models import DBTaskResult
 
 from agents.models import Run, RunStatus
-from tests.agents.run_helpers import run
 from tests.conftest import Persona
+from tests.helpers import run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql]
 

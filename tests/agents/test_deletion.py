@@ -11,7 +11,7 @@ from agents.models import Run, RunStatus
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.runs import execute, finish_run, start_run
 from approvals.models import PendingRequest, RequestStatus
-from tests.agents.run_helpers import (
+from tests.helpers import (
     EMAIL,
     ask_for_a_day,
     ask_to_send,

@@ -12,7 +12,7 @@ from django.db import connections
 from django.test import AsyncClient
 
 from agents.models import Event, Run
-from tests.agents.run_helpers import (
+from tests.helpers import (
     EMAIL,
     ask_to_send,
     assert_problem,

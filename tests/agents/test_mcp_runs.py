@@ -20,8 +20,8 @@ import pytest
 from agents.definitions import DefinitionContent
 from agents.engine import mcp as mcp_bridge
 from agents.models import Agent, Event
-from tests.agents.run_helpers import assert_problem, call_line, run, run_ok, snapshot
 from tests.conftest import Persona, grant
+from tests.helpers import assert_problem, call_line, run, run_ok, snapshot
 
 QUESTION = "Which day should I book?"
 CRASHING_SERVER = str(Path(__file__).with_name("crashing_mcp_server.py"))

@@ -17,9 +17,9 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event, Run, Session
 from console.models import Connection
-from tests.agents.run_helpers import EMAIL, run_ok
 from tests.conftest import Persona, grant
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import EMAIL, run_ok
 
 KEY_ENV = "AIRLOCK_TEST_OPENAI_KEY"
 KEY = "sk-loopback-7f3a9c"

@@ -19,10 +19,10 @@ from agents import queue
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, RequestStatus, Rule
-from tests.agents.run_helpers import EMAIL, assert_problem, call_line, run, run_ok, snapshot, stored_events
 from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401
 from tests.conftest import Persona, grant
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import EMAIL, assert_problem, call_line, run, run_ok, snapshot, stored_events
 
 pytestmark = pytest.mark.django_db
 

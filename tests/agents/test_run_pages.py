@@ -12,8 +12,8 @@ from django.utils import timezone
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run
 from agents.run_views import duration
-from tests.agents.run_helpers import snapshot
 from tests.conftest import Persona
+from tests.helpers import snapshot
 
 HELPER = {"name": "helper", "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time"}]}
 SEND_EMAIL = 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}'

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from approvals.models import PendingRequest, Rule
 from approvals.rules import arguments_hash
-from tests.agents.run_helpers import (
+from tests.helpers import (
     EMAIL,
     ask_to_send,
     call_line,

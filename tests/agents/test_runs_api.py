@@ -15,7 +15,7 @@ from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.runs import execute, finish_run, start_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
-from tests.agents.run_helpers import (
+from tests.helpers import (
     EMAIL,
     ask_to_send,
     assert_problem,
@@ -484,7 +484,7 @@ def test_it_answers_404_for_a_version_the_agent_does_not_have(operator, assistan
 
 def test_it_runs_the_version_asked_for(operator, admin, assistant):
     from agents.definitions import DefinitionContent
-    from tests.agents.run_helpers import ASSISTANT
+    from tests.helpers import ASSISTANT
 
     assistant.append_version(
         DefinitionContent.model_validate({**ASSISTANT, "instructions": "Version two."}), admin.user

@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from tests.agents.run_helpers import EMAIL, ask_to_send, make_agent
+from tests.helpers import EMAIL, ask_to_send, make_agent
 
 
 @pytest.fixture

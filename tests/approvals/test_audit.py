@@ -9,8 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connection, connections
+from django.db import connection
 from django.test import AsyncClient
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -473,14 +472,6 @@ def test_it_walks_an_export_chunk_by_chunk_without_losing_ties(operator, mailer)
     for size in (1, 2, 4):
         walked = iter_entries(operator.tenant, criteria, size)
         assert [(entry.when, entry.request_id, entry.source) for entry in walked] == expected
-
-
-@pytest.fixture
-async def close_worker_thread_connections():
-    """The export's ORM calls run in asgiref's worker thread, whose connection outlives the test; on
-    PostgreSQL that open session keeps the test database from being dropped at the end."""
-    yield
-    await sync_to_async(connections.close_all)()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -15,8 +15,8 @@ from agents.models import Agent, Run, RunStatus
 from approvals import answers
 from approvals.answers import expire_due
 from approvals.models import PendingRequest, RequestStatus
-from tests.agents.run_helpers import drain_queued, make_agent, run_ok, run_queued, snapshot, stored_events
 from tests.conftest import Persona
+from tests.helpers import drain_queued, make_agent, run_ok, run_queued, snapshot, stored_events
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"

@@ -13,8 +13,8 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Run
 from agents.queue import drain
 from approvals.models import PendingRequest, RequestStatus
-from tests.agents.run_helpers import ask_for_a_day, snapshot
 from tests.conftest import Persona
+from tests.helpers import ask_for_a_day, snapshot
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"

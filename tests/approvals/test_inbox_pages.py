@@ -12,7 +12,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, Rule
 from approvals.push import render_request
-from tests.agents.run_helpers import ask_for_a_day, drain_queued, run_queued
+from tests.helpers import ask_for_a_day, drain_queued, run_queued
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"

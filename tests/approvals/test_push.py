@@ -22,15 +22,13 @@ from approvals.answers import expire_due
 from approvals.push import tenant_group
 from console.asgi import application
 from console.models import Membership
-from tests.agents.run_helpers import make_agent, run_ok
-from tests.approvals.live import (  # noqa: F401
-    assert_nothing_pushed,
-    close_worker_thread_connections,
-    empty_channel_layer,
-)
 from tests.conftest import PASSWORD, Persona
+from tests.helpers import assert_nothing_pushed, make_agent, run_ok
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("empty_channel_layer", "close_worker_thread_connections"),
+]
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"

@@ -11,7 +11,8 @@ from django.test import Client
 
 from agents.models import Agent, Run
 from approvals.models import PendingRequest, RequestStatus, Rule
-from tests.agents.run_helpers import (
+from tests.conftest import Persona
+from tests.helpers import (
     ask_for_a_day,
     assert_problem,
     drain_queued,
@@ -22,7 +23,6 @@ from tests.agents.run_helpers import (
     snapshot,
     stored_events,
 )
-from tests.conftest import Persona
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"

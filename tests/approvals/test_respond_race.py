@@ -19,8 +19,8 @@ from django.utils import timezone
 from agents.models import Agent, Run, RunStatus
 from approvals.answers import expire_due
 from approvals.models import PendingRequest, RequestStatus
-from tests.agents.run_helpers import drain_queued, make_agent, run_ok, run_queued
 from tests.conftest import Persona
+from tests.helpers import drain_queued, make_agent, run_ok, run_queued
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

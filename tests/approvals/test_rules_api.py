@@ -13,8 +13,8 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals.models import PendingRequest, Rule
 from approvals.rules import arguments_hash
-from tests.agents.run_helpers import snapshot
 from tests.conftest import Persona, grant
+from tests.helpers import snapshot
 
 MAILER: dict[str, Any] = {
     "name": "mailer",

@@ -9,10 +9,12 @@ from django.test import Client
 
 from console.asgi import application
 from console.models import Membership, Tenant
-from tests.approvals.live import close_worker_thread_connections, empty_channel_layer  # noqa: F401
 from tests.conftest import PASSWORD
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("empty_channel_layer", "close_worker_thread_connections"),
+]
 
 LOCAL = b"http://localhost"
 

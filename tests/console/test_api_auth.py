@@ -7,8 +7,8 @@ import pytest
 from django.test import Client
 
 from console.models import ApiToken
-from tests.agents.run_helpers import snapshot
 from tests.conftest import definition
+from tests.helpers import snapshot
 
 
 def assert_problem(response, status: int, code: str) -> dict:

@@ -11,8 +11,8 @@ from django.test import Client, RequestFactory
 from agents.models import Agent, AgentVersion, Attachment, Run
 from approvals.models import PendingRequest, Rule
 from console.api import MAX_OFFSET, api
-from tests.agents.run_helpers import ask_to_send, assert_problem, make_agent, run_ok
 from tests.conftest import Persona
+from tests.helpers import ask_to_send, assert_problem, make_agent, run_ok
 
 RUN_ID = "0b6f7a52-5d3e-4a43-9d0a-1f6a4c1f2e10"
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from agents.models import Agent
 from console.models import ApiToken, Membership, Tenant
-from tests.agents.run_helpers import snapshot
+from tests.helpers import snapshot
 
 
 def run(*args: str) -> str:

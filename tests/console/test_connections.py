@@ -20,8 +20,8 @@ from django.test import Client
 
 from agents.models import AgentVersion
 from console.models import Connection
-from tests.agents.run_helpers import EMAIL, assert_problem, call_line, drain_queued, make_agent, run, snapshot
 from tests.conftest import Persona, grant
+from tests.helpers import EMAIL, assert_problem, call_line, drain_queued, make_agent, run, snapshot
 
 INLINE = "inline connection settings are refused"
 

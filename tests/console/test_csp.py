@@ -9,7 +9,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from agents.models import Run
 from approvals.models import Rule
-from tests.agents.run_helpers import EMAIL, call_line, make_agent, run_ok
+from tests.helpers import EMAIL, call_line, make_agent, run_ok
 
 # Views that answer only POST, or that are fragments of a page (each fetched by the page's own script);
 # every other view of the console is a page and is visited below.

@@ -1,15 +1,20 @@
-"""Shared by the run API tests: the `assistant` agent, calling the run route, problem and no-change checks,
-and playing the worker for queued runs (an answer's continuation waits in the queue)."""
+"""Shared by the tests: the `assistant` agent, calling the run route, problem and no-change checks, playing
+the worker for queued runs (an answer's continuation waits in the queue), and what the websocket tests check.
+Fixtures live in the conftest.py files."""
 
 import json
+import uuid
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
 from django_tasks_db.models import DBTaskResult
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus, Session
 from agents.queue import drain
 from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.push import notify_requests_closed
 from tests.conftest import Persona
 
 ASSISTANT: dict[str, Any] = {
@@ -125,3 +130,15 @@ def ask_for_a_day(asked: dict[str, Any], schema: dict[str, Any] = DAY_SCHEMA) ->
         message="Which day should I book?",
         requested_schema=schema,
     )
+
+
+async def assert_nothing_pushed(tenant_id: int, *sockets: WebsocketCommunicator) -> None:
+    """Nothing reached `sockets` (open consoles of the tenant) since their last message. A marker pushed to
+    the tenant now must be the next message of each: a socket gets its messages in the order they were sent,
+    so a push sent before the marker cannot slip past, however late it arrives (a short `receive_nothing()`
+    wait can miss one)."""
+    marker = f"marker-{uuid.uuid4()}"
+    await sync_to_async(notify_requests_closed)(tenant_id, [marker])
+    for ws in sockets:
+        pushed = await ws.receive_json_from(timeout=5)
+        assert pushed.get("ids") == [marker], f"pushed before the marker: {pushed}"
