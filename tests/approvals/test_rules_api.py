@@ -14,7 +14,7 @@ from agents.models import Agent
 from approvals.models import PendingRequest, Rule
 from approvals.rules import arguments_hash
 from tests.conftest import Persona, grant
-from tests.helpers import snapshot
+from tests.helpers import assert_problem, snapshot
 
 MAILER: dict[str, Any] = {
     "name": "mailer",
@@ -60,15 +60,6 @@ def listed(persona: Persona, query: str = "") -> dict[str, Any]:
     response = persona.api("GET", f"/api/rules{query}")
     assert response.status_code == 200, response.content
     return response.json()
-
-
-def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/problem+json"
-    body = response.json()
-    assert (body["status"], body["code"]) == (status, code)
-    assert body["detail"]
-    return body
 
 
 def refused(persona: Persona, status: int, code: str, **body: Any) -> dict[str, Any]:
