@@ -1,17 +1,13 @@
 """The agent-definition form: the posted fields and rows, turned into a `DefinitionContent` and back.
 
-Every list section is a table of rows. A row has a random key, so its inputs are named
-`<section>-<key>-<field>` and survive added and removed rows; a validation error found at
-`parameters.2.default` is put back on the third kept parameter row, next to its `default` input.
+Every list section is a table of rows (console/rows.py): inputs named `<section>-<key>-<field>`, and a
+validation error found at `parameters.2.default` put back on the third kept parameter row.
 """
 
 import json
 import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
-from uuid import uuid4
 
 from django.http import QueryDict
 from pydantic import ValidationError
@@ -19,31 +15,46 @@ from pydantic import ValidationError
 from agents.definitions import CULTURE, IDENTIFIER, SLUG, DefinitionContent, error_map
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
+from console.rows import Row, RowKind, clean_text
 
-# Each section's fields, in the order its inputs appear.
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "cultures": ("culture", "instructions"),
-    "tools": ("name", "approval"),
-    "client_tools": ("name", "description", "parameters"),
-    "mcp_servers": ("connection", "approval", "tool_prefix"),
-    "parameters": ("name", "kind", "required", "default", "description"),
+SECTIONS: dict[str, RowKind] = {
+    section.prefix: section
+    for section in (
+        RowKind("cultures", ("culture", "instructions"), error_field="culture", multiline=("instructions",)),
+        RowKind(
+            "tools",
+            ("name", "approval"),
+            error_field="name",
+            wire="tools",
+            blank={"approval": "never"},
+            choices=("approval",),
+        ),
+        RowKind(
+            "client_tools",
+            ("name", "description", "parameters"),
+            error_field="name",
+            wire="clientTools",
+            multiline=("description", "parameters"),
+        ),
+        RowKind(
+            "mcp_servers",
+            ("connection", "approval", "tool_prefix"),
+            error_field="connection",
+            wire="mcpServers",
+            blank={"approval": "never"},
+            choices=("approval",),
+        ),
+        RowKind(
+            "parameters",
+            ("name", "kind", "required", "default", "description"),
+            error_field="default",
+            wire="parameters",
+            blank={"kind": "text"},
+            choices=("kind", "required"),
+            multiline=("description",),
+        ),
+    )
 }
-# Fields whose blank value says nothing (a select's default, a checkbox); a row with only these is dropped.
-_CHOICES = {"approval", "kind", "required"}
-# The field that names a row (two rows may not share it).
-_NAME_FIELD = {"mcp_servers": "connection"}
-# Multi-line inputs keep their whitespace; everything else is stripped.
-_TEXTAREAS = {"instructions", "description", "parameters"}
-# Where an error about a whole row is shown.
-_ROW_ERROR_FIELD = {"tools": "name", "client_tools": "name", "mcp_servers": "connection", "parameters": "default"}
-# The wire name of each list section, as pydantic reports it in error paths.
-_WIRE_SECTION = {
-    "tools": "tools",
-    "client_tools": "clientTools",
-    "mcp_servers": "mcpServers",
-    "parameters": "parameters",
-}
-_WIRE_FIELD = {"toolPrefix": "tool_prefix"}
 # Top-level form field -> pydantic error path.
 TOP_FIELDS = {
     "name": "name",
@@ -55,7 +66,7 @@ TOP_FIELDS = {
     "model_name": "model.name",
 }
 _TOP_BY_PATH = {path: name for name, path in TOP_FIELDS.items()} | {"model": "model_name"}
-_INPUT_NAME = re.compile(r"^(?P<section>[a-z_]+)-(?P<key>[0-9a-f]{8})-(?P<field>[a-z_]+)$")
+_TEXTAREAS = {"instructions", "description"}  # top-level fields kept as typed
 _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
 
@@ -75,24 +86,6 @@ def choices(granted: Mapping[str, ConnectionSpec]) -> dict[str, Any]:
         "server_tools": sorted(REGISTRY.values(), key=lambda tool: tool.name),
         "server_tool_names": set(REGISTRY),
     }
-
-
-@dataclass
-class Row:
-    """One row of a section: its key, what was typed (as text) and an error message per field."""
-
-    key: str
-    values: dict[str, str]
-    errors: dict[str, str] = field(default_factory=dict)
-
-
-def new_key() -> str:
-    return uuid4().hex[:8]
-
-
-def empty_row(section: str) -> Row:
-    defaults = {"approval": "never", "kind": "text"}
-    return Row(new_key(), {name: defaults.get(name, "") for name in SECTIONS[section]})
 
 
 class DefinitionForm:
@@ -115,21 +108,10 @@ class DefinitionForm:
 
         `fixed_name` is the name of an agent being edited, which a post cannot change.
         """
-        values = {name: _clean(name, data.get(name, "")) for name in TOP_FIELDS}
+        values = {name: clean_text(data.get(name, ""), name in _TEXTAREAS) for name in TOP_FIELDS}
         if fixed_name is not None:
             values["name"] = fixed_name
-        rows: dict[str, dict[str, Row]] = {section: {} for section in SECTIONS}
-        for input_name in data:
-            match = _INPUT_NAME.match(input_name)
-            if not match or match["section"] not in SECTIONS or match["field"] not in SECTIONS[match["section"]]:
-                continue
-            row = rows[match["section"]].setdefault(match["key"], Row(match["key"], {}))
-            row.values[match["field"]] = _clean(match["field"], data.get(input_name, ""))
-        kept = {
-            section: [_filled(row, section) for row in by_key.values() if _has_content(row)]
-            for section, by_key in rows.items()
-        }
-        return cls(values, kept)
+        return cls(values, {name: section.posted(data) for name, section in SECTIONS.items()})
 
     @classmethod
     def from_content(cls, content: DefinitionContent) -> "DefinitionForm":
@@ -145,34 +127,29 @@ class DefinitionForm:
         }
         rows = {
             "cultures": [
-                Row(new_key(), {"culture": culture, "instructions": text})
+                SECTIONS["cultures"].new(culture=culture, instructions=text)
                 for culture, text in content.instructions_by_culture.items()
             ],
-            "tools": [Row(new_key(), {"name": t.name, "approval": t.approval}) for t in content.tools],
+            "tools": [SECTIONS["tools"].new(name=t.name, approval=t.approval) for t in content.tools],
             "client_tools": [
-                Row(
-                    new_key(),
-                    {"name": t.name, "description": t.description, "parameters": json.dumps(t.parameters, indent=2)},
+                SECTIONS["client_tools"].new(
+                    name=t.name, description=t.description, parameters=json.dumps(t.parameters, indent=2)
                 )
                 for t in content.client_tools
             ],
             "mcp_servers": [
-                Row(
-                    new_key(),
-                    {"connection": s.connection, "approval": s.approval, "tool_prefix": s.tool_prefix or ""},
+                SECTIONS["mcp_servers"].new(
+                    connection=s.connection, approval=s.approval, tool_prefix=s.tool_prefix or ""
                 )
                 for s in content.mcp_servers
             ],
             "parameters": [
-                Row(
-                    new_key(),
-                    {
-                        "name": p.name,
-                        "kind": p.kind,
-                        "required": "on" if p.required else "",
-                        "default": as_text(p.default),
-                        "description": p.description,
-                    },
+                SECTIONS["parameters"].new(
+                    name=p.name,
+                    kind=p.kind,
+                    required="on" if p.required else "",
+                    default=as_text(p.default),
+                    description=p.description,
                 )
                 for p in content.parameters
             ],
@@ -294,14 +271,13 @@ class DefinitionForm:
 
     def _check_unique_names(self) -> None:
         """Duplicate names are an error on the later row, where the user can see and fix it."""
-        for section, clash in (
-            ("tools", "Another server tool is named “{}”."),
-            ("client_tools", "Another client tool is named “{}”."),
-            ("mcp_servers", "Another MCP server uses “{}”."),
-            ("parameters", "Another parameter is named “{}”."),
+        for section, key, clash in (
+            ("tools", "name", "Another server tool is named “{}”."),
+            ("client_tools", "name", "Another client tool is named “{}”."),
+            ("mcp_servers", "connection", "Another MCP server uses “{}”."),
+            ("parameters", "name", "Another parameter is named “{}”."),
         ):
             seen: set[str] = set()
-            key = _NAME_FIELD.get(section, "name")
             for row in self.rows[section]:
                 name = row.values[key]
                 if name and name in seen:
@@ -317,14 +293,8 @@ class DefinitionForm:
         if path in _TOP_BY_PATH:
             self.errors.setdefault(_TOP_BY_PATH[path], message)
             return
-        parts = path.split(".")
-        section = next((s for s, wire in _WIRE_SECTION.items() if wire == parts[0]), None)
-        if section is not None and len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) < len(self.rows[section]):
-            row = self.rows[section][int(parts[1])]
-            name = _WIRE_FIELD.get(parts[2], parts[2]) if len(parts) > 2 else _ROW_ERROR_FIELD[section]
-            row.errors.setdefault(name if name in row.values else _ROW_ERROR_FIELD[section], message)
-            return
-        self.errors.setdefault("__all__", message)
+        if not any(section.place(self.rows[name], path, message) for name, section in SECTIONS.items()):
+            self.errors.setdefault("__all__", message)
 
 
 _PATTERNS = {
@@ -344,22 +314,6 @@ def _readable(message: str) -> str:
     if message == "Input should be a valid dictionary":
         return "Give a JSON object."
     return message[:1].upper() + message[1:]
-
-
-def _clean(name: str, value: str) -> str:
-    # Browsers send textareas with CRLF line ends; keep one form so an unchanged edit compares equal.
-    value = value.replace("\r\n", "\n")
-    return value if name in _TEXTAREAS else value.strip()
-
-
-def _has_content(row: Row) -> bool:
-    return any(value for name, value in row.values.items() if name not in _CHOICES)
-
-
-def _filled(row: Row, section: str) -> Row:
-    """Fill inputs a browser leaves out (an unchecked checkbox) so templates and parsing see every field."""
-    row.values = {name: row.values.get(name, "") for name in SECTIONS[section]}
-    return row
 
 
 def _mcp_server(row: Row) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from agents import deletion
 from agents.definitions import ConnectionRefused, DefinitionContent
-from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, as_text, choices, empty_row
+from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, as_text, choices
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
 from agents.tools import REGISTRY
@@ -101,7 +101,8 @@ def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
     """One empty row of a form section, added to its table by htmx."""
     if section not in SECTIONS:
         raise Http404("No such section.")
-    return render(request, f"agents/rows.html#{section}", {"row": empty_row(section), **choices(_granted(request))})
+    context = {"row": SECTIONS[section].new(), **choices(_granted(request))}
+    return render(request, f"agents/rows.html#{section}", context)
 
 
 @role_required("reader")

@@ -1,14 +1,12 @@
 """The rules page: remembered rules with filters, revoking them, and the admin's "New rule" form.
 
-A condition row has a random key, so its inputs are named `condition-<key>-<field>` and survive rows
-added and removed in the browser; an error found at `conditions.2.value` goes back next to the value
-input of the third kept row.
+The form's conditions are a table of rows (console/rows.py): inputs named `condition-<key>-<field>`, and an
+error found at `conditions.2.value` put back next to the value input of the third kept row.
 """
 
 import json
-import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
@@ -35,6 +33,7 @@ from approvals.rules import (
     revoke,
     tenant_rules,
 )
+from console.rows import Row, RowKind
 from console.tenancy import ConsoleRequest, role_required
 
 RULES_PER_PAGE = 50
@@ -50,7 +49,14 @@ OPERATORS = [
     ("not_in", "not in none of"),
 ]
 SCOPES = [("any", "Any arguments"), ("exact", "Exact arguments"), ("conditions", "Conditions")]
-_CONDITION_INPUT = re.compile(r"^condition-(?P<key>[0-9a-f]{8})-(?P<field>argument|operator|value)$")
+CONDITIONS = RowKind(
+    "condition",
+    ("argument", "operator", "value"),
+    error_field="value",
+    wire="conditions",
+    blank={"operator": "equals"},
+    choices=("operator",),
+)
 _SUBMIT_ON_CHANGE = {"data-submit-on-change": True}  # see static/console/console.js
 
 
@@ -104,19 +110,6 @@ class RuleRow:
         return None if arguments is None else json.dumps(arguments, indent=2, ensure_ascii=False)
 
 
-@dataclass
-class ConditionRow:
-    """One condition row of the form: its key, what was typed and an error message per input."""
-
-    key: str
-    values: dict[str, str]
-    errors: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def blank(cls) -> "ConditionRow":
-        return cls(uuid.uuid4().hex[:8], {"argument": "", "operator": "equals", "value": ""})
-
-
 class RuleForm(forms.Form):
     """The "New rule" form. `is_valid()` also checks the condition rows and builds `wanted`."""
 
@@ -132,13 +125,13 @@ class RuleForm(forms.Form):
         agent = self.fields["agent"]
         assert isinstance(agent, forms.ChoiceField)
         agent.choices = [("", "Choose an agent…"), *((name, name) for name in agent_names)]
-        self.rows = _posted_rows(data) if data is not None else []
+        self.rows = CONDITIONS.posted(data) if data is not None else []
         self.wanted: RuleIn | None = None
 
     def is_valid(self) -> bool:
         valid = super().is_valid()
         if self.is_bound and not self.rows:
-            self.rows = [ConditionRow.blank()]
+            self.rows = [CONDITIONS.new()]
         return valid and not any(row.errors for row in self.rows)
 
     def clean(self) -> dict[str, Any]:
@@ -179,12 +172,9 @@ class RuleForm(forms.Form):
     def place(self, path: str, message: str) -> None:
         """Put an error (a wire path like `conditions.0.value`) next to the input it is about, unless
         that input shows an error already (a value that is not JSON is also a missing value)."""
-        parts = path.split(".")
-        if parts[0] == "conditions" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(self.rows):
-            cell = parts[2] if len(parts) > 2 and parts[2] in ("argument", "operator", "value") else "value"
-            self.rows[int(parts[1])].errors.setdefault(cell, message)
+        if CONDITIONS.place(self.rows, path, message):
             return
-        field_name = {"agent": "agent", "toolName": "tool_name", "arguments": "arguments"}.get(parts[0])
+        field_name = {"agent": "agent", "toolName": "tool_name", "arguments": "arguments"}.get(path.split(".")[0])
         if field_name is None:
             self.add_error(None, message)
         elif field_name not in self.errors:
@@ -197,21 +187,7 @@ def _readable(path: str, message: str) -> str:
     return message[:1].upper() + message[1:]
 
 
-def _posted_rows(data: QueryDict) -> list[ConditionRow]:
-    """The condition rows in the order their inputs were posted; rows left empty are dropped."""
-    rows: dict[str, ConditionRow] = {}
-    for name in data:
-        match = _CONDITION_INPUT.match(name)
-        if match:
-            row = rows.setdefault(match["key"], ConditionRow(match["key"], {"operator": "equals"}))
-            row.values[match["field"]] = data.get(name, "").strip()
-    kept = [row for row in rows.values() if row.values.get("argument") or row.values.get("value")]
-    for row in kept:
-        row.values = {"argument": "", "value": ""} | row.values
-    return kept
-
-
-def _condition(row: ConditionRow) -> dict[str, Any]:
+def _condition(row: Row) -> dict[str, Any]:
     condition: dict[str, Any] = {"argument": row.values["argument"], "operator": row.values["operator"]}
     text = row.values["value"]
     if not text:
@@ -253,7 +229,7 @@ def _page(request: ConsoleRequest, form: RuleForm | None) -> HttpResponse:
     can_admin = request.membership.allows("admin")
     if form is None and can_admin:
         form = RuleForm(None, agents)
-        form.rows = [ConditionRow.blank()]
+        form.rows = [CONDITIONS.new()]
     context = {
         "filters": filters,
         "page": page,
@@ -293,7 +269,7 @@ def rule_create(request: ConsoleRequest) -> HttpResponse:
 @require_GET
 def condition_row(request: ConsoleRequest) -> HttpResponse:
     """One empty condition row, appended to the form by htmx."""
-    context = {"row": ConditionRow.blank(), "operators": OPERATORS}
+    context = {"row": CONDITIONS.new(), "operators": OPERATORS}
     return render(request, "approvals/rules.html#condition-row", context)
 
 

@@ -5,7 +5,6 @@ Answer forms work with htmx (the card is swapped out on success, re-rendered wit
 and without JavaScript (a normal POST, then a redirect to the inbox with a message).
 """
 
-import json
 import uuid
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -13,17 +12,16 @@ from urllib.parse import parse_qs, urlsplit
 from django import forms
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import Http404, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
-from pydantic import ValidationError
 
 from agents.getters import get_run_for
 from agents.models import Agent, Run
-from agents.schema_forms import schema_fields
 from approvals.answers import Outcome, Response, ResponseRefused, respond
+from approvals.forms import BatchForm, answer_form
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, RequestKind
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
@@ -137,127 +135,6 @@ def _page_number(value: str | None) -> int:
         return 1
 
 
-class FormProblem(Exception):
-    """A posted form that cannot become an answer: a message for the card, and one per field."""
-
-    def __init__(self, message: str, fields: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.message, self.fields = message, fields or {}
-
-
-def _approval(pending: PendingRequest, post: QueryDict) -> dict[str, Any]:
-    if post.get("decision") not in ("approve", "deny"):
-        raise FormProblem("Choose Approve or Deny.")
-    approved = post["decision"] == "approve"
-    # "…only with these exact arguments" narrows "don't ask again"; checking it alone still asks to remember.
-    remember = bool(post.get("remember") or post.get("remember_arguments_only"))
-    data: dict[str, Any] = {
-        "approved": approved,
-        "reason": post.get("reason", "").strip() or None,
-        "remember": remember,
-        "rememberArgumentsOnly": bool(post.get("remember_arguments_only")),
-    }
-    raw = post.get("arguments", "").strip()
-    if approved and raw:
-        try:
-            edited = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise FormProblem("The edited arguments are not valid JSON.", {"arguments": str(error)}) from None
-        if not isinstance(edited, dict):
-            raise FormProblem("The edited arguments are not valid.", {"arguments": "Give a JSON object: {…}."})
-        if edited != pending.arguments:
-            data["overrideArguments"] = edited
-    return data
-
-
-def _client_tool(post: QueryDict) -> dict[str, Any]:
-    if post.get("decision") == "error":
-        message = post.get("error_message", "").strip()
-        if not message:
-            raise FormProblem("Write the error message.", {"error_message": "Write the error message."})
-        return {"errorMessage": message}
-    raw = post.get("result", "").strip()
-    if not raw:
-        raise FormProblem("Give the tool's result.", {"result": "Give the result (JSON or text)."})
-    try:
-        return {"result": json.loads(raw)}
-    except json.JSONDecodeError:
-        return {"result": raw}  # plain text is a result too
-
-
-def _convert(value: str, widget: str, choices: list[Any]) -> Any:
-    """One posted field as the JSON value its schema asks for; ValueError with a message for the field."""
-    if widget == "integer":
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError("Give a whole number.") from None
-    if widget == "number":
-        try:
-            number = float(value)
-        except ValueError:
-            raise ValueError("Give a number.") from None
-        return int(number) if number.is_integer() and "." not in value else number
-    if widget == "select":
-        for choice in choices:
-            if str(choice) == value:
-                return choice
-        raise ValueError("Choose one of the options.")
-    if widget == "json":
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            raise ValueError("Not valid JSON.") from None
-    return value
-
-
-def _input(pending: PendingRequest, post: QueryDict) -> dict[str, Any]:
-    action = post.get("action")
-    if action not in ("accept", "decline", "cancel"):
-        raise FormProblem("Choose Accept, Decline or Cancel.")
-    if action != "accept":
-        return {"action": action}
-    fields = schema_fields(pending.requested_schema)
-    if not fields:  # a schema without properties: the answer is a JSON object as typed
-        try:
-            return {"action": action, "content": json.loads(post.get("content", "").strip() or "{}")}
-        except json.JSONDecodeError:
-            raise FormProblem("The answer is not valid JSON.", {"content": "Not valid JSON."}) from None
-    content: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    for field in fields:
-        name = f"field-{field.name}"
-        if field.input == "checkbox":
-            content[field.name] = name in post
-            continue
-        value = post.get(name, "")
-        if not value.strip():
-            continue  # missing: the requested schema says whether that is allowed
-        typed = value if field.input == "text" else value.strip()  # text keeps its spaces
-        try:
-            content[field.name] = _convert(typed, field.input, field.choices)
-        except ValueError as error:
-            errors[field.name] = str(error)
-    if errors:
-        raise FormProblem("Check the highlighted fields.", errors)
-    return {"action": action, "content": content}
-
-
-def form_response(pending: PendingRequest, post: QueryDict) -> Response:
-    """The answer a posted card form gives (FormProblem when it gives none)."""
-    if pending.kind == RequestKind.APPROVAL:
-        data = _approval(pending, post)
-    elif pending.kind == RequestKind.CLIENT_TOOL:
-        data = _client_tool(post)
-    else:
-        data = _input(pending, post)
-    try:
-        return Response.model_validate({"requestId": str(pending.id), **data})
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}" for e in error.errors())
-        raise FormProblem(f"Not a valid answer: {problems}") from None
-
-
 def _summary(pending: PendingRequest, response: Response, outcome: Outcome) -> str:
     if pending.kind == RequestKind.APPROVAL:
         done = f"{'Approved' if response.approved else 'Denied'} {pending.tool_name}"
@@ -274,17 +151,19 @@ def _summary(pending: PendingRequest, response: Response, outcome: Outcome) -> s
 def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
     membership = request.membership
     pending = get_request_for(request, request_id, "run__version", "agent", "session")
-    error, field_errors, closed = None, {}, False
-    try:
-        response = form_response(pending, request.POST)
-        outcome = respond(membership, request.user, pending.run, response, via="inbox")
-    except FormProblem as problem:
-        error, field_errors = problem.message, problem.fields
-    except ResponseRefused as refused:
-        error = refused.detail
+    form = answer_form(pending, request.POST)
+    error, closed = None, False
+    if not form.is_valid():
+        error = form.problem
     else:
-        if outcome.status != "accepted":
-            error, closed = outcome.message, outcome.status in _CLOSED
+        response = form.cleaned_data["response"]
+        try:
+            outcome = respond(membership, request.user, pending.run, response, via="inbox")
+        except ResponseRefused as refused:
+            error = refused.detail
+        else:
+            if outcome.status != "accepted":
+                error, closed = outcome.message, outcome.status in _CLOSED
     if not request.htmx:
         if error:
             messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {error}")
@@ -293,7 +172,7 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         return redirect("inbox")
     if error is None:
         return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
-    context = {"r": pending, "can_answer": True, "error": error, "field_errors": field_errors, "closed": closed}
+    context = {"r": pending, "can_answer": True, "error": error, "field_errors": form.field_errors, "closed": closed}
     return render(request, "approvals/request.html", {**context, "posted": request.POST})
 
 
@@ -318,17 +197,17 @@ def _answer_each(
 def answer_all(request: ConsoleRequest) -> HttpResponse:
     """Approve or deny a run's listed approval requests at once, with one reason for all."""
     membership = request.membership
-    run_id = request.POST.get("run", "")
-    if not _is_uuid(run_id):
+    form = BatchForm(request.POST)
+    valid, wanted = form.is_valid(), form.cleaned_data
+    if "run" in form.errors:
         raise Http404("No such run.")
-    run = get_run_for(request, uuid.UUID(run_id))
-    decision = request.POST.get("decision")
-    ids = [value for value in request.POST.getlist("request") if _is_uuid(value)]
-    listed = list(run.requests.filter(id__in=ids, kind=RequestKind.APPROVAL).order_by("opened_at", "id"))
+    run = get_run_for(request, wanted["run"])
+    listed = list(run.requests.filter(id__in=wanted["request"], kind=RequestKind.APPROVAL).order_by("opened_at", "id"))
+    decision = wanted.get("decision")
     answered: list[str] = []
-    problems = ["Choose Approve all or Deny all."]
-    if decision in ("approve", "deny"):
-        reason = request.POST.get("reason", "").strip() or None
+    problems = [str(error) for error in form.errors.get("decision", [])]
+    if valid:
+        reason = wanted["reason"] or None
         answered, problems = _answer_each(membership, request.user, run, listed, decision == "approve", reason)
         problems += [] if listed else ["No approval request of this run was listed."]
     if not request.htmx:
@@ -344,11 +223,3 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
         batch = {"run_id": run.id, "requests": left, "errors": problems}
         body = render(request, "approvals/inbox.html#batch", {"batch": batch}).content.decode()
     return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
