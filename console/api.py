@@ -13,6 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.http.multipartparser import MultiPartParserError
 from django.urls import URLPattern, URLResolver, re_path
 from django.utils.datastructures import MultiValueDict
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
@@ -223,7 +224,8 @@ class ConsoleAPI(NinjaAPI):
         patterns, app_name, namespace = super().urls
         for pattern in patterns:
             if isinstance(pattern, URLPattern):
-                pattern.callback = _api_view(pattern.callback)
+                read_only = pattern.name in ("openapi-json", "openapi-view")
+                pattern.callback = _api_view(pattern.callback, read_only=read_only)
         return [*patterns, re_path(r"", _no_route)], app_name, namespace
 
     def get_openapi_schema(
@@ -245,16 +247,20 @@ class ConsoleAPI(NinjaAPI):
         return schema
 
 
-def _api_view(view: Callable[..., Any]) -> Callable[..., Any]:
+def _api_view(view: Callable[..., Any], *, read_only: bool = False) -> Callable[..., Any]:
     """A path's view, with what ninja answers outside its operations as problems: a name in the path no row
-    can have (NUL: a 404 before the database refuses it), a method the path does not have (ninja's bare 405).
-    Every view of this API is synchronous (ConsoleASGIHandler runs it on the request's thread)."""
+    can have (NUL: a 404 before the database refuses it), a method the path does not have (ninja's bare 405;
+    the schema and its docs page are `read_only`: GET and HEAD). Every view of this API is synchronous
+    (ConsoleASGIHandler runs it on the request's thread)."""
 
     @functools.wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         if any("\x00" in str(value) for value in kwargs.values()):
             return _no_route(request)
-        response = view(request, *args, **kwargs)
+        if read_only and request.method not in ("GET", "HEAD"):
+            response: HttpResponse = HttpResponseNotAllowed(["GET", "HEAD"])
+        else:
+            response = view(request, *args, **kwargs)
         if not isinstance(response, HttpResponseNotAllowed):
             return response
         allowed = response["Allow"]
@@ -262,9 +268,11 @@ def _api_view(view: Callable[..., Any]) -> Callable[..., Any]:
         refused["Allow"] = allowed
         return refused
 
-    return wrapped
+    # Operations check CSRF themselves (ninja's session auth); the schema and docs change nothing.
+    return csrf_exempt(wrapped)
 
 
+@csrf_exempt  # it changes nothing, and a bearer client has no CSRF token to send
 def _no_route(request: HttpRequest) -> HttpResponse:
     return problem(404, "not_found", f"No API route {request.path}.")
 

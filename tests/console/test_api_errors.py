@@ -273,6 +273,25 @@ def test_it_answers_an_unknown_api_path_with_a_problem_404(reader, path):
     assert_problem(reader.api("GET", path), 404, "not_found")
 
 
+@pytest.mark.parametrize("method", ["post", "put", "delete"])
+@pytest.mark.parametrize("path", ["/api/nothing-here", "/api/agents//runs"])
+def test_it_answers_a_write_to_an_unknown_api_path_with_a_problem_404_not_a_csrf_page(reader, method, path):
+    """A bearer client is never asked for a CSRF token, not even on a path no operation serves."""
+    client = Client(enforce_csrf_checks=True)
+    response = getattr(client, method)(path, "{}", "application/json", HTTP_AUTHORIZATION=f"Bearer {reader.token}")
+
+    assert_problem(response, 404, "not_found")
+
+
+@pytest.mark.parametrize("path", ["/api/openapi.json", "/api/docs"])
+def test_it_answers_a_write_to_the_schema_or_its_docs_with_a_problem_405(reader, path):
+    client = Client(enforce_csrf_checks=True)
+    response = client.post(path, "{}", "application/json", HTTP_AUTHORIZATION=f"Bearer {reader.token}")
+
+    assert_problem(response, 405, "method_not_allowed")
+    assert response["Allow"] == "GET, HEAD"
+
+
 def test_it_answers_an_unsupported_method_with_a_problem_405(reader):
     response = reader.api("PATCH", "/api/agents")
 
