@@ -55,6 +55,10 @@ class Kind:
     stored: ClassVar[tuple[str, ...]]
     # Said when an answer is not for this kind.
     takes: ClassVar[str]
+    # The card's pill, and what the agent does, as in "helper wants to call send_email". The card's answer
+    # fields are the partial templates/approvals/kinds/<name>.html; the inbox's form is approvals/forms.py.
+    label: ClassVar[str]
+    asks: ClassVar[str]
 
     def answer(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> dict[str, Any]:
         """The answer to store for `pending`, from its camelCase `wire` form; raises AnswerRefused."""
@@ -98,6 +102,7 @@ class Approval(Kind):
     required = "approved"
     stored = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments")
     takes = "An approval request takes `approved` (and a reason)."
+    label, asks = "Approval", "wants to call"
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> None:
         if wire.get("remember") and not wire.get("approved"):
@@ -162,6 +167,7 @@ class Input(Kind):
     required = "action"
     stored = ("requestId", "action", "content")
     takes = "An input request takes `action` (and `content`)."
+    label, asks = "Input", "asks through"
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> None:
         super().check(pending, wire, modes)
@@ -192,6 +198,7 @@ class ClientTool(Kind):
     fields = frozenset({"result", "error_message"})
     stored = ("callId", "result", "errorMessage")
     takes = "A client-tool request takes `result` or `errorMessage`."
+    label, asks = "Client tool", "asks the client to run"
 
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         answer = pending.answer or {}

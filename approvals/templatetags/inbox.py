@@ -11,7 +11,7 @@ from django import template
 
 from agents.engine import server_tool_schema
 from agents.schema_forms import SchemaField, schema_fields
-from approvals.kinds import approval_mode
+from approvals.kinds import KINDS, Kind, approval_mode
 from approvals.models import PendingRequest, RequestKind
 
 register = template.Library()
@@ -25,6 +25,11 @@ def pretty_json(value: Any) -> str:
 @register.filter
 def form_fields(schema: dict[str, Any] | None) -> list[SchemaField]:
     return schema_fields(schema)
+
+
+@register.filter
+def request_kind(pending: PendingRequest) -> Kind:
+    return KINDS[pending.kind]
 
 
 @register.filter
