@@ -88,9 +88,8 @@ def _payload(pending: PendingRequest, response: Response) -> dict[str, Any] | Ou
     missing = kind.required is not None and getattr(response, kind.required) is None
     if missing or any(getattr(response, name) != Response.model_fields[name].default for name in foreign):
         return Outcome("response_type_mismatch", str(pending.id), kind.takes)
-    modes = {t.name: t.approval for t in pending.run.version.definition.tools}
     try:
-        return kind.answer(pending, response.model_dump(mode="json", by_alias=True), modes)
+        return kind.answer(pending, response.model_dump(mode="json", by_alias=True))
     except AnswerRefused as refused:
         if refused.code == "invalid_content":
             return Outcome("invalid_response", str(pending.id), refused.detail)

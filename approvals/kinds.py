@@ -32,12 +32,6 @@ class AnswerRefused(Exception):
         self.code, self.detail = code, detail
 
 
-def approval_mode(pending: PendingRequest, modes: Mapping[str, str]) -> str:
-    """The approval mode a request was opened under (MCP tools carry their server's); `modes` are the
-    definition's tools by name."""
-    return (pending.engine_state or {}).get("approvalMode") or modes.get(pending.tool_name, "always")
-
-
 def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
     errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
     return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
@@ -60,13 +54,17 @@ class Kind:
     label: ClassVar[str]
     asks: ClassVar[str]
 
-    def answer(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> dict[str, Any]:
-        """The answer to store for `pending`, from its camelCase `wire` form; raises AnswerRefused."""
+    def answer(
+        self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The answer to store for `pending`, from its camelCase `wire` form; raises AnswerRefused. `modes`
+        are the tools' approval modes of the version the answer goes to (a next turn may name another);
+        None: the version that asked."""
         self.check(pending, wire, modes)
         given = {**wire, "requestId": str(pending.id), "callId": pending.call_id}
         return {key: given.get(key) for key in self.stored}
 
-    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> None:
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         if wire.get("remember"):
             raise AnswerRefused("remember_refused", "`remember` applies to tool approvals only.")
 
@@ -104,11 +102,15 @@ class Approval(Kind):
     takes = "An approval request takes `approved` (and a reason)."
     label, asks = "Approval", "wants to call"
 
-    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> None:
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         if wire.get("remember") and not wire.get("approved"):
             raise AnswerRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
-        if wire.get("remember") and approval_mode(pending, modes) == "every_time":
+        if wire.get("remember") and self._mode(pending, modes) == "every_time":
             raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
+
+    @staticmethod
+    def _mode(pending: PendingRequest, modes: Mapping[str, str] | None) -> str:
+        return pending.approval_mode if modes is None else pending.approval_mode_in(modes)
 
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         answer = pending.answer or {}
@@ -169,7 +171,7 @@ class Input(Kind):
     takes = "An input request takes `action` (and `content`)."
     label, asks = "Input", "asks through"
 
-    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str]) -> None:
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         super().check(pending, wire, modes)
         if wire.get("action") == "accept":
             problems = schema_problems(pending.requested_schema or {"type": "object"}, wire.get("content") or {})

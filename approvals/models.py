@@ -1,4 +1,5 @@
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -92,6 +93,16 @@ class PendingRequest(models.Model):
             return False
         self.status, self.closed_at = kind, now
         return True
+
+    @property
+    def approval_mode(self) -> str:
+        """The approval mode the request was opened under, by the version of the run that asked."""
+        return self.approval_mode_in({t.name: t.approval for t in self.run.version.definition.tools})
+
+    def approval_mode_in(self, modes: Mapping[str, str]) -> str:
+        """The request's approval mode by the definition whose tool `modes` (name -> mode) are given; an MCP
+        tool carries its server's."""
+        return (self.engine_state or {}).get("approvalMode") or modes.get(self.tool_name, "always")
 
     def record_answer(self, answer: dict[str, Any], user: Any, via: str, now: datetime) -> bool:
         """Store the answer given outside a run (inbox, respond API) while the request is open and has

@@ -11,7 +11,7 @@ from django import template
 
 from agents.engine import server_tool_schema
 from agents.schema_forms import SchemaField, schema_fields
-from approvals.kinds import KINDS, Kind, approval_mode
+from approvals.kinds import KINDS, Kind
 from approvals.models import PendingRequest, RequestKind
 
 register = template.Library()
@@ -67,5 +67,4 @@ def tool_parameters(pending: PendingRequest) -> list[dict[str, Any]]:
 @register.filter
 def can_remember(pending: PendingRequest) -> bool:
     """Whether "don't ask again" is offered: never for a tool that asks every time."""
-    modes = {t.name: t.approval for t in pending.run.version.definition.tools}
-    return pending.kind == RequestKind.APPROVAL and approval_mode(pending, modes) != "every_time"
+    return pending.kind == RequestKind.APPROVAL and pending.approval_mode != "every_time"
