@@ -54,7 +54,7 @@ class EventLog:
         self.flushed = 0
         self.sequence = 0
         self.parent: uuid.UUID | None = None
-        # Set while a keeper runs in this process (agents/queue.py): events reach the database mid-turn.
+        # Set while a keeper runs in this process (agents/turns.py): events reach the database mid-turn.
         self.live = False
         self._flushing = threading.Lock()
 
