@@ -20,8 +20,9 @@ from agents import queue
 from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
-from agents.models import Agent, Event, Run, RunStatus
-from approvals.models import PendingRequest
+from agents.models import AWAITING, Agent, Event, Run, RunStatus
+from agents.runs import cancel_waiting
+from approvals.models import PendingRequest, RequestStatus
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.tenancy import ConsoleRequest, role_required
 
@@ -157,7 +158,12 @@ def jobs_panel(request: ConsoleRequest) -> HttpResponse:
 @require_POST
 def run_cancel(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED)
-    if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+    if run.status in AWAITING:
+        if cancel_waiting(run, request.user):
+            messages.success(request, "Cancelled the run: its open requests are closed.")
+        else:
+            messages.error(request, "The run waits on nothing any more: its requests were answered.")
+    elif run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
         messages.error(request, f"The run has finished ({run.get_status_display().lower()}); nothing to cancel.")
     elif queue.cancel(run) == "cancelled":
         messages.success(request, "Cancelled the queued run.")
@@ -213,5 +219,7 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         "session_runs": [RunRow(other) for other in session_runs.only("id", "status", "created_at", "message")],
         "timeline": [TimelineEntry.of(event) for event in run.events.order_by("sequence")],
         "requests": PendingRequest.objects.filter(run=run).select_related("answered_by"),
+        "waiting": run.status in AWAITING
+        and run.requests.filter(status=RequestStatus.PENDING, answered_in=None).exists(),
     }
     return render(request, "agents/run_detail.html", context)

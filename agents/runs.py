@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.engine import Answers, TurnError, TurnOutcome, run_turn
 from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE
-from agents.models import Agent, AgentVersion, Run, RunStatus, Session
+from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
 from approvals.kinds import KINDS, awaiting_status, deliver
@@ -178,6 +178,29 @@ def record_terminated(log: EventLog, pending: PendingRequest) -> None:
     the generic request events, the kind on the event)."""
     data = {"requestId": str(pending.id), "kind": pending.status, "toolName": pending.tool_name}
     log.record(EventType.REQUEST_TERMINATED, {**data, "callId": pending.call_id})
+
+
+def cancel_waiting(run: Run, user: Any) -> bool:
+    """End a run that waits on requests `cancelled` (SPEC section 9): its open requests close `cancelled`
+    (an answer stored but not carried yet too), each with `request.terminated` in the run's log; the next
+    turn of the session tells the model the calls did not run. False when the run waits on nothing any
+    more (every request answered and carried: the session moved on)."""
+    now = timezone.now()
+    with transaction.atomic():
+        waiting = list(run.requests.select_for_update().filter(status=RequestStatus.PENDING, answered_in=None))
+        if not waiting or not Run.objects.filter(pk=run.pk, status__in=AWAITING).update(
+            status=RunStatus.CANCELLED, finished_at=now
+        ):
+            return False
+        log = EventLog.resume(run)
+        closed = [p for p in waiting if p.close(RequestStatus.CANCELLED, now, answered_too=True, by=_person(user))]
+        for pending in closed:
+            record_terminated(log, pending)
+        log.record(EventType.RUN_CANCELLED, {"cancelledBy": getattr(_person(user), "username", None)})
+        log.flush()
+    run.status, run.finished_at = RunStatus.CANCELLED, now
+    notify_requests_closed(run.tenant_id, [str(p.id) for p in closed])
+    return True
 
 
 @dataclass

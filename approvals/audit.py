@@ -2,7 +2,8 @@
 
 An entry is one of three facts, each stored elsewhere:
 - a human answer: a PendingRequest with an answer (who = `answered_by`, when = `answered_at`);
-- a terminal closing: a request closed expired, cancelled or abandoned (who = "system", when = `closed_at`);
+- a terminal closing: a request closed expired, cancelled or abandoned (who = who cancelled it, else "system";
+  when = `closed_at`);
   recorded apart from a human "no", so a request answered and then closed gives two entries;
 - a rule decision: a `permission.completed` event whose result kind is `approved-by-rule` (no request).
 
@@ -223,12 +224,14 @@ def _answers(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
 
 
 def _closings(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
-    if criteria.who and criteria.who != "system":
-        return None
     if criteria.decision and criteria.decision not in TERMINAL:
         return None
     statuses = [criteria.decision] if criteria.decision else list(TERMINAL)
     requests = PendingRequest.objects.filter(tenant=tenant, status__in=statuses)
+    if criteria.who == "system":
+        requests = requests.filter(closed_by=None)
+    elif criteria.who:
+        requests = requests.filter(closed_by__username=criteria.who)
     if criteria.agent:
         requests = requests.filter(agent__name=criteria.agent)
     # closed_at is set by every closing; a row closed by hand without it still belongs in the audit.
@@ -288,7 +291,9 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
     """The entries of `keys`, in their order, with a fixed number of queries whatever their number."""
     request_ids = [entry_id for _, entry_id, source in keys if source in (ANSWER, CLOSING)]
     event_ids = [entry_id for _, entry_id, source in keys if source == RULE]
-    requests = PendingRequest.objects.select_related("agent", "session", "answered_by").in_bulk(request_ids)
+    requests = PendingRequest.objects.select_related("agent", "session", "answered_by", "closed_by").in_bulk(
+        request_ids
+    )
     events = Event.objects.select_related("run__agent", "run__session").in_bulk(event_ids)
     remembered: dict[uuid.UUID | None, str] = {
         rule.created_from_id: str(rule.id)
@@ -369,7 +374,7 @@ def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
         when=when,
         source=CLOSING,
         decision=pending.status,
-        who="system",
+        who=pending.closed_by.username if pending.closed_by else "system",
         reason=reason,
         via="",
         **_base(pending),

@@ -61,6 +61,10 @@ class PendingRequest(models.Model):
     answered_at = models.DateTimeField(null=True, blank=True)
     # "inbox", "api" (the respond route) or "run" (carried by a run request)
     answered_via = models.CharField(max_length=16, blank=True)
+    # Who closed it without an answer (a cancel); None when the system did (deadline, the session moved on).
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # The run that carried the answer to the engine (the continuation).
     answered_in = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
@@ -81,17 +85,18 @@ class PendingRequest(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.tool_name} ({self.status})"
 
-    def close(self, kind: str, now: datetime, *, answered_too: bool = False) -> bool:
+    def close(self, kind: str, now: datetime, *, answered_too: bool = False, by: Any = None) -> bool:
         """Close the request with the terminal `kind` (expired, cancelled, abandoned) while it is still open,
         and say whether it was. A conditional update: of a closing and an answer (or two closings) at once,
         one wins. An answer stored but not yet carried by a run keeps the request open unless `answered_too`
-        (its agent is gone, so no run will ever carry it); the answer stays for the audit."""
+        (its agent is gone, so no run will ever carry it); the answer stays for the audit. `by`: the user who
+        closed it (a cancel)."""
         still_open = PendingRequest.objects.filter(pk=self.pk, status=RequestStatus.PENDING, answered_in=None)
         if not answered_too:
             still_open = still_open.filter(answer__isnull=True)
-        if not still_open.update(status=kind, closed_at=now):
+        if not still_open.update(status=kind, closed_at=now, closed_by=by):
             return False
-        self.status, self.closed_at = kind, now
+        self.status, self.closed_at, self.closed_by = kind, now, by
         return True
 
     @property

@@ -231,6 +231,21 @@ async def test_it_pushes_an_expired_request_as_closed(operator, admin):
     await close_all(ws)
 
 
+async def test_it_pushes_the_requests_of_a_cancelled_run_as_closed(operator, reader, assistant):
+    sockets = [await connect(p) for p in (operator, reader)]
+    asked = await ask(operator)
+    for ws in sockets:
+        await opened(ws)
+
+    cancelled = await sync_to_async(operator.api)("POST", f"/api/runs/{asked['runId']}/cancel")
+
+    assert cancelled.json()["status"] == "cancelled"
+    for ws in sockets:
+        assert await closed(ws) == {"type": "requests_closed", "ids": [request_id(asked)], "pending": 0}
+    await assert_nothing_pushed(operator.tenant.pk, *sockets)
+    await close_all(*sockets)
+
+
 async def test_it_pushes_the_requests_of_a_deleted_agent_as_closed_to_everyone(operator, reader, admin, assistant):
     sockets = [await connect(p) for p in (operator, reader)]
     first, second = await ask(operator, session="s1"), await ask(operator, session="s2")

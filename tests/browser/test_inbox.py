@@ -231,3 +231,28 @@ def test_it_notifies_a_hidden_inbox_of_a_new_request_and_a_visible_one_not(
     shown = run(api["otto"], agent, SEND, uuid4().hex)
     expect(page.locator(f"#request-{shown['pendingRequests'][0]['requestId']}")).to_be_visible()
     assert page.evaluate("window.__notes.length") == 1
+
+
+def test_an_operator_cancels_a_waiting_run_from_its_page_and_every_inbox_lets_its_card_go(
+    api: dict[str, Api], sign_in: Callable[[str], Page]
+) -> None:
+    agent = create_agent(api, tools=[{"name": "send_email", "approval": "always"}])
+    watcher, page = sign_in("ada"), sign_in("otto")
+    open_inbox(watcher)
+    asked = run(api["otto"], agent, SEND, uuid4().hex)
+    card = watcher.locator(f"#request-{asked['pendingRequests'][0]['requestId']}")
+    expect(card).to_be_visible()
+
+    page.goto(f"/runs/{asked['runId']}/")
+    questions: list[str] = []
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.get_by_role("button", name="Cancel run")).to_be_visible()  # dismissed: nothing happened
+    assert questions and "open requests close" in questions[0]
+    expect(card).to_be_visible()
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator(".messages, .flash, [role=status]").first).to_contain_text("Cancelled the run")
+    expect(page.locator("h1 .pill")).to_have_text("cancelled")
+    expect(card).to_have_count(0)
