@@ -7,6 +7,7 @@ from approvals import audit_views, rule_views, views
 urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),
     path("inbox/<uuid:request_id>/answer/", views.answer, name="inbox_answer"),
+    path("inbox/<uuid:request_id>/cancel-run/", views.cancel_run, name="inbox_cancel_run"),
     path("rules/", rule_views.rule_list, name="rules"),
     path("rules/new/", rule_views.rule_create, name="rule_create"),
     path("rules/condition-row/", rule_views.condition_row, name="rule_condition_row"),

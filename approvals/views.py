@@ -19,7 +19,8 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
 from agents.getters import get_run_for
-from agents.models import Agent, Run
+from agents.models import AWAITING, Agent, Run
+from agents.runs import cancel_waiting
 from approvals.answers import Outcome, Response, ResponseRefused, respond
 from approvals.forms import BatchForm, answer_form
 from approvals.getters import get_request_for
@@ -174,6 +175,23 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
     context = {"r": pending, "can_answer": True, "error": error, "field_errors": form.field_errors, "closed": closed}
     return render(request, "approvals/request.html", {**context, "posted": request.POST})
+
+
+@role_required("operator")
+@require_POST
+def cancel_run(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
+    """Cancel the run a card waits for (SPEC section 9): its open requests close `cancelled` in every inbox."""
+    pending = get_request_for(request, request_id, "run__version", "agent", "session")
+    if pending.run.status in AWAITING and cancel_waiting(pending.run, request.user):
+        if not request.htmx:
+            messages.success(request, f"Cancelled the run of {pending.agent.name}: its open requests are closed.")
+            return redirect("inbox")
+        return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
+    error = "The run waits on nothing any more; there is nothing to cancel."
+    if not request.htmx:
+        messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {error}")
+        return redirect("inbox")
+    return render(request, "approvals/request.html", {"r": pending, "can_answer": True, "error": error, "closed": True})
 
 
 def _answer_each(

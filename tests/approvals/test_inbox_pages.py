@@ -12,7 +12,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, Rule
 from approvals.push import render_request
-from tests.helpers import ask_for_a_day, drain_queued, run_queued
+from tests.helpers import ask_for_a_day, drain_queued, run_queued, snapshot
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
@@ -477,3 +477,43 @@ def test_it_wants_a_decision_for_a_batch(operator, mailer):
 
     assert "Choose Approve all or Deny all." in response.content.decode()
     assert PendingRequest.objects.filter(answer__isnull=False).count() == 0
+
+
+def test_an_operator_cancels_a_cards_run_from_the_inbox(operator, mailer):
+    asked = ask(operator)
+    rid = asked["pendingRequests"][0]["requestId"]
+    page = operator.client.get("/inbox/").content.decode()
+    assert f'hx-post="/inbox/{rid}/cancel-run/"' in page and "hx-confirm=" in page
+
+    response = operator.client.post(f"/inbox/{rid}/cancel-run/", **HTMX)
+
+    assert (response.status_code, response.content) == (200, b"")
+    assert Run.objects.get(id=asked["runId"]).status == RunStatus.CANCELLED
+    assert PendingRequest.objects.get(id=rid).closed_by == operator.user
+    assert card_ids(operator.client.get("/inbox/").content.decode()) == []
+
+
+def test_it_says_so_when_the_cards_run_waits_on_nothing_any_more(operator, mailer):
+    asked = ask(operator)
+    rid = asked["pendingRequests"][0]["requestId"]
+    assert answer(operator, rid, {"decision": "deny", "reason": "no"}).status_code == 302
+    before = snapshot()
+
+    card = operator.client.post(f"/inbox/{rid}/cancel-run/", **HTMX).content.decode()
+    redirected = operator.client.post(f"/inbox/{rid}/cancel-run/", follow=True).content.decode()
+
+    assert "nothing to cancel" in card and "data-dismiss" in card
+    assert "nothing to cancel" in redirected
+    assert snapshot() == before
+
+
+def test_it_lets_no_reader_or_outsider_cancel_a_cards_run(operator, reader, outsider, mailer):
+    asked = ask(operator)
+    rid = asked["pendingRequests"][0]["requestId"]
+    before = snapshot()
+
+    assert reader.client.post(f"/inbox/{rid}/cancel-run/").status_code == 403
+    assert outsider.client.post(f"/inbox/{rid}/cancel-run/").status_code == 404
+    assert "cancel-run" not in reader.client.get("/inbox/").content.decode()
+
+    assert snapshot() == before

@@ -256,3 +256,25 @@ def test_an_operator_cancels_a_waiting_run_from_its_page_and_every_inbox_lets_it
     expect(page.locator(".messages, .flash, [role=status]").first).to_contain_text("Cancelled the run")
     expect(page.locator("h1 .pill")).to_have_text("cancelled")
     expect(card).to_have_count(0)
+
+
+def test_an_operator_cancels_a_run_from_its_inbox_card(api: dict[str, Api], sign_in: Callable[[str], Page]) -> None:
+    agent = create_agent(api, tools=[{"name": "send_email", "approval": "always"}])
+    watcher, page = sign_in("ada"), sign_in("otto")
+    open_inbox(watcher)
+    open_inbox(page)
+    asked = run(api["otto"], agent, SEND, uuid4().hex)
+    rid = asked["pendingRequests"][0]["requestId"]
+    card, watched = page.locator(f"#request-{rid}"), watcher.locator(f"#request-{rid}")
+    expect(card).to_be_visible()
+
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    card.get_by_role("button", name="Cancel the run").click()
+    expect(watched).to_be_visible()
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    card.get_by_role("button", name="Cancel the run").click()
+    expect(card).to_have_count(0)
+    expect(watched).to_have_count(0)
+    status, ended = api["otto"]("GET", f"/api/runs/{asked['runId']}")
+    assert (status, ended["status"]) == (200, "cancelled")
