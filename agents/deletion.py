@@ -1,15 +1,21 @@
-"""Deleting an agent (SPEC section 9): its history stays, its future goes.
+"""Deleting an agent or a session (SPEC section 9): its history stays, its future goes.
 
-The agent is marked deleted (its name is free again), its queued and running turns are cancelled, and every
-open request of its sessions closes `abandoned`, all in one transaction: nothing it asked for can be
-answered into a run afterwards. Open consoles drop the cards once the deletion is committed.
+The agent (its name is free again) or the session (its key starts a new session) is marked deleted, its
+queued and running turns are cancelled, and every open request of its sessions closes `abandoned`, all in
+one transaction: nothing it asked for can be answered into a run afterwards. Open consoles drop the cards
+once the deletion is committed.
 """
 
+from datetime import datetime
+
 from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
 
 from agents import queue
 from agents.models import Agent, Run, RunStatus, Session
-from agents.runs import abandon_requests_of_deleted_agent
+from agents.runs import abandon_requests
+from approvals.models import PendingRequest
 from approvals.push import notify_requests_closed
 
 
@@ -17,13 +23,36 @@ def delete_agent(agent: Agent) -> None:
     with transaction.atomic():
         agent.soft_delete()
         assert agent.deleted_at is not None
-        # The sessions' locks order this against a turn being recorded or finished now (agents/runs.py):
-        # that turn is cancelled below, or it sees the deletion and stops.
-        list(Session.objects.select_for_update().filter(agent=agent).values_list("pk"))
-        for run in Run.objects.filter(agent=agent, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)):
-            # A queued turn ends `cancelled` here and hands back the answers it carried (closed below);
-            # a running one stops within a second and closes what it leaves open itself.
-            queue.cancel(run)
-        closed = abandon_requests_of_deleted_agent(agent.requests.all(), agent.deleted_at)
-        ids = [str(pending.id) for pending in closed]
-        transaction.on_commit(lambda: notify_requests_closed(agent.tenant_id, ids))
+        _end(
+            agent.tenant_id,
+            Session.objects.filter(agent=agent),
+            agent.runs.all(),
+            agent.requests.all(),
+            agent.deleted_at,
+        )
+
+
+def delete_session(session: Session) -> bool:
+    """Delete a live session; False when it was deleted meanwhile."""
+    with transaction.atomic():
+        now = timezone.now()
+        if not Session.objects.live().filter(pk=session.pk).update(deleted_at=now):
+            return False
+        session.deleted_at = now
+        sessions = Session.objects.filter(pk=session.pk)
+        _end(session.tenant_id, sessions, session.runs.all(), session.requests.all(), now)
+    return True
+
+
+def _end(
+    tenant_id: int, sessions: QuerySet[Session], runs: QuerySet[Run], requests: QuerySet[PendingRequest], now: datetime
+) -> None:
+    # The sessions' locks order this against a turn being recorded or finished now (agents/runs.py): that
+    # turn is cancelled below, or it sees the deletion and stops.
+    list(sessions.select_for_update().values_list("pk"))
+    for run in runs.filter(status__in=(RunStatus.QUEUED, RunStatus.RUNNING)):
+        # A queued turn ends `cancelled` here and hands back the answers it carried (closed below); a
+        # running one stops within a second and closes what it leaves open itself.
+        queue.cancel(run)
+    ids = [str(pending.id) for pending in abandon_requests(requests, now)]
+    transaction.on_commit(lambda: notify_requests_closed(tenant_id, ids))

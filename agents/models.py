@@ -124,6 +124,12 @@ class AgentVersion(models.Model):
         return parsed
 
 
+class SessionQuerySet(models.QuerySet["Session"]):
+    def live(self) -> "SessionQuerySet":
+        """Sessions not deleted: a run names one of these by its key (a deleted one keeps its history)."""
+        return self.filter(deleted_at__isnull=True)
+
+
 class Session(models.Model):
     """A conversation: the engine's message history and the agent it is bound to."""
 
@@ -134,9 +140,17 @@ class Session(models.Model):
     last_run = models.ForeignKey("Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Deleted (DELETE /api/sessions/{key}): its future is gone, its history stays; the key starts a new one.
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SessionQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "key"], name="session_key_unique")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "key"], condition=models.Q(deleted_at__isnull=True), name="session_key_unique_live"
+            )
+        ]
 
     def __str__(self) -> str:
         return self.key

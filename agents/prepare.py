@@ -133,7 +133,7 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
         raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
     session = None
     if request.session_id:
-        session = Session.objects.filter(tenant=tenant, key=request.session_id).first()
+        session = Session.objects.live().filter(tenant=tenant, key=request.session_id).first()
         if session is not None and session.agent_id != agent.pk:
             raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
         if session is not None:
@@ -186,9 +186,12 @@ def refuse_ungranted_connections(prepared: PreparedRun) -> None:
 
 
 def refuse_if_busy_or_gone(session: Session) -> None:
-    """Refuse a second turn of the session, and a turn of an agent deleted meanwhile. `start_run` asks again
-    under the session's lock, which the deletion takes too: the deletion waits for this turn to be recorded
-    (and then cancels it), or this turn waits for the deletion (and then stops here)."""
+    """Refuse a second turn of the session, and a turn of an agent or session deleted meanwhile. `start_run`
+    asks again under the session's lock, which the deletions take too: a deletion waits for this turn to be
+    recorded (and then cancels it), or this turn waits for the deletion (and then stops here)."""
+    if session.deleted_at is not None:
+        detail = "The session was deleted meanwhile; send the turn again to start a new session."
+        raise RunRejected(409, "session_busy", detail)
     busy = Exists(Run.objects.filter(session=session, status__in=(RunStatus.RUNNING, RunStatus.QUEUED)))
     deleted_at, is_busy = Agent.objects.filter(pk=session.agent_id).values_list("deleted_at", busy).get()
     if deleted_at is not None:

@@ -261,18 +261,18 @@ class _Reclaimed(Exception):
     pass
 
 
-def _agent_deleted(session: Session) -> bool:
-    """Whether the session's agent is deleted, read under the session's lock (taken here, as the deletion
-    takes it: a deletion running now is either seen whole or waits for this turn's outcome)."""
-    Session.objects.select_for_update().filter(pk=session.pk).values_list("pk").first()
-    return Agent.objects.filter(pk=session.agent_id, deleted_at__isnull=False).exists()
+def _session_ended(session: Session) -> bool:
+    """Whether the session or its agent is deleted, read under the session's lock (taken here, as the
+    deletions take it: a deletion running now is either seen whole or waits for this turn's outcome)."""
+    deleted_at = Session.objects.select_for_update().filter(pk=session.pk).values_list("deleted_at", flat=True).first()
+    return deleted_at is not None or Agent.objects.filter(pk=session.agent_id, deleted_at__isnull=False).exists()
 
 
-def abandon_requests_of_deleted_agent(
+def abandon_requests(
     requests: QuerySet[PendingRequest], now: datetime, current: EventLog | None = None
 ) -> list[PendingRequest]:
     """Close the still pending ones of `requests` `abandoned`, with an answer stored on them or not: their
-    agent is deleted, so no run will ever carry them. Each closing goes into the log of the run that asked,
+    session or agent is deleted, so no run will ever carry them. Each closing goes into the log of the run that asked,
     after its last event (`current` is the log of a run finishing now, whose events are not all stored)."""
     closed = [
         pending
@@ -295,9 +295,9 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
     run.lease_expires_at = run.queued_input = None
     run.finished_at = timezone.now()
     outcome = result.outcome
-    # A turn that would leave requests open (new ones, or answers handed back) checks that its agent still
-    # exists, under the session's lock first, as the deletion takes it (agents/deletion.py).
-    gone = run.session is not None and (outcome is None or bool(outcome.pending)) and _agent_deleted(run.session)
+    # A turn that would leave requests open (new ones, or answers handed back) checks that its session and
+    # agent still exist, under the session's lock first, as the deletions take it (agents/deletion.py).
+    gone = run.session is not None and (outcome is None or bool(outcome.pending)) and _session_ended(run.session)
     if result.cancelled:
         run.status = RunStatus.CANCELLED
         log.record(EventType.RUN_CANCELLED, {})
@@ -360,9 +360,10 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
     if opened:
         PendingRequest.objects.bulk_create(opened)
     if gone:
-        # The agent was deleted while this turn ran: what it leaves open closes as the deletion closed the rest.
+        # The session or agent was deleted while this turn ran: what it leaves open closes as the deletion
+        # closed the rest.
         assert run.session is not None
-        abandon_requests_of_deleted_agent(run.session.requests.all(), run.finished_at, current=log)
+        abandon_requests(run.session.requests.all(), run.finished_at, current=log)
         opened.clear()
     # Only the holder of the run's lease finishes it: a run reclaimed meanwhile (its lease ran out)
     # was finished or queued again by the reclaimer, and this outcome rolls back.

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 
-from agents import queue
+from agents import deletion, queue
 from agents.events import event_envelope
 from agents.getters import get_run_for
 from agents.models import AWAITING, Attachment, Event, Run, RunStatus, Session
@@ -205,7 +205,7 @@ class SessionState(Schema):
 
 @router.get("/sessions/{session_id}/state", response=SessionState)
 def session_state(request: ConsoleRequest, session_id: str) -> dict[str, Any]:
-    session = Session.objects.select_related("agent").filter(tenant=request.tenant, key=session_id).first()
+    session = Session.objects.live().select_related("agent").filter(tenant=request.tenant, key=session_id).first()
     if session is None:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     pending = session.requests.filter(status=RequestStatus.PENDING)
@@ -215,6 +215,17 @@ def session_state(request: ConsoleRequest, session_id: str) -> dict[str, Any]:
         "lastRunId": str(session.last_run_id) if session.last_run_id else None,
         "pendingRequests": [p.wire() for p in pending],
     }
+
+
+@router.delete("/sessions/{session_id}", response={204: None})
+def delete_session(request: ConsoleRequest, session_id: str) -> Status[None]:
+    """Delete a session's future (SPEC section 9): its turns are cancelled, its open requests close
+    `abandoned`, and a later run with this id starts a new session. Its finished runs stay."""
+    require_role(request, "operator")
+    session = Session.objects.live().filter(tenant=request.tenant, key=session_id).first()
+    if session is None or not deletion.delete_session(session):
+        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
+    return Status(204, None)
 
 
 # The view reads the upload itself (its size is checked before the body is read); the schema says what it takes.

@@ -43,7 +43,7 @@ def trial(request: ConsoleRequest) -> HttpResponse:
         chosen = request.GET.get("version", "")
         version = next((v for v in versions if str(v.number) == chosen), versions[0])
         session_key = request.GET.get("session") or f"trial-{uuid.uuid4().hex[:12]}"
-        session = Session.objects.filter(tenant=tenant, key=session_key, agent=agent).first()
+        session = Session.objects.live().filter(tenant=tenant, key=session_key, agent=agent).first()
         runs = session.runs.select_related("version", "agent").order_by("created_at") if session else []
         context.update(
             versions=versions,

@@ -104,8 +104,11 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
     )
     rid = str(pending.id)
     if pending.status in _TERMINAL_STATUS:
-        deleted = pending.status == RequestStatus.ABANDONED and pending.agent.deleted_at is not None
-        why = "its agent was deleted" if deleted else pending.status
+        why: str = pending.status
+        if pending.status == RequestStatus.ABANDONED and pending.agent.deleted_at is not None:
+            why = "its agent was deleted"
+        elif pending.status == RequestStatus.ABANDONED and pending.session.deleted_at is not None:
+            why = "its session was deleted"
         return Outcome(_TERMINAL_STATUS[pending.status], rid, f"The request was closed: {why}.")
     now = timezone.now()
     if pending.expires_at is not None and pending.expires_at <= now and pending.answer is None:

@@ -71,6 +71,7 @@ CLOSING_REASONS = {
     RequestStatus.ABANDONED: "The session moved on without answering.",
 }
 AGENT_DELETED = "The agent was deleted."
+SESSION_DELETED = "The session was deleted."
 
 
 @dataclass
@@ -370,6 +371,8 @@ def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
     # No session moves on once its agent is deleted: an abandoning from then on is the deletion's.
     if pending.status == RequestStatus.ABANDONED and deleted_at is not None and when >= deleted_at:
         reason = AGENT_DELETED
+    elif pending.status == RequestStatus.ABANDONED and pending.session.deleted_at is not None:
+        reason = SESSION_DELETED
     return AuditEntry(
         when=when,
         source=CLOSING,

@@ -24,6 +24,7 @@ NOT_PAGES = {
     "jobs",
     "trial_turn",
     "inbox_answer",
+    "inbox_cancel_run",
     "rule_create",
     "rule_condition_row",
     "rule_revoke",
