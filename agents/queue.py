@@ -31,13 +31,14 @@ from django_tasks_db.utils import exclusive_transaction, is_locked_database_exce
 from agents.engine import Answers, TurnError
 from agents.events import EventLog, EventType
 from agents.lanes import queue_name
-from agents.models import Run, RunStatus
+from agents.models import AWAITING, Run, RunStatus
 from agents.prepare import PreparedRun, RunRequest, granted_connections
 from agents.runs import (
     ExecutionResult,
     StartedRun,
     active_rules,
     calls_with_side_effects,
+    cancel_waiting,
     execute,
     finish_run,
     start_run,
@@ -151,8 +152,13 @@ def _retry(started: StartedRun, error: TurnError | None) -> bool:
     return True
 
 
-def cancel(run: Run) -> str:
-    """Cancel a queued or running run: `cancelled` when done here, `cancelling` when its turn stops soon."""
+def cancel(run: Run, user: Any = None) -> str | None:
+    """Cancel a queued, running or waiting run: `cancelled` when done here, `cancelling` when its turn stops
+    soon, None when there is nothing to cancel (it has finished, or waits on nothing any more)."""
+    if run.status in AWAITING:
+        return "cancelled" if cancel_waiting(run, user) else None
+    if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+        return None
     canceller = f"{PROCESS_ID}:cancel"
     if Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(status=RunStatus.RUNNING, worker_id=canceller):
         if run.task_id:

@@ -21,7 +21,6 @@ from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
 from agents.models import AWAITING, Agent, Event, Run, RunStatus
-from agents.runs import cancel_waiting
 from approvals.models import PendingRequest, RequestStatus
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.tenancy import ConsoleRequest, role_required
@@ -158,17 +157,16 @@ def jobs_panel(request: ConsoleRequest) -> HttpResponse:
 @require_POST
 def run_cancel(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED)
-    if run.status in AWAITING:
-        if cancel_waiting(run, request.user):
-            messages.success(request, "Cancelled the run: its open requests are closed.")
-        else:
-            messages.error(request, "The run waits on nothing any more: its requests were answered.")
-    elif run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
-        messages.error(request, f"The run has finished ({run.get_status_display().lower()}); nothing to cancel.")
-    elif queue.cancel(run) == "cancelled":
+    was = run.get_status_display().lower()
+    outcome = queue.cancel(run, request.user)
+    if outcome is None:
+        messages.error(request, f"The run has finished ({was}) and waits on nothing; nothing to cancel.")
+    elif outcome == "cancelling":
+        messages.info(request, "Cancelling: the turn stops within a few seconds.")
+    elif was == RunStatus.QUEUED:
         messages.success(request, "Cancelled the queued run.")
     else:
-        messages.info(request, "Cancelling: the turn stops within a few seconds.")
+        messages.success(request, "Cancelled the run: its open requests are closed.")
     return redirect("run", run_id=run.id)
 
 

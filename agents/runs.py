@@ -264,8 +264,9 @@ class _Reclaimed(Exception):
 def _session_ended(session: Session) -> bool:
     """Whether the session or its agent is deleted, read under the session's lock (taken here, as the
     deletions take it: a deletion running now is either seen whole or waits for this turn's outcome)."""
-    deleted_at = Session.objects.select_for_update().filter(pk=session.pk).values_list("deleted_at", flat=True).first()
-    return deleted_at is not None or Agent.objects.filter(pk=session.agent_id, deleted_at__isnull=False).exists()
+    locked = Session.objects.select_for_update(of=("self",)).filter(pk=session.pk)
+    row = locked.values_list("deleted_at", "agent__deleted_at").first()
+    return row is None or row != (None, None)
 
 
 def abandon_requests(

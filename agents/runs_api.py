@@ -16,9 +16,9 @@ from ninja import Query, Router, Schema, Status
 from agents import deletion, queue
 from agents.events import event_envelope
 from agents.getters import get_run_for
-from agents.models import AWAITING, Attachment, Event, Run, RunStatus, Session
+from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run, refuse_ungranted_connections
-from agents.runs import StartedRun, cancel_waiting, execute, finish_run, run_result, start_run
+from agents.runs import StartedRun, execute, finish_run, run_result, start_run
 from agents.turns import run_here
 from approvals.models import RequestStatus
 from console.api import ApiError, Paging, Problem, page_of, require_role
@@ -186,14 +186,11 @@ def _events_after(run_id: uuid.UUID, after: int) -> tuple[list[Event], str]:
 def cancel_run(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
     require_role(request, "operator")
     run = get_run_for(request, run_id, "agent", "version", "session")
-    if run.status in AWAITING:
-        if not cancel_waiting(run, request.user):
-            detail = "The run waits on nothing any more: its requests were answered and the session moved on."
-            raise ApiError(409, "run_finished", detail)
-        return {"runId": str(run.id), "status": "cancelled"}
-    if run.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
-        raise ApiError(409, "run_finished", f"The run has finished ({run.status}); a finished run is never rewritten.")
-    return {"runId": str(run.id), "status": queue.cancel(run)}
+    status = queue.cancel(run, request.user)
+    if status is None:
+        detail = f"The run has finished ({run.status}) and waits on nothing; there is nothing to cancel."
+        raise ApiError(409, "run_finished", detail)
+    return {"runId": str(run.id), "status": status}
 
 
 class SessionState(Schema):

@@ -18,9 +18,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
+from agents import queue
 from agents.getters import get_run_for
-from agents.models import AWAITING, Agent, Run
-from agents.runs import cancel_waiting
+from agents.models import Agent, Run
 from approvals.answers import Outcome, Response, ResponseRefused, respond
 from approvals.forms import BatchForm, answer_form
 from approvals.getters import get_request_for
@@ -182,7 +182,7 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
 def cancel_run(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
     """Cancel the run a card waits for (SPEC section 9): its open requests close `cancelled` in every inbox."""
     pending = get_request_for(request, request_id, "run__version", "agent", "session")
-    if pending.run.status in AWAITING and cancel_waiting(pending.run, request.user):
+    if queue.cancel(pending.run, request.user) == "cancelled":
         if not request.htmx:
             messages.success(request, f"Cancelled the run of {pending.agent.name}: its open requests are closed.")
             return redirect("inbox")
