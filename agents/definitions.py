@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
+from agents.policies import declaration_problems, webhook_connections
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 
@@ -176,6 +177,17 @@ class DefinitionContent(WireModel):
     mcp_servers: Annotated[list[McpServer], _unique("MCP servers")] = Field(default_factory=list)
     parameters: Annotated[list[Parameter], _unique("parameters")] = Field(default_factory=list)
     request_deadline_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
+    # An agent-hooks-declaration/1.0 document: the policies every turn passes (SPEC section 8).
+    hooks: dict[str, Any] | None = None
+
+    @field_validator("hooks")
+    @classmethod
+    def _hooks_load(cls, hooks: dict[str, Any] | None) -> dict[str, Any] | None:
+        if hooks is not None:
+            problems = declaration_problems(hooks)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return hooks
 
     @field_validator("client_tools")
     @classmethod
@@ -195,16 +207,22 @@ class DefinitionContent(WireModel):
 
     @property
     def connection_names(self) -> set[str]:
-        return {self.model.connection} | {server.connection for server in self.mcp_servers}
+        webhooks = {name for _, name in webhook_connections(self.hooks)}
+        return {self.model.connection} | {server.connection for server in self.mcp_servers} | webhooks
 
     def connection_problems(self, granted: Mapping[str, ConnectionSpec]) -> tuple[str, dict[str, str]] | None:
         """Why the connections this content names cannot be used, given those granted to the tenant:
         `("unknown_connection", {field: message})` when one is missing or not granted (the same answer
         for both, so a tenant cannot probe for others' connections), else `("invalid_request", ...)`
         for a connection of the wrong kind; None when all is well."""
-        named = [("model.connection", self.model.connection, MODEL_KINDS)] + [
-            (f"mcpServers.{i}.connection", server.connection, {"mcp"}) for i, server in enumerate(self.mcp_servers)
-        ]
+        named = (
+            [("model.connection", self.model.connection, MODEL_KINDS)]
+            + [(f"mcpServers.{i}.connection", server.connection, {"mcp"}) for i, server in enumerate(self.mcp_servers)]
+            + [
+                (f"hooks.bindings.{i}.config.connection", name, {"webhook"})
+                for i, name in webhook_connections(self.hooks)
+            ]
+        )
         unknown = {
             field: f"no connection named {name!r} is granted to this tenant"
             for field, name, _ in named

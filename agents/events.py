@@ -21,6 +21,8 @@ class EventType(StrEnum):
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"
+    RUN_BLOCKED = "run.blocked"
+    POLICY_VERDICT = "policy.verdict"
     USER_MESSAGE = "user.message"
     DOCUMENT_ATTACHED = "document.attached"
     ASSISTANT_TURN_START = "assistant.turn_start"

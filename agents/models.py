@@ -165,10 +165,11 @@ class RunStatus(models.TextChoices):
     AWAITING_TOOL_RESULT = "awaiting_tool_result"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    BLOCKED = "blocked"
 
 
 AWAITING = (RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_INPUT, RunStatus.AWAITING_TOOL_RESULT)
-FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, *AWAITING)
+FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.BLOCKED, *AWAITING)
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -206,6 +207,8 @@ class Run(models.Model):
     worker_id = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # The interception records of the turn's policies (SPEC section 8), in order, as the standard's wire shape.
+    records = models.JSONField(default=list, blank=True)
 
     objects = RunQuerySet.as_manager()
 

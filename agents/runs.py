@@ -7,7 +7,7 @@
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,10 +15,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from agents.engine import Answers, TurnError, TurnOutcome, run_turn
+from agents.engine import Answers, TurnBlocked, TurnError, TurnOutcome, run_turn
 from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE
 from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
+from agents.policies import TurnPolicies
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
 from approvals.kinds import KINDS, awaiting_status, deliver
@@ -36,6 +37,8 @@ class StartedRun:
     answers: Answers
     rules: list[Rule]
     conversation: dict[str, Any] | None = None
+    # The interception records of the turn's policies, as they happen (stored with the outcome).
+    records: list[dict[str, Any]] = field(default_factory=list)
 
 
 Enqueue = Callable[[Run, PreparedRun, Answers, EventLog], None]
@@ -110,7 +113,8 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         for pending, _ in carried:
             deliver(pending, answers, log)
         rules = active_rules(prepared.agent, prepared.version)
-        if request.message is not None and request.message != "":
+        if request.message and prepared.version.definition.hooks is None:
+            # Under policies the engine records it once `input` gave its verdict (SPEC section 8).
             log.record(EventType.USER_MESSAGE, {"content": request.message})
         for name, text in prepared.documents:
             log.record(EventType.DOCUMENT_ATTACHED, {"name": name, "size": len(text.encode())})
@@ -203,6 +207,27 @@ def cancel_waiting(run: Run, user: Any) -> bool:
     return True
 
 
+def _policies(started: StartedRun) -> TurnPolicies | None:
+    """The turn's policy emitter, when its version has `hooks`; the operators' decisions on escalations
+    ride with the answers."""
+    prepared, run = started.prepared, started.run
+    hooks = prepared.version.definition.hooks
+    if hooks is None:
+        return None
+    return TurnPolicies.build(
+        hooks,
+        connections=prepared.connections,
+        decisions=started.answers.decisions,
+        agent=prepared.agent.name,
+        version=prepared.version.number,
+        run_id=str(run.id),
+        session_id=prepared.request.session_id,
+        tenant=str(run.tenant_id),
+        emit=started.log.emit,
+        records=started.records,
+    )
+
+
 @dataclass
 class ExecutionResult:
     outcome: TurnOutcome | None
@@ -217,6 +242,7 @@ async def execute(started: StartedRun) -> ExecutionResult:
     message = prepared.request.message if prepared.request.message else None
     if message is None and not started.answers:
         message = ""
+    policies = _policies(started)
     try:
         async with holding(started.run, started.log):
             outcome = await run_turn(
@@ -230,6 +256,7 @@ async def execute(started: StartedRun) -> ExecutionResult:
                 rules=started.rules,
                 emit=started.log.emit,
                 stream=started.log.listener is not None,
+                policies=policies,
             )
     except TurnError as error:
         return ExecutionResult(None, error)
@@ -302,6 +329,12 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
     if result.cancelled:
         run.status = RunStatus.CANCELLED
         log.record(EventType.RUN_CANCELLED, {})
+    elif isinstance(result.error, TurnBlocked):
+        run.status = RunStatus.BLOCKED
+        run.error = result.error.error
+        if run.error["point"] == "input":
+            run.message = None  # what the policy refused is not kept
+        log.record(EventType.RUN_BLOCKED, {"error": run.error})
     elif outcome is None:
         assert result.error is not None
         run.status = RunStatus.FAILED
@@ -317,6 +350,8 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
         log.record(EventType.RUN_FAILED, {"error": run.error})
     else:
         run.usage = outcome.usage
+        if outcome.message is not None:
+            run.message = outcome.message  # as the policy's `input` verdict left it
         log.record(EventType.ASSISTANT_USAGE, outcome.usage)
         deadline = prepared.version.definition.request_deadline_seconds
         expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
@@ -333,6 +368,7 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
                 message=call.message,
                 requested_schema=call.requested_schema,
                 engine_state=call.engine_state,
+                policy=call.policy,
                 expires_at=expires_at,
             )
             opened.append(pending)
@@ -345,9 +381,9 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
             run.status = RunStatus.COMPLETED
             run.output = outcome.output
             log.record(EventType.RUN_COMPLETED, {"output": outcome.output})
-        if run.session is not None:
+        if run.session is not None and outcome.conversation is not None:
             run.session.conversation = outcome.conversation
-    if outcome is None:
+    if outcome is None and not isinstance(result.error, TurnBlocked):
         # The answers this run carried were not consumed: keep them for the next turn of the session,
         # except that a call with side effects that already ran is never run again.
         ran = calls_with_side_effects(run, log)
@@ -368,14 +404,18 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
         opened.clear()
     # Only the holder of the run's lease finishes it: a run reclaimed meanwhile (its lease ran out)
     # was finished or queued again by the reclaimer, and this outcome rolls back.
-    fields = ["status", "output", "usage", "error", "finished_at", "lease_expires_at", "queued_input"]
+    run.records = started.records
+    fields = ["status", "output", "usage", "error", "finished_at", "lease_expires_at", "queued_input", "message"]
+    fields += ["records"] if run.records else []
     held = Run.objects.held_by(run)
     if not held.update(**{name: getattr(run, name) for name in fields}):
         raise _Reclaimed
     if run.session is not None:
         run.session.last_run = run
         run.session.updated_at = run.finished_at
-        fields = ["last_run", "updated_at"] + (["conversation"] if outcome is not None else [])
+        fields = ["last_run", "updated_at"] + (
+            ["conversation"] if outcome is not None and outcome.conversation is not None else []
+        )
         run.session.save(update_fields=fields)
     log.flush()
 

@@ -10,11 +10,12 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db.models import Exists, OuterRef
 from django.http import JsonResponse, StreamingHttpResponse
-from ninja import Query, Router, Schema, Status
+from ninja import Field, Query, Router, Schema, Status
 
 from agents import deletion, queue
-from agents.events import event_envelope
+from agents.events import EventType, event_envelope
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run, refuse_ungranted_connections
@@ -126,6 +127,7 @@ class RunFilters(Paging):
     agent: str | None = None
     status: RunStatus | None = None
     sessionId: str | None = None
+    verdicts: bool | None = Field(default=None, description="Only runs where a policy gave a verdict other than allow.")
 
 
 @router.get("/runs", response=dict)
@@ -137,6 +139,9 @@ def list_runs(request: ConsoleRequest, filters: Query[RunFilters]) -> dict[str, 
         runs = runs.filter(status=filters.status)
     if filters.sessionId:
         runs = runs.filter(session__key=filters.sessionId)
+    if filters.verdicts is not None:
+        with_verdicts = Event.objects.filter(run=OuterRef("pk"), type=EventType.POLICY_VERDICT)
+        runs = runs.filter(Exists(with_verdicts)) if filters.verdicts else runs.exclude(Exists(with_verdicts))
     # The id breaks ties between runs created in the same microsecond, so pages never overlap.
     return page_of(runs.order_by("-created_at", "-id"), filters.limit, filters.offset, run_result)
 
@@ -144,6 +149,13 @@ def list_runs(request: ConsoleRequest, filters: Query[RunFilters]) -> dict[str, 
 @router.get("/runs/{run_id}", response=dict)
 def get_run(request: ConsoleRequest, run_id: uuid.UUID) -> dict[str, Any]:
     return run_result(get_run_for(request, run_id, "agent", "version", "session"))
+
+
+@router.get("/runs/{run_id}/records", response=dict)
+def run_records(request: ConsoleRequest, run_id: uuid.UUID) -> dict[str, Any]:
+    """The interception records of the run's policies, in order (SPEC section 8; AGENT-HOOKS-0.1 wire shape)."""
+    run = get_run_for(request, run_id)
+    return {"items": run.records}
 
 
 @router.get("/runs/{run_id}/events", response=dict)

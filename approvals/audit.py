@@ -103,10 +103,15 @@ class AuditEntry:
     error_message: str | None = None
     action: str | None = None
     content: Any = None
+    # The policy escalation the request stood for: {binding, reason, message}.
+    policy: Any = None
 
     @property
     def label(self) -> str:
         """The decision in words, as the page shows it."""
+        if self.policy is not None and self.decision in ("approved", "denied"):
+            verb = "lifted" if self.decision == "approved" else "confirmed"
+            return f"{verb} the deny of policy {self.policy.get('binding')}"
         if self.decision == "approved":
             edited = " with edited arguments" if self.override_arguments is not None else ""
             remembered = " and remembered" if self.remembered else ""
@@ -130,6 +135,10 @@ class AuditEntry:
     def details(self) -> list[tuple[str, str]]:
         """What the request carried and what the answer gave, as (label, readable text) pairs."""
         shown = []
+        if self.policy is not None:
+            shown.append(
+                ("Policy", f"{self.policy.get('binding')}: {self.policy.get('message') or self.policy.get('reason')}")
+            )
         if self.is_edited:
             shown += [("Asked", _readable(self.arguments)), ("Approved as", _readable(self.override_arguments))]
         elif self.arguments is not None:
@@ -170,6 +179,7 @@ class AuditEntry:
             "errorMessage": self.error_message,
             "action": self.action,
             "content": self.content,
+            "policy": self.policy,
             "runId": self.run_id,
             "agent": self.agent,
             "sessionId": self.session_id,
@@ -360,6 +370,7 @@ def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, st
         who=pending.answered_by.username if pending.answered_by else None,
         reason=answer.get("reason") or None,
         via=pending.answered_via,
+        policy=pending.policy,
         **_base(pending),
         **details,
     )

@@ -103,6 +103,10 @@ class Approval(Kind):
     label, asks = "Approval", "wants to call"
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        if wire.get("remember") and pending.policy is not None:
+            raise AnswerRefused(
+                "remember_refused", "A policy's escalation is decided each time; it cannot be remembered."
+            )
         if wire.get("remember") and not wire.get("approved"):
             raise AnswerRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
         if wire.get("remember") and self._mode(pending, modes) == "every_time":
@@ -116,7 +120,9 @@ class Approval(Kind):
         answer = pending.answer or {}
         approved = bool(answer.get("approved"))
         override = answer.get("overrideArguments")
-        if approved:
+        if pending.policy is not None:
+            self._decide(pending, answers, approved, override)
+        elif approved:
             answers.approve(pending.call_id, override)
         else:
             answers.deny(pending.call_id, answer.get("reason") or "The operator denied the call.")
@@ -126,9 +132,22 @@ class Approval(Kind):
         }
         if override is not None:
             result["overrideArguments"] = override
+        if pending.policy is not None:
+            result["policy"] = pending.policy
         if approved and answer.get("remember") and not answer.get("rememberedRuleId"):
             result["rememberedRuleId"] = self._remember(pending, answer)
         log.record(self.completed_event, {**self.base(pending), "result": result})
+
+    @staticmethod
+    def _decide(pending: PendingRequest, answers: Answers, approved: bool, override: dict[str, Any] | None) -> None:
+        """A policy's escalation: the decision goes to the policy, which asks again with the same context next
+        turn (SPEC section 8); the call runs again to be asked, or the held answer is offered again."""
+        state = pending.engine_state or {}
+        answers.decide(state["policyKey"], approved)
+        if "heldOutput" in state:
+            answers.release = state
+        else:
+            answers.approve(pending.call_id, override)
 
     @staticmethod
     def _remember(pending: PendingRequest, answer: dict[str, Any]) -> str:

@@ -65,6 +65,8 @@ class PendingRequest(models.Model):
     closed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The policy escalation this request stands for (SPEC section 8): {binding, reason, message}.
+    policy = models.JSONField(null=True, blank=True)
     # The run that carried the answer to the engine (the continuation).
     answered_in = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
@@ -83,7 +85,7 @@ class PendingRequest(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.tool_name} ({self.status})"
+        return f"{self.kind} {self.tool_name or 'output'} ({self.status})"
 
     def close(self, kind: str, now: datetime, *, answered_too: bool = False, by: Any = None) -> bool:
         """Close the request with the terminal `kind` (expired, cancelled, abandoned) while it is still open,
@@ -150,12 +152,13 @@ class PendingRequest(models.Model):
         return {
             "requestId": str(self.id),
             "kind": self.kind,
-            "toolName": self.tool_name,
+            "toolName": self.tool_name or None,
             "callId": self.call_id,
             "arguments": self.arguments,
             "message": self.message or None,
             "requestedSchema": self.requested_schema,
             "expiresAt": self.expires_at.isoformat() if self.expires_at else None,
+            "policy": self.policy,
         }
 
 

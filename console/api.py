@@ -379,6 +379,9 @@ def _invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
             loc = loc[1:]
         loc = [p for p in loc if p not in {"str", "float", "bool", "int"}]
         errors.append({"field": ".".join(loc) or "body", "message": item["msg"].removeprefix("Value error, ")})
+    if any(error["field"].split(".")[0] == "hooks" for error in errors):
+        # A definition's policies the agent-hooks loader (or a policy compiler) refused (SPEC section 8).
+        return problem(400, "invalid_hooks", "The definition's hooks cannot be loaded.", errors=errors)
     return problem(400, "invalid_request", "The request has invalid fields.", errors=errors)
 
 

@@ -6,6 +6,7 @@ callback; it gets back a TurnOutcome: the output, the calls now waiting on the o
 conversation to store, the usage, or a TurnError.
 """
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -20,6 +21,7 @@ from pydantic_ai import (
     AgentRunResultEvent,
     ApprovalRequired,
     CallDeferred,
+    Conversation,
     ConversationTypeAdapter,
     DeferredToolRequests,
     DeferredToolResults,
@@ -52,7 +54,9 @@ from agents.definitions import DefinitionContent
 from agents.engine import providers
 from agents.engine.mcp import McpBridge, McpServerFailed
 from agents.engine.scripted import document_prompt
+from agents.engine.seams import ClientToolGate, OutputHeld, PolicyCapability, rewrite_response
 from agents.events import EventType
+from agents.policies import PolicyBlocked, TurnPolicies
 from agents.tools import REGISTRY
 from approvals.rules import first_matching
 from console.connections import ConnectionSpec
@@ -69,6 +73,17 @@ class TurnError(Exception):
         self.code, self.message, self.transient = code, message, transient
 
 
+BLOCKED_REASON = "The turn that would have answered this call was blocked by a policy; it did not run."
+
+
+class TurnBlocked(TurnError):
+    """A policy denied the turn (SPEC section 8): the run ends `blocked` with `error` as its error."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__("policy_denied", error["message"])
+        self.error = error
+
+
 @dataclass
 class PendingCall:
     kind: RequestKindName
@@ -78,6 +93,8 @@ class PendingCall:
     message: str = ""
     requested_schema: dict[str, Any] | None = None
     engine_state: dict[str, Any] | None = None
+    # A policy's escalation this request stands for: {binding, reason, message}.
+    policy: dict[str, Any] | None = None
 
 
 @dataclass
@@ -87,9 +104,17 @@ class Answers:
     approvals: dict[str, ToolApproved | ToolDenied] = field(default_factory=dict)
     tool_results: dict[str, Any] = field(default_factory=dict)
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Operators' decisions on policy escalations, by the escalated context's key (agents.policies).
+    decisions: dict[str, bool] = field(default_factory=dict)
+    # An answer held for review at `output` (the request's engine state), to release or refuse.
+    release: dict[str, Any] | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.approvals or self.tool_results or self.inputs)
+        return bool(self.approvals or self.tool_results or self.inputs or self.decisions)
+
+    def decide(self, key: str, approved: bool) -> None:
+        """An operator's decision on a policy's escalation; the policy's context asks again and gets it."""
+        self.decisions[key] = approved
 
     def approve(self, call_id: str, override_arguments: dict[str, Any] | None = None) -> None:
         self.approvals[call_id] = ToolApproved(override_args=override_arguments)
@@ -122,7 +147,13 @@ class Answers:
             call_id: {"error": answer.message} if isinstance(answer, ToolFailed) else {"result": answer}
             for call_id, answer in self.tool_results.items()
         }
-        return {"approvals": approvals, "toolResults": results, "inputs": self.inputs}
+        return {
+            "approvals": approvals,
+            "toolResults": results,
+            "inputs": self.inputs,
+            "decisions": self.decisions,
+            "release": self.release,
+        }
 
     @classmethod
     def load(cls, data: dict[str, Any]) -> "Answers":
@@ -136,7 +167,13 @@ class Answers:
             call_id: ToolFailed(r["error"]) if "error" in r else r["result"]
             for call_id, r in data.get("toolResults", {}).items()
         }
-        return cls(approvals=approvals, tool_results=results, inputs=data.get("inputs", {}))
+        return cls(
+            approvals=approvals,
+            tool_results=results,
+            inputs=data.get("inputs", {}),
+            decisions=data.get("decisions", {}),
+            release=data.get("release"),
+        )
 
     def deferred_results(self) -> DeferredToolResults:
         approvals: dict[str, Any] = dict(self.approvals)
@@ -152,8 +189,10 @@ class Answers:
 class TurnOutcome:
     output: str | None
     pending: list[PendingCall]
-    conversation: dict[str, Any]
+    conversation: dict[str, Any] | None
     usage: dict[str, int]
+    # The user's message as a policy's `input` verdict left it, when it changed it.
+    message: str | None = None
 
 
 @dataclass
@@ -162,6 +201,7 @@ class TurnDeps:
 
     emit: Emit
     rules: Sequence[Any]
+    policies: TurnPolicies | None = None
 
 
 @cache
@@ -211,6 +251,22 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[TurnDeps], tool: ToolsetTool[TurnDeps]
     ) -> Any:
         deps, call_id = ctx.deps, ctx.tool_call_id or ""
+        policies = deps.policies
+        if policies is not None:
+            context = policies.builder.pre_tool_call(call_id=call_id, name=name, args=tool_args)
+            try:
+                tool_args = await policies.check(context)
+            except PolicyBlocked as blocked:
+                escalation = blocked.escalation
+                if escalation is not None:
+                    raise ApprovalRequired(
+                        metadata={"policy": escalation.wire(), "policyKey": escalation.key}
+                    ) from None
+                if not policies.decided(context):  # an operator's "no" is recorded with their answer
+                    denial = {"kind": "denied-by-rules", "reason": blocked.reason, "message": blocked.message}
+                    data = {"toolName": name, "callId": call_id, "arguments": tool_args, "result": denial}
+                    await deps.emit(EventType.PERMISSION_COMPLETED, data, False)
+                return ToolDenied(blocked.message or blocked.reason or "Denied by policy.")
         if not ctx.tool_call_approved:
             mode = self.modes.get(name, self.default_mode)
             if mode == "every_time":
@@ -235,6 +291,11 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         except (ApprovalRequired, CallDeferred):
             raise
         except (ToolFailed, pai_errors.ModelRetry) as error:
+            if policies is not None:
+                denied = await self._after(policies, name, call_id, tool_args, str(error), is_error=True)
+                if denied is not None:
+                    await self._complete(deps, name, call_id, error=denied.message)
+                    return denied
             await self._complete(deps, name, call_id, error=str(error))
             raise
         except Exception as error:
@@ -245,8 +306,27 @@ class GatedToolset(WrapperToolset[TurnDeps]):
                 raise TurnError("mcp_server_failed", f"The MCP server {self.server!r} failed: {error}") from error
             # A server tool's own failure is the model's to see, not the end of the run.
             raise ToolFailed(f"{type(error).__name__}: {error}") from error
+        if policies is not None:
+            checked = await self._after(policies, name, call_id, tool_args, _jsonable(result), is_error=False)
+            if isinstance(checked, ToolDenied):
+                await self._complete(deps, name, call_id, error=checked.message)
+                return checked
+            result = checked
         await self._complete(deps, name, call_id, result=result)
         return result
+
+    @staticmethod
+    async def _after(
+        policies: TurnPolicies, name: str, call_id: str, args: dict[str, Any], value: Any, *, is_error: bool
+    ) -> Any:
+        """`post_tool_call`: the result to hand the model (a denial, transformed, or as it was); for a
+        failure, a denial or None (the failure goes on as it was)."""
+        context = policies.builder.post_tool_call(call_id=call_id, name=name, args=args, value=value, is_error=is_error)
+        try:
+            checked = await policies.check(context)
+        except PolicyBlocked as blocked:
+            return ToolDenied(f"Denied by policy: {blocked.message or blocked.reason}")
+        return None if is_error else checked
 
     @staticmethod
     async def _complete(
@@ -293,7 +373,9 @@ def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[T
                 ToolDefinition(name=t.name, description=t.description, parameters_json_schema=t.parameters)
                 for t in content.client_tools
             ]
-            toolsets.append(ExternalToolset[TurnDeps](client_tools))
+            external = ExternalToolset[TurnDeps](client_tools)
+            # Under policies a client tool passes `pre_tool_call` before its request opens.
+            toolsets.append(ClientToolGate(external) if content.hooks is not None else external)
         agent = Agent(
             build_model(connection, content.model.name or "", api_key),
             output_type=[str, DeferredToolRequests],
@@ -319,52 +401,211 @@ async def run_turn(
     rules: Sequence[Any] = (),
     emit: Emit,
     stream: bool = True,
+    policies: TurnPolicies | None = None,
 ) -> TurnOutcome:
     """Run one turn and report its events through `emit`; raises TurnError when the turn fails.
 
     With `stream` the model's reply streams (text deltas as ephemeral events); without it the turn
     runs node by node and each reply is reported whole, which is cheaper when nobody watches live.
-    The stored events are the same either way."""
+    The stored events are the same either way. `policies`: the turn's emitter when the definition
+    has `hooks` (SPEC section 8)."""
     agent = agent_for(content, connection_for(connections, content.model.connection))
-    restored = ConversationTypeAdapter.validate_python(conversation) if conversation else None
-    prompt: list[str] | None = None
-    if message is not None:
-        prompt = [document_prompt(name, text) for name, text in documents] + [message]
-    deps = TurnDeps(emit=emit, rules=list(rules))
     bridges = [McpBridge(server, connection_for(connections, server.connection)) for server in content.mcp_servers]
     mcp_toolsets: list[AbstractToolset[TurnDeps]] = [
         GatedToolset(bridge.toolset(), default_mode=bridge.server.approval, server=bridge.server.name)
         for bridge in bridges
     ]
-    usage_before = restored.usage if restored is not None else RunUsage()
-    translator = _EventTranslator(emit)
-    result = None
+    async with contextlib.AsyncExitStack() as stack:
+        for bridge in bridges:
+            stack.push_async_callback(bridge.close)
+        return await drive(
+            agent,
+            instructions=instructions,
+            conversation=conversation,
+            message=message,
+            documents=documents,
+            answers=answers,
+            rules=rules,
+            emit=emit,
+            stream=stream,
+            toolsets=mcp_toolsets,
+            policies=policies,
+            tools_registered=[t.name for t in content.tools] + [t.name for t in content.client_tools],
+        )
+
+
+async def drive(
+    agent: Agent[TurnDeps, Any],
+    *,
+    instructions: str,
+    conversation: dict[str, Any] | None,
+    message: str | None,
+    documents: Sequence[tuple[str, str]] = (),
+    answers: Answers | None = None,
+    rules: Sequence[Any] = (),
+    emit: Emit,
+    stream: bool = True,
+    toolsets: Sequence[AbstractToolset[TurnDeps]] = (),
+    policies: TurnPolicies | None = None,
+    tools_registered: Sequence[str] = (),
+) -> TurnOutcome:
+    """A turn of `agent` (`run_turn` builds it from a definition; the conformance harness from a vector).
+
+    Under `policies` the order is: agent_startup, input (the user's message is recorded as the verdict
+    leaves it), then the model loop with pre/post_model_call, pre/post_tool_call and output at their
+    seams, and agent_shutdown on every way out. Nothing streams before its verdict: the reply is
+    reported whole once `post_model_call` and `output` passed."""
+    if policies is None:
+        return await _loop(
+            agent, instructions, conversation, message, documents, answers, rules, emit, stream, toolsets
+        )
+    reason = "error"
     try:
-        async with contextlib.AsyncExitStack() as stack:
-            for bridge in bridges:
-                stack.push_async_callback(bridge.close)
-            options: dict[str, Any] = {
-                "conversation": restored,
-                "deferred_tool_results": answers.deferred_results() if answers else None,
-                "instructions": instructions,
-                "deps": deps,
-                "toolsets": mcp_toolsets or None,
-            }
-            if stream:
-                async with agent.run_stream_events(prompt, **options) as events:
-                    async for event in events:
-                        if isinstance(event, AgentRunResultEvent):
-                            result = event.result
-                        else:
-                            await translator.translate(event)
-            else:
-                async with agent.iter(prompt, **options) as agent_run:
-                    async for node in agent_run:
-                        # A reply is reported before its tool calls run, as the stream would.
-                        if Agent.is_call_tools_node(node):
-                            await translator.response(node.model_response)
-                    result = agent_run.result
-    except TurnError:
+        await policies.check(policies.builder.agent_startup(tools_registered=list(tools_registered)))
+        if answers is not None and answers.release is not None:
+            outcome = await _release(answers.release, policies, emit)
+        else:
+            verdicted = message
+            if message:
+                target = await policies.check(policies.builder.input(content=message))
+                verdicted = target.get("content") if isinstance(target, dict) else target
+                verdicted = verdicted if isinstance(verdicted, str) else json.dumps(verdicted)
+                if verdicted:
+                    await emit(EventType.USER_MESSAGE, {"content": verdicted}, False)
+            capabilities = [PolicyCapability(policies)]
+            try:
+                outcome = await _loop(
+                    agent,
+                    instructions,
+                    conversation,
+                    verdicted,
+                    documents,
+                    answers,
+                    rules,
+                    emit,
+                    False,
+                    toolsets,
+                    policies=policies,
+                    capabilities=capabilities,
+                )
+            except OutputHeld as held:
+                outcome = _held(held, conversation)
+            if verdicted != message:
+                outcome.message = verdicted
+        reason = "completed"
+        return outcome
+    except PolicyBlocked as blocked:
+        raise TurnBlocked(blocked.wire()) from None
+    except asyncio.CancelledError:
+        reason = "cancelled"
+        raise
+    finally:
+        await policies.shutdown(reason)
+
+
+def _held(held: OutputHeld, conversation: dict[str, Any] | None) -> TurnOutcome:
+    """The turn whose answer waits for review: an approval request carrying the answer (and the history it
+    ends), the session's history left as it was until the answer is released."""
+    escalation = held.blocked.escalation
+    assert escalation is not None
+    conversation_with_answer = Conversation(messages=held.conversation)
+    state = {
+        "policyKey": escalation.key,
+        "heldOutput": held.content,
+        "conversation": ConversationTypeAdapter.dump_python(conversation_with_answer, mode="json"),
+    }
+    call = PendingCall(
+        "approval",
+        "",
+        f"output-{escalation.key[:16]}",
+        {"output": held.content},
+        message=escalation.message or "",
+        engine_state=state,
+        policy=escalation.wire(),
+    )
+    return TurnOutcome(output=None, pending=[call], conversation=conversation, usage=_usage(RunUsage(), RunUsage()))
+
+
+async def _release(held: dict[str, Any], policies: TurnPolicies, emit: Emit) -> TurnOutcome:
+    """The next turn of an answer held at `output`: the same context asks again, the operator's decision
+    answers it (a denial is a block), and the answer is released as the verdict leaves it."""
+    target = await policies.check(policies.builder.output(content=held["heldOutput"]))
+    content = target.get("content") if isinstance(target, dict) else target
+    content = content if isinstance(content, str) else json.dumps(content)
+    restored = ConversationTypeAdapter.validate_python(held["conversation"])
+    last = restored.messages[-1]
+    if isinstance(last, ModelResponse) and content != last.text:
+        restored.messages[-1] = rewrite_response(last, {"content": content, "tool_calls": []})
+    translator = _EventTranslator(emit, whole=True)
+    await translator.response(restored.messages[-1])  # type: ignore[arg-type]
+    await translator.finish()
+    return TurnOutcome(
+        output=content,
+        pending=[],
+        conversation=ConversationTypeAdapter.dump_python(restored, mode="json"),
+        usage=_usage(RunUsage(), RunUsage()),
+    )
+
+
+async def _loop(
+    agent: Agent[TurnDeps, Any],
+    instructions: str,
+    conversation: dict[str, Any] | None,
+    message: str | None,
+    documents: Sequence[tuple[str, str]],
+    answers: Answers | None,
+    rules: Sequence[Any],
+    emit: Emit,
+    stream: bool,
+    toolsets: Sequence[AbstractToolset[TurnDeps]],
+    *,
+    policies: TurnPolicies | None = None,
+    capabilities: Sequence[Any] | None = None,
+) -> TurnOutcome:
+    restored = ConversationTypeAdapter.validate_python(conversation) if conversation else None
+    if restored is not None and restored.deferred_tool_requests is not None and message:
+        # Calls a blocked turn left without answers (SPEC section 8): closed, so the session goes on.
+        answers = answers or Answers()
+        waiting = restored.deferred_tool_requests
+        answered = {*answers.approvals, *answers.tool_results, *answers.inputs}
+        for call in waiting.approvals:
+            if call.tool_call_id not in answered:
+                answers.deny(call.tool_call_id, BLOCKED_REASON)
+        for call in waiting.calls:
+            if call.tool_call_id not in answered:
+                answers.fail(call.tool_call_id, BLOCKED_REASON)
+    prompt: list[str] | None = None
+    if message is not None:
+        prompt = [document_prompt(name, text) for name, text in documents] + [message]
+    deps = TurnDeps(emit=emit, rules=list(rules), policies=policies)
+    usage_before = restored.usage if restored is not None else RunUsage()
+    translator = _EventTranslator(emit, whole=policies is not None)
+    result = None
+    options: dict[str, Any] = {
+        "conversation": restored,
+        "deferred_tool_results": answers.deferred_results() if answers else None,
+        "instructions": instructions,
+        "deps": deps,
+        "toolsets": list(toolsets) or None,
+    }
+    if capabilities:
+        options["capabilities"] = list(capabilities)
+    try:
+        if stream:
+            async with agent.run_stream_events(prompt, **options) as events:
+                async for event in events:
+                    if isinstance(event, AgentRunResultEvent):
+                        result = event.result
+                    else:
+                        await translator.translate(event)
+        else:
+            async with agent.iter(prompt, **options) as agent_run:
+                async for node in agent_run:
+                    # A reply is reported before its tool calls run, as the stream would.
+                    if Agent.is_call_tools_node(node):
+                        await translator.response(node.model_response)
+                result = agent_run.result
+    except (TurnError, PolicyBlocked, OutputHeld):
         raise
     except McpServerFailed as error:
         raise TurnError("mcp_server_failed", str(error)) from error
@@ -376,19 +617,22 @@ async def run_turn(
         raise TurnError("usage_limit_exceeded", str(error)) from error
     await translator.finish()
     assert result is not None
-    usage = result.usage
     output = result.output
     pending = _pending_calls(output) if isinstance(output, DeferredToolRequests) else []
     return TurnOutcome(
         output=output if isinstance(output, str) else None,
         pending=pending,
         conversation=ConversationTypeAdapter.dump_python(result.conversation, mode="json"),
-        usage={
-            "requests": usage.requests - usage_before.requests,
-            "inputTokens": usage.input_tokens - usage_before.input_tokens,
-            "outputTokens": usage.output_tokens - usage_before.output_tokens,
-        },
+        usage=_usage(result.usage, usage_before),
     )
+
+
+def _usage(usage: RunUsage, before: RunUsage) -> dict[str, int]:
+    return {
+        "requests": usage.requests - before.requests,
+        "inputTokens": usage.input_tokens - before.input_tokens,
+        "outputTokens": usage.output_tokens - before.output_tokens,
+    }
 
 
 def provider_error(error: pai_errors.ModelAPIError) -> TurnError:
@@ -429,9 +673,16 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
                 )
             )
         else:
+            policy = metadata.get("policy")
             pending.append(
                 PendingCall(
-                    "approval", call.tool_name, call.tool_call_id, call.args_as_dict(), engine_state=metadata or None
+                    "approval",
+                    call.tool_name,
+                    call.tool_call_id,
+                    call.args_as_dict(),
+                    message=(policy or {}).get("message") or "",
+                    engine_state=metadata or None,
+                    policy=policy,
                 )
             )
     for call in requests.calls:
@@ -442,9 +693,12 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
 class _EventTranslator:
     """pydantic-ai stream events -> the console's event types (SPEC section 5)."""
 
-    def __init__(self, emit: Emit) -> None:
+    def __init__(self, emit: Emit, *, whole: bool = False) -> None:
         self.emit = emit
         self.in_turn = False
+        # Reported whole (a reply held until its verdict): its text is also released as one delta, so that
+        # who watches live sees it as they see a streamed one.
+        self.whole = whole
 
     async def translate(self, event: Any) -> None:
         if isinstance(event, PartStartEvent):
@@ -467,6 +721,8 @@ class _EventTranslator:
         await self._turn_start()
         for part in response.parts:
             if isinstance(part, TextPart):
+                if self.whole and part.content:
+                    await self.emit(EventType.ASSISTANT_MESSAGE_DELTA, {"delta": part.content}, True)
                 await self.emit(EventType.ASSISTANT_MESSAGE, {"content": part.content}, False)
         await self._turn_end()
 

@@ -1,0 +1,398 @@
+"""Policies on the engine: the eight interception points of AGENT-HOOKS-0.1 (SPEC section 8).
+
+A definition's `hooks` (an `agent-hooks-declaration/1.0` document) becomes one emitter per turn, built by
+the agent-hooks SDK's loader with Airlock's registry: the kinds `airlock.acs` (Rego/Cedar policies run by
+agent-control-spec) and `airlock.webhook` (a policy webhook connection), and the approval resolver
+`airlock-inbox` (an escalation becomes an inbox request; the operator's answer decides it next turn).
+
+`TurnPolicies.check` emits one context and returns the target to go on with (transformed where a verdict
+said so); a deny raises `PolicyBlocked`. The engine (agents/engine/__init__.py) calls it at each point:
+`agent_startup`, `input` and `agent_shutdown` around the turn, `pre_model_call`/`post_model_call`/`output`
+in `PolicyCapability`, `pre_tool_call`/`post_tool_call` in the tool gate. This module knows nothing of the
+database: the caller resolves connections and hands in the operator's decisions.
+"""
+
+import asyncio
+import copy
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import httpx2
+from agent_control_spec import ActivatedPolicy, validate_artifacts
+from agent_hooks import (
+    AgentContextBuilder,
+    DeclarationError,
+    EnforcementMode,
+    HostRegistry,
+    HostSurface,
+    InterceptionBlocked,
+    InterceptionEmitter,
+    InterceptionRecord,
+    Verdict,
+)
+from agent_hooks.approval import ApprovalOutcome, ApprovalRequest, ApprovalResolution
+
+from console.connections import ConnectionSpec
+
+SURFACE = HostSurface.from_capabilities(["model_calls", "tool_calls", "host_declaration"])
+POINTS = (
+    "agent_startup",
+    "input",
+    "pre_model_call",
+    "post_model_call",
+    "pre_tool_call",
+    "post_tool_call",
+    "output",
+    "agent_shutdown",
+)
+RESOLVER = "airlock-inbox"
+# Where an escalation waits for an operator; elsewhere it is a deny.
+LIFTABLE = ("pre_tool_call", "output")
+FRAMEWORK = "airlock"
+SIGNATURE_HEADER = "X-Airlock-Signature"
+POLICY_VERDICT = "policy.verdict"  # agents.events.EventType.POLICY_VERDICT (this module is below the events)
+
+Emit = Callable[[str, dict[str, Any], bool], Awaitable[None]]
+
+
+def stable_key(context: Mapping[str, Any]) -> str:
+    """What an operator's decision on an escalation is bound to: the context without its timestamp,
+    sequence and session (which differ when the next turn asks again); changed arguments are a new key."""
+    kept = {k: v for k, v in context.items() if k not in ("timestamp", "sequence", "session")}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass
+class Escalation:
+    """A liftable deny the inbox resolver could not answer yet: it becomes an approval request."""
+
+    key: str
+    point: str
+    binding: str | None
+    reason: str | None
+    message: str | None
+
+    def wire(self) -> dict[str, Any]:
+        return {"binding": self.binding, "reason": self.reason, "message": self.message}
+
+
+class PolicyBlocked(Exception):
+    """A deny at `point`; `escalation` is set when the operator may still lift it."""
+
+    def __init__(
+        self, point: str, record: InterceptionRecord, escalation: Escalation | None, asked: Escalation | None
+    ) -> None:
+        # An escalation nobody may lift here is a deny; its reason is the policy's, not the resolver's.
+        said = asked or record.verdict
+        super().__init__(said.message or said.reason or "denied by policy")
+        self.point, self.record, self.escalation = point, record, escalation
+        self.reason, self.message = said.reason, said.message
+
+    def wire(self) -> dict[str, Any]:
+        """The run's `error` when this ends it (status `blocked`)."""
+        return {
+            "code": "policy_denied",
+            "point": self.point,
+            "reason": self.reason,
+            "message": self.message or f"A policy denied the run at {self.point}.",
+        }
+
+
+class InboxResolver:
+    """`airlock-inbox`: answers an escalation with the operator's decision when one is known for its
+    context (`decisions`: stable key -> approved), else leaves it unresolved and notes it in `asked`."""
+
+    def __init__(self, decisions: Mapping[str, bool]) -> None:
+        self.decisions = decisions
+        self.asked: dict[str, Escalation] = {}
+
+    def resolve(self, request: ApprovalRequest) -> ApprovalResolution:
+        key = stable_key(request.context)
+        decided = self.decisions.get(key)
+        identity = request.context_identity
+        if decided is None:
+            point = request.interception_point.value
+            verdict = request.verdict
+            self.asked[key] = Escalation(key, point, None, verdict.reason, verdict.message)
+            return ApprovalResolution(outcome=ApprovalOutcome.UNRESOLVED, context_identity=identity)
+        if decided:
+            return ApprovalResolution(
+                outcome=ApprovalOutcome.APPROVE, context_identity=identity, verdict=Verdict.allow()
+            )
+        reason = request.verdict.reason or "denied"
+        verdict = Verdict.deny(reason=reason, message="The operator denied it.")
+        return ApprovalResolution(outcome=ApprovalOutcome.REJECT, context_identity=identity, verdict=verdict)
+
+
+# ---- airlock.acs ----------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=128)
+def _activated(manifest: str, modules: str) -> ActivatedPolicy:
+    """The policy of a binding, activated once per process for its text (a version's text never changes)."""
+    bundles = {policy: {"modules": files} for policy, files in json.loads(modules).items()}
+    return ActivatedPolicy.from_memory(manifest, bundles)
+
+
+def _acs_sources(config: Mapping[str, Any]) -> tuple[str, dict[str, dict[str, str]]]:
+    manifest, modules = config.get("manifest"), config.get("modules", {})
+    if not isinstance(manifest, str) or not manifest.strip():
+        raise ValueError("config.manifest must be the manifest's YAML text")
+    if not isinstance(modules, dict) or not all(
+        isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+        for files in modules.values()
+    ):
+        raise ValueError('config.modules must map policy ids to {"<file>.rego": "<source>"}')
+    extra = set(config) - {"manifest", "modules"}
+    if extra:
+        raise ValueError(f"config has unknown fields: {', '.join(sorted(extra))}")
+    return manifest, modules
+
+
+class AcsBinding:
+    """An `airlock.acs` binding: points its manifest does not govern allow (the declaration binds every point);
+    the rest are evaluated on a worker thread, so the event loop never waits on Rego."""
+
+    def __init__(self, policy: ActivatedPolicy, name: str) -> None:
+        self.policy, self.name = policy, name
+
+    async def intercept(self, context: dict[str, Any]) -> Verdict:
+        point = context["interception_point"]
+        if not self.policy.governs(point):
+            return Verdict.allow()
+        return await asyncio.to_thread(self.policy.evaluate, point, context)
+
+
+def acs_binding(config: Mapping[str, Any], binding: Any) -> AcsBinding:
+    manifest, modules = _acs_sources(config)
+    problems = [
+        p
+        for p in validate_artifacts(manifest, {k: {"modules": v} for k, v in modules.items()})
+        if p.get("severity", "error") == "error"
+    ]
+    if problems:
+        raise ValueError("; ".join(f"{p.get('code')}: {p.get('message')}" for p in problems))
+    try:
+        policy = _activated(manifest, json.dumps(modules, sort_keys=True))
+    except Exception as error:  # the native loader reports a bad manifest or module as RuntimeError
+        raise ValueError(str(error)) from None
+    return AcsBinding(policy, binding.id)
+
+
+# ---- airlock.webhook ------------------------------------------------------------------------------------
+
+
+def webhook_config(config: Mapping[str, Any]) -> tuple[str, float]:
+    connection, timeout_ms = config.get("connection"), config.get("timeoutMs", 2000)
+    if not isinstance(connection, str) or not connection:
+        raise ValueError("config.connection must name a policy webhook connection")
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 1 <= timeout_ms <= 30_000:
+        raise ValueError("config.timeoutMs must be a whole number of milliseconds from 1 to 30000")
+    extra = set(config) - {"connection", "timeoutMs"}
+    if extra:
+        raise ValueError(f"config has unknown fields: {', '.join(sorted(extra))}")
+    return connection, timeout_ms / 1000
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+class WebhookBinding:
+    """An `airlock.webhook` binding: POSTs the context to the connection's URL, signed with its secret, and
+    reads the verdict; a timeout, a non-2xx answer or a body that is not a verdict fails closed."""
+
+    def __init__(self, spec: ConnectionSpec, timeout: float, name: str) -> None:
+        self.spec, self.timeout, self.name = spec, timeout, name
+
+    async def intercept(self, context: dict[str, Any]) -> Any:
+        body = json.dumps(context, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json"}
+        secret = os.environ.get(self.spec.secret_env, "") if self.spec.secret_env else ""
+        if secret:
+            headers[SIGNATURE_HEADER] = sign(secret, body)
+        async with asyncio.timeout(self.timeout), httpx2.AsyncClient() as client:
+            response = await client.post(self.spec.url, content=body, headers=headers)
+        response.raise_for_status()
+        return response.json()
+
+
+def webhook_binding(connections: Mapping[str, ConnectionSpec]) -> Callable[[Mapping[str, Any], Any], WebhookBinding]:
+    def build(config: Mapping[str, Any], binding: Any) -> WebhookBinding:
+        name, timeout = webhook_config(config)
+        spec = connections.get(name)
+        if spec is None or spec.kind != "webhook":
+            raise ValueError(f"no policy webhook connection named {name!r} is granted to this tenant")
+        return WebhookBinding(spec, timeout, binding.id)
+
+    return build
+
+
+def _webhook_shape(config: Mapping[str, Any], binding: Any) -> None:
+    webhook_config(config)  # the connection itself is checked with the definition's other connections
+
+
+# ---- the declaration ------------------------------------------------------------------------------------
+
+
+def registry(connections: Mapping[str, ConnectionSpec], resolver: Any) -> HostRegistry:
+    return (
+        HostRegistry(SURFACE)
+        .kind("airlock.acs", acs_binding)
+        .kind("airlock.webhook", webhook_binding(connections))
+        .approval_resolver(RESOLVER, resolver)
+    )
+
+
+def declaration_problems(document: Any) -> list[str]:
+    """Why `document` cannot be an agent's `hooks` (the loader's refusals, with their JSON pointers, and
+    surface points no binding covers, which would deny every run); empty when it can. The policies are
+    compiled here, so a version that saves is a version that runs."""
+    checking = (
+        HostRegistry(SURFACE)
+        .kind("airlock.acs", acs_binding)
+        .kind("airlock.webhook", _webhook_shape)
+        .approval_resolver(RESOLVER, InboxResolver({}))
+    )
+    try:
+        emitter = InterceptionEmitter.from_declaration_value(document, checking)
+    except DeclarationError as error:
+        return [f"{error.code} at {f.pointer or '/'}: {f.detail}" for f in error.findings] or [error.code]
+    resolved = emitter.declaration
+    assert resolved is not None
+    wire = resolved.to_wire()
+    covered: set[str] = set()
+    for binding in wire.get("bindings", []):
+        covered |= set(binding.get("at") or POINTS)
+    surface = set(wire.get("surface") or POINTS)
+    missing = [point for point in POINTS if point in surface and point not in covered]
+    if missing:
+        return [f"no binding covers {', '.join(missing)}: every run would be denied there (omit `at` to bind all)"]
+    return []
+
+
+def webhook_connections(document: Any) -> list[tuple[int, str]]:
+    """(binding index, connection name) of each `airlock.webhook` binding of a valid `document`."""
+    return [
+        (i, binding.get("config", {}).get("connection"))
+        for i, binding in enumerate(document.get("bindings", []) if isinstance(document, dict) else [])
+        if isinstance(binding, dict) and binding.get("kind") == "airlock.webhook"
+    ]
+
+
+# ---- one turn -------------------------------------------------------------------------------------------
+
+
+def _verdict_decision(record: InterceptionRecord) -> str:
+    verdict = record.verdict
+    decision = verdict.decision.value
+    if decision == "allow" and verdict.warnings:
+        return "warn"
+    if decision == "deny" and verdict.approval is not None:
+        return "escalate"
+    return decision
+
+
+def _binding_of(record: InterceptionRecord) -> str | None:
+    deciding = [v for v in record.verdicts if v.decision.value != "allow"] or list(record.verdicts)
+    return deciding[-1].name if deciding else None
+
+
+@dataclass
+class TurnPolicies:
+    """The emitter of one turn, with what it needs to report: `emit` (the run's events), `records` (every
+    interception record, in order, on the wire) and the operator's decisions in `resolver`."""
+
+    emitter: InterceptionEmitter
+    builder: AgentContextBuilder
+    resolver: InboxResolver
+    emit: Emit
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        document: Any,
+        *,
+        connections: Mapping[str, ConnectionSpec],
+        decisions: Mapping[str, bool],
+        agent: str,
+        version: int | None,
+        run_id: str,
+        session_id: str | None,
+        tenant: str | None,
+        emit: Emit,
+        records: list[dict[str, Any]],
+    ) -> "TurnPolicies":
+        resolver = InboxResolver(decisions)
+        emitter = InterceptionEmitter.from_declaration_value(document, registry(connections, resolver))
+        # The run is the contract's session (its records are numbered from 0 per turn); Airlock's session
+        # travels as an extension.
+        builder = AgentContextBuilder(
+            agent_id=agent,
+            framework=FRAMEWORK,
+            session_id=run_id,
+            agent_name=agent,
+            agent_version=str(version) if version is not None else None,
+        )
+        if tenant or session_id:
+            builder.with_l2(tenant=tenant, extensions={"airlock": {"sessionId": session_id}})
+        policies = cls(emitter, builder, resolver, emit, records)
+        emitter.set_record_sink(lambda record: records.append(record.to_wire()))
+        return policies
+
+    @property
+    def enforced(self) -> bool:
+        return self.emitter.mode is EnforcementMode.ENFORCE
+
+    async def check(self, context: dict[str, Any]) -> Any:
+        """Emit `context`; the target to go on with, or PolicyBlocked. In evaluate_only the original target
+        always goes on (verdicts are recorded, not enforced)."""
+        point = context["interception_point"]
+        original = copy.deepcopy(context["target"]) if not self.enforced else None
+        try:
+            outcome = await self.emitter.emit(context)
+        except InterceptionBlocked as blocked:
+            record = blocked.result
+            asked = self.resolver.asked.get(stable_key(context))
+            if asked is not None:
+                asked.binding = _binding_of(record)
+            escalation = asked if asked is not None and point in LIFTABLE else None
+            await self._report(point, record, asked)
+            raise PolicyBlocked(point, record, escalation, asked) from None
+        await self._report(point, outcome.record, None)
+        return outcome.target if self.enforced else original
+
+    async def shutdown(self, reason: str) -> None:
+        """`agent_shutdown`, on every way out of a turn (its verdict is recorded, never enforced)."""
+        record = await self.emitter.emit_unchecked(self.builder.agent_shutdown(reason=reason))
+        await self._report("agent_shutdown", record, None)
+
+    def decided(self, context: Mapping[str, Any]) -> bool:
+        """Whether an operator answered an escalation of `context` (their denial is theirs, not the rules')."""
+        return stable_key(context) in self.resolver.decisions
+
+    async def _report(self, point: str, record: InterceptionRecord, escalation: Escalation | None) -> None:
+        decision = "escalate" if escalation is not None else _verdict_decision(record)
+        if decision == "allow":
+            return
+        verdict = record.verdict
+        if escalation is not None:
+            verdict_reason, verdict_message = escalation.reason, escalation.message
+        else:
+            verdict_reason, verdict_message = verdict.reason, verdict.message
+        data = {
+            "point": point,
+            "decision": decision,
+            "reason": verdict_reason,
+            "message": verdict_message,
+            "binding": _binding_of(record),
+            "enforced": self.enforced,
+        }
+        await self.emit(POLICY_VERDICT, data, False)
