@@ -385,6 +385,8 @@ class TurnPolicies:
         verdict = record.verdict
         if escalation is not None:
             verdict_reason, verdict_message = escalation.reason, escalation.message
+        elif decision == "warn":
+            verdict_reason, verdict_message = verdict.warnings[0].reason, verdict.warnings[0].message
         else:
             verdict_reason, verdict_message = verdict.reason, verdict.message
         data = {

@@ -1,0 +1,108 @@
+"""The starter policy (SPEC section 8): an agent-hooks declaration binding one `airlock.acs` policy in Rego
+that shows each verdict kind on the tools every tenant has. The agent editor offers it as a template,
+`seed_demo` gives it to `assistant` (shadow mode) and `guarded` (enforced).
+
+- `input`: a message asking to ignore the instructions is denied (the run ends `blocked`);
+- `pre_tool_call` on `send_email`: a recipient at `evil.test` is denied, one outside `example.com`
+  escalates to an operator, a subject in capitals is rewritten (transform), a body over 2,000 characters
+  is allowed with a warning;
+- `output`: card numbers are redacted (transform).
+"""
+
+import copy
+from typing import Any
+
+MANIFEST = """\
+agent_control_specification_version: "0.4.0-alpha.1"
+metadata:
+  name: "mail-guard"
+extends: []
+policies:
+  mail:
+    type: rego
+    query: data.airlock.mail.verdict
+tools:
+  send_email:
+    type: Tool
+    id: send_email
+  get_time:
+    type: Tool
+    id: get_time
+intervention_points:
+  input:
+    policy_target: "$.input"
+    policy_target_kind: user_input
+    policy:
+      id: mail
+      query: data.airlock.mail.input_verdict
+  pre_tool_call:
+    policy_target: "$.tool_call.args"
+    policy_target_kind: tool_args
+    tool_name_from: "$.tool_call.name"
+    policy:
+      id: mail
+      query: data.airlock.mail.pre_tool_call_verdict
+  output:
+    policy_target: "$.output"
+    policy_target_kind: assistant_output
+    policy:
+      id: mail
+      query: data.airlock.mail.output_verdict
+"""
+
+REGO = r"""package airlock.mail
+
+import rego.v1
+
+default verdict := {"decision": "allow"}
+
+default input_verdict := {"decision": "allow"}
+
+input_verdict := {"decision": "deny", "reason": "prompt_injection", "message": "The message asks to ignore the instructions."} if {
+	contains(lower(input.policy_target.value.content), "ignore previous instructions")
+}
+
+args := input.policy_target.value
+
+default pre_tool_call_verdict := {"decision": "allow"}
+
+pre_tool_call_verdict := {"decision": "deny", "reason": "blocked_domain", "message": "Mail to evil.test is never sent."} if {
+	input.tool.name == "send_email"
+	endswith(args.to, "@evil.test")
+} else := {"decision": "escalate", "reason": "external_recipient", "message": "Mail outside example.com needs a human."} if {
+	input.tool.name == "send_email"
+	not endswith(args.to, "@example.com")
+} else := {"decision": "transform", "reason": "calm_subject", "message": "The subject was in capitals.", "transform": {"path": "$target.subject", "value": lower(args.subject)}} if {
+	input.tool.name == "send_email"
+	args.subject == upper(args.subject)
+	args.subject != lower(args.subject)
+} else := {"decision": "allow", "warnings": [{"reason": "long_body", "message": "The mail is over 2,000 characters."}]} if {
+	input.tool.name == "send_email"
+	count(args.body) > 2000
+}
+
+card := `\d{4}[- ]?\d{4}[- ]?\d{4}[- ]?\d{4}`
+
+default output_verdict := {"decision": "allow"}
+
+output_verdict := {"decision": "transform", "reason": "card_redacted", "message": "A card number was redacted.", "transform": {"path": "$target.content", "value": regex.replace(input.policy_target.value.content, card, "[card]")}} if {
+	regex.match(card, input.policy_target.value.content)
+}
+"""
+
+
+def starter_hooks(mode: str = "enforce") -> dict[str, Any]:
+    """The starter declaration, in `mode` (`enforce` or `evaluate_only`)."""
+    return copy.deepcopy(
+        {
+            "declaration": "agent-hooks-declaration/1.0",
+            "configuration": {"mode": mode, "approval": {"resolver": "airlock-inbox"}},
+            "bindings": [
+                {
+                    "id": "mail-guard",
+                    "kind": "airlock.acs",
+                    "config": {"manifest": MANIFEST, "modules": {"mail": {"mail.rego": REGO}}},
+                }
+            ],
+        }
+    )
