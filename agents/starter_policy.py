@@ -58,7 +58,11 @@ default verdict := {"decision": "allow"}
 
 default input_verdict := {"decision": "allow"}
 
-input_verdict := {"decision": "deny", "reason": "prompt_injection", "message": "The message asks to ignore the instructions."} if {
+input_verdict := {
+	"decision": "deny",
+	"reason": "prompt_injection",
+	"message": "The message asks to ignore the instructions.",
+} if {
 	contains(lower(input.policy_target.value.content), "ignore previous instructions")
 }
 
@@ -66,17 +70,33 @@ args := input.policy_target.value
 
 default pre_tool_call_verdict := {"decision": "allow"}
 
-pre_tool_call_verdict := {"decision": "deny", "reason": "blocked_domain", "message": "Mail to evil.test is never sent."} if {
+pre_tool_call_verdict := {
+	"decision": "deny",
+	"reason": "blocked_domain",
+	"message": "Mail to evil.test is never sent.",
+} if {
 	input.tool.name == "send_email"
 	endswith(args.to, "@evil.test")
-} else := {"decision": "escalate", "reason": "external_recipient", "message": "Mail outside example.com needs a human."} if {
+} else := {
+	"decision": "escalate",
+	"reason": "external_recipient",
+	"message": "Mail outside example.com needs a human.",
+} if {
 	input.tool.name == "send_email"
 	not endswith(args.to, "@example.com")
-} else := {"decision": "transform", "reason": "calm_subject", "message": "The subject was in capitals.", "transform": {"path": "$target.subject", "value": lower(args.subject)}} if {
+} else := {
+	"decision": "transform",
+	"reason": "calm_subject",
+	"message": "The subject was in capitals.",
+	"transform": {"path": "$target.subject", "value": lower(args.subject)},
+} if {
 	input.tool.name == "send_email"
 	args.subject == upper(args.subject)
 	args.subject != lower(args.subject)
-} else := {"decision": "allow", "warnings": [{"reason": "long_body", "message": "The mail is over 2,000 characters."}]} if {
+} else := {
+	"decision": "allow",
+	"warnings": [{"reason": "long_body", "message": "The mail is over 2,000 characters."}],
+} if {
 	input.tool.name == "send_email"
 	count(args.body) > 2000
 }
@@ -85,7 +105,15 @@ card := `\d{4}[- ]?\d{4}[- ]?\d{4}[- ]?\d{4}`
 
 default output_verdict := {"decision": "allow"}
 
-output_verdict := {"decision": "transform", "reason": "card_redacted", "message": "A card number was redacted.", "transform": {"path": "$target.content", "value": regex.replace(input.policy_target.value.content, card, "[card]")}} if {
+output_verdict := {
+	"decision": "transform",
+	"reason": "card_redacted",
+	"message": "A card number was redacted.",
+	"transform": {
+		"path": "$target.content",
+		"value": regex.replace(input.policy_target.value.content, card, "[card]"),
+	},
+} if {
 	regex.match(card, input.policy_target.value.content)
 }
 """
