@@ -259,9 +259,9 @@ class GatedToolset(WrapperToolset[TurnDeps]):
             except PolicyBlocked as blocked:
                 escalation = blocked.escalation
                 if escalation is not None:
-                    raise ApprovalRequired(
-                        metadata={"policy": escalation.wire(), "policyKey": escalation.key}
-                    ) from None
+                    # The request shows the arguments the policy saw (an operator's edit is a new question).
+                    asked = {"policy": escalation.wire(), "policyKey": escalation.key, "arguments": tool_args}
+                    raise ApprovalRequired(metadata=asked) from None
                 if not policies.decided(context):  # an operator's "no" is recorded with their answer
                     denial = {"kind": "denied-by-rules", "reason": blocked.reason, "message": blocked.message}
                     data = {"toolName": name, "callId": call_id, "arguments": tool_args, "result": denial}
@@ -304,8 +304,13 @@ class GatedToolset(WrapperToolset[TurnDeps]):
                 raise TurnError("mcp_server_failed", str(error)) from error
             if self.server is not None:
                 raise TurnError("mcp_server_failed", f"The MCP server {self.server!r} failed: {error}") from error
-            # A server tool's own failure is the model's to see, not the end of the run.
-            raise ToolFailed(f"{type(error).__name__}: {error}") from error
+            # A server tool's own failure is the model's to see (once `post_tool_call` let it), not the end of the run.
+            failure = f"{type(error).__name__}: {error}"
+            if policies is not None:
+                denied = await self._after(policies, name, call_id, tool_args, failure, is_error=True)
+                if denied is not None:
+                    return denied
+            raise ToolFailed(failure) from error
         if policies is not None:
             checked = await self._after(policies, name, call_id, tool_args, _jsonable(result), is_error=False)
             if isinstance(checked, ToolDenied):
@@ -679,7 +684,7 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
                     "approval",
                     call.tool_name,
                     call.tool_call_id,
-                    call.args_as_dict(),
+                    metadata.get("arguments") or call.args_as_dict(),
                     message=(policy or {}).get("message") or "",
                     engine_state=metadata or None,
                     policy=policy,
