@@ -66,5 +66,5 @@ def tool_parameters(pending: PendingRequest) -> list[dict[str, Any]]:
 
 @register.filter
 def can_remember(pending: PendingRequest) -> bool:
-    """Whether "don't ask again" is offered: never for a tool that asks every time."""
-    return pending.kind == RequestKind.APPROVAL and pending.approval_mode != "every_time"
+    """Whether "don't ask again" is offered: never for a tool that asks every time, nor for a policy's escalation."""
+    return pending.kind == RequestKind.APPROVAL and pending.policy is None and pending.approval_mode != "every_time"
