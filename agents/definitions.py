@@ -23,7 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
-from agents.policies import declaration_problems, webhook_connections
+from agents.policies import declaration_problems, unlisted_tools, webhook_connections
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 
@@ -182,9 +182,14 @@ class DefinitionContent(WireModel):
 
     @field_validator("hooks")
     @classmethod
-    def _hooks_load(cls, hooks: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _hooks_load(cls, hooks: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if hooks is not None:
             problems = declaration_problems(hooks)
+            if not problems:
+                tools = [t.name for t in info.data.get("tools", [])] + [
+                    t.name for t in info.data.get("client_tools", [])
+                ]
+                problems = unlisted_tools(hooks, tools)
             if problems:
                 raise ValueError("; ".join(problems))
         return hooks

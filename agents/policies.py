@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 import httpx2
-from agent_control_spec import ActivatedPolicy, validate_artifacts
+from agent_control_spec import ActivatedPolicy, parse_manifest, validate_artifacts
 from agent_hooks import (
     AgentContextBuilder,
     DeclarationError,
@@ -234,8 +234,10 @@ def webhook_binding(connections: Mapping[str, ConnectionSpec]) -> Callable[[Mapp
     return build
 
 
-def _webhook_shape(config: Mapping[str, Any], binding: Any) -> None:
-    webhook_config(config)  # the connection itself is checked with the definition's other connections
+def _webhook_shape(config: Mapping[str, Any], binding: Any) -> WebhookBinding:
+    # The connection itself is checked with the definition's other connections (a grant can change).
+    name, timeout = webhook_config(config)
+    return WebhookBinding(ConnectionSpec(name, "webhook"), timeout, binding.id)
 
 
 # ---- the declaration ------------------------------------------------------------------------------------
@@ -270,11 +272,30 @@ def declaration_problems(document: Any) -> list[str]:
     covered: set[str] = set()
     for binding in wire.get("bindings", []):
         covered |= set(binding.get("at") or POINTS)
-    surface = set(wire.get("surface") or POINTS)
+    surface = set((wire.get("surface") or {}).get("interception_points") or POINTS)
     missing = [point for point in POINTS if point in surface and point not in covered]
     if missing:
         return [f"no binding covers {', '.join(missing)}: every run would be denied there (omit `at` to bind all)"]
     return []
+
+
+def unlisted_tools(document: Any, tools: list[str]) -> list[str]:
+    """Why `tools` (the definition's server and client tools) would be denied by a valid `document`: an
+    `airlock.acs` manifest that governs tool calls denies every tool it does not list (`tool_unknown`)."""
+    problems = []
+    for binding in document.get("bindings", []):
+        if binding.get("kind") != "airlock.acs":
+            continue
+        manifest = parse_manifest(binding["config"]["manifest"])
+        points = set(manifest.get("intervention_points") or {})
+        listed = {tool.get("id", name) for name, tool in (manifest.get("tools") or {}).items()}
+        missing = [name for name in tools if name not in listed]
+        if points & {"pre_tool_call", "post_tool_call"} and missing:
+            problems.append(
+                f"the manifest of binding {binding.get('id')!r} governs tool calls but does not list "
+                f"{', '.join(missing)} under `tools:`: every call of it would be denied"
+            )
+    return problems
 
 
 def webhook_connections(document: Any) -> list[tuple[int, str]]:

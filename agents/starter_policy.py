@@ -28,6 +28,9 @@ tools:
   get_time:
     type: Tool
     id: get_time
+  get_user_location:
+    type: Tool
+    id: get_user_location
 intervention_points:
   input:
     policy_target: "$.input"

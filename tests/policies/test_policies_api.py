@@ -413,6 +413,10 @@ def test_a_webhook_connection_must_be_granted(admin):
             lambda h: h["bindings"][0]["config"].update({"manifest": "::: not yaml"}),
             "declaration_error:binding_rejected",
         ),
+        (
+            lambda h: h["bindings"][0]["config"].update({"manifest": MANIFEST.replace("id: get_time", "id: other")}),
+            "does not list get_time under `tools:`",
+        ),
     ],
 )
 def test_invalid_hooks_are_refused_with_nothing_saved(admin, change, says):
