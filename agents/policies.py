@@ -169,7 +169,9 @@ class AcsBinding:
         return await asyncio.to_thread(self.policy.evaluate, point, context)
 
 
-def acs_binding(config: Mapping[str, Any], binding: Any) -> AcsBinding:
+def acs_binding(
+    config: Mapping[str, Any], binding: Any
+) -> Any:  # an AcsBinding (async: not the SDK's sync Interceptor type)
     manifest, modules = _acs_sources(config)
     problems = [
         p
@@ -223,8 +225,8 @@ class WebhookBinding:
         return response.json()
 
 
-def webhook_binding(connections: Mapping[str, ConnectionSpec]) -> Callable[[Mapping[str, Any], Any], WebhookBinding]:
-    def build(config: Mapping[str, Any], binding: Any) -> WebhookBinding:
+def webhook_binding(connections: Mapping[str, ConnectionSpec]) -> Callable[[Mapping[str, Any], Any], Any]:
+    def build(config: Mapping[str, Any], binding: Any) -> Any:
         name, timeout = webhook_config(config)
         spec = connections.get(name)
         if spec is None or spec.kind != "webhook":
@@ -234,7 +236,7 @@ def webhook_binding(connections: Mapping[str, ConnectionSpec]) -> Callable[[Mapp
     return build
 
 
-def _webhook_shape(config: Mapping[str, Any], binding: Any) -> WebhookBinding:
+def _webhook_shape(config: Mapping[str, Any], binding: Any) -> Any:
     # The connection itself is checked with the definition's other connections (a grant can change).
     name, timeout = webhook_config(config)
     return WebhookBinding(ConnectionSpec(name, "webhook"), timeout, binding.id)

@@ -95,10 +95,9 @@ def rewrite_messages(
             rewritten[i] = dataclasses.replace(message, parts=[TextPart(text), *parts] if text else parts)
         else:
             assert isinstance(message, ModelRequest)
-            parts = list(message.parts)
-            part = parts[j]
-            parts[j] = dataclasses.replace(part, content=text)  # type: ignore[call-arg]
-            rewritten[i] = dataclasses.replace(message, parts=parts)
+            request_parts: list[Any] = list(message.parts)
+            request_parts[j] = dataclasses.replace(request_parts[j], content=text)
+            rewritten[i] = dataclasses.replace(message, parts=request_parts)
     return rewritten
 
 
