@@ -334,7 +334,7 @@ class Policyd(BaseHTTPRequestHandler):
         Policyd.seen.append(context)
         verdict: dict[str, Any] = {"decision": "allow"}
         name = (context.get("tool_call") or {}).get("name")
-        if context["interception_point"] == "pre_tool_call" and name == "send_email":
+        if context["interception_point"] == "pre_tool_call" and name in ("send_email", "get_user_location"):
             verdict = {"decision": "deny", "reason": "no_mail", "message": "The webhook says no mail."}
         if context["interception_point"] == "pre_tool_call" and name == "get_time":
             time.sleep(1.5)
@@ -381,6 +381,11 @@ def test_a_webhook_policy_allows_denies_and_fails_closed_on_timeout(admin, acme,
     denied = run_ok(admin, {"message": mail("ada@example.com")})
     assert denied["output"] == "send_email denied: The webhook says no mail."
     assert events_of(denied, "tool.execution_start") == []
+
+    # A client tool asks `pre_tool_call` before its request opens: denied, no request, the model is told.
+    client = run_ok(admin, {"message": call_line("get_user_location", {"precision": "city"}), "sessionId": "s1"})
+    assert (client["status"], client["pendingRequests"]) == ("completed", [])
+    assert client["output"] == "get_user_location denied: The webhook says no mail."
 
     slow = run_ok(admin, {"message": call_line("get_time")})
     assert slow["output"].startswith("get_time denied:")
@@ -436,3 +441,19 @@ def test_a_valid_declaration_saves_and_reads_back(admin):
     response = admin.api("POST", "/api/agents", {**ASSISTANT, "tools": TOOLS, "hooks": starter_hooks()})
     assert response.status_code == 201, response.content
     assert response.json()["hooks"]["bindings"][0]["id"] == "mail-guard"
+
+
+def test_a_client_tool_the_policy_allows_still_asks_the_client(admin):
+    guarded(admin)
+    asked = run_ok(admin, {"message": call_line("get_user_location", {"precision": "city"}), "sessionId": "s1"})
+
+    assert asked["status"] == "awaiting_tool_result"
+    [request] = asked["pendingRequests"]
+    assert (request["kind"], request["arguments"], request["policy"]) == ("client_tool", {"precision": "city"}, None)
+    response = admin.api(
+        "POST",
+        f"/api/runs/{asked['runId']}/responses",
+        {"requestId": request["requestId"], "result": {"city": "Ankara"}},
+    )
+    continued = run_queued(response.json()["continuationRunId"])
+    assert continued.output == 'get_user_location: {"city":"Ankara"}'
