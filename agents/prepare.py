@@ -108,6 +108,8 @@ class PreparedRun:
     abandoned: list[PendingRequest] = field(default_factory=list)
     # Requests closed without an answer (expired, cancelled) whose calls the engine has not yet seen end.
     terminated: list[PendingRequest] = field(default_factory=list)
+    # The id the run gets, when its client chose one (a respond's `newRunId`).
+    run_id: uuid.UUID | None = None
 
 
 def live_version(tenant: Tenant, name: str, number: int | None) -> AgentVersion:

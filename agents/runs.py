@@ -66,6 +66,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
                 detail = "Another turn started this session at the same moment."
                 raise RunRejected(409, "session_busy", detail) from None
         run = Run.objects.create(
+            **({"id": prepared.run_id} if prepared.run_id else {}),
             tenant=tenant,
             agent=prepared.agent,
             version=prepared.version,

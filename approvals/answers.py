@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from django.db import IntegrityError
 from django.utils import timezone
 from pydantic import Field, StrictBool
 
@@ -46,14 +47,18 @@ class Response(WireModel):
     error_message: str | None = Field(default=None, max_length=5000)
     action: Literal["accept", "decline", "cancel"] | None = None
     content: dict[str, Any] | None = None
+    # Where the continuation goes (SPEC section 9): the version it runs, its run id, the checkpoint answered at.
+    definition_version: int | None = Field(default=None, ge=1)
+    new_run_id: uuid.UUID | None = None
+    checkpoint_id: uuid.UUID | None = None
 
 
 class ResponseRefused(Exception):
-    """A well-formed answer that breaks a rule (e.g. `remember` on a denial): a 400, nothing stored."""
+    """A well-formed answer that breaks a rule (e.g. `remember` on a denial): a 4xx, nothing stored."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, status: int = 400) -> None:
         super().__init__(detail)
-        self.code, self.detail = code, detail
+        self.code, self.detail, self.status = code, detail, status
 
 
 @dataclass
@@ -88,12 +93,27 @@ def _payload(pending: PendingRequest, response: Response) -> dict[str, Any] | Ou
     missing = kind.required is not None and getattr(response, kind.required) is None
     if missing or any(getattr(response, name) != Response.model_fields[name].default for name in foreign):
         return Outcome("response_type_mismatch", str(pending.id), kind.takes)
+    modes = None
+    if response.definition_version is not None:
+        version = pending.agent.versions.filter(number=response.definition_version).first()
+        if version is None:
+            detail = f"The agent {pending.agent.name!r} has no version {response.definition_version}."
+            raise ResponseRefused("unknown_version", detail)
+        modes = {t.name: t.approval for t in version.definition.tools}
+    if response.new_run_id is not None and Run.objects.filter(id=response.new_run_id).exists():
+        raise ResponseRefused("run_exists", f"A run {response.new_run_id} exists already.", 409)
     try:
-        return kind.answer(pending, response.model_dump(mode="json", by_alias=True))
+        stored = kind.answer(pending, response.model_dump(mode="json", by_alias=True), modes)
     except AnswerRefused as refused:
         if refused.code == "invalid_content":
             return Outcome("invalid_response", str(pending.id), refused.detail)
         raise ResponseRefused(refused.code, refused.detail) from None
+    # Kept with the answer: the continuation, started by whichever answer comes last, honours them.
+    if response.definition_version is not None:
+        stored["definitionVersion"] = response.definition_version
+    if response.new_run_id is not None:
+        stored["newRunId"] = str(response.new_run_id)
+    return stored
 
 
 def respond(membership: Membership, user: Any, run: Run, response: Response, *, via: str) -> Outcome:
@@ -137,19 +157,30 @@ def continue_when_complete(user: Any, session: Session) -> Run | None:
     waiting = session.requests.open().filter(answered_in=None)
     if waiting.exists():
         return None
+    # The continuation runs the version that asked unless an answer named another (SPEC section 9), on its
+    # lane (its parameters and culture repeat as well), through the queue: the answer returns at once.
+    asked = session.last_run
+    given = [r.answer or {} for r in session.requests.filter(status=RequestStatus.PENDING, answered_in=None)]
+    chosen_version = next((a["definitionVersion"] for a in given if a.get("definitionVersion")), None)
+    chosen_id = next((a["newRunId"] for a in given if a.get("newRunId")), None)
     try:
-        # The continuation runs the version that asked, on its lane (its parameters and culture repeat
-        # as well), through the queue: the answer returns at once.
-        asked = session.last_run
         request = RunRequest(
             session_id=session.key,
-            definition_version=asked.version.number if asked else None,
+            definition_version=chosen_version or (asked.version.number if asked else None),
             lane=asked.lane if asked else None,
         )
-        version = asked.version if asked else live_version(session.tenant, session.agent.name, None)
+        if chosen_version is not None:
+            version = live_version(session.tenant, session.agent.name, chosen_version)
+        else:
+            version = asked.version if asked else live_version(session.tenant, session.agent.name, None)
         version.agent = session.agent
         prepared = prepare_run(session.tenant, version, request)
-        started = start_queued(prepared, user)
+        prepared.run_id = uuid.UUID(chosen_id) if chosen_id else None
+        try:
+            started = start_queued(prepared, user)
+        except IntegrityError:  # the chosen id was taken since the answer was checked: a fresh one
+            prepared.run_id = None
+            started = start_queued(prepared, user)
     except RunRejected:
         # Another answer started the continuation at the same moment (the session is busy), or the
         # answers were consumed by a run request meanwhile: either way the turn is on its way.

@@ -84,5 +84,5 @@ def respond_to_request(request: ConsoleRequest, run_id: uuid.UUID, payload: Resp
     except PendingRequest.DoesNotExist:
         raise ApiError(404, "request_not_found", f"The run {run_id} issued no request {payload.request_id}.") from None
     except ResponseRefused as refused:
-        raise ApiError(400, refused.code, refused.detail) from None
+        raise ApiError(refused.status, refused.code, refused.detail) from None
     return outcome.wire()
