@@ -47,6 +47,9 @@ class Response(WireModel):
     error_message: str | None = Field(default=None, max_length=5000)
     action: Literal["accept", "decline", "cancel"] | None = None
     content: dict[str, Any] | None = None
+    # A question's answer in words, a plan's revision guidance; `json`: an answer read as the expected type.
+    text: str | None = Field(default=None, max_length=20_000)
+    json_value: Any = Field(default=None, alias="json")
     # Where the continuation goes (SPEC section 9): the version it runs, its run id, the checkpoint answered at.
     definition_version: int | None = Field(default=None, ge=1)
     new_run_id: uuid.UUID | None = None
@@ -77,6 +80,21 @@ class Outcome:
         }
 
 
+# The fields that carry an answer (the rest say which request and where the continuation goes; `remember`
+# is refused by the kinds that take none).
+ANSWER_FIELDS = set(Response.model_fields) - {
+    "request_id",
+    "remember",
+    "definition_version",
+    "new_run_id",
+    "checkpoint_id",
+}
+
+
+def _given(response: Response, name: str) -> bool:
+    return bool(getattr(response, name) != Response.model_fields[name].default)
+
+
 _TERMINAL_STATUS: dict[str, Status] = {
     RequestStatus.EXPIRED: "expired",
     RequestStatus.CANCELLED: "cancelled",
@@ -87,11 +105,19 @@ _TERMINAL_STATUS: dict[str, Status] = {
 def _payload(pending: PendingRequest, response: Response) -> dict[str, Any] | Outcome:
     """The stored answer for `pending`, or the outcome that refuses it (raises ResponseRefused for a 400)."""
     kind = KINDS[pending.kind]
+    if response.json_value is not None:
+        # `json` is the answer read as the kind's type (a boolean for an approval, a result for a client
+        # tool, …); given with the kind's own fields, or of no type the kind reads, it is a mismatch.
+        read = kind.read_json(response.json_value)
+        given = {name for name in ANSWER_FIELDS - {"json_value"} if _given(response, name)}
+        if read is None or given:
+            return Outcome("response_type_mismatch", str(pending.id), kind.takes)
+        response = response.model_copy(update={**read, "json_value": None})
     # A field of another kind would be silently dropped from what the client meant (an `errorMessage`
     # sent with an approval): the answer is for another kind of request.
-    foreign = set().union(*(k.fields for k in KINDS.values())) - kind.fields
+    foreign = ANSWER_FIELDS - kind.fields
     missing = kind.required is not None and getattr(response, kind.required) is None
-    if missing or any(getattr(response, name) != Response.model_fields[name].default for name in foreign):
+    if missing or any(_given(response, name) for name in foreign):
         return Outcome("response_type_mismatch", str(pending.id), kind.takes)
     modes = None
     if response.definition_version is not None:

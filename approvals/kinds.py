@@ -68,6 +68,11 @@ class Kind:
         if wire.get("remember"):
             raise AnswerRefused("remember_refused", "`remember` applies to tool approvals only.")
 
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        """A respond's `json` answer as this kind's answer fields (snake_case), or None when it is not of
+        the type this kind expects."""
+        return None
+
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         """Hand the stored answer of `pending` to the engine and record it in the run's log."""
         raise NotImplementedError
@@ -111,6 +116,9 @@ class Approval(Kind):
             raise AnswerRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
         if wire.get("remember") and self._mode(pending, modes) == "every_time":
             raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        return {"approved": value} if isinstance(value, bool) else None
 
     @staticmethod
     def _mode(pending: PendingRequest, modes: Mapping[str, str] | None) -> str:
@@ -197,6 +205,9 @@ class Input(Kind):
             if problems:
                 raise AnswerRefused("invalid_content", f"The content does not fit the requested schema: {problems}")
 
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        return {"action": "accept", "content": value} if isinstance(value, dict) else None
+
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         answer = pending.answer or {}
         given = {"action": answer["action"], "content": answer.get("content")}
@@ -220,6 +231,9 @@ class ClientTool(Kind):
     stored = ("callId", "result", "errorMessage")
     takes = "A client-tool request takes `result` or `errorMessage`."
     label, asks = "Client tool", "asks the client to run"
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        return {"result": value}
 
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         answer = pending.answer or {}

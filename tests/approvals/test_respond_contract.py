@@ -6,6 +6,8 @@ import json
 import uuid
 from typing import Any
 
+import pytest
+
 from agents.definitions import DefinitionContent
 from agents.models import Run, RunStatus
 from tests.helpers import ASSISTANT, EMAIL, assert_problem, make_agent, run_ok, run_queued, snapshot
@@ -76,3 +78,36 @@ def test_a_run_id_in_use_is_refused(admin, operator):
     assert_problem(answer(operator, asked, newRunId=asked["runId"]), 409, "run_exists")
     assert snapshot() == before
     assert Run.objects.count() == 1
+
+
+def test_a_json_answer_is_read_as_the_requests_type(admin, operator):
+    make_agent(admin)
+    asked = ask(operator)
+    body = {"requestId": asked["pendingRequests"][0]["requestId"], "json": True}
+
+    outcome = operator.api("POST", f"/api/runs/{asked['runId']}/responses", body).json()
+
+    assert outcome["status"] == "accepted"
+    assert run_queued(outcome["continuationRunId"]).output == "send_email: sent to ada@example.com"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"json": "yes"},  # not a boolean: no field of an approval takes it
+        {"json": True, "approved": True},  # both ways at once
+        {"text": "sure"},  # words answer a question or a plan, not an approval
+        {"approved": True, "text": "sure"},
+    ],
+)
+def test_an_answer_of_the_wrong_type_is_a_mismatch_and_changes_nothing(admin, operator, fields):
+    make_agent(admin)
+    asked = ask(operator)
+    before = snapshot()
+
+    body = {"requestId": asked["pendingRequests"][0]["requestId"], **fields}
+    outcome = operator.api("POST", f"/api/runs/{asked['runId']}/responses", body)
+
+    assert outcome.status_code == 200
+    assert outcome.json()["status"] == "response_type_mismatch"
+    assert snapshot() == before
