@@ -28,6 +28,7 @@ TIMEOUT_SECONDS = 420
 # (name, script and arguments), in the order they run.
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("turn_overhead", ["bench/turn_overhead.py", "--turns", "300", "--http"]),
+    ("policy_turn", ["bench/policy_turn.py", "--turns", "300"]),
     ("push_latency", ["bench/push_latency.py"]),
     ("respond_throughput", ["bench/respond_throughput.py"]),
     ("inbox_scale", ["bench/inbox_scale.py"]),

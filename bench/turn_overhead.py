@@ -92,15 +92,16 @@ def setup() -> str:
 class InProcess:
     """The console turn through Django's handler in this process (the test client: no sockets)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, agent: str = "clock") -> None:
         self.client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
         self.body = json.dumps({"message": MESSAGE})
+        self.path = f"/api/agents/{agent}/runs"
 
     def turns(self, count: int) -> list[float]:
         times = []
         for _ in range(count):
             start = time.perf_counter()
-            response = self.client.post("/api/agents/clock/runs", self.body, content_type="application/json")
+            response = self.client.post(self.path, self.body, content_type="application/json")
             times.append(time.perf_counter() - start)
             assert response.status_code == 200 and response.json()["output"].startswith("get_time: "), response.content
         return times

@@ -9,12 +9,48 @@ from django.db import transaction
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent
+from agents.starter_policy import starter_hooks
 from console.models import Membership, Role, Tenant
 
 DEMO_USERS = {"admin": Role.ADMIN, "operator": Role.OPERATOR, "viewer": Role.READER}
 
+# The demo agents' tools besides the starter policy's own (get_time, send_email): the client tool and the
+# bundled MCP server's tool. A policy's manifest must name every tool it governs: a tool it does not name is
+# a fail-closed deny (`runtime_error:tool_unknown`) at pre_tool_call.
+OTHER_TOOLS = ("get_user_location", "book_meeting")
 
-def demo_agent() -> DefinitionContent:
+CLIENT_TOOL: dict[str, Any] = {
+    "name": "get_user_location",
+    "description": "Ask the user's browser where the user is.",
+    "parameters": {"type": "object", "properties": {"precision": {"type": "string", "enum": ["city", "exact"]}}},
+}
+TEAM: dict[str, Any] = {
+    "name": "team",
+    "kind": "text",
+    "required": False,
+    "default": "support",
+    "description": "The team the assistant works for.",
+}
+
+
+def demo_hooks(mode: str) -> dict[str, Any]:
+    """The starter policy (agents/starter_policy.py) in `mode`, its manifest naming the demo agents' other
+    tools as well (governed, and allowed: the policy's rules are about mail)."""
+    hooks = starter_hooks(mode)
+    config = hooks["bindings"][0]["config"]
+    manifest: str = config["manifest"]
+    if "\ntools:\n" not in manifest:
+        raise ValueError("the starter policy's manifest has no tools section")
+    declared = "".join(
+        f"  {name}:\n    type: Tool\n    id: {name}\n" for name in OTHER_TOOLS if f"\n  {name}:\n" not in manifest
+    )
+    config["manifest"] = manifest.replace("\ntools:\n", "\ntools:\n" + declared, 1)
+    return hooks
+
+
+def demo_agent(*, policy: bool = True) -> DefinitionContent:
+    """`assistant`, with the starter policy in shadow mode (`evaluate_only`: every verdict is recorded, none is
+    enforced; the run shows "would have denied"). `policy=False`: as seeded before it had one."""
     return DefinitionContent.model_validate(
         {
             "name": "assistant",
@@ -24,32 +60,37 @@ def demo_agent() -> DefinitionContent:
             "instructions": "You are a helpful assistant for the {{team}} team. Answer briefly.",
             "instructionsByCulture": {"tr": "{{team}} ekibi için yardımcı bir asistansın. Kısa yanıt ver."},
             "tools": [{"name": "get_time", "approval": "never"}, {"name": "send_email", "approval": "always"}],
-            "clientTools": [
-                {
-                    "name": "get_user_location",
-                    "description": "Ask the user's browser where the user is.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"precision": {"type": "string", "enum": ["city", "exact"]}},
-                    },
-                }
-            ],
+            "clientTools": [CLIENT_TOOL],
             "mcpServers": [{"connection": "meetings", "approval": "never"}],
-            "parameters": [
-                {
-                    "name": "team",
-                    "kind": "text",
-                    "required": False,
-                    "default": "support",
-                    "description": "The team the assistant works for.",
-                }
-            ],
+            "parameters": [TEAM],
+            "hooks": demo_hooks("evaluate_only") if policy else None,
+        }
+    )
+
+
+def guarded_agent() -> DefinitionContent:
+    """`guarded`: the assistant's tools, none asking for approval by itself, under the same policy enforced:
+    mail outside example.com waits for an operator because the policy asks (the inbox card names it), mail
+    to evil.test is denied, a message asking to ignore the instructions ends the run `blocked`, card numbers
+    leave redacted."""
+    return DefinitionContent.model_validate(
+        {
+            "name": "guarded",
+            "displayName": "Guarded assistant",
+            "description": "The assistant under an enforced policy: mail outside example.com needs a human, "
+            "mail to evil.test is never sent, card numbers are redacted from its answers.",
+            "instructions": "You are a careful assistant for the {{team}} team. Answer briefly.",
+            "tools": [{"name": "get_time", "approval": "never"}, {"name": "send_email", "approval": "never"}],
+            "clientTools": [CLIENT_TOOL],
+            "mcpServers": [{"connection": "meetings", "approval": "never"}],
+            "parameters": [TEAM],
+            "hooks": demo_hooks("enforce"),
         }
     )
 
 
 class Command(BaseCommand):
-    help = "Create the demo tenant, users and agent (safe to run again)."
+    help = "Create the demo tenant, users and agents (safe to run again)."
 
     @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
@@ -67,8 +108,7 @@ class Command(BaseCommand):
                 user.save(update_fields=["password"])
             Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
         admin = User.objects.get(username="admin")
-        if not Agent.objects.live().filter(tenant=tenant, name="assistant").exists():
-            Agent.create(tenant, demo_agent(), admin)
+        self._seed_agents(tenant, admin)
         self.stdout.write("Demo tenant 'demo' is ready. Log in as admin, operator or viewer")
         if password is None:
             kept = settings.DATA_DIR / "demo-password"
@@ -78,6 +118,19 @@ class Command(BaseCommand):
             self.stdout.write(f"with the password: {password}")
         else:
             self.stdout.write("with the passwords they had (set DEMO_PASSWORD to set them all again).")
+
+    def _seed_agents(self, tenant: Tenant, admin: Any) -> None:
+        """`assistant` and `guarded`, each created when the tenant has no live agent of that name. An
+        `assistant` seeded before it had the policy, and never edited since, gets it as a new version; one a
+        person changed is theirs and stays as it is."""
+        live = {agent.name: agent for agent in Agent.objects.live().filter(tenant=tenant)}
+        assistant = live.get("assistant")
+        if assistant is None:
+            Agent.create(tenant, demo_agent(), admin)
+        elif assistant.current.definition.identity == demo_agent(policy=False).identity:
+            assistant.append_version(demo_agent(), admin, note="seed_demo: the starter policy in shadow mode")
+        if "guarded" not in live:
+            Agent.create(tenant, guarded_agent(), admin)
 
     def _generated(self) -> str:
         """The password kept in the data folder, made on the first run without DEMO_PASSWORD."""
