@@ -177,6 +177,8 @@ class DefinitionContent(WireModel):
     mcp_servers: Annotated[list[McpServer], _unique("MCP servers")] = Field(default_factory=list)
     parameters: Annotated[list[Parameter], _unique("parameters")] = Field(default_factory=list)
     request_deadline_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
+    # A run that reaches this many model calls asks whether to go on (a `continuation` request).
+    max_model_calls: int = Field(default=25, ge=1, le=1000)
     # An agent-hooks-declaration/1.0 document: the policies every turn passes (SPEC section 8).
     hooks: dict[str, Any] | None = None
 

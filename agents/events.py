@@ -40,6 +40,12 @@ class EventType(StrEnum):
     ELICITATION_REQUESTED = "elicitation.requested"
     ELICITATION_COMPLETED = "elicitation.completed"
     REQUEST_TERMINATED = "request.terminated"
+    USER_INPUT_REQUESTED = "user_input.requested"
+    USER_INPUT_COMPLETED = "user_input.completed"
+    EXIT_PLAN_MODE_REQUESTED = "exit_plan_mode.requested"
+    EXIT_PLAN_MODE_COMPLETED = "exit_plan_mode.completed"
+    SESSION_LIMITS_EXHAUSTED_REQUESTED = "session_limits_exhausted.requested"
+    SESSION_LIMITS_EXHAUSTED_COMPLETED = "session_limits_exhausted.completed"
 
 
 Listener = Callable[[dict[str, Any]], Awaitable[None]]

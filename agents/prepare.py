@@ -55,6 +55,23 @@ class InputAnswer(WireModel):
     content: dict[str, Any] | None = None
 
 
+class PersonAnswer(WireModel):
+    """An answer to a question, a plan or a continuation (SPEC section 9): `text`, `json` or `approved`."""
+
+    request_id: RequestId
+    text: str | None = Field(default=None, max_length=20_000)
+    json_value: Any = Field(default=None, alias="json")
+    approved: StrictBool | None = None
+
+
+# The kinds `answers` answers, and the fields each reads.
+PERSON_KINDS = {
+    RequestKind.QUESTION: {"text"},
+    RequestKind.PLAN: {"approved", "text"},
+    RequestKind.CONTINUATION: {"approved"},
+}
+
+
 class Document(WireModel):
     name: str = Field(min_length=1, max_length=255)
     content: str = Field(max_length=1_000_000)
@@ -70,6 +87,7 @@ class RunRequest(WireModel):
     approvals: list[ApprovalAnswer] = Field(default_factory=list)
     tool_results: list[ToolResultAnswer] = Field(default_factory=list)
     input_responses: list[InputAnswer] = Field(default_factory=list)
+    answers: list[PersonAnswer] = Field(default_factory=list)
     abandon_pending: bool = False
     definition_version: int | None = Field(default=None, ge=1)
     lane: str | None = Field(default=None, pattern=LANE_PATTERN)
@@ -83,7 +101,7 @@ class RunRequest(WireModel):
 
     @property
     def has_answers(self) -> bool:
-        return bool(self.approvals or self.tool_results or self.input_responses)
+        return bool(self.approvals or self.tool_results or self.input_responses or self.answers)
 
 
 @dataclass
@@ -210,7 +228,7 @@ def _check_answers(prepared: PreparedRun) -> None:
     by_call = {r.call_id: r for r in open_requests.values()}
     approval_modes = {t.name: t.approval for t in prepared.version.definition.tools}
 
-    def target(request_id: str | None, kind: str, call_id: str | None = None) -> PendingRequest:
+    def target(request_id: str | None, kind: str | set[str], call_id: str | None = None) -> PendingRequest:
         lookup: dict[str, Any]
         if call_id is not None:
             found, lookup, named = by_call.get(call_id), {"call_id": call_id}, call_id
@@ -221,10 +239,13 @@ def _check_answers(prepared: PreparedRun) -> None:
             if session is not None and session.requests.filter(**lookup).exclude(status=RequestStatus.PENDING).exists():
                 raise RunRejected(409, "already_answered", f"The request {named} was answered before.")
             raise RunRejected(400, "unknown_request", f"No pending request {named!r} in this session.")
-        if found.kind != kind or found.answer is not None:
+        if found.kind not in ({kind} if isinstance(kind, str) else kind) or found.answer is not None:
             if found.answer is not None:
                 raise RunRejected(409, "already_answered", f"The request {found.id} was answered before.")
-            raise RunRejected(400, "unknown_request", f"The request {found.id} is a {found.kind} request, not {kind}.")
+            wanted = kind if isinstance(kind, str) else " or ".join(sorted(kind))
+            raise RunRejected(
+                400, "unknown_request", f"The request {found.id} is a {found.kind} request, not {wanted}."
+            )
         return found
 
     seen: set[uuid.UUID] = set()
@@ -240,10 +261,14 @@ def _check_answers(prepared: PreparedRun) -> None:
         ((target(a.request_id, RequestKind.APPROVAL), a) for a in request.approvals),
         ((target(None, RequestKind.CLIENT_TOOL, call_id=r.call_id), r) for r in request.tool_results),
         ((target(r.request_id, RequestKind.INPUT), r) for r in request.input_responses),
+        ((target(a.request_id, set(PERSON_KINDS)), a) for a in request.answers),
     )
     for found, wire in given:
+        fields = wire.model_dump(mode="json", by_alias=True)
+        if isinstance(wire, PersonAnswer):
+            fields = _person_fields(found, wire)
         try:
-            answer(found, KINDS[found.kind].answer(found, wire.model_dump(mode="json", by_alias=True), approval_modes))
+            answer(found, KINDS[found.kind].answer(found, fields, approval_modes))
         except AnswerRefused as refused:
             code = "invalid_input_content" if refused.code == "invalid_content" else refused.code
             raise RunRejected(400, code, refused.detail) from None
@@ -266,6 +291,21 @@ def _check_answers(prepared: PreparedRun) -> None:
         raise RunRejected(
             400, "unanswered_requests", f"Answer every pending request of the session together; missing: {missing}"
         )
+
+
+def _person_fields(found: PendingRequest, wire: PersonAnswer) -> dict[str, Any]:
+    """An `answers` entry as its kind's answer fields (camelCase), `json` read as the kind's type; refused
+    (400 `response_type_mismatch`) when a field does not fit the kind or is missing."""
+    kind = KINDS[found.kind]
+    given = {name: getattr(wire, name) for name in ("text", "approved") if getattr(wire, name) is not None}
+    if wire.json_value is not None:
+        read = kind.read_json(wire.json_value)
+        if read is None or given:
+            raise RunRejected(400, "response_type_mismatch", f"{found.id}: {kind.takes}")
+        given = read
+    if not set(given) <= PERSON_KINDS[RequestKind(found.kind)] or (kind.required and kind.required not in given):
+        raise RunRejected(400, "response_type_mismatch", f"{found.id}: {kind.takes}")
+    return given
 
 
 def _as_uuid(value: str | None) -> uuid.UUID | None:

@@ -14,15 +14,18 @@ class ServerTool:
     function: Callable[..., Any]
     description: str
     side_effects: bool
+    # The request kind a tool that asks a person opens (`question`, `plan`); the engine answers its call
+    # with the person's answer and never runs the function.
+    asks: str | None = None
 
 
 REGISTRY: dict[str, ServerTool] = {}
 
 
-def server_tool(*, side_effects: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def server_tool(*, side_effects: bool, asks: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
         description = (function.__doc__ or "").strip()
-        REGISTRY[function.__name__] = ServerTool(function.__name__, function, description, side_effects)
+        REGISTRY[function.__name__] = ServerTool(function.__name__, function, description, side_effects, asks)
         return function
 
     return register
@@ -39,3 +42,21 @@ def send_email(to: str, subject: str, body: str) -> str:
     """Send an email through the console's mail backend."""
     sent = send_mail(subject, body, None, [to])
     return f"sent to {to}" if sent else f"not sent to {to}"
+
+
+class AskedOfAPerson(RuntimeError):
+    """A tool that asks a person ran as a function: the engine answers such calls itself."""
+
+
+@server_tool(side_effects=False, asks="question")
+def ask_user(question: str, choices: list[str] | None = None, allow_freeform: bool | None = None) -> str:
+    """Ask the user a question and wait for the answer. Give `choices` to offer a set of answers; with choices the
+    user must pick one unless `allow_freeform` is true."""
+    raise AskedOfAPerson(question)
+
+
+@server_tool(side_effects=False, asks="plan")
+def propose_plan(steps: list[str]) -> str:
+    """Submit a plan (its steps, in order) for approval before carrying it out. The answer is `approved`, or
+    `revise: <guidance>` with what to change."""
+    raise AskedOfAPerson("; ".join(steps))

@@ -203,10 +203,62 @@ class InputForm(AnswerForm):
         return data
 
 
+class QuestionForm(AnswerForm):
+    """A question's answer: a choice's button (`choice`) or the words typed (`text`)."""
+
+    choice = forms.CharField(required=False)
+    text = forms.CharField(required=False, strip=True)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        answer = data.get("choice") or data.get("text")
+        if not answer:
+            self.refuse("text", "Choose an answer or write one.", "Choose an answer or write one.")
+        else:
+            self.give({"text": answer})
+        return data
+
+
+class PlanForm(AnswerForm):
+    """A plan: approve it, or send it back with what to revise."""
+
+    decision = forms.ChoiceField(
+        choices=[("approve", "Approve"), ("revise", "Revise")], error_messages=_chosen("Choose Approve or Revise.")
+    )
+    text = forms.CharField(required=False, strip=True)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        if data["decision"] == "approve":
+            self.give({"approved": True})
+        elif not data["text"]:
+            self.refuse("text", "Say what to revise.", "Say what to revise.")
+        else:
+            self.give({"approved": False, "text": data["text"]})
+        return data
+
+
+class ContinuationForm(AnswerForm):
+    decision = forms.ChoiceField(
+        choices=[("continue", "Continue"), ("stop", "Stop")], error_messages=_chosen("Choose Continue or Stop.")
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not self.errors:
+            self.give({"approved": data["decision"] == "continue"})
+        return data
+
+
 _FORMS: dict[str, type[AnswerForm]] = {
     RequestKind.APPROVAL: ApprovalForm,
     RequestKind.CLIENT_TOOL: ClientToolForm,
     RequestKind.INPUT: InputForm,
+    RequestKind.QUESTION: QuestionForm,
+    RequestKind.PLAN: PlanForm,
+    RequestKind.CONTINUATION: ContinuationForm,
 }
 
 

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from agents.engine import Answers
 from agents.events import EventLog, EventType
 from agents.models import RunStatus
-from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.rules import arguments_hash
 
 RAN_IN_FAILED_TURN = (
@@ -178,6 +178,11 @@ class Approval(Kind):
         PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
         return str(rule.id)
 
+    def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
+        if pending.policy is not None and not pending.tool_name:
+            return  # an answer held for review that nobody released: there is no call to tell
+        super().close(pending, answers, reason)
+
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
         decision = "approved" if answer.get("approved") else "denied"
         return decision, {
@@ -252,8 +257,126 @@ class ClientTool(Kind):
         return decision, {"result": answer.get("result"), "error_message": answer.get("errorMessage")}
 
 
+class Question(Kind):
+    """`ask_user(question, choices?, allow_freeform?)`: answered in words (`text`), one of the choices unless
+    free text is allowed (by default: without choices only). The model reads `ask_user: <text>`."""
+
+    name = RequestKind.QUESTION
+    awaiting = RunStatus.AWAITING_INPUT
+    requested_event = EventType.USER_INPUT_REQUESTED
+    completed_event = EventType.USER_INPUT_COMPLETED
+    fields = frozenset({"text"})
+    required = "text"
+    stored = ("requestId", "text")
+    takes = "A question takes `text` (one of its choices unless free text is allowed)."
+    label, asks = "Question", "asks through"
+
+    @staticmethod
+    def choices(pending: PendingRequest) -> list[str]:
+        return [str(c) for c in pending.arguments.get("choices") or []]
+
+    @classmethod
+    def allows_freeform(cls, pending: PendingRequest) -> bool:
+        said = pending.arguments.get("allow_freeform")
+        return bool(said) if said is not None else not cls.choices(pending)
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        super().check(pending, wire, modes)
+        choices = self.choices(pending)
+        if choices and not self.allows_freeform(pending) and wire.get("text") not in choices:
+            raise AnswerRefused("invalid_content", f"Answer with one of the choices: {', '.join(choices)}.")
+        if not (wire.get("text") or "").strip():
+            raise AnswerRefused("invalid_content", "The answer is empty.")
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        return {"text": value} if isinstance(value, str) else None
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        text = (pending.answer or {}).get("text") or ""
+        answers.answer_person(pending.call_id, text)
+        log.record(self.completed_event, {**self.base(pending), "answer": text})
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        return "question-answered", {"content": answer.get("text")}
+
+
+class Plan(Kind):
+    """`propose_plan(steps)`: approved (the model reads `propose_plan: approved`) or sent back with revision
+    guidance in `text` (`propose_plan: revise: <text>`)."""
+
+    name = RequestKind.PLAN
+    awaiting = RunStatus.AWAITING_APPROVAL
+    requested_event = EventType.EXIT_PLAN_MODE_REQUESTED
+    completed_event = EventType.EXIT_PLAN_MODE_COMPLETED
+    fields = frozenset({"approved", "text"})
+    required = "approved"
+    stored = ("requestId", "approved", "text")
+    takes = "A plan takes `approved` (and, to send it back, `text` with what to revise)."
+    label, asks = "Plan", "proposes a plan through"
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        super().check(pending, wire, modes)
+        if not wire.get("approved") and not (wire.get("text") or "").strip():
+            raise AnswerRefused("invalid_content", "Say what to revise (`text`) when sending a plan back.")
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        if isinstance(value, bool):
+            return {"approved": value}
+        return {"approved": False, "text": value} if isinstance(value, str) else None
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        answer = pending.answer or {}
+        approved = bool(answer.get("approved"))
+        answers.answer_person(pending.call_id, "approved" if approved else f"revise: {answer.get('text') or ''}")
+        result = {"action": "approve" if approved else "revise", "feedback": answer.get("text")}
+        log.record(self.completed_event, {**self.base(pending), "result": result})
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        if answer.get("approved"):
+            return "plan-approved", {}
+        return "plan-revised", {"content": answer.get("text")}
+
+
+class Continuation(Kind):
+    """A run at its definition's `maxModelCalls` asks whether to go on: `approved` continues with a fresh
+    allowance, a denial ends the run `completed` with what it has."""
+
+    name = RequestKind.CONTINUATION
+    awaiting = RunStatus.AWAITING_APPROVAL
+    requested_event = EventType.SESSION_LIMITS_EXHAUSTED_REQUESTED
+    completed_event = EventType.SESSION_LIMITS_EXHAUSTED_COMPLETED
+    fields = frozenset({"approved"})
+    required = "approved"
+    stored = ("requestId", "approved")
+    takes = "A continuation takes `approved` (go on, or stop with what the run has)."
+    label, asks = "Go on?", "reached its model-call limit in"
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        return {"approved": value} if isinstance(value, bool) else None
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        approved = bool((pending.answer or {}).get("approved"))
+        answers.resume = {"approved": approved}
+        log.record(self.completed_event, {**self.base(pending), "response": {"action": _go_on(approved)}})
+
+    def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
+        # Expired or cancelled: the run stops with what it has. Abandoned (a new message): the message goes on
+        # from the history as it stands.
+        if pending.status != RequestStatus.ABANDONED:
+            answers.resume = {"approved": False}
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        return f"continuation-{_go_on(bool(answer.get('approved')))}", {}
+
+
+def _go_on(approved: bool) -> str:
+    return "continue" if approved else "stop"
+
+
 # In the order a run waits on them: with several kinds open, its status is the first one's `awaiting`.
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (Approval(), Input(), ClientTool())}
+KINDS: dict[str, Kind] = {
+    kind.name: kind for kind in (Approval(), Plan(), Continuation(), Input(), Question(), ClientTool())
+}
 
 
 def awaiting_status(kinds: set[str]) -> RunStatus:

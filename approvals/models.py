@@ -15,6 +15,9 @@ class RequestKind(models.TextChoices):
     APPROVAL = "approval"
     CLIENT_TOOL = "client_tool"
     INPUT = "input"
+    QUESTION = "question"
+    PLAN = "plan"
+    CONTINUATION = "continuation"
 
 
 class RequestStatus(models.TextChoices):

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -54,7 +55,14 @@ from agents.definitions import DefinitionContent
 from agents.engine import providers
 from agents.engine.mcp import McpBridge, McpServerFailed
 from agents.engine.scripted import document_prompt
-from agents.engine.seams import ClientToolGate, OutputHeld, PolicyCapability, rewrite_response
+from agents.engine.seams import (
+    ClientToolGate,
+    LimitReached,
+    ModelCallLimit,
+    OutputHeld,
+    PolicyCapability,
+    rewrite_response,
+)
 from agents.events import EventType
 from agents.policies import PolicyBlocked, TurnPolicies
 from agents.tools import REGISTRY
@@ -62,7 +70,7 @@ from approvals.rules import first_matching
 from console.connections import ConnectionSpec
 
 Emit = Callable[[str, dict[str, Any], bool], Awaitable[None]]
-RequestKindName = Literal["approval", "client_tool", "input"]
+RequestKindName = Literal["approval", "client_tool", "input", "question", "plan", "continuation"]
 
 
 class TurnError(Exception):
@@ -108,9 +116,17 @@ class Answers:
     decisions: dict[str, bool] = field(default_factory=dict)
     # An answer held for review at `output` (the request's engine state), to release or refuse.
     release: dict[str, Any] | None = None
+    # A person's answers to the tools that ask one (`ask_user`, `propose_plan`), as the model reads them.
+    people: dict[str, str] = field(default_factory=dict)
+    # A run stopped at its model-call limit: its history, and whether to go on (a `continuation` answer).
+    resume: dict[str, Any] | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.approvals or self.tool_results or self.inputs or self.decisions)
+        return bool(self.approvals or self.tool_results or self.inputs or self.decisions or self.people or self.resume)
+
+    def answer_person(self, call_id: str, text: str) -> None:
+        """What a person answered a tool that asked them; the model reads it as the tool's result."""
+        self.people[call_id] = text
 
     def decide(self, key: str, approved: bool) -> None:
         """An operator's decision on a policy's escalation; the policy's context asks again and gets it."""
@@ -153,6 +169,8 @@ class Answers:
             "inputs": self.inputs,
             "decisions": self.decisions,
             "release": self.release,
+            "people": self.people,
+            "resume": self.resume,
         }
 
     @classmethod
@@ -173,6 +191,8 @@ class Answers:
             inputs=data.get("inputs", {}),
             decisions=data.get("decisions", {}),
             release=data.get("release"),
+            people=data.get("people", {}),
+            resume=data.get("resume"),
         )
 
     def deferred_results(self) -> DeferredToolResults:
@@ -182,6 +202,9 @@ class Answers:
             # An answered elicitation re-runs the MCP call from its start with the answer at hand.
             approvals[call_id] = ToolApproved()
             metadata[call_id] = {"input_answer": answer}
+        for call_id, text in self.people.items():
+            approvals[call_id] = ToolApproved()
+            metadata[call_id] = {"person_answer": text}
         return DeferredToolResults(approvals=approvals, calls=dict(self.tool_results), metadata=metadata)
 
 
@@ -252,6 +275,7 @@ class GatedToolset(WrapperToolset[TurnDeps]):
     ) -> Any:
         deps, call_id = ctx.deps, ctx.tool_call_id or ""
         policies = deps.policies
+        asks = REGISTRY[name].asks if self.server is None and name in REGISTRY else None
         if policies is not None:
             context = policies.builder.pre_tool_call(call_id=call_id, name=name, args=tool_args)
             try:
@@ -267,6 +291,15 @@ class GatedToolset(WrapperToolset[TurnDeps]):
                     data = {"toolName": name, "callId": call_id, "arguments": tool_args, "result": denial}
                     await deps.emit(EventType.PERMISSION_COMPLETED, data, False)
                 return ToolDenied(blocked.message or blocked.reason or "Denied by policy.")
+        if asks is not None:
+            # A tool that asks a person: its result is their answer, given in a later turn.
+            answer = (ctx.tool_call_metadata or {}).get("person_answer") if ctx.tool_call_approved else None
+            if answer is None:
+                raise ApprovalRequired(metadata={"asks": asks, "arguments": tool_args})
+            start = {"toolName": name, "callId": call_id, "arguments": tool_args, "sideEffects": False}
+            await deps.emit(EventType.TOOL_EXECUTION_START, start, False)
+            await self._complete(deps, name, call_id, result=answer)
+            return answer
         if not ctx.tool_call_approved:
             mode = self.modes.get(name, self.default_mode)
             if mode == "every_time":
@@ -436,6 +469,7 @@ async def run_turn(
             toolsets=mcp_toolsets,
             policies=policies,
             tools_registered=[t.name for t in content.tools] + [t.name for t in content.client_tools],
+            max_model_calls=content.max_model_calls,
         )
 
 
@@ -453,6 +487,7 @@ async def drive(
     toolsets: Sequence[AbstractToolset[TurnDeps]] = (),
     policies: TurnPolicies | None = None,
     tools_registered: Sequence[str] = (),
+    max_model_calls: int | None = None,
 ) -> TurnOutcome:
     """A turn of `agent` (`run_turn` builds it from a definition; the conformance harness from a vector).
 
@@ -460,9 +495,24 @@ async def drive(
     leaves it), then the model loop with pre/post_model_call, pre/post_tool_call and output at their
     seams, and agent_shutdown on every way out. Nothing streams before its verdict: the reply is
     reported whole once `post_model_call` and `output` passed."""
+    if answers is not None and answers.resume is not None:
+        # The answer to a `continuation`: go on from the request the limit held back, or stop there.
+        if not answers.resume.get("approved"):
+            return _stopped(conversation)
+        message = None
     if policies is None:
         return await _loop(
-            agent, instructions, conversation, message, documents, answers, rules, emit, stream, toolsets
+            agent,
+            instructions,
+            conversation,
+            message,
+            documents,
+            answers,
+            rules,
+            emit,
+            stream,
+            toolsets,
+            max_model_calls=max_model_calls,
         )
     reason = "error"
     try:
@@ -492,6 +542,7 @@ async def drive(
                     toolsets,
                     policies=policies,
                     capabilities=capabilities,
+                    max_model_calls=max_model_calls,
                 )
             except OutputHeld as held:
                 outcome = _held(held, conversation)
@@ -566,6 +617,7 @@ async def _loop(
     *,
     policies: TurnPolicies | None = None,
     capabilities: Sequence[Any] | None = None,
+    max_model_calls: int | None = None,
 ) -> TurnOutcome:
     restored = ConversationTypeAdapter.validate_python(conversation) if conversation else None
     if restored is not None and restored.deferred_tool_requests is not None and message:
@@ -588,13 +640,16 @@ async def _loop(
     result = None
     options: dict[str, Any] = {
         "conversation": restored,
-        "deferred_tool_results": answers.deferred_results() if answers else None,
+        "deferred_tool_results": _results_for(answers),
         "instructions": instructions,
         "deps": deps,
         "toolsets": list(toolsets) or None,
     }
+    capabilities = list(capabilities or [])
+    if max_model_calls is not None:
+        capabilities.append(ModelCallLimit(max_model_calls, usage_before.requests))
     if capabilities:
-        options["capabilities"] = list(capabilities)
+        options["capabilities"] = capabilities
     try:
         if stream:
             async with agent.run_stream_events(prompt, **options) as events:
@@ -610,6 +665,9 @@ async def _loop(
                     if Agent.is_call_tools_node(node):
                         await translator.response(node.model_response)
                 result = agent_run.result
+    except LimitReached as reached:
+        await translator.finish()
+        return _limited(reached, max_model_calls or 0, usage_before)
     except (TurnError, PolicyBlocked, OutputHeld):
         raise
     except McpServerFailed as error:
@@ -629,6 +687,42 @@ async def _loop(
         pending=pending,
         conversation=ConversationTypeAdapter.dump_python(result.conversation, mode="json"),
         usage=_usage(result.usage, usage_before),
+    )
+
+
+def _results_for(answers: Answers | None) -> DeferredToolResults | None:
+    """What the answers say of deferred calls (None when they answer none: a `continuation` answer)."""
+    results = answers.deferred_results() if answers else None
+    return results if results is not None and (results.approvals or results.calls) else None
+
+
+def _limited(reached: LimitReached, limit: int, usage_before: RunUsage) -> TurnOutcome:
+    """The run stopped at its model-call limit: it asks whether to go on. The history so far is kept (it ends
+    with the request not yet sent: a `continue` sends it, a next message joins it)."""
+    call = PendingCall(
+        "continuation",
+        "",
+        f"continue-{uuid.uuid4().hex[:16]}",
+        {"maxModelCalls": limit, "usedModelCalls": reached.used},
+        message=f"The run made {reached.used} model calls, its limit. Go on?",
+    )
+    return TurnOutcome(
+        output=None,
+        pending=[call],
+        conversation=ConversationTypeAdapter.dump_python(reached.conversation, mode="json"),
+        usage=_usage(reached.conversation.usage, usage_before),
+    )
+
+
+def _stopped(conversation: dict[str, Any] | None) -> TurnOutcome:
+    """A run told to stop at its model-call limit ends with what it has: the last reply's text."""
+    restored = ConversationTypeAdapter.validate_python(conversation) if conversation else None
+    replies = [m for m in (restored.messages if restored else []) if isinstance(m, ModelResponse) and m.text]
+    return TurnOutcome(
+        output=replies[-1].text if replies else None,
+        pending=[],
+        conversation=conversation,
+        usage=_usage(RunUsage(), RunUsage()),
     )
 
 
@@ -665,7 +759,12 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
     for call in requests.approvals:
         metadata = requests.metadata.get(call.tool_call_id) or {}
         question = metadata.get("question")
-        if question is not None:
+        asks = metadata.get("asks")
+        if asks is not None:
+            arguments = metadata.get("arguments") or call.args_as_dict()
+            said = arguments.get("question") if asks == "question" else "Approve this plan?"
+            pending.append(PendingCall(asks, call.tool_name, call.tool_call_id, arguments, message=str(said or "")))
+        elif question is not None:
             pending.append(
                 PendingCall(
                     "input",

@@ -1,6 +1,7 @@
-"""Where the policy points sit in a pydantic-ai turn (SPEC section 8), and how their targets map to and from
-pydantic-ai's messages. `PolicyCapability` holds the model points; the tool points are in the engine's
-tool gate (`agents.engine.GatedToolset`) and `ClientToolGate`; startup, input and shutdown in `drive`.
+"""Where Airlock's checks sit in a pydantic-ai turn: the model-call limit (SPEC section 9), and the policy
+points (SPEC section 8) with how their targets map to and from pydantic-ai's messages. `PolicyCapability`
+holds the model points; the tool points are in the engine's tool gate (`agents.engine.GatedToolset`) and
+`ClientToolGate`; startup, input and shutdown in `drive`.
 """
 
 import dataclasses
@@ -10,6 +11,7 @@ from typing import Any
 
 from pydantic_ai import (
     CallDeferred,
+    Conversation,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -25,6 +27,33 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agents.policies import PolicyBlocked, TurnPolicies
+
+
+class LimitReached(Exception):
+    """The run made its definition's `maxModelCalls` and asks whether to go on (a `continuation` request);
+    `conversation` is the history so far, ending with the request not yet sent."""
+
+    def __init__(self, used: int, conversation: Conversation) -> None:
+        super().__init__(f"The run made {used} model calls, its limit.")
+        self.used, self.conversation = used, conversation
+
+
+@dataclass
+class ModelCallLimit(AbstractCapability[Any]):
+    """Stops the run before its model request number `limit + 1` (counted from `start`, the requests the
+    conversation had made before this run)."""
+
+    limit: int
+    start: int
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        used = ctx.usage.requests - self.start
+        if used >= self.limit:
+            conversation = Conversation(messages=list(ctx.messages), usage=dataclasses.replace(ctx.usage))
+            raise LimitReached(used, conversation)
+        return request_context
 
 
 class OutputHeld(Exception):
