@@ -27,6 +27,7 @@ import httpx2
 from agent_control_spec import ActivatedPolicy, parse_manifest, validate_artifacts
 from agent_hooks import (
     AgentContextBuilder,
+    Decision,
     DeclarationError,
     EnforcementMode,
     HostRegistry,
@@ -135,9 +136,16 @@ class InboxResolver:
 
 @lru_cache(maxsize=128)
 def _activated(manifest: str, modules: str) -> ActivatedPolicy:
-    """The policy of a binding, activated once per process for its text (a version's text never changes)."""
+    """The policy of a binding, checked and activated once per process for its text (a version's text never
+    changes); ValueError says why it cannot be."""
     bundles = {policy: {"modules": files} for policy, files in json.loads(modules).items()}
-    return ActivatedPolicy.from_memory(manifest, bundles)
+    problems = [p for p in validate_artifacts(manifest, bundles) if p.get("severity", "error") == "error"]
+    if problems:
+        raise ValueError("; ".join(f"{p.get('code')}: {p.get('message')}" for p in problems))
+    try:
+        return ActivatedPolicy.from_memory(manifest, bundles)
+    except Exception as error:  # the native loader reports a bad manifest or module as RuntimeError
+        raise ValueError(str(error)) from None
 
 
 def _acs_sources(config: Mapping[str, Any]) -> tuple[str, dict[str, dict[str, str]]]:
@@ -169,22 +177,9 @@ class AcsBinding:
         return await asyncio.to_thread(self.policy.evaluate, point, context)
 
 
-def acs_binding(
-    config: Mapping[str, Any], binding: Any
-) -> Any:  # an AcsBinding (async: not the SDK's sync Interceptor type)
+def acs_binding(config: Mapping[str, Any], binding: Any) -> Any:  # an AcsBinding (async: not the SDK's type)
     manifest, modules = _acs_sources(config)
-    problems = [
-        p
-        for p in validate_artifacts(manifest, {k: {"modules": v} for k, v in modules.items()})
-        if p.get("severity", "error") == "error"
-    ]
-    if problems:
-        raise ValueError("; ".join(f"{p.get('code')}: {p.get('message')}" for p in problems))
-    try:
-        policy = _activated(manifest, json.dumps(modules, sort_keys=True))
-    except Exception as error:  # the native loader reports a bad manifest or module as RuntimeError
-        raise ValueError(str(error)) from None
-    return AcsBinding(policy, binding.id)
+    return AcsBinding(_activated(manifest, json.dumps(modules, sort_keys=True)), binding.id)
 
 
 # ---- airlock.webhook ------------------------------------------------------------------------------------
@@ -377,8 +372,8 @@ class TurnPolicies:
     async def check(self, context: dict[str, Any]) -> Any:
         """Emit `context`; the target to go on with, or PolicyBlocked. In evaluate_only the original target
         always goes on (verdicts are recorded, not enforced)."""
-        point = context["interception_point"]
-        original = copy.deepcopy(context["target"]) if not self.enforced else None
+        point, target = context["interception_point"], context["target"]
+        original = copy.deepcopy(target) if not self.enforced else None
         try:
             outcome = await self.emitter.emit(context)
         except InterceptionBlocked as blocked:
@@ -390,7 +385,10 @@ class TurnPolicies:
             await self._report(point, record, asked)
             raise PolicyBlocked(point, record, escalation, asked) from None
         await self._report(point, outcome.record, None)
-        return outcome.target if self.enforced else original
+        if not self.enforced:
+            return original
+        # The caller's own object when no verdict changed it: `after is before` tells, at no cost.
+        return outcome.target if outcome.record.verdict.decision is Decision.TRANSFORM else target
 
     async def shutdown(self, reason: str) -> None:
         """`agent_shutdown`, on every way out of a turn (its verdict is recorded, never enforced)."""

@@ -171,12 +171,13 @@ class PolicyCapability(AbstractCapability[Any]):
         context = self.policies.builder.pre_model_call(
             model_id=_model_id(request_context), messages=messages, tools=tools
         )
-        before = json.loads(json.dumps(messages, default=str))
+        before = context["target"]
         after = await self.policies.check(context)
-        if after == before:
+        if after is before:
             return request_context
+        original, _ = generic_messages(request_context.messages)  # the emitter may have rewritten `before`
         return dataclasses.replace(
-            request_context, messages=rewrite_messages(request_context.messages, where, before, after)
+            request_context, messages=rewrite_messages(request_context.messages, where, original, after)
         )
 
     async def after_model_request(
@@ -190,8 +191,9 @@ class PolicyCapability(AbstractCapability[Any]):
             tool_calls=target["tool_calls"],
             finish_reason=target["finish_reason"],
         )
+        before = context["target"]
         after = await policies.check(context)
-        if after != target:
+        if after is not before:
             response = rewrite_response(response, after)
         if response.tool_calls or not response.text:
             return response
