@@ -1,7 +1,9 @@
 """The agent-definition form: the posted fields and rows, turned into a `DefinitionContent` and back.
 
 Every list section is a table of rows (console/rows.py): inputs named `<section>-<key>-<field>`, and a
-validation error found at `parameters.2.default` put back on the third kept parameter row.
+validation error found at `parameters.2.default` put back on the third kept parameter row. The policies
+(`hooks`) are one JSON text, the declaration document as the API takes it; the loader's refusals are shown
+next to it.
 """
 
 import json
@@ -9,10 +11,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from agent_hooks import AgentContextBuilder
+from django import forms
 from django.http import QueryDict
 from pydantic import ValidationError
 
 from agents.definitions import CULTURE, IDENTIFIER, SLUG, DefinitionContent, error_map
+from agents.engine import server_tool_schema
+from agents.policies import FRAMEWORK, POINTS
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 from console.rows import Row, RowKind, clean_text
@@ -64,9 +70,10 @@ TOP_FIELDS = {
     "request_deadline_seconds": "requestDeadlineSeconds",
     "model_connection": "model.connection",
     "model_name": "model.name",
+    "hooks": "hooks",
 }
 _TOP_BY_PATH = {path: name for name, path in TOP_FIELDS.items()} | {"model": "model_name"}
-_TEXTAREAS = {"instructions", "description"}  # top-level fields kept as typed
+_TEXTAREAS = {"instructions", "description", "hooks"}  # top-level fields kept as typed
 _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
 
@@ -124,6 +131,7 @@ class DefinitionForm:
             "request_deadline_seconds": as_text(content.request_deadline_seconds),
             "model_connection": model.connection,
             "model_name": model.name or "",
+            "hooks": hooks_text(content.hooks),
         }
         rows = {
             "cultures": [
@@ -165,6 +173,12 @@ class DefinitionForm:
         return bool(self.errors) or self.has_row_errors
 
     @property
+    def hooks_problems(self) -> list[str]:
+        """The loader's refusals of the declaration, one a line (it joins them with "; ")."""
+        error = self.errors.get("hooks", "")
+        return [problem for problem in error.split("; ") if problem]
+
+    @property
     def general_error(self) -> str:
         """An error about the definition as a whole, not about one input."""
         return self.errors.get("__all__", "")
@@ -184,7 +198,7 @@ class DefinitionForm:
             for path, message in error_map(error).items():
                 # The only whole-definition error is about duplicate names, which rows show already.
                 if not (path == "__all__" and found_already):
-                    self._place(path, _readable(message))
+                    self._place(path, message)
             return False
         if found_already:
             return False
@@ -199,7 +213,7 @@ class DefinitionForm:
         """Show errors found past the form (by field path, as `ConnectionRefused` gives them)."""
         self.content = None
         for path, message in errors.items():
-            self._place(path, _readable(message))
+            self._place(path, message)
 
     def _wire(self) -> dict[str, Any]:
         """The camelCase dict `DefinitionContent` validates; conversions that fail become field errors."""
@@ -219,6 +233,7 @@ class DefinitionForm:
             "clientTools": [self._client_tool(row) for row in self.rows["client_tools"]],
             "mcpServers": [_mcp_server(row) for row in self.rows["mcp_servers"]],
             "parameters": [self._parameter(row) for row in self.rows["parameters"]],
+            "hooks": self._hooks(),
         }
 
     def _whole_number(self, name: str) -> int | None:
@@ -230,6 +245,21 @@ class DefinitionForm:
         except ValueError:
             self.errors[name] = "Give a whole number of seconds, or leave it empty."
             return None
+
+    def _hooks(self) -> Any:
+        """The declaration document, None when the field is empty (no policies)."""
+        text = self.values["hooks"]
+        if not text.strip():
+            return None
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as error:
+            self.errors["hooks"] = f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
+            return None
+        if not isinstance(document, dict):
+            self.errors["hooks"] = "Give a JSON object: an agent-hooks-declaration/1.0 document."
+            return None
+        return document
 
     def _cultures(self) -> dict[str, str]:
         cultures: dict[str, str] = {}
@@ -290,6 +320,12 @@ class DefinitionForm:
 
     def _place(self, path: str, message: str) -> None:
         """Put a pydantic error next to the input it is about."""
+        if path == "hooks" or path.startswith("hooks."):
+            # The loader's own words, with its JSON pointers; a connection's path is given as one too.
+            where = path.removeprefix("hooks").replace(".", "/")
+            self.errors.setdefault("hooks", f"at {where}: {message}" if where else message)
+            return
+        message = _readable(message)
         if path in _TOP_BY_PATH:
             self.errors.setdefault(_TOP_BY_PATH[path], message)
             return
@@ -350,6 +386,11 @@ def _default(kind: str, text: str) -> str | int | float | bool | None:
     return text
 
 
+def hooks_text(hooks: dict[str, Any] | None) -> str:
+    """A declaration as the Policies field shows it: indented JSON, empty for none."""
+    return json.dumps(hooks, indent=2, ensure_ascii=False) if hooks is not None else ""
+
+
 def as_text(value: str | float | bool | None) -> str:
     """A value as the form shows it: booleans as true/false, whole floats without “.0”, None as empty."""
     if value is None:
@@ -359,3 +400,83 @@ def as_text(value: str | float | bool | None) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+# ---- the Try panel: one interception point against a sample context --------------------------------------
+
+SAMPLE_MESSAGE = "Mail the quarterly figures to someone@outside.test, please."
+SAMPLE_EMAIL = {"to": "someone@outside.test", "subject": "Quarterly figures", "body": "Here are the figures."}
+
+
+def try_builder(agent: str, version: int, tenant: str) -> AgentContextBuilder:
+    """Contexts as a turn of `agent` builds them (agents.policies.TurnPolicies.build), for the run id "try"."""
+    builder = AgentContextBuilder(
+        agent_id=agent, framework=FRAMEWORK, session_id="try", agent_name=agent, agent_version=str(version)
+    )
+    return builder.with_l2(tenant=tenant, extensions={"airlock": {"sessionId": None}})
+
+
+def sample_context(
+    point: str, builder: AgentContextBuilder, content: DefinitionContent, message: str | None
+) -> dict[str, Any]:
+    """A context for `point` as a turn of this agent would emit it: the user's `message` (the latest run's,
+    when there is one) and a send_email call outside example.com."""
+    message = message or SAMPLE_MESSAGE
+    call = {"id": "call_1", "name": "send_email", "args": SAMPLE_EMAIL}
+    tools: list[dict[str, Any]] = [
+        *(
+            {"name": t.name, "description": REGISTRY[t.name].description, "schema": server_tool_schema(t.name)}
+            for t in content.tools
+        ),
+        *({"name": t.name, "description": t.description, "schema": t.parameters} for t in content.client_tools),
+    ]
+    model = content.model.label
+    contexts = {
+        "agent_startup": lambda: builder.agent_startup(tools_registered=[tool["name"] for tool in tools]),
+        "input": lambda: builder.input(content=message),
+        "pre_model_call": lambda: builder.pre_model_call(
+            model_id=model,
+            messages=[{"role": "system", "content": content.instructions}, {"role": "user", "content": message}],
+            tools=tools,
+        ),
+        "post_model_call": lambda: builder.post_model_call(
+            model_id=model, content="", tool_calls=[call], finish_reason="tool_calls"
+        ),
+        "pre_tool_call": lambda: builder.pre_tool_call(call_id="call_1", name="send_email", args=SAMPLE_EMAIL),
+        "post_tool_call": lambda: builder.post_tool_call(
+            call_id="call_1", name="send_email", args=SAMPLE_EMAIL, value=f"sent to {SAMPLE_EMAIL['to']}"
+        ),
+        "output": lambda: builder.output(content="Done. The card on file is 4111 1111 1111 1111."),
+        "agent_shutdown": lambda: builder.agent_shutdown(reason="completed"),
+    }
+    return dict(contexts[point]())
+
+
+class PolicyTryForm(forms.Form):
+    """One interception point and the context to emit there, as JSON."""
+
+    point = forms.ChoiceField(choices=[(point, point) for point in POINTS], initial="pre_tool_call")
+    context = forms.CharField(widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false"}), strip=False)
+
+    def clean_context(self) -> dict[str, Any]:
+        try:
+            context = json.loads(self.cleaned_data["context"])
+        except json.JSONDecodeError as error:
+            raise forms.ValidationError(
+                f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
+            ) from None
+        if not isinstance(context, dict):
+            raise forms.ValidationError("Give a JSON object: an agent-hooks context.")
+        if context.get("interception_point") not in POINTS:
+            raise forms.ValidationError(f"Its interception_point must be one of: {', '.join(POINTS)}.")
+        if "target" not in context:
+            raise forms.ValidationError("It needs a target: what the point guards (the sample shows one).")
+        return context
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        point, context = cleaned.get("point"), cleaned.get("context")
+        if point and context and context["interception_point"] != point:
+            asked = context["interception_point"]
+            self.add_error("context", f"This context is for {asked}; pick that point, or load the sample for {point}.")
+        return cleaned

@@ -9,10 +9,12 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Min, QuerySet
+from django.db.models import Count, Exists, Min, OuterRef, QuerySet
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -51,6 +53,7 @@ class RunFilters(ListFilters):
         required=False,
         widget=forms.TextInput(attrs={"placeholder": "any lane", "autocomplete": "off", "size": 10}),
     )
+    verdicts = forms.BooleanField(required=False, widget=forms.CheckboxInput(attrs=SUBMIT_ON_CHANGE))
 
     def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         self.is_valid()
@@ -63,11 +66,18 @@ class RunFilters(ListFilters):
             runs = runs.filter(session__key=wanted["session"].strip())
         if wanted.get("lane"):
             runs = runs.filter(lane=wanted["lane"])
+        if wanted.get("verdicts"):
+            runs = runs.filter(Exists(_verdicts()))
         if wanted.get("date_from"):
             runs = runs.filter(created_at__date__gte=wanted["date_from"])
         if wanted.get("date_to"):
             runs = runs.filter(created_at__date__lte=wanted["date_to"])
         return runs
+
+
+def _verdicts() -> QuerySet[Event]:
+    """The `policy.verdict` events of the outer run (a verdict other than allow)."""
+    return Event.objects.filter(run=OuterRef("pk"), type=EventType.POLICY_VERDICT)
 
 
 @dataclass
@@ -107,6 +117,7 @@ def run_list(request: ConsoleRequest) -> HttpResponse:
     agent_names = Agent.objects.names_in(tenant)
     filters = RunFilters(request.GET, agent_names)
     runs = filters.apply(Run.objects.filter(tenant=tenant)).select_related("agent", "version", "session", "created_by")
+    runs = runs.annotate(has_verdicts=Exists(_verdicts()))
     page = Paginator(runs.order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     context = {"filters": filters, "page": page, "rows": [RunRow(run) for run in page], **jobs_context(tenant)}
     partial = request.htmx and not request.htmx.history_restore_request
@@ -177,12 +188,119 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+# What a policy verdict is about, by interception point; `{tool}` is the tool call's name.
+VERDICT_TARGETS = {
+    "agent_startup": "the start of the turn",
+    "input": "the user's message",
+    "pre_model_call": "a model request",
+    "post_model_call": "a model response",
+    "pre_tool_call": "{tool}",
+    "post_tool_call": "the result of {tool}",
+    "output": "the answer",
+    "agent_shutdown": "the end of the turn",
+}
+VERDICT_VERBS = {"deny": "denied", "transform": "transformed", "escalate": "escalated", "warn": "warned about"}
+SHADOW_VERBS = {"deny": "would have denied", "transform": "would have transformed", "escalate": "would have escalated"}
+# Where a transformed target shows afterwards: the event that carries it, and its key.
+TRANSFORMED: dict[str, dict[str, tuple[str, str]]] = {
+    "input": {EventType.USER_MESSAGE: ("content", "The message as recorded")},
+    # A call the policy let through may still wait for an approval, or be a client's to run.
+    "pre_tool_call": {
+        EventType.TOOL_EXECUTION_START: ("arguments", "The tool ran with"),
+        EventType.PERMISSION_REQUESTED: ("arguments", "Approval was asked for"),
+        EventType.PERMISSION_COMPLETED: ("arguments", "A rule approved"),
+        EventType.EXTERNAL_TOOL_REQUESTED: ("arguments", "The client was asked to run it with"),
+    },
+    "post_tool_call": {EventType.TOOL_EXECUTION_COMPLETE: ("result", "The model was given")},
+    "output": {EventType.ASSISTANT_MESSAGE: ("content", "The answer as stored")},
+}
+
+
+@dataclass
+class PolicyVerdict:
+    """A `policy.verdict` event as a sentence, with the later event it led to (found by position: the
+    verdict names no call): the denial, the approval request, the call that ran, the message recorded."""
+
+    data: dict[str, Any]
+    follower: Event | None = None
+
+    @property
+    def decision(self) -> str:
+        return str(self.data.get("decision"))
+
+    @property
+    def enforced(self) -> bool:
+        return bool(self.data.get("enforced", True))
+
+    @property
+    def sentence(self) -> SafeString:
+        """The verdict in words, as in: Policy mail-guard denied send_email at pre_tool_call (the page adds
+        the message)."""
+        data, follower = self.data, self.follower
+        binding = data.get("binding")
+        who = format_html("Policy <strong>{}</strong>", binding) if binding else format_html("A policy")
+        verbs = VERDICT_VERBS if self.enforced else {**VERDICT_VERBS, **SHADOW_VERBS}
+        point = str(data.get("point"))
+        tool = follower.data.get("toolName") if follower is not None else None
+        target = VERDICT_TARGETS.get(point, "")
+        if "{tool}" in target:
+            before, _, after = target.partition("{tool}")
+            named = format_html("<code>{}</code>", tool) if tool else "a tool call"
+            target = format_html("{}{}{}", before, named, after)
+        return format_html("{} {} {} at <code>{}</code>", who, verbs.get(self.decision, self.decision), target, point)
+
+    @property
+    def after(self) -> tuple[str, str] | None:
+        """For a transform: what went on (label, readable value), from the event that carries it. The
+        content before is not stored anywhere (a redaction's before is the secret): no diff is shown."""
+        point = str(self.data.get("point"))
+        follower = self.follower
+        if self.decision != "transform" or follower is None or follower.type not in TRANSFORMED.get(point, {}):
+            return None
+        key, label = TRANSFORMED[point][follower.type]
+        if key not in follower.data:
+            return None
+        if not self.enforced:
+            label += " (unchanged: shadow mode)"
+        return label, pretty(follower.data[key])
+
+    def find_follower(self, later: list["TimelineEntry"], claimed: set[int]) -> None:
+        """The first later event, not already another verdict's, that shows what this verdict did."""
+        point, decision, enforced = self.data.get("point"), self.decision, self.enforced
+        for entry in later:
+            event = entry.event
+            if event.sequence in claimed or not isinstance(event.data, dict):
+                continue
+            if self._follows(event, point, decision if enforced else "allow"):
+                claimed.add(event.sequence)
+                self.follower = event
+                return
+
+    def _follows(self, event: Event, point: Any, decision: str) -> bool:
+        data, kind = event.data, event.type
+        if decision == "escalate" and point in ("pre_tool_call", "output"):
+            policy = data.get("policy") if kind == EventType.PERMISSION_REQUESTED else None
+            return isinstance(policy, dict) and policy.get("reason") == self.data.get("reason")
+        if point == "pre_tool_call" and decision == "deny":
+            result = data.get("result") if kind == EventType.PERMISSION_COMPLETED else None
+            if not isinstance(result, dict):
+                return False
+            return result.get("kind") == "denied-by-rules" and result.get("reason") == self.data.get("reason")
+        if point == "pre_tool_call" and kind == EventType.PERMISSION_REQUESTED:
+            return not data.get("policy")  # the approval its tool asks for, not another policy's question
+        if point == "pre_tool_call" and kind == EventType.PERMISSION_COMPLETED:
+            result = data.get("result")
+            return isinstance(result, dict) and result.get("kind") == "approved-by-rule"
+        return kind in TRANSFORMED.get(str(point), {})
+
+
 @dataclass
 class TimelineEntry:
     """A stored event and its structured values already written as readable JSON, by data key."""
 
     event: Event
     pretty: dict[str, str] = field(default_factory=dict)
+    verdict: PolicyVerdict | None = None
 
     @classmethod
     def of(cls, event: Event) -> "TimelineEntry":
@@ -204,6 +322,17 @@ class TimelineEntry:
         return self.event.type.split(".", 1)[0].replace("_", "-")
 
 
+def timeline(events: list[Event]) -> list[TimelineEntry]:
+    """A run's stored events for the page; each policy verdict is paired with the event it led to."""
+    entries = [TimelineEntry.of(event) for event in events]
+    claimed: set[int] = set()
+    for index, entry in enumerate(entries):
+        if entry.event.type == EventType.POLICY_VERDICT and isinstance(entry.event.data, dict):
+            entry.verdict = PolicyVerdict(entry.event.data)
+            entry.verdict.find_follower(entries[index + 1 :], claimed)
+    return entries
+
+
 @role_required("reader")
 @require_GET
 def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
@@ -215,7 +344,7 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         "parameters": [(name, pretty(value)) for name, value in run.parameters.items()],
         "next_runs": Run.objects.filter(tenant=run.tenant_id, previous_run=run).order_by("created_at"),
         "session_runs": [RunRow(other) for other in session_runs.only("id", "status", "created_at", "message")],
-        "timeline": [TimelineEntry.of(event) for event in run.events.order_by("sequence")],
+        "timeline": timeline(list(run.events.order_by("sequence"))),
         "requests": PendingRequest.objects.filter(run=run).select_related("answered_by"),
         "waiting": run.status in AWAITING
         and run.requests.filter(status=RequestStatus.PENDING, answered_in=None).exists(),

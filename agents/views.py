@@ -1,8 +1,12 @@
-"""The console's agent pages: list, create and edit (each save is a new version), versions, diff, rollback."""
+"""The console's agent pages: list, create and edit (each save is a new version), versions, diff, rollback,
+and the policies' Try panel (one interception point evaluated against a sample context)."""
 
+import copy
 import json
+from dataclasses import dataclass
 from typing import Any
 
+from agent_hooks import DeclarationError
 from django.contrib import messages
 from django.db import IntegrityError
 from django.db.models import F
@@ -12,10 +16,24 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from agents import deletion
 from agents.definitions import ConnectionRefused, DefinitionContent
-from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, as_text, choices
+from agents.forms import (
+    APPROVAL_LABELS,
+    SECTIONS,
+    DefinitionForm,
+    PolicyTryForm,
+    as_text,
+    choices,
+    hooks_text,
+    sample_context,
+    try_builder,
+)
 from agents.getters import get_agent_for
-from agents.models import Agent, AgentVersion
+from agents.models import Agent, AgentVersion, Run
+from agents.policies import LIFTABLE, POINTS, PolicyBlocked, TurnPolicies
+from agents.prepare import granted_connections
+from agents.starter_policy import starter_hooks
 from agents.tools import REGISTRY
+from agents.turns import run_here
 from console.connections import ConnectionSpec
 from console.models import Connection
 from console.tenancy import ConsoleRequest, role_required
@@ -105,11 +123,121 @@ def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
     return render(request, f"agents/rows.html#{section}", context)
 
 
+@role_required("admin")
+@require_GET
+def starter_policy(request: ConsoleRequest) -> HttpResponse:
+    """The editor's Policies field filled with the starter policy (enforced, or in shadow mode)."""
+    mode = "evaluate_only" if request.GET.get("mode") == "evaluate_only" else "enforce"
+    form = DefinitionForm.blank()
+    form.values["hooks"] = hooks_text(starter_hooks(mode))
+    return render(request, "agents/form.html#hooks-field", {"form": form, "starter_mode": mode})
+
+
 @role_required("reader")
 @require_GET
 def agent_detail(request: ConsoleRequest, name: str) -> HttpResponse:
     agent = get_agent_for(request, name)
-    return render(request, "agents/detail.html", _definition_context(agent, _version(agent, agent.current_version)))
+    version = _version(agent, agent.current_version)
+    context = _definition_context(agent, version)
+    if version.definition.hooks is not None and request.membership.allows("admin"):
+        context["try_form"] = _try_form(request, agent, version, None)
+    return render(request, "agents/detail.html", context)
+
+
+@role_required("admin")
+@require_http_methods(["GET", "POST"])
+def agent_try(request: ConsoleRequest, name: str) -> HttpResponse:
+    """The Try panel: GET loads the sample context of a point, POST evaluates a context with the current
+    version's policies (nothing is stored: no run, no event, no request)."""
+    agent = get_agent_for(request, name)
+    version = _version(agent, agent.current_version)
+    if version.definition.hooks is None:
+        raise Http404("The current version has no policies.")
+    outcome = None
+    if request.method == "POST":
+        form = PolicyTryForm(request.POST)
+        if form.is_valid():
+            outcome = try_policies(request, agent, version, form.cleaned_data["context"])
+    else:
+        form = _try_form(request, agent, version, request.GET.get("point"))
+    context = {"try_form": form, "outcome": outcome}
+    if request.htmx:
+        policies = PolicySummary.of(version.definition.hooks)
+        return render(request, "agents/detail.html#try", {"agent": agent, "policies": policies, **context})
+    return render(request, "agents/detail.html", _definition_context(agent, version) | context)
+
+
+def _try_form(request: ConsoleRequest, agent: Agent, version: AgentVersion, point: str | None) -> PolicyTryForm:
+    """The Try form with the sample context of `point` (pre_tool_call unless a known point is asked for)."""
+    point = point if point in POINTS else "pre_tool_call"
+    runs = Run.objects.filter(agent=agent, message__gt="").order_by("-created_at")
+    latest = runs.values_list("message", flat=True).first()
+    builder = try_builder(agent.name, version.number, str(request.tenant.pk))
+    sample = sample_context(point, builder, version.definition, latest)
+    return PolicyTryForm(initial={"point": point, "context": json.dumps(sample, indent=2, ensure_ascii=False)})
+
+
+@dataclass
+class TryOutcome:
+    """What the policies said of one context: the verdict as a run's `policy.verdict` event would carry it
+    (decision `allow` when there is none), the target the action would go on with, the interception record."""
+
+    point: str
+    decision: str = "allow"
+    reason: str | None = None
+    message: str | None = None
+    binding: str | None = None
+    before: str = ""
+    after: str | None = None  # None when nothing goes on (deny, escalate)
+    liftable: bool = False  # an escalation an operator may lift here (the run would wait in the inbox)
+    record: str = ""
+    problem: str = ""  # the policies could not be loaded
+
+
+def try_policies(request: ConsoleRequest, agent: Agent, version: AgentVersion, context: dict[str, Any]) -> TryOutcome:
+    """Emit `context` once with the version's policies, enforced (a shadow-mode agent's runs would only
+    record the verdict; the page says so), with no operator decision known."""
+    hooks = copy.deepcopy(version.definition.hooks) or {}
+    hooks.setdefault("configuration", {})["mode"] = "enforce"
+    point = context["interception_point"]
+    outcome = TryOutcome(point=point, before=pretty_json(context.get("target")))
+    verdicts: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+
+    async def collect(event_type: str, data: dict[str, Any], ephemeral: bool) -> None:
+        verdicts.append(data)
+
+    try:
+        policies = TurnPolicies.build(
+            hooks,
+            connections=granted_connections(request.tenant, version),
+            decisions={},
+            agent=agent.name,
+            version=version.number,
+            run_id="try",
+            session_id=None,
+            tenant=str(request.tenant.pk),
+            emit=collect,
+            records=records,
+        )
+    except DeclarationError as error:
+        outcome.problem = "; ".join(f"{error.code} at {f.pointer or '/'}: {f.detail}" for f in error.findings)
+        outcome.problem = outcome.problem or error.code
+        return outcome
+    try:
+        outcome.after = pretty_json(run_here(policies.check(context)))
+    except PolicyBlocked as blocked:
+        outcome.liftable = blocked.escalation is not None and point in LIFTABLE
+    if verdicts:
+        verdict = verdicts[-1]
+        outcome.decision, outcome.reason = verdict["decision"], verdict["reason"]
+        outcome.message, outcome.binding = verdict["message"], verdict["binding"]
+    outcome.record = pretty_json(records[-1]) if records else ""
+    return outcome
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 @role_required("reader")
@@ -164,6 +292,7 @@ def agent_delete(request: ConsoleRequest, name: str) -> HttpResponse:
 def _definition_context(agent: Agent, version: AgentVersion) -> dict[str, Any]:
     content = version.definition
     return {
+        "policies": PolicySummary.of(content.hooks) if content.hooks is not None else None,
         "agent": agent,
         "version": version,
         "content": content,
@@ -172,6 +301,73 @@ def _definition_context(agent: Agent, version: AgentVersion) -> dict[str, Any]:
         "client_tools": [(tool, json.dumps(tool.parameters, indent=2)) for tool in content.client_tools],
         "parameters": [(parameter, as_text(parameter.default)) for parameter in content.parameters],
     }
+
+
+@dataclass
+class PolicyBinding:
+    """One binding of a declaration as the agent page shows it: its settings, and the policy sources of an
+    `airlock.acs` binding (manifest and modules) as text rather than JSON strings."""
+
+    id: str
+    kind: str
+    points: list[str]  # empty: every point
+    settings: list[tuple[str, str]]
+    sources: list[tuple[str, str]]
+
+    @classmethod
+    def of(cls, binding: dict[str, Any]) -> "PolicyBinding":
+        config = dict(binding.get("config") or {})
+        sources: list[tuple[str, str]] = []
+        if binding.get("kind") == "airlock.acs":
+            sources.append(("manifest", str(config.pop("manifest", ""))))
+            for policy, files in (config.pop("modules", None) or {}).items():
+                sources += [(f"{policy}/{file}", str(text)) for file, text in files.items()]
+        settings = [(key, value if isinstance(value, str) else json.dumps(value)) for key, value in config.items()]
+        return cls(
+            str(binding.get("id", "")), str(binding.get("kind", "")), list(binding.get("at") or []), settings, sources
+        )
+
+
+@dataclass
+class PolicySummary:
+    mode: str
+    resolver: str | None
+    bindings: list[PolicyBinding]
+    declaration: str
+
+    @classmethod
+    def of(cls, hooks: dict[str, Any]) -> "PolicySummary":
+        configuration = hooks.get("configuration") or {}
+        return cls(
+            mode=configuration.get("mode") or "enforce",
+            resolver=(configuration.get("approval") or {}).get("resolver"),
+            bindings=[PolicyBinding.of(binding) for binding in hooks.get("bindings", [])],
+            declaration=hooks_text(hooks),
+        )
+
+    @property
+    def shadow(self) -> bool:
+        return self.mode == "evaluate_only"
+
+
+def _policy_texts(hooks: dict[str, Any] | None) -> dict[str, str]:
+    """A declaration for the diff: the document with its policy sources left out, then each source apart,
+    so that a changed Rego line shows as text."""
+    if hooks is None:
+        return {"Policies": ""}
+    summary = PolicySummary.of(hooks)
+    elided = copy.deepcopy(hooks)
+    for binding in elided.get("bindings", []):
+        config = binding.get("config") or {}
+        if binding.get("kind") == "airlock.acs":
+            if "manifest" in config:
+                config["manifest"] = "(below)"
+            for files in (config.get("modules") or {}).values():
+                files.update(dict.fromkeys(files, "(below)"))
+    texts = {"Policies": hooks_text(elided)}
+    for binding in summary.bindings:
+        texts |= {f"Policy {binding.id}: {label}": text for label, text in binding.sources}
+    return texts
 
 
 _LIST_FIELDS = (
@@ -195,12 +391,12 @@ def _comparable(content: DefinitionContent, cultures: list[str]) -> dict[str, st
     }
     fields |= {f"Instructions ({culture})": content.instructions_by_culture.get(culture, "") for culture in cultures}
     fields |= {label: json.dumps(wire[key], indent=2) if wire[key] else "" for label, key in _LIST_FIELDS}
-    return fields
+    return fields | _policy_texts(content.hooks)
 
 
 def _diff_rows(a: DefinitionContent, b: DefinitionContent) -> list[dict[str, Any]]:
     cultures = sorted(a.instructions_by_culture.keys() | b.instructions_by_culture.keys())
     left, right = _comparable(a, cultures), _comparable(b, cultures)
-    return [
-        {"label": label, "a": left[label], "b": right[label], "changed": left[label] != right[label]} for label in left
-    ]
+    labels = [*left, *(label for label in right if label not in left)]  # a policy source only one side has
+    rows = [(label, left.get(label, ""), right.get(label, "")) for label in labels]
+    return [{"label": label, "a": x, "b": y, "changed": x != y} for label, x, y in rows]
