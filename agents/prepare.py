@@ -47,6 +47,7 @@ class ToolResultAnswer(WireModel):
     call_id: str = Field(min_length=1, max_length=200)
     result: Any = None
     error_message: str | None = Field(default=None, max_length=5000)
+    outcome: Literal["completed", "failed", "rejected", "background"] | None = None
 
 
 class InputAnswer(WireModel):

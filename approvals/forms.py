@@ -98,7 +98,9 @@ class ApprovalForm(AnswerForm):
 
 
 class ClientToolForm(AnswerForm):
-    decision = forms.CharField(required=False)  # "error" sends the error message, any other the result
+    # "error" sends the error message, "reject" it as the client's refusal, "background" says it runs on; any
+    # other value sends the result.
+    decision = forms.CharField(required=False)
     result = forms.CharField(required=False)  # JSON, or plain text
     error_message = forms.CharField(required=False)
 
@@ -106,11 +108,15 @@ class ClientToolForm(AnswerForm):
         data = super().clean() or {}
         if self.errors:
             return data
-        if data["decision"] == "error":
+        if data["decision"] == "background":
+            self.give({"outcome": "background"})
+        elif data["decision"] in ("error", "reject"):
+            outcome = "failed" if data["decision"] == "error" else "rejected"
             if data["error_message"]:
-                self.give({"errorMessage": data["error_message"]})
+                self.give({"outcome": outcome, "errorMessage": data["error_message"]})
             else:
-                self.refuse("error_message", "Write the error message.", "Write the error message.")
+                said = "Write the error message." if outcome == "failed" else "Write why the client refuses."
+                self.refuse("error_message", said, said)
         elif not data["result"]:
             self.refuse("result", "Give the result (JSON or text).", "Give the tool's result.")
         else:

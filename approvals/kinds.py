@@ -232,29 +232,60 @@ class ClientTool(Kind):
     awaiting = RunStatus.AWAITING_TOOL_RESULT
     requested_event = EventType.EXTERNAL_TOOL_REQUESTED
     completed_event = EventType.EXTERNAL_TOOL_COMPLETED
-    fields = frozenset({"result", "error_message"})
-    stored = ("callId", "result", "errorMessage")
-    takes = "A client-tool request takes `result` or `errorMessage`."
+    fields = frozenset({"result", "error_message", "outcome"})
+    stored = ("callId", "outcome", "result", "errorMessage")
+    takes = (
+        "A client-tool request takes `result` (outcome `completed`), `errorMessage` (outcome `failed`, or"
+        " `rejected` with the client's reason) or outcome `background`."
+    )
     label, asks = "Client tool", "asks the client to run"
+
+    @staticmethod
+    def outcome(answer: Mapping[str, Any]) -> str:
+        """completed | failed | rejected | background; without one, an error message means `failed`."""
+        return answer.get("outcome") or ("failed" if answer.get("errorMessage") else "completed")
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        super().check(pending, wire, modes)
+        outcome = self.outcome(wire)
+        if outcome in ("failed", "rejected") and not wire.get("errorMessage"):
+            raise AnswerRefused("invalid_content", f"Outcome {outcome} needs an `errorMessage` (the reason).")
+        if outcome in ("completed", "background") and wire.get("errorMessage"):
+            raise AnswerRefused("invalid_content", f"Outcome {outcome} takes no `errorMessage`.")
+        if outcome != "completed" and wire.get("result") is not None:
+            raise AnswerRefused("invalid_content", f"Outcome {outcome} takes no `result`.")
+
+    def answer(
+        self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        return {**super().answer(pending, wire, modes), "outcome": self.outcome(wire)}
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"result": value}
 
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         answer = pending.answer or {}
-        if answer.get("errorMessage"):
+        outcome = self.outcome(answer)
+        if outcome == "failed":
             answers.fail(pending.call_id, answer["errorMessage"])
+        elif outcome == "rejected":
+            answers.reject(pending.call_id, answer["errorMessage"])
+        elif outcome == "background":
+            answers.background(pending.call_id)
         else:
             answers.result(pending.call_id, answer.get("result"))
-        given = {"result": answer.get("result"), "errorMessage": answer.get("errorMessage")}
+        given = {"outcome": outcome, "result": answer.get("result"), "errorMessage": answer.get("errorMessage")}
         log.record(self.completed_event, {**self.base(pending), **given})
 
     def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
         answers.fail(pending.call_id, reason)
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
-        decision = "tool-error" if answer.get("errorMessage") else "tool-result"
-        return decision, {"result": answer.get("result"), "error_message": answer.get("errorMessage")}
+        decision = {"failed": "tool-error", "completed": "tool-result"}.get(self.outcome(answer))
+        return decision or f"tool-{self.outcome(answer)}", {
+            "result": answer.get("result"),
+            "error_message": answer.get("errorMessage"),
+        }
 
 
 class Question(Kind):

@@ -42,6 +42,7 @@ from pydantic_ai import (
     ToolDefinition,
     ToolDenied,
     ToolFailed,
+    ToolReturn,
     UnexpectedModelBehavior,
     WrapperToolset,
 )
@@ -147,6 +148,14 @@ class Answers:
         """The client tool failed (or never ran); the model reads `message` as its error."""
         self.tool_results[call_id] = ToolFailed(message)
 
+    def reject(self, call_id: str, reason: str) -> None:
+        """The client refused to run the tool; the model reads `TOOL rejected: <reason>`."""
+        self.tool_results[call_id] = ToolReturn(return_value=reason, metadata={"outcome": "rejected"})
+
+    def background(self, call_id: str) -> None:
+        """The client accepted the call and runs it in the background; a later message may bring the result."""
+        self.tool_results[call_id] = ToolReturn(return_value=BACKGROUND, metadata={"outcome": "background"})
+
     def answer_input(self, call_id: str, answer: dict[str, Any]) -> None:
         """An elicitation's answer (action, content, the engine's state of the call)."""
         self.inputs[call_id] = answer
@@ -159,10 +168,7 @@ class Answers:
             else {"approved": False, "reason": answer.message}
             for call_id, answer in self.approvals.items()
         }
-        results = {
-            call_id: {"error": answer.message} if isinstance(answer, ToolFailed) else {"result": answer}
-            for call_id, answer in self.tool_results.items()
-        }
+        results = {call_id: _dump_result(answer) for call_id, answer in self.tool_results.items()}
         return {
             "approvals": approvals,
             "toolResults": results,
@@ -181,10 +187,7 @@ class Answers:
             else ToolDenied(a["reason"])
             for call_id, a in data.get("approvals", {}).items()
         }
-        results = {
-            call_id: ToolFailed(r["error"]) if "error" in r else r["result"]
-            for call_id, r in data.get("toolResults", {}).items()
-        }
+        results = {call_id: _load_result(r) for call_id, r in data.get("toolResults", {}).items()}
         return cls(
             approvals=approvals,
             tool_results=results,
@@ -206,6 +209,25 @@ class Answers:
             approvals[call_id] = ToolApproved()
             metadata[call_id] = {"person_answer": text}
         return DeferredToolResults(approvals=approvals, calls=dict(self.tool_results), metadata=metadata)
+
+
+BACKGROUND = "accepted, running in the background"
+
+
+def _dump_result(answer: Any) -> dict[str, Any]:
+    if isinstance(answer, ToolFailed):
+        return {"error": answer.message}
+    if isinstance(answer, ToolReturn):
+        return {"result": answer.return_value, "outcome": (answer.metadata or {}).get("outcome")}
+    return {"result": answer}
+
+
+def _load_result(stored: dict[str, Any]) -> Any:
+    if "error" in stored:
+        return ToolFailed(stored["error"])
+    if stored.get("outcome"):
+        return ToolReturn(return_value=stored["result"], metadata={"outcome": stored["outcome"]})
+    return stored["result"]
 
 
 @dataclass

@@ -103,6 +103,8 @@ def _result_lines(request: ModelRequest, messages: list[ModelMessage]) -> list[s
     lines = []
     for part in results:
         label = _OUTCOME_LABELS.get(part.outcome, " failed")
+        if (part.metadata or {}).get("outcome") == "rejected":  # a client refused to run it (SPEC section 9)
+            label = " rejected"
         lines.append(f"{part.tool_name}{label}: {part.model_response_str(wrap_if_error=False)}")
     return lines
 
