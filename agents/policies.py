@@ -382,9 +382,9 @@ class TurnPolicies:
             if asked is not None:
                 asked.binding = _binding_of(record)
             escalation = asked if asked is not None and point in LIFTABLE else None
-            await self._report(point, record, asked)
+            await self._report(context, record, asked)
             raise PolicyBlocked(point, record, escalation, asked) from None
-        await self._report(point, outcome.record, None)
+        await self._report(context, outcome.record, None)
         if not self.enforced:
             return original
         # The caller's own object when no verdict changed it: `after is before` tells, at no cost.
@@ -393,13 +393,15 @@ class TurnPolicies:
     async def shutdown(self, reason: str) -> None:
         """`agent_shutdown`, on every way out of a turn (its verdict is recorded, never enforced)."""
         record = await self.emitter.emit_unchecked(self.builder.agent_shutdown(reason=reason))
-        await self._report("agent_shutdown", record, None)
+        await self._report({"interception_point": "agent_shutdown"}, record, None)
 
     def decided(self, context: Mapping[str, Any]) -> bool:
         """Whether an operator answered an escalation of `context` (their denial is theirs, not the rules')."""
         return stable_key(context) in self.resolver.decisions
 
-    async def _report(self, point: str, record: InterceptionRecord, escalation: Escalation | None) -> None:
+    async def _report(
+        self, context: Mapping[str, Any], record: InterceptionRecord, escalation: Escalation | None
+    ) -> None:
         decision = "escalate" if escalation is not None else _verdict_decision(record)
         if decision == "allow":
             return
@@ -410,7 +412,8 @@ class TurnPolicies:
             verdict_reason, verdict_message = verdict.warnings[0].reason, verdict.warnings[0].message
         else:
             verdict_reason, verdict_message = verdict.reason, verdict.message
-        data = {
+        point = context["interception_point"]
+        data: dict[str, Any] = {
             "point": point,
             "decision": decision,
             "reason": verdict_reason,
@@ -418,4 +421,7 @@ class TurnPolicies:
             "binding": _binding_of(record),
             "enforced": self.enforced,
         }
+        call = context.get("tool_call")
+        if call is not None:  # which call of the run it was about
+            data |= {"toolName": call.get("name"), "callId": call.get("id")}
         await self.emit(POLICY_VERDICT, data, False)

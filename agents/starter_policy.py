@@ -10,6 +10,7 @@ that shows each verdict kind on the tools every tenant has. The agent editor off
 """
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 MANIFEST = """\
@@ -122,8 +123,12 @@ output_verdict := {
 """
 
 
-def starter_hooks(mode: str = "enforce") -> dict[str, Any]:
-    """The starter declaration, in `mode` (`enforce` or `evaluate_only`)."""
+def starter_hooks(mode: str = "enforce", tools: Sequence[str] = ()) -> dict[str, Any]:
+    """The starter declaration, in `mode` (`enforce` or `evaluate_only`); its manifest also names `tools`, the
+    agent's other tools (a manifest that governs tool calls denies every tool it does not name)."""
+    listed = MANIFEST.split("intervention_points:")[0]
+    more = "".join(f"  {name}:\n    type: Tool\n    id: {name}\n" for name in tools if f"id: {name}\n" not in listed)
+    manifest = MANIFEST.replace("\nintervention_points:", f"\n{more}intervention_points:", 1) if more else MANIFEST
     return copy.deepcopy(
         {
             "declaration": "agent-hooks-declaration/1.0",
@@ -132,7 +137,7 @@ def starter_hooks(mode: str = "enforce") -> dict[str, Any]:
                 {
                     "id": "mail-guard",
                     "kind": "airlock.acs",
-                    "config": {"manifest": MANIFEST, "modules": {"mail": {"mail.rego": REGO}}},
+                    "config": {"manifest": manifest, "modules": {"mail": {"mail.rego": REGO}}},
                 }
             ],
         }

@@ -75,6 +75,8 @@ def test_the_policy_asks_before_guarded_mails_outside_example_com(demo_admin):
         "message": "Mail outside example.com needs a human.",
         "binding": "mail-guard",
         "enforced": True,
+        "toolName": "send_email",
+        "callId": "call_1",
     }
     assert mail.outbox == []
 

@@ -8,6 +8,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from agents.models import Run
+from agents.starter_policy import starter_hooks
 from approvals.models import Rule
 from tests.helpers import EMAIL, call_line, make_agent, run_ok
 
@@ -20,6 +21,7 @@ NOT_PAGES = {
     "agents:rollback",
     "agents:delete",
     "agents:row",
+    "agents:starter_policy",
     "run_cancel",
     "jobs",
     "trial_turn",
@@ -35,7 +37,7 @@ NOT_PAGES = {
 @pytest.fixture
 def pages(admin) -> list[str]:
     """A path of every console page, with an agent, a run waiting for an approval and a rule to show."""
-    make_agent(admin)
+    make_agent(admin, hooks=starter_hooks("evaluate_only", ["get_user_location"]))
     asked = run_ok(admin, {"message": call_line("send_email", EMAIL), "sessionId": "s1"})
     Rule.objects.create(tenant=admin.tenant, agent=Run.objects.get().agent, tool_name="get_time", created_by=admin.user)
     return [
@@ -47,6 +49,7 @@ def pages(admin) -> list[str]:
         "/agents/assistant/versions/",
         "/agents/assistant/versions/1/",
         "/agents/assistant/diff/?a=1&b=1",
+        "/agents/assistant/try/?point=input",
         "/trial/",
         "/trial/?agent=assistant",
         "/inbox/",

@@ -70,6 +70,8 @@ def test_a_deny_keeps_the_mail_unsent_and_tells_the_model(admin):
         "message": "Mail to evil.test is never sent.",
         "binding": "mail-guard",
         "enforced": True,
+        "toolName": "send_email",
+        "callId": "call_1",
     }
 
 

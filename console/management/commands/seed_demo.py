@@ -36,16 +36,7 @@ TEAM: dict[str, Any] = {
 def demo_hooks(mode: str) -> dict[str, Any]:
     """The starter policy (agents/starter_policy.py) in `mode`, its manifest naming the demo agents' other
     tools as well (governed, and allowed: the policy's rules are about mail)."""
-    hooks = starter_hooks(mode)
-    config = hooks["bindings"][0]["config"]
-    manifest: str = config["manifest"]
-    if "\ntools:\n" not in manifest:
-        raise ValueError("the starter policy's manifest has no tools section")
-    declared = "".join(
-        f"  {name}:\n    type: Tool\n    id: {name}\n" for name in OTHER_TOOLS if f"\n  {name}:\n" not in manifest
-    )
-    config["manifest"] = manifest.replace("\ntools:\n", "\ntools:\n" + declared, 1)
-    return hooks
+    return starter_hooks(mode, OTHER_TOOLS)
 
 
 def demo_agent(*, policy: bool = True) -> DefinitionContent:
