@@ -3,6 +3,7 @@ and the policies' Try panel (one interception point evaluated against a sample c
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,8 +129,15 @@ def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
 def starter_policy(request: ConsoleRequest) -> HttpResponse:
     """The editor's Policies field filled with the starter policy (enforced, or in shadow mode)."""
     mode = "evaluate_only" if request.GET.get("mode") == "evaluate_only" else "enforce"
+    # The tools the form lists (its rows come along, `hx-include`): the manifest names them all, as one that
+    # governs tool calls denies a tool it does not name.
+    tools = [
+        value.strip()
+        for key, value in request.GET.items()
+        if re.fullmatch(r"(tools|client_tools)-[\w-]+-name", key) and value.strip()
+    ]
     form = DefinitionForm.blank()
-    form.values["hooks"] = hooks_text(starter_hooks(mode))
+    form.values["hooks"] = hooks_text(starter_hooks(mode, tools))
     return render(request, "agents/form.html#hooks-field", {"form": form, "starter_mode": mode})
 
 

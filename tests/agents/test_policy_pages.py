@@ -128,6 +128,12 @@ def test_the_starter_button_fills_the_field_with_the_starter_policy(admin):
     assert json.loads(dict(read(response).fields)["hooks"]) == starter_hooks("evaluate_only")
     enforced = admin.client.get("/agents/policies/starter/?mode=enforce", HTTP_HX_REQUEST="true")
     assert json.loads(dict(read(enforced).fields)["hooks"]) == starter_hooks("enforce")
+    # The form's tool rows come along (hx-include): the manifest names them, so none of them is denied unnamed.
+    assert 'hx-include="closest form"' in editor
+    query = "mode=enforce&tools-0-name=get_time&client_tools-x1-name=locate&tools-1-name="
+    with_tools = admin.client.get(f"/agents/policies/starter/?{query}", HTTP_HX_REQUEST="true")
+    assert json.loads(dict(read(with_tools).fields)["hooks"]) == starter_hooks("enforce", ["get_time", "locate"])
+    assert "id: locate" in starter_hooks("enforce", ["get_time", "locate"])["bindings"][0]["config"]["manifest"]
 
 
 def test_the_starter_is_for_admins(operator, reader):
