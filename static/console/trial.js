@@ -178,7 +178,7 @@
   });
 
   function collectAnswers(form) {
-    const body = { approvals: [], toolResults: [], inputResponses: [] };
+    const body = { approvals: [], toolResults: [], inputResponses: [], answers: [] };
     let valid = true;
     form.querySelectorAll("[data-error], [data-error-for]").forEach((p) => (p.textContent = ""));
     form.querySelectorAll("fieldset.request").forEach((box) => {
@@ -192,22 +192,42 @@
         const approved = box.querySelector(`input[name="decision-${requestId}"]:checked`).value === "approve";
         const answer = { requestId, approved, reason: box.querySelector('[name="reason"]').value || null };
         const override = box.querySelector('[name="override"]');
-        if (approved && override.value.trim() !== override.dataset.original.trim()) {
+        const remember = box.querySelector('[name="remember"]');
+        if (override && approved && override.value.trim() !== override.dataset.original.trim()) {
           try {
             answer.overrideArguments = JSON.parse(override.value);
           } catch (error) {
             fail(`The edited arguments are not valid JSON: ${error.message}`);
           }
         }
-        answer.remember = approved && box.querySelector('[name="remember"]').checked;
+        answer.remember = Boolean(remember && approved && remember.checked);
         answer.rememberArgumentsOnly = answer.remember && box.querySelector('[name="remember-args"]').checked;
-        if (!approved && (box.querySelector('[name="remember"]').checked)) fail("A denial cannot be remembered.");
+        if (remember && !approved && remember.checked) fail("A denial cannot be remembered.");
         body.approvals.push(answer);
+      } else if (box.dataset.kind === "question") {
+        const typed = box.querySelector('[name="text"]');
+        const chosen = box.querySelector(`input[name="choice-${requestId}"]:checked`);
+        const text = (typed && typed.value.trim()) || (chosen && chosen.value) || "";
+        if (!text) fail("Choose an answer or write one.");
+        body.answers.push({ requestId, text });
+      } else if (box.dataset.kind === "plan") {
+        const approved = box.querySelector(`input[name="decision-${requestId}"]:checked`).value === "approve";
+        const text = box.querySelector('[name="text"]').value.trim();
+        if (!approved && !text) fail("Say what to revise.");
+        body.answers.push(approved ? { requestId, approved } : { requestId, approved, text });
+      } else if (box.dataset.kind === "continuation") {
+        const approved = box.querySelector(`input[name="decision-${requestId}"]:checked`).value === "continue";
+        body.answers.push({ requestId, approved });
       } else if (box.dataset.kind === "client_tool") {
         const raw = box.querySelector('[name="result"]').value.trim();
         const error = box.querySelector('[name="error"]').value.trim();
+        const outcome = box.querySelector('[name="outcome"]').value;
         const answer = { callId: box.dataset.callId };
-        if (error) answer.errorMessage = error;
+        if (outcome) answer.outcome = outcome;
+        if (outcome === "background") {
+          if (raw || error) fail("A call running in the background takes no result or error yet.");
+        } else if (outcome === "rejected" && !error) fail("Say why the client refuses.");
+        else if (error) answer.errorMessage = error;
         else if (!raw) fail("Give a result or an error message.");
         else {
           try {

@@ -72,3 +72,40 @@ def test_it_keeps_the_message_and_shows_the_error_when_a_turn_is_refused(logged_
     send(page, "something else")
     expect(page.locator("#send-error")).to_contain_text("unanswered requests")
     expect(page.get_by_label("Message")).to_have_value("something else")
+
+
+def test_it_answers_a_question_a_plan_and_a_refused_client_tool(logged_in: Page) -> None:
+    page, name = logged_in, f"asker-{uuid4().hex[:6]}"
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
+    definition = {
+        "name": name,
+        "tools": [{"name": "ask_user"}, {"name": "propose_plan"}],
+        "clientTools": [{"name": "get_user_location"}],
+    }
+    response = page.request.post(
+        "/api/agents", data=json.dumps(definition), headers={"Content-Type": "application/json", "X-CSRFToken": csrf}
+    )
+    assert response.status == 201, response.text()
+    page.goto(f"/trial/?agent={name}")
+
+    send(page, 'call ask_user {"question": "Which colour?", "choices": ["red", "blue"]}')
+    answers = page.locator("form[data-answers]")
+    expect(answers).to_contain_text("Which colour?")
+    answers.get_by_label("blue").check()
+    answers.get_by_role("button", name="Send answers").click()
+    expect(page.locator(".turn").last).to_contain_text("ask_user: blue")
+
+    send(page, 'call propose_plan {"steps": ["Read the logs", "Restart"]}')
+    answers = page.locator("form[data-answers]")
+    expect(answers.locator(".plan-steps li")).to_have_count(2)
+    answers.get_by_label("Send back to revise").check()
+    answers.get_by_label("What to revise").fill("Check the disk first")
+    answers.get_by_role("button", name="Send answers").click()
+    expect(page.locator(".turn").last).to_contain_text("propose_plan: revise: Check the disk first")
+
+    send(page, "call get_user_location")
+    answers = page.locator("form[data-answers]")
+    answers.get_by_label("Outcome").select_option("rejected")
+    answers.get_by_label("…or an error message, or why the client refuses").fill("The user said no")
+    answers.get_by_role("button", name="Send answers").click()
+    expect(page.locator(".turn").last).to_contain_text("get_user_location rejected: The user said no")
