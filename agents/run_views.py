@@ -218,8 +218,8 @@ TRANSFORMED: dict[str, dict[str, tuple[str, str]]] = {
 
 @dataclass
 class PolicyVerdict:
-    """A `policy.verdict` event as a sentence, with the later event it led to (found by position: the
-    verdict names no call): the denial, the approval request, the call that ran, the message recorded."""
+    """A `policy.verdict` event as a sentence, with the later event it led to (the first that fits, of the same
+    call when the verdict names one): the denial, the approval request, the call that ran, the message recorded."""
 
     data: dict[str, Any]
     follower: Event | None = None
@@ -278,6 +278,9 @@ class PolicyVerdict:
 
     def _follows(self, event: Event, point: Any, decision: str) -> bool:
         data, kind = event.data, event.type
+        call_id = self.data.get("callId")
+        if call_id is not None and data.get("callId") not in (None, call_id):
+            return False  # a verdict at a tool point names its call: another call's event is not its follower
         if decision == "escalate" and point in ("pre_tool_call", "output"):
             policy = data.get("policy") if kind == EventType.PERMISSION_REQUESTED else None
             return isinstance(policy, dict) and policy.get("reason") == self.data.get("reason")
