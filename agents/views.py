@@ -131,11 +131,8 @@ def starter_policy(request: ConsoleRequest) -> HttpResponse:
     mode = "evaluate_only" if request.GET.get("mode") == "evaluate_only" else "enforce"
     # The tools the form lists (its rows come along, `hx-include`): the manifest names them all, as one that
     # governs tool calls denies a tool it does not name.
-    tools = [
-        value.strip()
-        for key, value in request.GET.items()
-        if re.fullmatch(r"(tools|client_tools)-[\w-]+-name", key) and value.strip()
-    ]
+    named = [request.GET.get(key, "") for key in request.GET if re.fullmatch(r"(tools|client_tools)-[\w-]+-name", key)]
+    tools = [name.strip() for name in named if name.strip()]
     form = DefinitionForm.blank()
     form.values["hooks"] = hooks_text(starter_hooks(mode, tools))
     return render(request, "agents/form.html#hooks-field", {"form": form, "starter_mode": mode})

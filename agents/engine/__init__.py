@@ -56,14 +56,7 @@ from agents.definitions import DefinitionContent
 from agents.engine import providers
 from agents.engine.mcp import McpBridge, McpServerFailed
 from agents.engine.scripted import document_prompt
-from agents.engine.seams import (
-    ClientToolGate,
-    LimitReached,
-    ModelCallLimit,
-    OutputHeld,
-    PolicyCapability,
-    rewrite_response,
-)
+from agents.engine.seams import ClientToolGate, LimitReached, OutputHeld, engine_capabilities, rewrite_response
 from agents.events import EventType
 from agents.policies import PolicyBlocked, TurnPolicies
 from agents.tools import REGISTRY
@@ -247,6 +240,8 @@ class TurnDeps:
     emit: Emit
     rules: Sequence[Any]
     policies: TurnPolicies | None = None
+    # The model-call limit of the turn and the requests its conversation had made before it.
+    call_limit: tuple[int, int] | None = None
 
 
 @cache
@@ -442,6 +437,7 @@ def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[T
             deps_type=TurnDeps,
             toolsets=toolsets,
             retries=1,
+            capabilities=engine_capabilities(content.hooks is not None),
         )
         if len(_AGENTS) > 256:
             _AGENTS.clear()
@@ -549,7 +545,6 @@ async def drive(
                 verdicted = verdicted if isinstance(verdicted, str) else json.dumps(verdicted)
                 if verdicted:
                     await emit(EventType.USER_MESSAGE, {"content": verdicted}, False)
-            capabilities = [PolicyCapability(policies)]
             try:
                 outcome = await _loop(
                     agent,
@@ -563,7 +558,6 @@ async def drive(
                     False,
                     toolsets,
                     policies=policies,
-                    capabilities=capabilities,
                     max_model_calls=max_model_calls,
                 )
             except OutputHeld as held:
@@ -638,7 +632,6 @@ async def _loop(
     toolsets: Sequence[AbstractToolset[TurnDeps]],
     *,
     policies: TurnPolicies | None = None,
-    capabilities: Sequence[Any] | None = None,
     max_model_calls: int | None = None,
 ) -> TurnOutcome:
     restored = ConversationTypeAdapter.validate_python(conversation) if conversation else None
@@ -656,8 +649,9 @@ async def _loop(
     prompt: list[str] | None = None
     if message is not None:
         prompt = [document_prompt(name, text) for name, text in documents] + [message]
-    deps = TurnDeps(emit=emit, rules=list(rules), policies=policies)
     usage_before = restored.usage if restored is not None else RunUsage()
+    limit = (max_model_calls, usage_before.requests) if max_model_calls is not None else None
+    deps = TurnDeps(emit=emit, rules=list(rules), policies=policies, call_limit=limit)
     translator = _EventTranslator(emit, whole=policies is not None)
     result = None
     options: dict[str, Any] = {
@@ -667,11 +661,6 @@ async def _loop(
         "deps": deps,
         "toolsets": list(toolsets) or None,
     }
-    capabilities = list(capabilities or [])
-    if max_model_calls is not None:
-        capabilities.append(ModelCallLimit(max_model_calls, usage_before.requests))
-    if capabilities:
-        options["capabilities"] = capabilities
     try:
         if stream:
             async with agent.run_stream_events(prompt, **options) as events:

@@ -40,17 +40,17 @@ class LimitReached(Exception):
 
 @dataclass
 class ModelCallLimit(AbstractCapability[Any]):
-    """Stops the run before its model request number `limit + 1` (counted from `start`, the requests the
-    conversation had made before this run)."""
-
-    limit: int
-    start: int
+    """Stops the run before its model request number `limit + 1` (the turn's `call_limit` in its deps:
+    (limit, the requests the conversation had made before this run)). Part of every engine agent."""
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        used = ctx.usage.requests - self.start
-        if used >= self.limit:
+        if ctx.deps.call_limit is None:
+            return request_context
+        limit, start = ctx.deps.call_limit
+        used = ctx.usage.requests - start
+        if used >= limit:
             conversation = Conversation(messages=list(ctx.messages), usage=dataclasses.replace(ctx.usage))
             raise LimitReached(used, conversation)
         return request_context
@@ -156,23 +156,23 @@ def rewrite_response(response: ModelResponse, after: Any) -> ModelResponse:
 @dataclass
 class PolicyCapability(AbstractCapability[Any]):
     """`pre_model_call` and `post_model_call` around every model request; `output` on the final answer
-    (a response with text and no tool calls), so history, output and events only hold verdicted text."""
-
-    policies: TurnPolicies
+    (a response with text and no tool calls), so history, output and events only hold verdicted text. Part of
+    an agent whose definition has hooks; the turn's emitter is in its deps (`policies`)."""
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
+        policies: TurnPolicies | None = ctx.deps.policies
+        if policies is None:
+            return request_context
         messages, where = generic_messages(request_context.messages)
         tools = [
             {"name": t.name, "description": t.description or "", "schema": t.parameters_json_schema}
             for t in request_context.model_request_parameters.function_tools
         ]
-        context = self.policies.builder.pre_model_call(
-            model_id=_model_id(request_context), messages=messages, tools=tools
-        )
+        context = policies.builder.pre_model_call(model_id=_model_id(request_context), messages=messages, tools=tools)
         before = context["target"]
-        after = await self.policies.check(context)
+        after = await policies.check(context)
         if after is before:
             return request_context
         original, _ = generic_messages(request_context.messages)  # the emitter may have rewritten `before`
@@ -183,7 +183,9 @@ class PolicyCapability(AbstractCapability[Any]):
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
-        policies = self.policies
+        policies: TurnPolicies | None = ctx.deps.policies
+        if policies is None:
+            return response
         target = response_target(response)
         context = policies.builder.post_model_call(
             model_id=_model_id(request_context),
@@ -207,6 +209,12 @@ class PolicyCapability(AbstractCapability[Any]):
         if content != response.text:
             response = rewrite_response(response, {"content": content, "tool_calls": []})
         return response
+
+
+def engine_capabilities(hooks: bool) -> list[AbstractCapability[Any]]:
+    """What every engine agent carries (built once per agent, so a turn adds none): the model-call limit, and
+    the policy seams when its definition has hooks."""
+    return [ModelCallLimit(), PolicyCapability()] if hooks else [ModelCallLimit()]
 
 
 def _model_id(request_context: ModelRequestContext) -> str:

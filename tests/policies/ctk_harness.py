@@ -28,6 +28,7 @@ from pydantic_ai import ToolCallPart as PaiToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents.engine import GatedToolset, TurnBlocked, TurnDeps, TurnError, drive
+from agents.engine.seams import engine_capabilities
 from agents.policies import FRAMEWORK, InboxResolver, TurnPolicies
 
 # Airlock's declaration for the kit: what a conformance claim cites. Buffered output (the reply is held
@@ -241,4 +242,5 @@ def _agent(scenario: Scenario, invocations: list[dict[str, Any]]) -> Agent[TurnD
         deps_type=TurnDeps,
         toolsets=[GatedToolset(tools)],
         retries=1,
+        capabilities=engine_capabilities(hooks=True),
     )
