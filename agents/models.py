@@ -142,6 +142,13 @@ class Session(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
     # Deleted (DELETE /api/sessions/{key}): its future is gone, its history stays; the key starts a new one.
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # A fork (an answer given at an earlier checkpoint, SPEC section 9): the session and checkpoint it started from.
+    forked_from_session = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    forked_from_checkpoint = models.ForeignKey(
+        "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
 
     objects = SessionQuerySet.as_manager()
 
@@ -261,3 +268,40 @@ class Attachment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Checkpoint(models.Model):
+    """A session's state after one of its runs ended (SPEC section 9): its conversation, the ids of its
+    requests still open, the definition version, the run and its status. Never rewritten.
+
+    Stored compactly (`agents.checkpoints` writes and reads them): a full copy of the conversation's messages
+    (`root` null), or only the messages appended since the checkpoint numbered one less, which extends the same
+    `root`; the conversation's other fields are kept whole on each. A checkpoint lives as long as its session:
+    a delta needs every checkpoint back to its root."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="checkpoints")
+    # 1, 2, … within the session, in the order its runs ended.
+    number = models.PositiveIntegerField()
+    run = models.OneToOneField(Run, null=True, on_delete=models.SET_NULL, related_name="checkpoint")
+    status = models.CharField(max_length=24, choices=RunStatus.choices)
+    version = models.ForeignKey(AgentVersion, on_delete=models.PROTECT, related_name="+")
+    open_requests = models.JSONField(default=list)
+    root = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    messages = models.JSONField(default=list)
+    # The conversation without its messages (usage, conversation_id, deferred_tool_requests, …); None: no
+    # conversation yet (the session's first turn failed).
+    state = models.JSONField(null=True, blank=True)
+    # How many messages the whole conversation has, and their digest: the next checkpoint stores a delta only
+    # when its conversation begins with exactly these.
+    length = models.PositiveIntegerField(default=0)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [models.UniqueConstraint(fields=["session", "number"], name="checkpoint_number_unique")]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.number} of {self.session_id} ({self.status})"

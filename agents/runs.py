@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from agents import checkpoints
 from agents.engine import Answers, TurnBlocked, TurnError, TurnOutcome, run_turn
 from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE
@@ -418,12 +419,14 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
             ["conversation"] if outcome is not None and outcome.conversation is not None else []
         )
         run.session.save(update_fields=fields)
+    checkpoints.record(run)
     log.flush()
 
 
 def run_result(run: Run, pending: list[PendingRequest] | None = None) -> dict[str, Any]:
     if pending is None:
-        pending = list(run.requests.filter(status=RequestStatus.PENDING))
+        # Only its own session's: a fork's copies of the run's requests belong to the fork (SPEC section 9).
+        pending = list(run.requests.filter(status=RequestStatus.PENDING, session=run.session_id))
     return {
         "runId": str(run.id),
         "sessionId": run.session.key if run.session else None,
@@ -434,6 +437,7 @@ def run_result(run: Run, pending: list[PendingRequest] | None = None) -> dict[st
         "pendingRequests": [p.wire() for p in pending],
         "parameters": run.parameters,
         "previousRunId": str(run.previous_run_id) if run.previous_run_id else None,
+        "forkedFrom": checkpoints.forked_from(run.session) if run.session else None,
         "lane": run.lane,
         "usage": {"requests": 0, "inputTokens": 0, "outputTokens": 0, **run.usage},
         "error": run.error,

@@ -14,7 +14,7 @@ from django.db.models import Exists, OuterRef
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
-from agents import deletion, queue
+from agents import checkpoints, deletion, queue
 from agents.events import EventType, event_envelope
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
@@ -210,20 +210,35 @@ class SessionState(Schema):
     agent: str
     lastRunId: str | None
     pendingRequests: list[dict[str, Any]]
+    forkedFrom: dict[str, Any] | None = Field(
+        default=None, description="A fork's `{sessionId, checkpointId}` (SPEC section 9); absent for other sessions."
+    )
 
 
-@router.get("/sessions/{session_id}/state", response=SessionState)
+@router.get("/sessions/{session_id}/state", response=SessionState, exclude_unset=True)
 def session_state(request: ConsoleRequest, session_id: str) -> dict[str, Any]:
     session = Session.objects.live().select_related("agent").filter(tenant=request.tenant, key=session_id).first()
     if session is None:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     pending = session.requests.filter(status=RequestStatus.PENDING)
+    forked_from = checkpoints.forked_from(session)
     return {
         "sessionId": session.key,
         "agent": session.agent.name,
         "lastRunId": str(session.last_run_id) if session.last_run_id else None,
         "pendingRequests": [p.wire() for p in pending],
+        **({"forkedFrom": forked_from} if forked_from is not None else {}),
     }
+
+
+@router.get("/sessions/{session_id}/checkpoints", response=dict)
+def session_checkpoints(request: ConsoleRequest, session_id: str, paging: Query[Paging]) -> dict[str, Any]:
+    """The session's checkpoints, newest first: its state after each of its runs ended (SPEC section 9). An
+    answer given at an earlier one forks the session (`checkpointId` on the respond route)."""
+    session = Session.objects.live().filter(tenant=request.tenant, key=session_id).first()
+    if session is None:
+        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
+    return page_of(checkpoints.checkpoints_of(session), paging.limit, paging.offset, checkpoints.wire)
 
 
 @router.delete("/sessions/{session_id}", response={204: None})

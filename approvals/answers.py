@@ -6,7 +6,7 @@ request of the session has its answer, the console starts the continuation run i
 """
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -14,13 +14,14 @@ from django.db import IntegrityError
 from django.utils import timezone
 from pydantic import Field, StrictBool
 
+from agents.checkpoints import fork, forked_from, request_copies
 from agents.definitions import WireModel
 from agents.models import Run, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.queue import start_queued
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import PendingRequest, RequestStatus
-from approvals.push import notify_requests_closed
+from approvals.push import notify_requests_closed, notify_requests_opened
 from console.models import Membership
 
 Status = Literal[
@@ -70,6 +71,9 @@ class Outcome:
     request_id: str
     message: str
     continuation_run_id: str | None = None
+    # An answer given at an earlier checkpoint: the session it forked, and where from (SPEC section 9).
+    session_id: str | None = None
+    forked_from: dict[str, Any] | None = None
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -77,6 +81,8 @@ class Outcome:
             "requestId": self.request_id,
             "message": self.message,
             "continuationRunId": self.continuation_run_id,
+            "sessionId": self.session_id,
+            "forkedFrom": self.forked_from,
         }
 
 
@@ -149,6 +155,36 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
         tenant=membership.tenant, run=run, id=response.request_id
     )
     rid = str(pending.id)
+    if response.checkpoint_id is not None:
+        # At the session's latest checkpoint an answer is like any other; at an earlier one, where the request
+        # was pending, it forks the session from there, whatever became of the request since (SPEC section 9).
+        checkpoints = pending.session.checkpoints.select_related("session__agent", "run", "version")
+        checkpoint = checkpoints.filter(id=response.checkpoint_id).first()
+        if checkpoint is None:
+            detail = f"The request's session has no checkpoint {response.checkpoint_id}."
+            return Outcome("invalid_response", rid, detail)
+        if checkpoints.filter(number__gt=checkpoint.number).exists():
+            if rid not in checkpoint.open_requests:
+                return Outcome("invalid_response", rid, f"The request was not pending at checkpoint {checkpoint.id}.")
+            now = timezone.now()
+            copies = request_copies(checkpoint, now)
+            copy = copies[pending.id]
+            payload = _payload(copy, response)
+            if isinstance(payload, Outcome):
+                return replace(payload, request_id=rid)
+            forked = fork(checkpoint, list(copies.values()), copy, payload, user, via, now)
+            if forked is None:
+                return Outcome("execution_ended", rid, "The request's session or its agent was deleted.")
+            notify_requests_opened(forked.waiting)
+            continuation = continue_when_complete(user, forked.session)
+            return Outcome(
+                "accepted",
+                str(copy.id),
+                f"The answer was stored in a new session, forked at checkpoint {checkpoint.id}.",
+                str(continuation.id) if continuation else None,
+                session_id=forked.session.key,
+                forked_from=forked_from(forked.session),
+            )
     if pending.status in _TERMINAL_STATUS:
         why: str = pending.status
         if pending.status == RequestStatus.ABANDONED and pending.agent.deleted_at is not None:

@@ -1,0 +1,208 @@
+"""Checkpoints and forks (SPEC section 9): the state of a session after each of its runs ended, and a new
+session that starts from an earlier one.
+
+A checkpoint is recorded once per ended run (`record`, called where `agents.runs` stores the outcome). A
+conversation's messages only grow from one turn to the next, so a checkpoint keeps just the messages
+appended since the checkpoint before it, and names the full copy its chain starts from (`root`). It is a
+full copy itself when the history before it changed (the previous checkpoint's digest no longer matches the
+start of the conversation) and every `FULL_COPY_EVERY` checkpoints, so rebuilding a conversation
+(`conversation_at`) reads a bounded chain, in one query.
+
+A fork (`fork`) is a new session whose conversation is a checkpoint's, with copies of the requests that were
+open at that checkpoint: an answer given at an earlier checkpoint goes on from there, and the original
+session is never touched.
+"""
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+
+from agents.models import Checkpoint, Run, Session
+from approvals.models import PendingRequest, RequestStatus
+
+# The longest chain of deltas behind a checkpoint, its full copy included.
+FULL_COPY_EVERY = 32
+
+
+def _digests(messages: Iterable[dict[str, Any]], at: int) -> tuple[str | None, str]:
+    """The digest of the first `at` messages (None when there are fewer) and of them all."""
+    digest = hashlib.sha256()
+    prefix = digest.hexdigest() if at == 0 else None
+    for index, message in enumerate(messages, start=1):
+        digest.update(json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+        digest.update(b"\n")
+        if index == at:
+            prefix = digest.hexdigest()
+    return prefix, digest.hexdigest()
+
+
+def record(run: Run) -> Checkpoint | None:
+    """Record the state of `run`'s session now that the run has ended: its conversation, its open requests,
+    the version and the run's status. None for a sessionless run.
+
+    Called in the transaction that stores the run's outcome, after the session's row is written: that row's
+    lock numbers the session's checkpoints one after the other (one turn at a time per session besides)."""
+    session = run.session
+    if session is None:
+        return None
+    conversation = session.conversation
+    messages: list[dict[str, Any]] = list(conversation.get("messages", [])) if conversation else []
+    previous = (
+        Checkpoint.objects.filter(session=session)
+        .select_related("root")
+        .only("id", "number", "root_id", "length", "digest", "root__number")
+        .first()
+    )
+    prefix, digest = _digests(messages, previous.length if previous is not None else 0)
+    root: Checkpoint | None = None
+    if previous is not None and prefix == previous.digest:
+        root = previous.root or previous
+        if previous.number + 1 - root.number >= FULL_COPY_EVERY:
+            root = None
+    open_requests = session.requests.filter(status=RequestStatus.PENDING, answered_in=None).order_by("opened_at", "id")
+    return Checkpoint.objects.create(
+        tenant_id=session.tenant_id,
+        session=session,
+        number=previous.number + 1 if previous is not None else 1,
+        run=run,
+        status=run.status,
+        version_id=run.version_id,
+        open_requests=[str(i) for i in open_requests.values_list("id", flat=True)],
+        root=root,
+        messages=messages[previous.length :] if root is not None and previous is not None else messages,
+        state={k: v for k, v in conversation.items() if k != "messages"} if conversation is not None else None,
+        length=len(messages),
+        digest=digest,
+    )
+
+
+def conversation_at(checkpoint: Checkpoint) -> dict[str, Any] | None:
+    """The session's conversation as it was at `checkpoint` (None: it had none yet)."""
+    if checkpoint.state is None:
+        return None
+    if checkpoint.root_id is None:
+        messages = list(checkpoint.messages)
+    else:
+        chain = Checkpoint.objects.filter(
+            Q(pk=checkpoint.root_id) | Q(root_id=checkpoint.root_id, number__lte=checkpoint.number)
+        )
+        parts = list(chain.order_by("number").values_list("number", "messages"))
+        numbers = [number for number, _ in parts]
+        if numbers != list(range(numbers[0], checkpoint.number + 1)):
+            raise ValueError(f"The checkpoints behind {checkpoint.pk} are not all there: {numbers}")
+        messages = [message for _, delta in parts for message in delta]
+    if len(messages) != checkpoint.length:
+        raise ValueError(f"Checkpoint {checkpoint.pk} rebuilds {len(messages)} messages, not {checkpoint.length}")
+    return {"messages": messages, **checkpoint.state}
+
+
+def checkpoints_of(session: Session) -> QuerySet[Checkpoint]:
+    """The session's checkpoints, newest first, without their stored conversation."""
+    return session.checkpoints.select_related("version").defer("messages", "state").order_by("-number")
+
+
+def latest_checkpoint(session: Session) -> Checkpoint | None:
+    return checkpoints_of(session).first()
+
+
+def wire(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "checkpointId": str(checkpoint.id),
+        "runId": str(checkpoint.run_id) if checkpoint.run_id else None,
+        "status": checkpoint.status,
+        "createdAt": checkpoint.created_at.isoformat(),
+        "definitionVersion": checkpoint.version.number,
+        # The requests an answer may be given to at this checkpoint.
+        "openRequestIds": checkpoint.open_requests,
+    }
+
+
+def forked_from(session: Session) -> dict[str, Any] | None:
+    """`{sessionId, checkpointId}` of the checkpoint a fork started from; None for a session that is no fork."""
+    if session.forked_from_session_id is None and session.forked_from_checkpoint_id is None:
+        return None
+    origin = session.forked_from_session
+    return {
+        "sessionId": origin.key if origin is not None else None,
+        "checkpointId": str(session.forked_from_checkpoint_id) if session.forked_from_checkpoint_id else None,
+    }
+
+
+def request_copies(checkpoint: Checkpoint, now: datetime) -> dict[uuid.UUID, PendingRequest]:
+    """Unsaved copies of the requests open at `checkpoint`, by the id of each original (see `fork`): the same
+    question asked again, by the run that asked it, with a deadline counted from `now`."""
+    deadline = checkpoint.version.definition.request_deadline_seconds
+    originals = PendingRequest.objects.select_related("agent", "run__version").filter(
+        session=checkpoint.session_id, id__in=checkpoint.open_requests
+    )
+    return {
+        original.id: PendingRequest(
+            tenant_id=original.tenant_id,
+            agent=original.agent,
+            run=original.run,
+            kind=original.kind,
+            tool_name=original.tool_name,
+            call_id=original.call_id,
+            arguments=original.arguments,
+            message=original.message,
+            requested_schema=original.requested_schema,
+            engine_state=original.engine_state,
+            policy=original.policy,
+            opened_at=now,
+            expires_at=now + timedelta(seconds=deadline) if deadline else None,
+        )
+        for original in originals.order_by("opened_at", "id")
+    }
+
+
+@dataclass
+class Forked:
+    session: Session
+    answered: PendingRequest
+    # The copies still waiting for an answer: new cards in every inbox.
+    waiting: list[PendingRequest]
+
+
+def fork(
+    checkpoint: Checkpoint,
+    copies: list[PendingRequest],
+    answered: PendingRequest,
+    answer: dict[str, Any],
+    user: Any,
+    via: str,
+    now: datetime,
+) -> Forked | None:
+    """A new session (its key a new UUID) that starts from `checkpoint`: its conversation, its run as the
+    last one (the continuation's previous run, version, lane and parameters), and `copies` (of
+    `request_copies`) as its requests, `answered` holding `answer`. Nothing of the original changes, and
+    nothing of the fork exists until all of it does. None when the session or its agent was deleted.
+
+    The original session's row is locked while the fork is made, as the deletions lock it: a deletion
+    running now either comes first (no fork) or sees the fork's requests and closes them too."""
+    origin = checkpoint.session
+    assert checkpoint.run is not None, "a fork needs the run its checkpoint ended"
+    with transaction.atomic():
+        locked = Session.objects.select_for_update(of=("self",)).filter(pk=origin.pk)
+        if locked.values_list("deleted_at", "agent__deleted_at").first() != (None, None):
+            return None
+        session = Session.objects.create(
+            tenant_id=origin.tenant_id,
+            key=str(uuid.uuid4()),
+            agent=origin.agent,
+            conversation=conversation_at(checkpoint),
+            last_run=checkpoint.run,
+            forked_from_session=origin,
+            forked_from_checkpoint=checkpoint,
+        )
+        answered.answer, answered.answered_by, answered.answered_at, answered.answered_via = answer, user, now, via
+        for copy in copies:
+            copy.session = session
+        PendingRequest.objects.bulk_create(copies)
+    return Forked(session, answered, [c for c in copies if c is not answered])
