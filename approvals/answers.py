@@ -46,6 +46,7 @@ class Response(WireModel):
     override_arguments: dict[str, Any] | None = None
     result: Any = None
     error_message: str | None = Field(default=None, max_length=5000)
+    outcome: Literal["completed", "failed", "rejected", "background"] | None = None
     action: Literal["accept", "decline", "cancel"] | None = None
     content: dict[str, Any] | None = None
     # A question's answer in words, a plan's revision guidance; `json`: an answer read as the expected type.
