@@ -350,6 +350,6 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         "timeline": timeline(list(run.events.order_by("sequence"))),
         "requests": PendingRequest.objects.filter(run=run).select_related("answered_by"),
         "waiting": run.status in AWAITING
-        and run.requests.filter(status=RequestStatus.PENDING, answered_in=None).exists(),
+        and run.requests.filter(status=RequestStatus.PENDING, answered_in=None, session=run.session_id).exists(),
     }
     return render(request, "agents/run_detail.html", context)

@@ -193,7 +193,12 @@ def cancel_waiting(run: Run, user: Any) -> bool:
     more (every request answered and carried: the session moved on)."""
     now = timezone.now()
     with transaction.atomic():
-        waiting = list(run.requests.select_for_update().filter(status=RequestStatus.PENDING, answered_in=None))
+        # The run's own session's requests: a fork's copies (same run, another session) wait in the fork.
+        waiting = list(
+            run.requests.select_for_update().filter(
+                status=RequestStatus.PENDING, answered_in=None, session=run.session_id
+            )
+        )
         if not waiting or not Run.objects.filter(pk=run.pk, status__in=AWAITING).update(
             status=RunStatus.CANCELLED, finished_at=now
         ):

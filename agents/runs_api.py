@@ -132,7 +132,7 @@ class RunFilters(Paging):
 
 @router.get("/runs", response=dict)
 def list_runs(request: ConsoleRequest, filters: Query[RunFilters]) -> dict[str, Any]:
-    runs = Run.objects.select_related("agent", "version", "session").filter(tenant=request.tenant)
+    runs = Run.objects.select_related("agent", "version", "session__forked_from_session").filter(tenant=request.tenant)
     if filters.agent:
         runs = runs.filter(agent__name=filters.agent)
     if filters.status:

@@ -19,7 +19,7 @@ from console.tenancy import ConsoleRequest, role_required
 
 
 def _turn_context(run: Run) -> dict[str, object]:
-    requests = list(run.requests.all())
+    requests = list(run.requests.filter(session=run.session_id))  # a fork's copies are the fork's
     for pending in requests:
         pending.arguments_json = json.dumps(pending.arguments, indent=2, ensure_ascii=False)  # type: ignore[attr-defined]
         pending.fields = schema_fields(pending.requested_schema) if pending.kind == RequestKind.INPUT else []  # type: ignore[attr-defined]

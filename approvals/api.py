@@ -72,6 +72,9 @@ class RespondResult(Schema):
     requestId: str
     message: str
     continuationRunId: str | None
+    # When the answer forked the session from an earlier checkpoint: the fork, and where it came from.
+    sessionId: str | None = None
+    forkedFrom: dict[str, Any] | None = None
 
 
 @router.post("/runs/{run_id}/responses", response=RespondResult)

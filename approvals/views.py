@@ -237,7 +237,9 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
         return redirect("inbox")
     body = ""
     if problems:  # the bar again, with what is left to answer and why the rest was not
-        left = list(_open_requests(membership.tenant).filter(run=run, kind=RequestKind.APPROVAL))
+        left = list(
+            _open_requests(membership.tenant).filter(run=run, session=run.session_id, kind=RequestKind.APPROVAL)
+        )
         batch = {"run_id": run.id, "requests": left, "errors": problems}
         body = render(request, "approvals/inbox.html#batch", {"batch": batch}).content.decode()
     return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})

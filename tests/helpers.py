@@ -11,7 +11,7 @@ from channels.testing import WebsocketCommunicator
 from django_tasks_db.models import DBTaskResult
 
 from agents.definitions import DefinitionContent
-from agents.models import Agent, AgentVersion, Attachment, Event, Run, RunStatus, Session
+from agents.models import Agent, AgentVersion, Attachment, Checkpoint, Event, Run, RunStatus, Session
 from agents.queue import drain
 from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.push import notify_requests_closed
@@ -75,7 +75,18 @@ def snapshot() -> dict[str, Any]:
     that a refused request changed nothing at all."""
     return {
         model._meta.label: list(model.objects.order_by("pk").values())
-        for model in (Agent, AgentVersion, Run, Session, PendingRequest, Rule, Event, Attachment, DBTaskResult)
+        for model in (
+            Agent,
+            AgentVersion,
+            Run,
+            Session,
+            Checkpoint,
+            PendingRequest,
+            Rule,
+            Event,
+            Attachment,
+            DBTaskResult,
+        )
     }
 
 

@@ -67,8 +67,11 @@ def state(persona: Persona, session: str) -> dict[str, Any]:
 
 
 def session_of(persona: Persona, outcome: dict[str, Any]) -> str:
-    """The session an accepted answer went to, as the inbox shows its request."""
-    return persona.api("GET", f"/api/requests/{outcome['requestId']}").json()["sessionId"]
+    """The session an accepted answer went to: the respond result names a fork, as the inbox shows its request."""
+    shown = persona.api("GET", f"/api/requests/{outcome['requestId']}").json()["sessionId"]
+    if outcome.get("forkedFrom") is not None:
+        assert outcome["sessionId"] == shown
+    return shown
 
 
 def rows_of(key: str) -> dict[str, Any]:
@@ -267,6 +270,7 @@ def test_an_answer_at_an_earlier_checkpoint_forks_the_session(operator, assistan
     outcome = answer(operator, asked, approved=False, reason="Not this one.", checkpointId=earlier)
 
     assert outcome["status"] == "accepted"
+    assert outcome["forkedFrom"] == {"sessionId": "s1", "checkpointId": earlier}
     fork = session_of(operator, outcome)
     assert fork != "s1" and uuid.UUID(fork)
     continued = run_queued(outcome["continuationRunId"])
