@@ -16,7 +16,7 @@ from pydantic import Field, StrictBool
 
 from agents.checkpoints import fork, forked_from, request_copies
 from agents.definitions import WireModel
-from agents.models import Run, Session
+from agents.models import Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.queue import start_queued
 from approvals.kinds import KINDS, AnswerRefused
@@ -32,6 +32,7 @@ Status = Literal[
     "execution_ended",
     "response_type_mismatch",
     "invalid_response",
+    "runtime_unavailable",
 ]
 
 
@@ -201,6 +202,12 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
     payload = _payload(pending, response)
     if isinstance(payload, Outcome):
         return payload
+    if pending.answer is not None and _lost_with_its_worker(pending):
+        detail = (
+            "The turn that carried this request's answer was lost with its worker and cannot be resumed by an"
+            " answer; send the next turn of the session: the stored answer goes with it."
+        )
+        return Outcome("runtime_unavailable", rid, detail)
     if pending.answer is not None or pending.status == RequestStatus.ANSWERED:
         return Outcome("already_resolved", rid, "The request was answered before; this answer changed nothing.")
     if not pending.record_answer(payload, user, via, timezone.now()):
@@ -212,6 +219,14 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
     notify_requests_closed(pending.tenant_id, [rid])
     continuation = continue_when_complete(user, pending.session)
     return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
+
+
+def _lost_with_its_worker(pending: PendingRequest) -> bool:
+    """Whether the answer stored on `pending` came back from a continuation whose worker died for good (failed
+    `worker_lost`, no attempt left): nothing runs it until the session's next turn."""
+    last = pending.session.last_run
+    lost = last is not None and last.status == RunStatus.FAILED and (last.error or {}).get("code") == "worker_lost"
+    return lost and pending.status == RequestStatus.PENDING and pending.answered_in_id is None
 
 
 def continue_when_complete(user: Any, session: Session) -> Run | None:

@@ -353,6 +353,10 @@ def test_a_run_lost_on_its_last_attempt_fails_worker_lost_and_keeps_its_answers(
     assert (result["status"], result["error"]["code"]) == ("failed", "worker_lost")
     pending = PendingRequest.objects.get(id=request_id)
     assert (pending.status, pending.answer["approved"]) == (RequestStatus.PENDING, True)
+    # An answer now cannot resume the lost turn: the respond says so (SPEC section 9), and nothing changes.
+    again = operator.api("POST", f"/api/runs/{asked['runId']}/responses", {"requestId": request_id, "approved": False})
+    assert again.json()["status"] == "runtime_unavailable"
+    assert PendingRequest.objects.get(id=request_id).answer["approved"] is True
     assert run_ok(operator, {"message": "", "sessionId": "w1"})["output"] == f"send_email: sent to {EMAIL['to']}"
 
 

@@ -170,6 +170,9 @@ def test_an_answer_given_before_the_crash_is_kept_for_the_next_turn(cluster, api
     assert (lost["status"], lost["error"]["code"]) == ("failed", "worker_lost"), lost
     request = api.ok("GET", f"/api/requests/{request_id}")
     assert request["status"] == "pending"
+    # Answering again cannot resume the lost turn: runtime_unavailable, never a run stuck waiting.
+    again = api.ok("POST", f"/api/runs/{asked_id}/responses", {"requestId": request_id, "approved": False})
+    assert again["status"] == "runtime_unavailable", again
     # The next turn of the session carries the stored answer: the approved call runs.
     next_id = queue_run(api, {"message": "", "sessionId": "crash-3"})
     done = api.run_until(next_id, lambda r: r["status"] in FINISHED)
