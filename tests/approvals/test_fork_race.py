@@ -3,31 +3,16 @@ its own connection: at the latest one they race as any answers do (one `accepted
 makes its own fork; no run continues twice and the original session is untouched. Needs PostgreSQL: SQLite
 serializes every write, so nothing would race."""
 
-import json
 from typing import Any
 
 import pytest
 from django.core import mail
 
 from agents.checkpoints import conversation_at
-from agents.models import Agent, Checkpoint, Run, RunStatus, Session
+from agents.models import Checkpoint, Run, RunStatus, Session
 from approvals.models import PendingRequest, RequestStatus
-from tests.approvals.test_respond_race import answer_together
-from tests.helpers import drain_queued, make_agent, run_ok, run_queued
-
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    # Concurrent answers only race on PostgreSQL (SQLite serializes writes): `make test-postgres`.
-    pytest.mark.postgresql,
-]
-
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
-SEND = f"call send_email {json.dumps(EMAIL)}"
-
-
-@pytest.fixture
-def assistant(admin) -> Agent:
-    return make_agent(admin)
+from tests.approvals.test_respond_race import SEND, answer_together, assistant, pytestmark  # noqa: F401
+from tests.helpers import drain_queued, run_ok, run_queued
 
 
 def ask(persona: Any) -> dict[str, Any]:
@@ -36,7 +21,8 @@ def ask(persona: Any) -> dict[str, Any]:
     return result
 
 
-def test_answers_at_an_earlier_and_at_the_latest_checkpoint_at_once(operator, assistant):
+@pytest.mark.usefixtures("assistant")
+def test_answers_at_an_earlier_and_at_the_latest_checkpoint_at_once(operator):
     # s1 asked, was answered and sent (its first checkpoint is an earlier one now), then asked again.
     first = ask(operator)
     first_request = first["pendingRequests"][0]["requestId"]

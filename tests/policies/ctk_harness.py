@@ -29,7 +29,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents.engine import GatedToolset, TurnBlocked, TurnDeps, TurnError, drive
 from agents.engine.seams import engine_capabilities
-from agents.policies import FRAMEWORK, InboxResolver, TurnPolicies
+from agents.policies import FRAMEWORK, POINTS, InboxResolver, TurnPolicies
 
 # Airlock's declaration for the kit: what a conformance claim cites. Buffered output (the reply is held
 # until post_model_call and output passed), no incremental release; a host_error deny at the tool seam
@@ -49,16 +49,7 @@ AIRLOCK_DECLARATION: dict[str, Any] = {
         "records": {"max_buffered": None},
     },
     "surface": {
-        "interception_points": [
-            "agent_startup",
-            "input",
-            "pre_model_call",
-            "post_model_call",
-            "pre_tool_call",
-            "post_tool_call",
-            "output",
-            "agent_shutdown",
-        ],
+        "interception_points": list(POINTS),
         "capabilities": ["bigint_json", "host_declaration", "int64_json", "model_calls", "tool_calls"],
         "profiles": {
             "sequential/first_deny": {"on_approval": ["resume", "stop"]},
