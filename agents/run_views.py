@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Exists, Min, OuterRef, QuerySet
+from django.db.models import Count, Exists, Min, OuterRef, QuerySet, Subquery
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -22,7 +22,7 @@ from agents import queue
 from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
-from agents.models import AWAITING, Agent, Event, Run, RunStatus
+from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Session
 from approvals.models import PendingRequest, RequestStatus
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.tenancy import ConsoleRequest, role_required
@@ -336,19 +336,95 @@ def timeline(events: list[Event]) -> list[TimelineEntry]:
     return entries
 
 
+@dataclass
+class SessionTurn:
+    """One turn of a session on the run page's timeline: its run (with the checkpoint its end recorded, none
+    while it waits in the queue or runs), the requests it opened, and the forks made at its checkpoint."""
+
+    run: Run
+    asked: list[PendingRequest] = field(default_factory=list)
+    # Sessions forked at this turn's checkpoint, each with `latest_run_id` (None: no run of its own yet).
+    branches: list[Session] = field(default_factory=list)
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        return getattr(self.run, "checkpoint", None)  # a reverse one-to-one without a row raises
+
+    @property
+    def summary(self) -> str:
+        return RunRow(self.run).summary
+
+
+@dataclass
+class ForkOrigin:
+    """Where a fork started: the session and the turn (checkpoint number) it was forked at, and that turn's run."""
+
+    session_key: str
+    turn: int
+    run_id: uuid.UUID | None
+
+
+# What the timeline reads of a run and of its checkpoint (not the conversation it stores).
+TURN_FIELDS = (
+    *("id", "status", "created_at", "message", "session_id", "version__number"),
+    *(f"checkpoint__{name}" for name in ("id", "number", "run_id", "status", "created_at")),
+)
+
+
+def session_turns(session: Session) -> list[SessionTurn]:
+    """The session's turns, oldest first, in three queries whatever their number: the runs with their
+    checkpoints, the requests they opened, and the forks made at any of their checkpoints."""
+    runs = session.runs.select_related("version", "checkpoint").only(*TURN_FIELDS).order_by("created_at", "pk")
+    turns = {run.id: SessionTurn(run) for run in runs}
+    # A fork's copies of the requests open where it started belong to the original's runs: none of its own.
+    asked = session.requests.filter(run__session=session).only("id", "run_id", "kind", "tool_name", "message", "status")
+    for pending in asked.order_by("opened_at", "id"):
+        turns[pending.run_id].asked.append(pending)
+    latest = Run.objects.filter(session=OuterRef("pk")).order_by("-created_at", "-pk").values("id")[:1]
+    forks = Session.objects.filter(tenant=session.tenant_id, forked_from_session=session).annotate(
+        latest_run_id=Subquery(latest)
+    )
+    at_checkpoint: dict[uuid.UUID | None, list[Session]] = {}
+    for fork in forks.only("id", "key", "deleted_at", "forked_from_checkpoint_id").order_by("created_at", "pk"):
+        at_checkpoint.setdefault(fork.forked_from_checkpoint_id, []).append(fork)
+    for turn in turns.values():
+        if turn.checkpoint is not None:
+            turn.branches = at_checkpoint.get(turn.checkpoint.id, [])
+    return list(turns.values())
+
+
+def fork_origin(session: Session) -> ForkOrigin | None:
+    """Where `session` was forked from; None for a session that is no fork (or whose origin is gone)."""
+    if session.forked_from_checkpoint_id is None:
+        return None
+    checkpoint = (
+        Checkpoint.objects.filter(tenant=session.tenant_id, pk=session.forked_from_checkpoint_id)
+        .select_related("session")
+        .only("number", "run_id", "session__key")
+        .first()
+    )
+    if checkpoint is None:
+        return None
+    return ForkOrigin(checkpoint.session.key, checkpoint.number, checkpoint.run_id)
+
+
 @role_required("reader")
 @require_GET
 def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED)
-    session_runs = run.session.runs.order_by("created_at", "pk") if run.session else Run.objects.none()
     context = {
         "run": run,
         "row": RunRow(run),
         "parameters": [(name, pretty(value)) for name, value in run.parameters.items()],
-        "next_runs": Run.objects.filter(tenant=run.tenant_id, previous_run=run).order_by("created_at"),
-        "session_runs": [RunRow(other) for other in session_runs.only("id", "status", "created_at", "message")],
+        # A fork's first run follows this one too, in another session: the timeline shows it as a branch.
+        "next_runs": Run.objects.filter(tenant=run.tenant_id, previous_run=run, session=run.session_id).order_by(
+            "created_at"
+        ),
+        "turns": session_turns(run.session) if run.session else [],
+        "forked_from": fork_origin(run.session) if run.session else None,
         "timeline": timeline(list(run.events.order_by("sequence"))),
-        "requests": PendingRequest.objects.filter(run=run).select_related("answered_by"),
+        # A fork's copies of this run's requests are the fork's.
+        "requests": PendingRequest.objects.filter(run=run, session=run.session_id).select_related("answered_by"),
         "waiting": run.status in AWAITING
         and run.requests.filter(status=RequestStatus.PENDING, answered_in=None, session=run.session_id).exists(),
     }

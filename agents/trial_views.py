@@ -2,33 +2,102 @@
 
 The page posts each turn to the run API (`Accept: text/event-stream`) from static/console/trial.js,
 shows the reply as it streams, then swaps in the server-rendered turn (with its answer forms).
+
+An earlier turn that asked something can be answered differently: its form posts to the respond API with
+that turn's checkpoint, which forks the session (SPEC section 9), and the page goes on in the fork.
 """
 
 import json
 import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
 
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from agents.checkpoints import checkpoints_of
 from agents.getters import get_run_for
-from agents.models import Agent, Run, Session
+from agents.models import Agent, AgentVersion, Checkpoint, Run, Session
 from agents.schema_forms import schema_fields
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from console.tenancy import ConsoleRequest, role_required
 
 
-def _turn_context(run: Run) -> dict[str, object]:
-    requests = list(run.requests.filter(session=run.session_id))  # a fork's copies are the fork's
-    for pending in requests:
-        pending.arguments_json = json.dumps(pending.arguments, indent=2, ensure_ascii=False)  # type: ignore[attr-defined]
-        pending.fields = schema_fields(pending.requested_schema) if pending.kind == RequestKind.INPUT else []  # type: ignore[attr-defined]
-    answered = list(PendingRequest.objects.filter(answered_in=run).select_related("answered_by"))
-    return {
-        "run": run,
-        "answered": answered,
-        "open_requests": [r for r in requests if r.status == RequestStatus.PENDING],
-    }
+@dataclass
+class TrialTurn:
+    run: Run
+    # The answers this turn carried, the requests it opened, and those still waiting for an answer.
+    answered: list[PendingRequest] = field(default_factory=list)
+    asked: list[PendingRequest] = field(default_factory=list)
+    open_requests: list[PendingRequest] = field(default_factory=list)
+    # The versions its answer (or a fork's) may continue on, offered when the agent was edited since it ran.
+    continue_on: list[AgentVersion] = field(default_factory=list)
+    # An earlier turn that asked: its checkpoint and the requests open there, which a fork answers again.
+    checkpoint: Checkpoint | None = None
+    fork_requests: list[PendingRequest] = field(default_factory=list)
+
+    @property
+    def id_prefix(self) -> str:
+        """Keeps the ids of the fork form's fields apart from the answer form's (the same requests may show in both)."""
+        return f"fork{self.checkpoint.number}-" if self.checkpoint is not None else ""
+
+
+@dataclass
+class ForkOrigin:
+    """Where a fork started: the session, the turn (checkpoint number) and that turn's run."""
+
+    session_key: str
+    turn: int
+    run_id: uuid.UUID | None
+
+
+def _for_form(pending: PendingRequest) -> PendingRequest:
+    pending.arguments_json = json.dumps(pending.arguments, indent=2, ensure_ascii=False)  # type: ignore[attr-defined]
+    pending.fields = schema_fields(pending.requested_schema) if pending.kind == RequestKind.INPUT else []  # type: ignore[attr-defined]
+    return pending
+
+
+def _turns(session: Session, runs: list[Run], versions: list[AgentVersion], current: int) -> list[TrialTurn]:
+    """The turns of `runs` (all of `session`'s, or the one just run), in three queries however many there are:
+    the session's requests, the answers the runs carried, the session's checkpoints (without their history).
+    `versions` are the agent's, `current` the number of its current one."""
+    by_id = {pending.id: _for_form(pending) for pending in session.requests.order_by("opened_at", "id")}
+    opened: dict[uuid.UUID, list[PendingRequest]] = defaultdict(list)
+    for pending in by_id.values():  # a fork's copies belong to the original's runs: none of the fork's turns
+        opened[pending.run_id].append(pending)
+    carried: dict[uuid.UUID | None, list[PendingRequest]] = defaultdict(list)
+    for pending in PendingRequest.objects.filter(answered_in__in=runs).select_related("answered_by"):
+        carried[pending.answered_in_id].append(pending)
+    checkpoints = list(checkpoints_of(session))
+    latest = checkpoints[0].number if checkpoints else 0
+    at_run = {checkpoint.run_id: checkpoint for checkpoint in checkpoints}
+    turns = []
+    for run in runs:
+        # An answer stored from the inbox waits for its continuation: nothing left to answer here.
+        waiting = [r for r in opened[run.id] if r.status == RequestStatus.PENDING and r.answer is None]
+        turn = TrialTurn(run, carried[run.id], opened[run.id], waiting)
+        checkpoint = at_run.get(run.id)
+        if checkpoint is not None and checkpoint.number < latest and checkpoint.open_requests:
+            turn.checkpoint = checkpoint
+            turn.fork_requests = [by_id[uuid.UUID(i)] for i in checkpoint.open_requests if uuid.UUID(i) in by_id]
+        # Either answer goes on, unless it names another, with the version this turn ran (SPEC section 9).
+        if (turn.open_requests or turn.fork_requests) and run.version.number != current:
+            turn.continue_on = versions
+        turns.append(turn)
+    return turns
+
+
+def _fork_origin(session: Session) -> ForkOrigin | None:
+    if session.forked_from_checkpoint_id is None:
+        return None
+    checkpoint = (
+        Checkpoint.objects.filter(tenant=session.tenant_id, pk=session.forked_from_checkpoint_id)
+        .select_related("session")
+        .only("number", "run_id", "session__key")
+        .first()
+    )
+    return ForkOrigin(checkpoint.session.key, checkpoint.number, checkpoint.run_id) if checkpoint else None
 
 
 @role_required("operator")
@@ -44,13 +113,23 @@ def trial(request: ConsoleRequest) -> HttpResponse:
         version = next((v for v in versions if str(v.number) == chosen), versions[0])
         session_key = request.GET.get("session") or f"trial-{uuid.uuid4().hex[:12]}"
         session = Session.objects.live().filter(tenant=tenant, key=session_key, agent=agent).first()
-        runs = session.runs.select_related("version", "agent").order_by("created_at") if session else []
+        turns: list[TrialTurn] = []
+        waiting: list[PendingRequest] = []
+        if session is not None:
+            runs = list(session.runs.select_related("version", "agent").order_by("created_at", "pk"))
+            turns = _turns(session, runs, versions, agent.current_version)
+            # A fork waits on its copies of the requests open where it started (asked by the original's runs)
+            # until they are all answered.
+            copies = session.requests.open().exclude(run__session=session).order_by("opened_at", "id")
+            waiting = [_for_form(pending) for pending in copies]
         context.update(
             versions=versions,
             version=version,
             definition=version.definition,
             session_key=session_key,
-            turns=[_turn_context(run) for run in runs],
+            turns=turns,
+            forked_from=_fork_origin(session) if session is not None else None,
+            waiting=waiting,
         )
     return render(request, "agents/trial.html", context)
 
@@ -59,4 +138,6 @@ def trial(request: ConsoleRequest) -> HttpResponse:
 @require_GET
 def trial_turn(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, "agent", "version", "session")
-    return render(request, "agents/trial.html#turn", {"turn": _turn_context(run)})
+    versions = list(run.agent.versions.all())
+    turns = _turns(run.session, [run], versions, run.agent.current_version) if run.session else [TrialTurn(run)]
+    return render(request, "agents/trial.html#turn", {"turn": turns[0], "agent": run.agent})
