@@ -206,3 +206,25 @@ def fork(
             copy.session = session
         PendingRequest.objects.bulk_create(copies)
     return Forked(session, answered, [c for c in copies if c is not answered])
+
+
+@dataclass
+class ForkOrigin:
+    """Where a fork started, as the pages show it: the session, the turn (checkpoint number) and its run."""
+
+    session_key: str
+    turn: int
+    run_id: uuid.UUID | None
+
+
+def fork_origin(session: Session) -> ForkOrigin | None:
+    """Where `session` was forked from; None for a session that is no fork (or whose origin is gone)."""
+    if session.forked_from_checkpoint_id is None:
+        return None
+    checkpoint = (
+        Checkpoint.objects.filter(tenant=session.tenant_id, pk=session.forked_from_checkpoint_id)
+        .select_related("session")
+        .only("number", "run_id", "session__key")
+        .first()
+    )
+    return ForkOrigin(checkpoint.session.key, checkpoint.number, checkpoint.run_id) if checkpoint else None

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from agents import queue
+from agents.checkpoints import fork_origin
 from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
@@ -355,15 +356,6 @@ class SessionTurn:
         return RunRow(self.run).summary
 
 
-@dataclass
-class ForkOrigin:
-    """Where a fork started: the session and the turn (checkpoint number) it was forked at, and that turn's run."""
-
-    session_key: str
-    turn: int
-    run_id: uuid.UUID | None
-
-
 # What the timeline reads of a run and of its checkpoint (not the conversation it stores).
 TURN_FIELDS = (
     *("id", "status", "created_at", "message", "session_id", "version__number"),
@@ -391,21 +383,6 @@ def session_turns(session: Session) -> list[SessionTurn]:
         if turn.checkpoint is not None:
             turn.branches = at_checkpoint.get(turn.checkpoint.id, [])
     return list(turns.values())
-
-
-def fork_origin(session: Session) -> ForkOrigin | None:
-    """Where `session` was forked from; None for a session that is no fork (or whose origin is gone)."""
-    if session.forked_from_checkpoint_id is None:
-        return None
-    checkpoint = (
-        Checkpoint.objects.filter(tenant=session.tenant_id, pk=session.forked_from_checkpoint_id)
-        .select_related("session")
-        .only("number", "run_id", "session__key")
-        .first()
-    )
-    if checkpoint is None:
-        return None
-    return ForkOrigin(checkpoint.session.key, checkpoint.number, checkpoint.run_id)
 
 
 @role_required("reader")

@@ -16,7 +16,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from agents.checkpoints import checkpoints_of
+from agents.checkpoints import checkpoints_of, fork_origin
 from agents.getters import get_run_for
 from agents.models import Agent, AgentVersion, Checkpoint, Run, Session
 from agents.schema_forms import schema_fields
@@ -41,15 +41,6 @@ class TrialTurn:
     def id_prefix(self) -> str:
         """Keeps the ids of the fork form's fields apart from the answer form's (the same requests may show in both)."""
         return f"fork{self.checkpoint.number}-" if self.checkpoint is not None else ""
-
-
-@dataclass
-class ForkOrigin:
-    """Where a fork started: the session, the turn (checkpoint number) and that turn's run."""
-
-    session_key: str
-    turn: int
-    run_id: uuid.UUID | None
 
 
 def _for_form(pending: PendingRequest) -> PendingRequest:
@@ -88,18 +79,6 @@ def _turns(session: Session, runs: list[Run], versions: list[AgentVersion], curr
     return turns
 
 
-def _fork_origin(session: Session) -> ForkOrigin | None:
-    if session.forked_from_checkpoint_id is None:
-        return None
-    checkpoint = (
-        Checkpoint.objects.filter(tenant=session.tenant_id, pk=session.forked_from_checkpoint_id)
-        .select_related("session")
-        .only("number", "run_id", "session__key")
-        .first()
-    )
-    return ForkOrigin(checkpoint.session.key, checkpoint.number, checkpoint.run_id) if checkpoint else None
-
-
 @role_required("operator")
 @require_GET
 def trial(request: ConsoleRequest) -> HttpResponse:
@@ -128,7 +107,7 @@ def trial(request: ConsoleRequest) -> HttpResponse:
             definition=version.definition,
             session_key=session_key,
             turns=turns,
-            forked_from=_fork_origin(session) if session is not None else None,
+            forked_from=fork_origin(session) if session is not None else None,
             waiting=waiting,
         )
     return render(request, "agents/trial.html", context)
