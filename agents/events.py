@@ -46,6 +46,20 @@ class EventType(StrEnum):
     EXIT_PLAN_MODE_COMPLETED = "exit_plan_mode.completed"
     SESSION_LIMITS_EXHAUSTED_REQUESTED = "session_limits_exhausted.requested"
     SESSION_LIMITS_EXHAUSTED_COMPLETED = "session_limits_exhausted.completed"
+    SESSION_IDLE = "session.idle"
+
+
+# What a run's log says when its turn ends (completed, failed, cancelled, blocked or awaiting_*): on the session
+# stream each is followed by `session.idle`.
+TURN_ENDS = frozenset(
+    {
+        EventType.RUN_COMPLETED,
+        EventType.RUN_FAILED,
+        EventType.RUN_CANCELLED,
+        EventType.RUN_BLOCKED,
+        EventType.RUN_AWAITING,
+    }
+)
 
 
 Listener = Callable[[dict[str, Any]], Awaitable[None]]
@@ -142,4 +156,22 @@ def event_envelope(event: Event) -> dict[str, Any]:
         "ephemeral": False,
         "type": event.type,
         "data": event.data,
+    }
+
+
+def session_idle(last: dict[str, Any]) -> dict[str, Any] | None:
+    """The ephemeral `session.idle` after `last` (a stored event's envelope) when it ends a turn, else None:
+    `aborted` when the turn was cancelled. It is dated and chained as the event that ended the turn, so a
+    replayed history reads as the live one did."""
+    if last["type"] not in TURN_ENDS:
+        return None
+    return {
+        "id": str(uuid.uuid4()),
+        "runId": last["runId"],
+        "sequence": last["sequence"],
+        "timestamp": last["timestamp"],
+        "parentId": last["id"],
+        "ephemeral": True,
+        "type": EventType.SESSION_IDLE,
+        "data": {"aborted": last["type"] == EventType.RUN_CANCELLED},
     }

@@ -1,21 +1,24 @@
-"""The run routes of the JSON API: start a run (JSON or SSE), history, events, session state, cancel."""
+"""The run routes of the JSON API: start a run (JSON or SSE), history, events, session state and events,
+cancel."""
 
 import asyncio
 import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, FilteredRelation, OuterRef, Q
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
 from agents import checkpoints, deletion, queue
-from agents.events import EventType, event_envelope
+from agents.events import EventType, event_envelope, session_idle
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run, refuse_ungranted_connections
@@ -28,6 +31,9 @@ from console.tenancy import ConsoleRequest
 router = Router(tags=["runs"])
 
 _DETACHED: set["asyncio.Future[None]"] = set()
+
+# How often a followed event stream (a run's, a session's) reads the database for what is new.
+FOLLOW_POLL_SECONDS = 0.2
 
 
 def _sse(envelope: dict[str, Any]) -> str:
@@ -186,7 +192,7 @@ async def _follow(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
             result = await sync_to_async(run_result)(run)
             yield f"event: done\ndata: {json.dumps(result)}\n\n"
             return
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
 def _events_after(run_id: uuid.UUID, after: int) -> tuple[list[Event], str]:
@@ -239,6 +245,138 @@ def session_checkpoints(request: ConsoleRequest, session_id: str, paging: Query[
     if session is None:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     return page_of(checkpoints.checkpoints_of(session), paging.limit, paging.offset, checkpoints.wire)
+
+
+@router.get("/sessions/{session_id}/events", response=dict)
+def session_events(request: ConsoleRequest, session_id: str) -> Any:
+    """The stored events of every run of the session (a fork's own runs only): runs in the order they were
+    created, each run's events in sequence. With `Accept: text/event-stream` they stream and the stream
+    follows the session live: a later run (an answer's continuation) comes on the same connection, each turn
+    that ends is followed by an ephemeral `session.idle` frame without an id (`{"aborted": true}` when the
+    turn was cancelled), and the stream ends once the session is deleted and its last turn has ended.
+
+    A frame's id is `<run>.<sequence>`: the index of the event's run among the session's runs (0 for the
+    first, in creation order) and the event's sequence in that run. Frames come in the order of these pairs
+    of integers; `Last-Event-ID` resumes after one (400 `invalid_last_event_id` for anything else)."""
+    session = Session.objects.live().filter(tenant=request.tenant, key=session_id).first()
+    if session is None:
+        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
+    if not _wants_sse(request):
+        events = Event.objects.filter(run__session=session).order_by("run__created_at", "run_id", "sequence")
+        return {"items": [event_envelope(e) for e in events]}
+    after = _session_position(session, request.headers.get("Last-Event-ID"))
+    response = StreamingHttpResponse(_follow_session(session.pk, after), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    return response
+
+
+@dataclass(frozen=True)
+class SessionPosition:
+    """Where a session stream stands: after event `sequence` of the session's run number `index`, which sorts
+    at `run` (its creation time and id); `run` is None before the first event."""
+
+    index: int = 0
+    sequence: int = 0
+    run: tuple[datetime, uuid.UUID] | None = None
+
+    @property
+    def cursor(self) -> str:
+        return f"{self.index}.{self.sequence}"
+
+
+def _session_position(session: Session, last_event_id: str | None) -> SessionPosition:
+    """The position a `Last-Event-ID` names: `<run>.<sequence>`, its run one of the session's."""
+    if last_event_id is None:
+        return SessionPosition()
+    index, dot, sequence = last_event_id.partition(".")
+    runs = []
+    if dot and _is_count(index) and _is_count(sequence):
+        ordered = session.runs.order_by("created_at", "id").values_list("created_at", "id")
+        runs = list(ordered[int(index) : int(index) + 1])
+    if not runs:
+        detail = "Last-Event-ID must be the id of a frame of this session's stream, `<run>.<sequence>`."
+        raise ApiError(400, "invalid_last_event_id", detail)
+    return SessionPosition(int(index), int(sequence), runs[0])
+
+
+def _is_count(text: str) -> bool:
+    # str.isdigit() also takes digits int() cannot read, such as "²"; the length keeps it a database integer.
+    return text.isascii() and text.isdigit() and len(text) <= 9
+
+
+def _session_frame(envelope: dict[str, Any], cursor: str | None) -> str:
+    head = f"id: {cursor}\n" if cursor is not None else ""
+    return f"{head}event: {envelope['type']}\ndata: {json.dumps(envelope)}\n\n"
+
+
+async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncIterator[str]:
+    """The session's stored events after `after`, a turn's end followed by `session.idle`, polling until the
+    session is deleted with none of its turns still to end. A client that goes away cancels it between polls."""
+    while True:
+        fresh, over = await sync_to_async(_session_events_after)(session_pk, after)
+        for position, envelope in fresh:
+            yield _session_frame(envelope, position.cursor)
+            after = position
+            idle = session_idle(envelope)
+            if idle is not None:
+                yield _session_frame(idle, None)
+        if over:
+            return
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+
+
+def _session_events_after(
+    session_pk: int, after: SessionPosition
+) -> tuple[list[tuple[SessionPosition, dict[str, Any]]], bool]:
+    """The session's stored events after `after`, each with its position, and whether the stream is over (the
+    session deleted, none of its turns queued or running). One query however many runs: the session's runs
+    from the one of `after` on, each joined with its events after `after` (a row with no event for a run
+    that has none new)."""
+    runs = Run.objects.filter(session_id=session_pk)
+    newer = Q()
+    if after.run is not None:
+        created_at, run_id = after.run
+        runs = runs.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gte=run_id))
+        newer = ~Q(events__run_id=run_id) | Q(events__sequence__gt=after.sequence)
+    rows = list(
+        runs.annotate(new=FilteredRelation("events", condition=newer))
+        .order_by("created_at", "id", "new__sequence")
+        .values(
+            "id",
+            "created_at",
+            "status",
+            "session__deleted_at",
+            "new__id",
+            "new__sequence",
+            "new__parent_id",
+            "new__type",
+            "new__data",
+            "new__timestamp",
+        )
+    )
+    first = after.index if after.run is not None else 0
+    indexes: dict[uuid.UUID, int] = {}
+    fresh = []
+    for row in rows:
+        index = indexes.setdefault(row["id"], first + len(indexes))
+        if row["new__id"] is None:
+            continue
+        event = Event(
+            id=row["new__id"],
+            run_id=row["id"],
+            sequence=row["new__sequence"],
+            parent_id=row["new__parent_id"],
+            type=row["new__type"],
+            data=row["new__data"],
+            timestamp=row["new__timestamp"],
+        )
+        position = SessionPosition(index, event.sequence, (row["created_at"], row["id"]))
+        fresh.append((position, event_envelope(event)))
+    if not rows:
+        # Only a session without any run yet gives no row.
+        return fresh, not Session.objects.live().filter(pk=session_pk).exists()
+    turning = any(row["status"] in (RunStatus.QUEUED, RunStatus.RUNNING) for row in rows)
+    return fresh, rows[0]["session__deleted_at"] is not None and not turning
 
 
 @router.delete("/sessions/{session_id}", response={204: None})

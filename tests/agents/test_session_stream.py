@@ -1,0 +1,305 @@
+"""The session stream (SPEC section 10, `GET /api/sessions/{key}/events`): every run of a session in one list,
+or on one live SSE connection that follows the session across an answer's continuation, closes each turn
+with `session.idle` and resumes after a `Last-Event-ID` that spans runs."""
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import HttpCommunicator
+from django.db import connections
+from django.test import AsyncClient
+
+from agents.models import Checkpoint, Event, RunStatus
+from console.asgi import application
+from tests.conftest import Persona
+from tests.helpers import EMAIL, ask_to_send, assert_problem, call_line, run_ok, run_queued
+
+SEND = call_line("send_email", EMAIL)
+
+
+def session_events(persona: Persona, key: str = "s1") -> list[dict[str, Any]]:
+    response = persona.api("GET", f"/api/sessions/{key}/events")
+    assert response.status_code == 200, response.content
+    return response.json()["items"]
+
+
+def run_events(persona: Persona, run_id: str) -> list[dict[str, Any]]:
+    response = persona.api("GET", f"/api/runs/{run_id}/events")
+    assert response.status_code == 200, response.content
+    return response.json()["items"]
+
+
+def approve(persona: Persona, asked: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """Answer the run's approval through the respond API (as the inbox does); its continuation is queued."""
+    body = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True, **fields}
+    response = persona.api("POST", f"/api/runs/{asked['runId']}/responses", body)
+    assert response.status_code == 200, response.content
+    outcome = response.json()
+    assert outcome["status"] == "accepted", outcome
+    return outcome
+
+
+def stored_in_order(key: str) -> list[tuple[str, int, str, str]]:
+    """The session's stored events as (runId, sequence, id, type): runs by creation, events by sequence."""
+    events = Event.objects.filter(run__session__key=key).order_by("run__created_at", "run_id", "sequence")
+    return [(str(e.run_id), e.sequence, str(e.id), e.type) for e in events]
+
+
+# --- JSON -------------------------------------------------------------------------------------------
+
+
+def test_it_lists_every_run_of_the_session_in_order(operator, assistant):
+    asked = ask_to_send(operator)
+    continuation = run_queued(approve(operator, asked)["continuationRunId"])
+    assert continuation.status == RunStatus.COMPLETED
+    later = run_ok(operator, {"message": "thanks", "sessionId": "s1"})
+    run_ok(operator, {"message": "another conversation", "sessionId": "s2"})
+
+    items = session_events(operator)
+
+    runs = [asked["runId"], str(continuation.id), later["runId"]]
+    assert items == [event for run_id in runs for event in run_events(operator, run_id)]
+    assert [(e["runId"], e["sequence"], e["id"], e["type"]) for e in items] == stored_in_order("s1")
+    assert [e["type"] for e in items if e["type"].startswith("run.")] == [
+        "run.started",
+        "run.awaiting",
+        "run.started",
+        "run.completed",
+        "run.started",
+        "run.completed",
+    ]
+
+
+def test_it_lists_only_a_forks_own_runs(operator, assistant):
+    asked = ask_to_send(operator)
+    earlier = str(Checkpoint.objects.get(run_id=asked["runId"]).id)
+    run_queued(approve(operator, asked)["continuationRunId"])
+
+    outcome = approve(operator, asked, checkpointId=earlier)
+    forked = run_queued(outcome["continuationRunId"])
+
+    assert forked.session.key == outcome["sessionId"] != "s1"
+    assert session_events(operator, outcome["sessionId"]) == run_events(operator, str(forked.id))
+    assert len({e["runId"] for e in session_events(operator)}) == 2
+
+
+def test_it_hides_the_session_from_an_outsider(operator, outsider, reader, assistant):
+    ask_to_send(operator)
+
+    assert_problem(outsider.api("GET", "/api/sessions/s1/events"), 404, "session_not_found")
+    sse = {"HTTP_ACCEPT": "text/event-stream"}
+    assert_problem(outsider.api("GET", "/api/sessions/s1/events", **sse), 404, "session_not_found")
+    assert_problem(operator.api("GET", "/api/sessions/nope/events"), 404, "session_not_found")
+    assert len(session_events(reader)) == len(stored_in_order("s1"))
+
+
+def test_it_forgets_a_deleted_session(operator, assistant):
+    run_ok(operator, {"message": "hello", "sessionId": "s1"})
+    assert operator.api("DELETE", "/api/sessions/s1").status_code == 204
+
+    assert_problem(operator.api("GET", "/api/sessions/s1/events"), 404, "session_not_found")
+    fresh = run_ok(operator, {"message": "again", "sessionId": "s1"})
+    assert {e["runId"] for e in session_events(operator)} == {fresh["runId"]}
+
+
+@pytest.mark.parametrize("last_event_id", ["", "abc", "3", "0.x", "0.", ".1", "0.1.2", "².1", "-1.2", "0.1e3", "1.1"])
+def test_it_refuses_a_last_event_id_that_is_not_a_position_of_the_session(operator, assistant, last_event_id):
+    run_ok(operator, {"message": "hello", "sessionId": "s1"})  # one run: index 0 only
+
+    response = operator.api(
+        "GET", "/api/sessions/s1/events", HTTP_ACCEPT="text/event-stream", HTTP_LAST_EVENT_ID=last_event_id
+    )
+
+    assert_problem(response, 400, "invalid_last_event_id")
+
+
+# --- SSE --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def thread_connections():
+    """ORM calls made through sync_to_async open connections in asgiref's worker thread, which the test
+    teardown never sees; left open, they keep PostgreSQL from dropping the test database."""
+    yield
+    await sync_to_async(connections.close_all)()
+
+
+def parse(block: str) -> dict[str, Any]:
+    """One server-sent event as a dict: `id` (absent when the frame has none), `event`, `data` (decoded)."""
+    frame: dict[str, Any] = {}
+    for line in block.split("\n"):
+        field, _, value = line.partition(": ")
+        assert field in ("id", "event", "data"), f"unexpected SSE line {line!r}"
+        frame[field] = json.loads(value) if field == "data" else value
+    return frame
+
+
+class Stream:
+    """An open session stream, read frame by frame as the client gets them (it never ends by itself)."""
+
+    def __init__(self, response: Any) -> None:
+        assert response.status_code == 200, response.content
+        assert response["Content-Type"].startswith("text/event-stream")
+        self.chunks = response.streaming_content
+        self.buffer = ""
+
+    async def frame(self, timeout: float = 10) -> dict[str, Any]:
+        while "\n\n" not in self.buffer:
+            chunk = await asyncio.wait_for(anext(self.chunks), timeout)
+            self.buffer += chunk.decode() if isinstance(chunk, bytes) else chunk
+        block, self.buffer = self.buffer.split("\n\n", 1)
+        return parse(block)
+
+    async def turn(self) -> list[dict[str, Any]]:
+        """The frames up to the next `session.idle`, included."""
+        frames = [await self.frame()]
+        while frames[-1]["event"] != "session.idle":
+            frames.append(await self.frame())
+        return frames
+
+    async def take(self, count: int) -> list[dict[str, Any]]:
+        return [await self.frame() for _ in range(count)]
+
+    async def assert_silent(self) -> None:
+        """Nothing more comes for several polls (this ends the stream: the read is cancelled)."""
+        with pytest.raises(TimeoutError):
+            await self.frame(timeout=1)
+
+    async def close(self) -> None:
+        await self.chunks.aclose()
+
+
+async def open_stream(persona: Persona, key: str = "s1", **headers: str) -> Stream:
+    headers = {"Authorization": f"Bearer {persona.token}", "Accept": "text/event-stream", **headers}
+    return Stream(await AsyncClient().get(f"/api/sessions/{key}/events", headers=headers))
+
+
+def comparable(frame: dict[str, Any]) -> dict[str, Any]:
+    """A frame without what differs between two sends of it: an ephemeral event's own id."""
+    if "id" in frame:
+        return frame
+    return {**frame, "data": {**frame["data"], "id": None}}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_it_follows_the_session_across_an_answer_on_one_connection(operator, assistant):
+    asked = await sync_to_async(ask_to_send)(operator)
+    stream = await open_stream(operator)
+
+    asking = await stream.turn()
+    outcome = await sync_to_async(approve)(operator, asked)
+    await sync_to_async(run_queued)(outcome["continuationRunId"])
+    continuing = await stream.turn()
+    await stream.assert_silent()
+
+    continuation = outcome["continuationRunId"]
+    for turn, run_id, last in ((asking, asked["runId"], "run.awaiting"), (continuing, continuation, "run.completed")):
+        idle = turn[-1]
+        assert "id" not in idle
+        assert idle["data"]["ephemeral"] is True
+        assert idle["data"]["data"] == {"aborted": False}
+        assert idle["data"]["runId"] == run_id
+        assert (turn[-2]["event"], turn[-2]["data"]["runId"]) == (last, run_id)
+        assert idle["data"]["parentId"] == turn[-2]["data"]["id"]
+    stored = asking[:-1] + continuing[:-1]
+    in_db = await sync_to_async(stored_in_order)("s1")
+    # No gap, no duplicate: what streamed is every stored event of both runs, once, in order.
+    assert [(f["data"]["runId"], f["data"]["sequence"], f["data"]["id"], f["event"]) for f in stored] == in_db
+    assert all(f["event"] == f["data"]["type"] and f["data"]["ephemeral"] is False for f in stored)
+    asked_count = sum(1 for run_id, *_ in in_db if run_id == asked["runId"])
+    assert [f["id"] for f in stored] == [f"0.{n}" for n in range(1, asked_count + 1)] + [
+        f"1.{n}" for n in range(1, len(in_db) - asked_count + 1)
+    ]
+    assert [f["event"] for f in continuing[:2]] == ["run.started", "permission.completed"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_it_resumes_after_the_last_event_id_across_runs(operator, assistant):
+    asked = await sync_to_async(ask_to_send)(operator)
+    await sync_to_async(run_queued)((await sync_to_async(approve)(operator, asked))["continuationRunId"])
+    stream = await open_stream(operator)
+    whole = await stream.turn() + await stream.turn()
+    await stream.close()
+    assert [f["event"] for f in whole].count("session.idle") == 2
+
+    for cursor in (2, whole.index(next(f for f in whole if f.get("id") == "1.1"))):
+        again = await open_stream(operator, **{"Last-Event-ID": whole[cursor]["id"]})
+        rest = whole[cursor + 1 :]
+        resumed = await again.take(len(rest))
+        await again.assert_silent()
+
+        assert [comparable(f) for f in resumed] == [comparable(f) for f in rest]
+
+    # Resumed at the end, the stream goes on with the session's next turn.
+    again = await open_stream(operator, **{"Last-Event-ID": whole[-2]["id"]})
+    later = await sync_to_async(run_ok)(operator, {"message": "thanks", "sessionId": "s1"})
+    next_turn = await again.turn()
+    await again.close()
+    assert {f["data"]["runId"] for f in next_turn} == {later["runId"]}
+    assert next_turn[0]["id"] == "2.1"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_it_says_a_cancelled_turn_was_aborted(operator, assistant):
+    asked = await sync_to_async(ask_to_send)(operator)
+    stream = await open_stream(operator)
+    assert (await stream.turn())[-1]["data"]["data"] == {"aborted": False}
+
+    cancelled = await sync_to_async(operator.api)("POST", f"/api/runs/{asked['runId']}/cancel")
+    assert cancelled.json()["status"] == "cancelled"
+
+    ending = await stream.turn()
+    await stream.close()
+    assert [f["event"] for f in ending] == ["request.terminated", "run.cancelled", "session.idle"]
+    assert ending[-1]["data"]["data"] == {"aborted": True}
+    assert ending[-1]["data"]["runId"] == asked["runId"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_it_ends_the_stream_when_the_session_is_deleted(operator, assistant):
+    await sync_to_async(ask_to_send)(operator)
+    stream = await open_stream(operator)
+    await stream.turn()
+
+    deleted = await sync_to_async(operator.api)("DELETE", "/api/sessions/s1")
+    assert deleted.status_code == 204
+
+    # The deletion closes the open approval in the log of the run that asked, then the stream ends.
+    closing = await stream.frame()
+    assert closing["event"] == "request.terminated"
+    assert closing["data"]["data"]["kind"] == "abandoned"
+    with pytest.raises(StopAsyncIteration):
+        await stream.frame()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_it_stops_when_the_client_disconnects(operator, assistant):
+    await sync_to_async(ask_to_send)(operator)
+    headers = [
+        (b"host", b"localhost"),
+        (b"authorization", f"Bearer {operator.token}".encode()),
+        (b"accept", b"text/event-stream"),
+    ]
+    client = HttpCommunicator(application, "GET", "/api/sessions/s1/events", headers=headers)
+    await client.send_input({"type": "http.request", "body": b""})
+    start = await client.receive_output(10)
+    assert start["status"] == 200
+    body = b""
+    while b"event: session.idle" not in body:
+        body += (await client.receive_output(10))["body"]
+
+    await client.send_input({"type": "http.disconnect"})
+
+    # The application returns: the stream's polling ended with the connection (not awaited with a timeout that
+    # would cancel it: a stream that ignored the disconnect would ignore that cancellation too).
+    await asyncio.wait({client.future}, timeout=5)
+    assert client.future.done()
+    await client.wait()
