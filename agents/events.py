@@ -32,6 +32,8 @@ class EventType(StrEnum):
     ASSISTANT_REASONING_DELTA = "assistant.reasoning_delta"
     ASSISTANT_USAGE = "assistant.usage"
     TOOL_EXECUTION_START = "tool.execution_start"
+    TOOL_EXECUTION_PROGRESS = "tool.execution_progress"
+    TOOL_EXECUTION_PARTIAL_RESULT = "tool.execution_partial_result"
     TOOL_EXECUTION_COMPLETE = "tool.execution_complete"
     PERMISSION_REQUESTED = "permission.requested"
     PERMISSION_COMPLETED = "permission.completed"

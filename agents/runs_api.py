@@ -22,6 +22,7 @@ from agents.events import EventType, event_envelope, session_idle
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run, refuse_ungranted_connections
+from agents.replay import ReplayRequest, prepare_replay, start_replay
 from agents.runs import StartedRun, execute, finish_run, run_result, start_run
 from agents.turns import run_here
 from approvals.models import RequestStatus
@@ -448,3 +449,29 @@ def upload_attachment(request: ConsoleRequest) -> Any:
             "sha256": attachment.sha256,
         },
     )
+
+
+@router.post("/runs/{run_id}/replay", response={200: dict, 202: dict, 404: Problem, 409: Problem})
+def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: ReplayRequest) -> Any:
+    """Run the run's message again (SPEC section 10), admins only: a new sessionless run of the same agent with
+    the same bound parameter values and culture, on the run's definition version or `definitionVersion`; its
+    result says `replayOf`. Documents are not kept, so not replayed (`omittedDocuments`). `Prefer:
+    respond-async` queues it (202)."""
+    membership = require_role(request, "admin")
+    original = get_run_for(request, run_id, "tenant", "agent", "version__agent")
+    queued = _prefers_async(request)
+    try:
+        replay = prepare_replay(original, payload.definition_version)
+        started = start_replay(replay, membership.user, queued=queued)
+    except RunRejected as rejected:
+        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+    linked = {"replayOf": str(original.id), "omittedDocuments": replay.omitted_documents}
+    if queued:
+        location = f"/api/runs/{started.run.id}"
+        body = {"runId": str(started.run.id), "status": started.run.status, "location": location, **linked}
+        accepted = JsonResponse({**body, "eventsLocation": f"{location}/events"}, status=202)
+        accepted["Location"] = location
+        accepted["Preference-Applied"] = "respond-async"
+        return accepted
+    opened = finish_run(started, run_here(execute(started)))
+    return JsonResponse({**run_result(started.run, opened), **linked})

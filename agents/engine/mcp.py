@@ -10,12 +10,17 @@ then run again from its start and the handler gives the stored answer when the s
 
 A server that uses the classic request cannot ask on a 2026-07-28 session ("no back-channel"); the
 bridge then repeats the call on a handshake-era connection, and remembers to use one for that server.
+
+Progress notifications of a call (the client sends a `progressToken` with every call, as the client has a
+progress handler) become ephemeral `tool.execution_progress` events of the call being run, streamed to
+whoever watches and never stored. MCP has no notification carrying a partial result, so no MCP call
+reports `tool.execution_partial_result`.
 """
 
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,7 +37,10 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agents.definitions import McpServer
+from agents.events import EventType
 from console.connections import ConnectionSpec
+
+Emit = Callable[[str, dict[str, Any], bool], Awaitable[None]]
 
 NO_BACK_CHANNEL = "no back-channel"
 CALL_TIMEOUT_SECONDS = 60.0
@@ -93,6 +101,41 @@ class _Held:
 
 
 @dataclass
+class _CallProgress:
+    """The progress notifications of one tool call, reported as ephemeral `tool.execution_progress` events.
+
+    The MCP client runs each progress callback in a task of its own, so one may still be under way, or not
+    yet begun, when the call's result arrives: `settle` waits for those under way and drops later ones,
+    so that no progress of a call is reported after its `tool.execution_complete`."""
+
+    call_id: str
+    emit: Emit | None
+    settled: bool = False
+    _under_way: set["asyncio.Task[Any]"] = field(default_factory=set)
+
+    async def report(self, progress: float, total: float | None, message: str | None) -> None:
+        task = asyncio.current_task()
+        if self.settled or self.emit is None or task is None:
+            return
+        self._under_way.add(task)
+        try:
+            data = {"toolCallId": self.call_id, "progressMessage": message or _fraction(progress, total)}
+            await self.emit(EventType.TOOL_EXECUTION_PROGRESS, data, True)
+        finally:
+            self._under_way.discard(task)
+
+    async def settle(self) -> None:
+        self.settled = True
+        if self._under_way:
+            await asyncio.wait(set(self._under_way), timeout=PING_TIMEOUT_SECONDS)
+
+
+def _fraction(progress: float, total: float | None) -> str:
+    """A progress notification without a message, as `progress/total` (`3/5`), or `progress` alone."""
+    return f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
+
+
+@dataclass
 class McpBridge:
     server: McpServer
     connection: ConnectionSpec
@@ -136,6 +179,7 @@ class McpBridge:
         return FastMCPClient(
             transport,
             elicitation_handler=self._on_elicit,
+            progress_handler=self._on_progress,
             mode=mode,  # type: ignore[arg-type]
             timeout=CALL_TIMEOUT_SECONDS,
             init_timeout=START_TIMEOUT_SECONDS,
@@ -151,16 +195,23 @@ class McpBridge:
         slot["question"] = {"message": message, "schema": getattr(params, "requested_schema", None) or {}}
         return ElicitResult(action="decline")
 
+    async def _on_progress(self, progress: float, total: float | None, message: str | None) -> None:
+        slot = self._slot
+        if slot is not None:
+            await slot["progress"].report(progress, total, message)
+
     async def _call(self, ctx: RunContext[Any], call_tool: Any, name: str, args: dict[str, Any]) -> Any:
         metadata = (ctx.tool_call_metadata or {}) if ctx.tool_call_approved else {}
         answer = metadata.get("input_answer")
-        # One call at a time per server: the elicitation handler must know whose question it sees.
+        progress = _CallProgress(ctx.tool_call_id or "", getattr(ctx.deps, "emit", None))
+        # One call at a time per server: the elicitation and progress handlers must know whose call they see.
         async with self._lock:
-            self._slot = {"answer": answer}
+            self._slot = {"answer": answer, "progress": progress}
             try:
                 result = await self._call_once(call_tool, name, args)
             finally:
                 slot, self._slot = self._slot, None
+                await progress.settle()
         if slot.get("question") is not None and answer is None:
             raise ApprovalRequired(metadata={"question": slot["question"]})
         return result

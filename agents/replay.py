@@ -1,0 +1,89 @@
+"""Replaying a run (SPEC section 10): a new sessionless run of the same agent with the run's message, bound
+parameter values and culture, on the run's definition version or another one (to compare versions),
+linked to the original by `replayOf` (in the new run's `run.started`).
+
+The documents are not replayed: a run keeps of its documents only their names and sizes
+(`document.attached`), not their content nor the attachments they came from. `omitted_documents` says
+which ones the replay runs without.
+
+The replay is checked and run by the same machinery as any run request (`prepare_run`, `start_run`,
+`agents.queue.enqueue`); this module only builds the request and marks the run.
+"""
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from pydantic import Field
+
+from agents import queue
+from agents.definitions import WireModel
+from agents.engine import Answers
+from agents.events import EventLog, EventType
+from agents.models import Run
+from agents.prepare import PreparedRun, RunRejected, RunRequest, prepare_run, refuse_ungranted_connections
+from agents.runs import StartedRun, start_run
+
+
+class ReplayRequest(WireModel):
+    """The body of `POST /api/runs/{runId}/replay`: the version to replay on (the run's own by default)."""
+
+    definition_version: int | None = Field(default=None, ge=1)
+
+
+@dataclass
+class Replay:
+    original: Run
+    prepared: PreparedRun
+    # The original's documents, `{name, size}`, which the replay runs without (their content is not kept).
+    omitted_documents: list[dict[str, Any]]
+
+
+def prepare_replay(original: Run, definition_version: int | None) -> Replay:
+    """Check a replay of `original` as a run request; raises RunRejected (409 `not_replayable` for a run
+    without a message of its own: a continuation that carried answers, or a message a policy refused)."""
+    if not original.message:
+        detail = "The run has no message of its own to replay (it carried answers, or a policy refused its message)."
+        raise RunRejected(409, "not_replayable", detail)
+    agent = original.agent
+    if agent.deleted_at is not None:
+        raise RunRejected(404, "agent_not_found", f"The agent {agent.name!r} was deleted.")
+    chosen = (
+        original.version if definition_version is None else agent.versions.filter(number=definition_version).first()
+    )
+    if chosen is None:
+        raise RunRejected(404, "version_not_found", f"Agent {agent.name!r} has no version {definition_version}.")
+    request = RunRequest(
+        message=original.message,
+        parameters=original.parameters,
+        culture=original.culture or None,
+        lane=original.lane,
+    )
+    prepared = prepare_run(original.tenant, chosen, request)
+    refuse_ungranted_connections(prepared)
+    documents = original.events.filter(type=EventType.DOCUMENT_ATTACHED).order_by("sequence")
+    omitted = [{"name": e.data.get("name"), "size": e.data.get("size")} for e in documents]
+    return Replay(original, prepared, omitted)
+
+
+def start_replay(replay: Replay, user: Any, *, queued: bool = False) -> StartedRun:
+    """Start the replay as `agents.runs.start_run` starts any run (queued on its lane with `queued`)."""
+    if queued:
+        enqueue = partial(_enqueue_replay, replay.original)
+        return start_run(replay.prepared, user, enqueue=enqueue)
+    started = start_run(replay.prepared, user)
+    _mark_replay(started.log, replay.original)
+    return started
+
+
+def _enqueue_replay(original: Run, run: Run, prepared: PreparedRun, answers: Answers, log: EventLog) -> None:
+    _mark_replay(log, original)
+    queue.enqueue(run, prepared, answers, log)
+
+
+def _mark_replay(log: EventLog, original: Run) -> None:
+    """`replayOf` in the new run's `run.started`, before anything of the log is written. (A `Run.replay_of`
+    column, set by `start_run`, would let the run's own row say it.)"""
+    started = log.stored[0]
+    assert started.type == EventType.RUN_STARTED and log.flushed == 0
+    started.data = {**started.data, "replayOf": str(original.id)}
