@@ -232,13 +232,16 @@ def _lost_with_its_worker(pending: PendingRequest) -> bool:
 def continue_when_complete(user: Any, session: Session) -> Run | None:
     """Start the continuation run once no open request of the session is left without its answer.
     `user` is who gave the last answer (None when the system closed the last request)."""
-    waiting = session.requests.open().filter(answered_in=None)
-    if waiting.exists():
+    # The answers not carried yet, in one query: one missing means a request still waits.
+    stored = list(
+        session.requests.filter(status=RequestStatus.PENDING, answered_in=None).values_list("answer", flat=True)
+    )
+    if any(answer is None for answer in stored):
         return None
     # The continuation runs the version that asked unless an answer named another (SPEC section 9), on its
     # lane (its parameters and culture repeat as well), through the queue: the answer returns at once.
     asked = session.last_run
-    given = [r.answer or {} for r in session.requests.filter(status=RequestStatus.PENDING, answered_in=None)]
+    given = [answer for answer in stored if isinstance(answer, dict)]
     chosen_version = next((a["definitionVersion"] for a in given if a.get("definitionVersion")), None)
     chosen_id = next((a["newRunId"] for a in given if a.get("newRunId")), None)
     try:
