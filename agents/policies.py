@@ -220,10 +220,13 @@ class WebhookBinding:
         return response.json()
 
 
-def webhook_binding(connections: Mapping[str, ConnectionSpec]) -> Callable[[Mapping[str, Any], Any], Any]:
+def webhook_binding(connections: Mapping[str, ConnectionSpec] | None) -> Callable[[Mapping[str, Any], Any], Any]:
+    """The `airlock.webhook` kind for a turn with these `connections`; None checks the config's shape only (on
+    save the connection is checked with the definition's other connections, as a grant can change)."""
+
     def build(config: Mapping[str, Any], binding: Any) -> Any:
         name, timeout = webhook_config(config)
-        spec = connections.get(name)
+        spec = connections.get(name) if connections is not None else ConnectionSpec(name, "webhook")
         if spec is None or spec.kind != "webhook":
             raise ValueError(f"no policy webhook connection named {name!r} is granted to this tenant")
         return WebhookBinding(spec, timeout, binding.id)
@@ -231,16 +234,10 @@ def webhook_binding(connections: Mapping[str, ConnectionSpec]) -> Callable[[Mapp
     return build
 
 
-def _webhook_shape(config: Mapping[str, Any], binding: Any) -> Any:
-    # The connection itself is checked with the definition's other connections (a grant can change).
-    name, timeout = webhook_config(config)
-    return WebhookBinding(ConnectionSpec(name, "webhook"), timeout, binding.id)
-
-
 # ---- the declaration ------------------------------------------------------------------------------------
 
 
-def registry(connections: Mapping[str, ConnectionSpec], resolver: Any) -> HostRegistry:
+def registry(connections: Mapping[str, ConnectionSpec] | None, resolver: Any) -> HostRegistry:
     return (
         HostRegistry(SURFACE)
         .kind("airlock.acs", acs_binding)
@@ -253,14 +250,8 @@ def declaration_problems(document: Any) -> list[str]:
     """Why `document` cannot be an agent's `hooks` (the loader's refusals, with their JSON pointers, and
     surface points no binding covers, which would deny every run); empty when it can. The policies are
     compiled here, so a version that saves is a version that runs."""
-    checking = (
-        HostRegistry(SURFACE)
-        .kind("airlock.acs", acs_binding)
-        .kind("airlock.webhook", _webhook_shape)
-        .approval_resolver(RESOLVER, InboxResolver({}))
-    )
     try:
-        emitter = InterceptionEmitter.from_declaration_value(document, checking)
+        emitter = InterceptionEmitter.from_declaration_value(document, registry(None, InboxResolver({})))
     except DeclarationError as error:
         return [f"{error.code} at {f.pointer or '/'}: {f.detail}" for f in error.findings] or [error.code]
     resolved = emitter.declaration
