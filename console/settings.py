@@ -49,7 +49,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: its 403/404 pages show the signed-in navigation (console/errors.py).
+    "console.errors.ErrorPagesMiddleware",
 ]
+CSRF_FAILURE_VIEW = "console.errors.csrf_failure"
 
 ROOT_URLCONF = "console.urls"
 ASGI_APPLICATION = "console.asgi.application"

@@ -6,6 +6,10 @@ from console import views
 from console.api import api
 from console.login import LoginView
 
+# What reaches Django's own handlers gets the console's pages too (most never do: console.errors).
+handler403 = "console.errors.permission_denied"
+handler404 = "console.errors.page_not_found"
+
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("login/", LoginView.as_view(), name="login"),

@@ -1,7 +1,8 @@
 // The console's shared behaviours, declared in the markup (the Content-Security-Policy runs no inline
 // handlers): `data-submit-on-change` submits its form when it changes, `data-confirm` on a form asks before
 // it is posted, `data-remove-row` removes its table row, `data-opens="id"` opens a <details>. Listeners sit on
-// the document, so content htmx swaps in behaves the same.
+// the document, so content htmx swaps in behaves the same. `data-menu-toggle` opens and closes the folded
+// menu of narrow screens (base.html; console.css shows the button under 700 px only).
 (function () {
   "use strict";
   document.addEventListener("change", (event) => {
@@ -18,6 +19,16 @@
     const opener = event.target.closest("[data-opens]");
     const details = opener && document.getElementById(opener.dataset.opens);
     if (details) details.open = true;
+    const toggle = event.target.closest("[data-menu-toggle]");
+    if (toggle) {
+      const open = toggle.getAttribute("aria-expanded") !== "true";
+      toggle.setAttribute("aria-expanded", String(open));
+      document.getElementById(toggle.getAttribute("aria-controls")).classList.toggle("open", open);
+    }
+  });
+  document.addEventListener("keydown", (event) => {
+    const toggle = document.querySelector('[data-menu-toggle][aria-expanded="true"]');
+    if (event.key === "Escape" && toggle) { toggle.click(); toggle.focus(); }
   });
 })();
 
