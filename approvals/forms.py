@@ -295,3 +295,14 @@ class BatchForm(forms.Form):
     request = RequestIds(required=False)
     decision = forms.ChoiceField(choices=_DECISIONS, error_messages=_chosen("Choose Approve all or Deny all."))
     reason = forms.CharField(required=False)
+
+
+class SelectionForm(forms.Form):
+    """The selection bar of the inbox: one decision and one reason for the approval requests selected on
+    the cards (`selected`, once per ticked card), whatever runs they belong to."""
+
+    selected = RequestIds(required=False)
+    decision = forms.ChoiceField(
+        choices=_DECISIONS, error_messages=_chosen("Choose Approve selected or Deny selected.")
+    )
+    reason = forms.CharField(required=False, max_length=2000)

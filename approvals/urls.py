@@ -6,6 +6,7 @@ from approvals import audit_views, rule_views, views
 
 urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),
+    path("inbox/selection/", views.answer_selection, name="inbox_selection"),
     path("inbox/<uuid:request_id>/answer/", views.answer, name="inbox_answer"),
     path("inbox/<uuid:request_id>/cancel-run/", views.cancel_run, name="inbox_cancel_run"),
     path("rules/", rule_views.rule_list, name="rules"),

@@ -20,9 +20,9 @@ from django_htmx.http import trigger_client_event
 
 from agents import queue
 from agents.getters import get_run_for
-from agents.models import Agent, Run
+from agents.models import Agent
 from approvals.answers import Outcome, Response, ResponseRefused, respond
-from approvals.forms import BatchForm, answer_form
+from approvals.forms import BatchForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, RequestKind
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
@@ -195,14 +195,18 @@ def cancel_run(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
 
 
 def _answer_each(
-    membership: Membership, user: Any, run: Run, listed: list[PendingRequest], approved: bool, reason: str | None
+    membership: Membership, user: Any, listed: list[PendingRequest], approved: bool, reason: str | None
 ) -> tuple[list[str], list[str]]:
-    """Answer the requests one by one through respond(); the last one's answer starts the continuation."""
+    """Answer the requests one by one through respond(), each on its own run: the last answer of a run's
+    session starts that run's continuation."""
     answered, problems = [], []
     for pending in listed:
-        outcome = respond(
-            membership, user, run, Response(request_id=pending.id, approved=approved, reason=reason), via="inbox"
-        )
+        response = Response(request_id=pending.id, approved=approved, reason=reason)
+        try:
+            outcome = respond(membership, user, pending.run, response, via="inbox")
+        except ResponseRefused as refused:
+            problems.append(f"{pending.agent.name} · {pending.tool_name}: {refused.detail}")
+            continue
         if outcome.status == "accepted":
             answered.append(str(pending.id))
         else:
@@ -220,13 +224,17 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
     if "run" in form.errors:
         raise Http404("No such run.")
     run = get_run_for(request, wanted["run"])
-    listed = list(run.requests.filter(id__in=wanted["request"], kind=RequestKind.APPROVAL).order_by("opened_at", "id"))
+    listed = list(
+        run.requests.select_related("agent")
+        .filter(id__in=wanted["request"], kind=RequestKind.APPROVAL)
+        .order_by("opened_at", "id")
+    )
     decision = wanted.get("decision")
     answered: list[str] = []
     problems = [str(error) for error in form.errors.get("decision", [])]
     if valid:
         reason = wanted["reason"] or None
-        answered, problems = _answer_each(membership, request.user, run, listed, decision == "approve", reason)
+        answered, problems = _answer_each(membership, request.user, listed, decision == "approve", reason)
         problems += [] if listed else ["No approval request of this run was listed."]
     if not request.htmx:
         if answered:
@@ -242,4 +250,37 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
         )
         batch = {"run_id": run.id, "requests": left, "errors": problems}
         body = render(request, "approvals/inbox.html#batch", {"batch": batch}).content.decode()
+    return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})
+
+
+@role_required("operator")
+@require_POST
+def answer_selection(request: ConsoleRequest) -> HttpResponse:
+    """Approve or deny the approval requests selected on the inbox, whatever their runs, with one reason for
+    all; each goes through respond() on its own run, so each run gets its own continuation."""
+    form = SelectionForm(request.POST)
+    valid, wanted = form.is_valid(), form.cleaned_data
+    selected = wanted.get("selected") or []
+    listed = list(
+        PendingRequest.objects.select_related("run", "agent")
+        .filter(tenant=request.tenant, id__in=selected, kind=RequestKind.APPROVAL)
+        .order_by("opened_at", "id")
+    )
+    decision = wanted.get("decision")
+    answered: list[str] = []
+    problems = [str(error) for error in form.errors.get("decision", [])]
+    if valid:
+        reason = wanted["reason"] or None
+        answered, problems = _answer_each(request.membership, request.user, listed, decision == "approve", reason)
+        if len(listed) < len(selected):
+            problems.append("Some selected requests are not approval requests of this tenant; they were left alone.")
+        problems += [] if selected else ["Select requests first (x on a card, or its Select box)."]
+    if not request.htmx:
+        if answered:
+            verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(answered) != 1 else ""
+            messages.success(request, f"{verb} {len(answered)} selected request{plural}.")
+        for problem in problems:
+            messages.error(request, problem)
+        return redirect("inbox")
+    body = render(request, "approvals/inbox.html#selection", {"selection_errors": problems}).content.decode()
     return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})

@@ -1,8 +1,8 @@
 // The inbox's live parts. console.js re-dispatches every websocket push as "airlock:push"; here pushed
 // cards come in (once, and only when they match the filters) and go out, the list is re-synced after every
 // (re)connect, the title carries the pending count, a hidden tab gets a browser notification, deadlines
-// count down, answer forms are checked before they are posted, and each run with several approvals gets
-// its "Approve all / Deny all" bar.
+// count down, answer forms are checked before they are posted, each run with several approvals gets
+// its "Approve all / Deny all" bar, and the keyboard triages (j/k, a, d, e, x, c, ?).
 (function () {
   "use strict";
   const list = document.getElementById("inbox-list");
@@ -273,4 +273,168 @@
     const dismiss = event.target.closest("[data-dismiss]");
     if (dismiss) dismiss.closest(".request-card").remove();
   });
+
+  // --- keyboard triage: j/k move, a approves, d denies (reason, then Enter), e edits, x selects ------
+
+  const keys = document.getElementById("inbox-keys");
+  const selection = document.getElementById("selection");
+  const skip = document.querySelector("[data-skip-to-first]");
+  let focused = null; // the card that had the focus last
+
+  // Typing in these is never a shortcut (a checkbox or a button is not typing).
+  const TYPING = "textarea, select, [contenteditable], input:not([type=checkbox]):not([type=radio]):not([type=submit]):not([type=button])";
+
+  function focusCard(card) {
+    if (!card) return;
+    card.focus();
+    card.scrollIntoView({ block: "nearest" });
+  }
+
+  function previousCard(node) {
+    let sibling = node.previousElementSibling;
+    while (sibling && !sibling.classList.contains("request-card")) sibling = sibling.previousElementSibling;
+    return sibling;
+  }
+
+  function currentCard() {
+    const active = document.activeElement;
+    const card = active && active.closest ? active.closest(".request-card") : null;
+    return card || (focused && focused.isConnected ? focused : null);
+  }
+
+  function move(step) {
+    const all = cards();
+    const card = currentCard();
+    const at = card ? all.indexOf(card) : -1;
+    focusCard(at < 0 ? all[0] : all[Math.max(0, Math.min(all.length - 1, at + step))]);
+  }
+
+  function press(card, values) {
+    const form = card && card.querySelector("[data-answer-form]");
+    const button = form && values.map((v) => form.querySelector(`button[value="${v}"]`)).find(Boolean);
+    if (button) button.click(); // a click, so htmx posts the button's value with the form
+  }
+
+  function deny(card) {
+    const reason = card && card.querySelector('[data-answer-form] [name="reason"]');
+    if (reason) reason.focus();
+  }
+
+  function edit(card) {
+    const details = card && card.querySelector("details.edit-args");
+    if (!details) return;
+    details.open = true;
+    details.querySelector("textarea").focus();
+  }
+
+  function toggleSelected(card) {
+    const box = card && card.querySelector("[data-select]");
+    if (!box) return;
+    box.checked = !box.checked;
+    syncSelection();
+  }
+
+  function claim(card) {
+    const button = card && card.querySelector("[data-claim-button]");
+    if (button) button.click();
+  }
+
+  function showKeys() {
+    if (keys.open) keys.close();
+    else keys.showModal();
+  }
+
+  document.addEventListener("keydown", (event) => {
+    if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+    const target = event.target instanceof Element ? event.target : null;
+    const typing = target && target.closest(TYPING);
+    if (typing) {
+      const card = typing.closest(".request-card");
+      if (event.key === "Escape" && card) {
+        event.preventDefault();
+        focusCard(card);
+      } else if (event.key === "Enter" && typing.matches('[data-answer-form] [name="reason"]')) {
+        // The reason goes with a denial: Enter in it denies (never the form's first button, Approve).
+        event.preventDefault();
+        press(card, ["deny"]);
+      }
+      return;
+    }
+    if (keys.open && event.key !== "?") return; // the dialog closes itself on Escape
+    const card = currentCard();
+    const actions = {
+      j: () => move(1),
+      k: () => move(-1),
+      a: () => press(card, ["approve", "continue"]),
+      d: () => deny(card),
+      e: () => edit(card),
+      x: () => toggleSelected(card),
+      c: () => claim(card),
+      "?": showKeys,
+    };
+    if (!(event.key in actions)) return;
+    event.preventDefault();
+    actions[event.key]();
+  });
+
+  document.addEventListener("click", (event) => {
+    if (event.target.closest("[data-show-keys]")) showKeys();
+    if (event.target.closest("[data-clear-selection]")) {
+      list.querySelectorAll("[data-select]:checked").forEach((box) => { box.checked = false; });
+      syncSelection();
+    }
+  });
+
+  list.addEventListener("focusin", (event) => {
+    const card = event.target.closest(".request-card");
+    if (card) focused = card;
+  });
+
+  // The skip link is the page's first Tab stop and lands on the first card.
+  if (skip) {
+    document.body.prepend(skip);
+    skip.addEventListener("click", (event) => {
+      event.preventDefault();
+      focusCard(cards()[0] || list);
+    });
+  }
+
+  // After an answer (or any removal: a push, a batch) the focused card is gone: the next card, else the one
+  // before, takes the focus; a card swapped for itself (an error) keeps it.
+  function refocus(records) {
+    if (!focused || focused.isConnected) return;
+    const active = document.activeElement;
+    if (active && active !== document.body && active.isConnected) return;
+    const gone = focused;
+    const again = document.getElementById(gone.id);
+    if (again) return focusCard(again);
+    for (const record of records) {
+      if (!Array.from(record.removedNodes).includes(gone)) continue;
+      let next = record.nextSibling;
+      while (next && !(next.classList && next.classList.contains("request-card"))) next = next.nextSibling;
+      if (next && next.isConnected) return focusCard(next);
+      let before = record.previousSibling;
+      while (before && !(before.classList && before.classList.contains("request-card"))) before = before.previousSibling;
+      if (before && before.isConnected) return focusCard(before);
+    }
+    focusCard(cards()[0] || null);
+  }
+
+  // --- the selection: ticked cards of any run, answered at once from the selection bar -------
+
+  function syncSelection() {
+    if (!selection) return;
+    const bar = document.getElementById("selection");
+    const count = list.querySelectorAll("[data-select]:checked").length;
+    bar.querySelector("[data-selection-count]").textContent = String(count);
+    bar.classList.toggle("empty", count === 0);
+  }
+
+  document.addEventListener("change", (event) => {
+    if (event.target.matches("[data-select]")) syncSelection();
+  });
+  document.body.addEventListener("htmx:afterSettle", syncSelection); // the bar swapped for its answer
+
+  new MutationObserver((records) => { refocus(records); syncSelection(); }).observe(list, { childList: true });
+  syncSelection();
 })();
