@@ -21,7 +21,7 @@ from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.queue import start_queued
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import PendingRequest, RequestStatus
-from approvals.push import notify_requests_closed, notify_requests_opened
+from approvals.push import notify_request_claimed, notify_requests_closed, notify_requests_opened
 from console.models import Membership
 
 Status = Literal[
@@ -282,3 +282,30 @@ def expire_due(now: datetime | None = None) -> list[PendingRequest]:
     for session in {p.session_id: p.session for p in expired}.values():
         continue_when_complete(None, session)
     return expired
+
+
+class ClaimRefused(Exception):
+    """A claim or a release that cannot be made: a 4xx, nothing changed."""
+
+    def __init__(self, code: str, detail: str, status: int = 409) -> None:
+        super().__init__(detail)
+        self.code, self.detail, self.status = code, detail, status
+
+
+def claim(membership: Membership, pending: PendingRequest) -> None:
+    """Mark the open request as handled by the member (SPEC section 11) and show it in every open inbox."""
+    if not pending.claim(membership.user, timezone.now()):
+        raise ClaimRefused("request_closed", "The request was answered or closed; there is nothing to claim.")
+    notify_request_claimed(pending)
+
+
+def release(membership: Membership, pending: PendingRequest) -> None:
+    """Let the claim go: the member who claimed it, or an admin."""
+    holder = pending.claimed_by
+    if holder is None:
+        return
+    if holder.pk != membership.user_id and not membership.allows("admin"):
+        detail = f"The request is claimed by {holder.username}; only they or an admin can release it."
+        raise ClaimRefused("claimed_by_another", detail)
+    pending.release()
+    notify_request_claimed(pending)

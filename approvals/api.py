@@ -6,10 +6,10 @@ from typing import Any, Literal
 from ninja import Query, Router, Schema
 
 from agents.getters import get_run_for
-from approvals.answers import Response, ResponseRefused, respond
+from approvals.answers import ClaimRefused, Response, ResponseRefused, claim, release, respond
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
-from console.api import ApiError, Paging, page_of, require_role
+from console.api import ApiError, Paging, Problem, page_of, require_role
 from console.tenancy import ConsoleRequest
 
 router = Router(tags=["requests"])
@@ -28,6 +28,8 @@ def request_wire(pending: PendingRequest) -> dict[str, Any]:
         "answer": pending.answer,
         "answeredBy": pending.answered_by.username if pending.answered_by else None,
         "answeredAt": pending.answered_at.isoformat() if pending.answered_at else None,
+        "claimedBy": pending.claimed_by.username if pending.claimed_by else None,
+        "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
     }
 
 
@@ -40,7 +42,7 @@ class RequestFilters(Paging):
 
 def _requests(request: ConsoleRequest) -> PendingRequestQuerySet:
     tenant = request.tenant
-    return PendingRequest.objects.select_related("agent", "session", "answered_by").filter(tenant=tenant)
+    return PendingRequest.objects.select_related("agent", "session", "answered_by", "claimed_by").filter(tenant=tenant)
 
 
 @router.get("/requests", response=dict)
@@ -64,7 +66,32 @@ def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> di
 
 @router.get("/requests/{request_id}", response=dict)
 def get_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
-    return request_wire(get_request_for(request, request_id, "agent", "session", "answered_by"))
+    return request_wire(get_request_for(request, request_id, "agent", "session", "answered_by", "claimed_by"))
+
+
+@router.post("/requests/{request_id}/claim", response={200: dict, 409: Problem})
+def claim_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
+    """Say the caller is handling the request: every open inbox shows who (a signal, not a lock: anyone who
+    may answer still can). Claiming a request claimed by someone else takes the claim over."""
+    membership = require_role(request, "operator")
+    pending = get_request_for(request, request_id, "agent", "session", "answered_by", "claimed_by")
+    try:
+        claim(membership, pending)
+    except ClaimRefused as refused:
+        raise ApiError(refused.status, refused.code, refused.detail) from None
+    return request_wire(pending)
+
+
+@router.delete("/requests/{request_id}/claim", response={200: dict, 409: Problem})
+def release_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
+    """Let the claim go: the one who claimed it or an admin (releasing an unclaimed request changes nothing)."""
+    membership = require_role(request, "operator")
+    pending = get_request_for(request, request_id, "agent", "session", "answered_by", "claimed_by")
+    try:
+        release(membership, pending)
+    except ClaimRefused as refused:
+        raise ApiError(refused.status, refused.code, refused.detail) from None
+    return request_wire(pending)
 
 
 class RespondResult(Schema):

@@ -306,3 +306,11 @@ class SelectionForm(forms.Form):
         choices=_DECISIONS, error_messages=_chosen("Choose Approve selected or Deny selected.")
     )
     reason = forms.CharField(required=False, max_length=2000)
+
+
+class ClaimForm(forms.Form):
+    """A card's Claim / Release button."""
+
+    action = forms.ChoiceField(
+        choices=[("claim", "Claim"), ("release", "Release")], error_messages=_chosen("Choose Claim or Release.")
+    )

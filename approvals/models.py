@@ -72,6 +72,11 @@ class PendingRequest(models.Model):
     policy = models.JSONField(null=True, blank=True)
     # The run that carried the answer to the engine (the continuation).
     answered_in = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Who said they are handling it (SPEC section 11): a signal to the other operators, not a lock.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
 
     objects = PendingRequestQuerySet.as_manager()
 
@@ -150,6 +155,19 @@ class PendingRequest(models.Model):
         for name, value in changes.items():
             setattr(self, name, value)
         return True
+
+    def claim(self, user: Any, now: datetime) -> bool:
+        """Mark the open request as handled by `user` (taking over anyone else's claim); False when it is
+        answered or closed meanwhile."""
+        if not PendingRequest.objects.open().filter(pk=self.pk).update(claimed_by=user, claimed_at=now):
+            return False
+        self.claimed_by, self.claimed_at = user, now
+        return True
+
+    def release(self) -> None:
+        """Let the claim go, whoever held it."""
+        PendingRequest.objects.filter(pk=self.pk).update(claimed_by=None, claimed_at=None)
+        self.claimed_by, self.claimed_at = None, None
 
     def wire(self) -> dict[str, Any]:
         return {

@@ -96,6 +96,16 @@ def notify_requests_closed(tenant_id: int, request_ids: list[str]) -> None:
     _push(tenant_id, {"type": "requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)})
 
 
+def notify_request_claimed(request: PendingRequest) -> None:
+    """A request claimed or released: every open inbox says who handles it (`claimedBy` None: nobody)."""
+    claimed_by = request.claimed_by.username if request.claimed_by else None
+    claimed_at = request.claimed_at.isoformat() if request.claimed_at else None
+    _push(
+        request.tenant_id,
+        {"type": "request_claimed", "id": str(request.id), "claimedBy": claimed_by, "claimedAt": claimed_at},
+    )
+
+
 def notify_membership_changed(tenant_id: int, user_id: int) -> None:
     """A membership changed or ended: that user's consoles re-check it at once."""
     _send(tenant_id, {"type": "console.membership_changed", "user_id": user_id})

@@ -8,6 +8,7 @@ urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),
     path("inbox/selection/", views.answer_selection, name="inbox_selection"),
     path("inbox/<uuid:request_id>/answer/", views.answer, name="inbox_answer"),
+    path("inbox/<uuid:request_id>/claim/", views.claim_or_release, name="inbox_claim"),
     path("inbox/<uuid:request_id>/cancel-run/", views.cancel_run, name="inbox_cancel_run"),
     path("rules/", rule_views.rule_list, name="rules"),
     path("rules/new/", rule_views.rule_create, name="rule_create"),

@@ -21,8 +21,8 @@ from django_htmx.http import trigger_client_event
 from agents import queue
 from agents.getters import get_run_for
 from agents.models import Agent
-from approvals.answers import Outcome, Response, ResponseRefused, respond
-from approvals.forms import BatchForm, SelectionForm, answer_form
+from approvals.answers import ClaimRefused, Outcome, Response, ResponseRefused, claim, release, respond
+from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, RequestKind
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
@@ -70,7 +70,7 @@ class InboxFilters(AgentFilters):
 def _open_requests(tenant: Tenant) -> QuerySet[PendingRequest]:
     return (
         PendingRequest.objects.open()
-        .select_related("agent", "session", "run__version")
+        .select_related("agent", "session", "run__version", "claimed_by")
         .filter(tenant=tenant)
         .order_by("opened_at", "id")
     )
@@ -175,6 +175,27 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
     context = {"r": pending, "can_answer": True, "error": error, "field_errors": form.field_errors, "closed": closed}
     return render(request, "approvals/request.html", {**context, "posted": request.POST})
+
+
+@role_required("operator")
+@require_POST
+def claim_or_release(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
+    """A card's Claim / Release: the push shows it in every open inbox, this one included."""
+    pending = get_request_for(request, request_id, "run__version", "agent", "session", "claimed_by")
+    form = ClaimForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise ClaimRefused("invalid_action", str(form.errors["action"][0]), 400)
+        (claim if form.cleaned_data["action"] == "claim" else release)(request.membership, pending)
+    except ClaimRefused as refused:
+        if not request.htmx:
+            messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {refused.detail}")
+            return redirect("inbox")
+        context = {"r": pending, "can_answer": True, "error": refused.detail}
+        return render(request, "approvals/request.html", context, status=200)
+    if not request.htmx:
+        return redirect("inbox")
+    return HttpResponse(status=204)  # nothing to swap: the push updates the card
 
 
 @role_required("operator")

@@ -122,11 +122,35 @@
       notify(push.ids.map((id, i) => (added.has(id) ? push.titles[i] : null)).filter(Boolean));
     } else if (push.type === "requests_closed") {
       remove(push.ids);
+    } else if (push.type === "request_claimed") {
+      showClaim(push.id, push.claimedBy, push.claimedAt);
     } else if (push.type === "heartbeat") {
       refresh();
     }
     if (typeof push.pending === "number") setPending(push.pending);
   });
+
+  // "claimed by ada" on the card in every inbox; the claimer's own button offers the release.
+  function showClaim(id, claimedBy, claimedAt) {
+    const card = document.getElementById(`request-${id}`);
+    if (!card) return;
+    const line = card.querySelector("[data-claim]");
+    line.dataset.claimedBy = claimedBy || "";
+    line.replaceChildren();
+    if (claimedBy) {
+      const who = document.createElement("strong");
+      who.textContent = claimedBy;
+      const when = document.createElement("time");
+      when.dateTime = claimedAt;
+      when.textContent = new Date(claimedAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+      line.append("claimed by ", who, " ", when);
+    }
+    const button = card.querySelector("[data-claim-button]");
+    if (!button) return;
+    const mine = Boolean(claimedBy) && claimedBy === list.dataset.username;
+    button.value = mine ? "release" : "claim";
+    button.textContent = mine ? "Release" : "Claim";
+  }
 
   // A batch answer names the requests it answered; the pushes remove them too, a moment later.
   document.body.addEventListener("airlock:answered", (event) => remove(event.detail.ids || []));
