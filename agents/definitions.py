@@ -42,6 +42,13 @@ class ConnectionRefused(ValueError):
         self.code, self.errors = code, errors
 
 
+class UnknownGroup(ConnectionRefused):
+    """A definition routes requests to approver groups the tenant does not have (400 `unknown_group`)."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("unknown_group", errors)
+
+
 class WireModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -83,6 +90,11 @@ class ModelBinding(WireModel):
         return self.connection if self.name is None else f"{self.connection}:{self.name}"
 
 
+# Who may answer the requests of a tool, an MCP server, a policy escalation or a request kind (SPEC section 11):
+# the members of this tenant group, and admins. Left out of the stored content when not given.
+Approvers = Annotated[str | None, Field(default=None, pattern=SLUG, exclude_if=lambda value: value is None)]
+
+
 def _registered(name: str) -> str:
     if name not in REGISTRY:
         raise ValueError(f"no server tool named {name!r}; known: {', '.join(sorted(REGISTRY))}")
@@ -92,6 +104,7 @@ def _registered(name: str) -> str:
 class ToolBinding(WireModel):
     name: Annotated[str, AfterValidator(_registered)]
     approval: Approval = "never"
+    approvers: Approvers
 
 
 class ClientTool(WireModel):
@@ -100,6 +113,7 @@ class ClientTool(WireModel):
     parameters: Annotated[dict[str, Any], AfterValidator(_json_schema)] = Field(
         default_factory=lambda: {"type": "object"}
     )
+    approvers: Approvers
 
 
 class McpServer(WireModel):
@@ -108,6 +122,7 @@ class McpServer(WireModel):
     connection: str = Field(pattern=SLUG)
     approval: Approval = "never"
     tool_prefix: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+    approvers: Approvers
     command: Refused
     args: Refused
     env: Refused
@@ -116,6 +131,20 @@ class McpServer(WireModel):
     @property
     def name(self) -> str:
         return self.connection
+
+
+class Escalation(WireModel):
+    """Who answers a policy's escalations: those of one binding of `hooks` (its id), or of every binding."""
+
+    binding: str | None = Field(default=None, min_length=1, max_length=200)
+    approvers: str = Field(pattern=SLUG)
+
+
+class KindRouting(WireModel):
+    """Who answers the requests of one kind (a question, a plan, …) that no tool or server routes."""
+
+    kind: Literal["approval", "client_tool", "input", "question", "plan", "continuation"]
+    approvers: str = Field(pattern=SLUG)
 
 
 class Parameter(WireModel):
@@ -147,6 +176,14 @@ def _cultures(value: dict[str, str]) -> dict[str, str]:
     if bad:
         raise ValueError(f"not a culture name (like 'tr' or 'tr-TR'): {', '.join(bad)}")
     return value
+
+
+def _one_per_kind(items: list["KindRouting"]) -> list["KindRouting"]:
+    kinds = [item.kind for item in items]
+    duplicated = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+    if duplicated:
+        raise ValueError(f"the kind {duplicated[0]!r} is routed twice")
+    return items
 
 
 def _unique(what: str) -> AfterValidator:
@@ -181,6 +218,11 @@ class DefinitionContent(WireModel):
     max_model_calls: int = Field(default=25, ge=1, le=1000)
     # An agent-hooks-declaration/1.0 document: the policies every turn passes (SPEC section 8).
     hooks: dict[str, Any] | None = None
+    # Approver groups for policy escalations and request kinds (tools and servers name theirs in place).
+    escalations: list[Escalation] = Field(default_factory=list, exclude_if=lambda value: not value)
+    request_kinds: Annotated[list[KindRouting], AfterValidator(_one_per_kind)] = Field(
+        default_factory=list, exclude_if=lambda value: not value
+    )
 
     @field_validator("hooks")
     @classmethod
@@ -246,6 +288,43 @@ class DefinitionContent(WireModel):
         if not wrong and kind != "scripted" and not self.model.name:
             wrong["model.name"] = f"the {kind} connection {self.model.connection!r} needs a model name"
         return ("invalid_request", wrong) if wrong else None
+
+    @property
+    def approver_groups(self) -> dict[str, str]:
+        """Every group the definition routes requests to, by the field path that names it."""
+        named = (
+            [(f"tools.{i}.approvers", t.approvers) for i, t in enumerate(self.tools)]
+            + [(f"clientTools.{i}.approvers", t.approvers) for i, t in enumerate(self.client_tools)]
+            + [(f"mcpServers.{i}.approvers", s.approvers) for i, s in enumerate(self.mcp_servers)]
+            + [(f"escalations.{i}.approvers", e.approvers) for i, e in enumerate(self.escalations)]
+            + [(f"requestKinds.{i}.approvers", k.approvers) for i, k in enumerate(self.request_kinds)]
+        )
+        return {field: group for field, group in named if group is not None}
+
+    def approvers_for(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None = None) -> str:
+        """The group whose members (and admins) answer a request the agent opens; "" for any operator.
+        The most specific routing wins: the policy escalation's (its binding's, else every binding's), then
+        the tool's, client tool's or MCP server's, then the request kind's. An MCP tool is its server's by
+        the server's `toolPrefix`; unprefixed tools of several servers cannot be told apart, so the first
+        unprefixed server that names a group routes them all."""
+        if policy is not None:
+            binding = policy.get("binding")
+            chosen = next((e for e in self.escalations if e.binding == binding), None)
+            chosen = chosen or next((e for e in self.escalations if e.binding is None), None)
+            if chosen is not None:
+                return chosen.approvers
+        tools: list[ToolBinding | ClientTool] = [*self.tools, *self.client_tools]
+        tool = next((t for t in tools if t.name == tool_name), None)
+        group: str | None
+        if tool is not None:
+            group = tool.approvers
+        else:
+            prefixed = [s for s in self.mcp_servers if s.tool_prefix and tool_name.startswith(f"{s.tool_prefix}_")]
+            servers = prefixed or [s for s in self.mcp_servers if not s.tool_prefix]
+            group = next((s.approvers for s in servers if s.approvers), None) if tool_name else None
+        if group is None:
+            group = next((k.approvers for k in self.request_kinds if k.kind == kind), None)
+        return group or ""
 
     @property
     def consults_rules(self) -> bool:

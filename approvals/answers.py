@@ -157,6 +157,7 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
         tenant=membership.tenant, run=run, id=response.request_id
     )
     rid = str(pending.id)
+    refuse_unless_approver(membership, pending)
     if response.checkpoint_id is not None:
         # At the session's latest checkpoint an answer is like any other; at an earlier one, where the request
         # was pending, it forks the session from there, whatever became of the request since (SPEC section 9).
@@ -219,6 +220,16 @@ def respond(membership: Membership, user: Any, run: Run, response: Response, *, 
     notify_requests_closed(pending.tenant_id, [rid])
     continuation = continue_when_complete(user, pending.session)
     return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
+
+
+def _not_an_approver(pending: PendingRequest) -> str:
+    return f"The request is for {pending.approvers}: only members of that group and admins answer it."
+
+
+def refuse_unless_approver(membership: Membership, pending: PendingRequest) -> None:
+    """A request routed to a group is answered by its members and admins only (403 `not_an_approver`)."""
+    if not pending.answerable_by(membership):
+        raise ResponseRefused("not_an_approver", _not_an_approver(pending), 403)
 
 
 def _lost_with_its_worker(pending: PendingRequest) -> bool:
@@ -294,6 +305,8 @@ class ClaimRefused(Exception):
 
 def claim(membership: Membership, pending: PendingRequest) -> None:
     """Mark the open request as handled by the member (SPEC section 11) and show it in every open inbox."""
+    if not pending.answerable_by(membership):
+        raise ClaimRefused("not_an_approver", _not_an_approver(pending), 403)
     if not pending.claim(membership.user, timezone.now()):
         raise ClaimRefused("request_closed", "The request was answered or closed; there is nothing to claim.")
     notify_request_claimed(pending)

@@ -3,16 +3,26 @@
 import uuid
 from typing import Any, Literal
 
+from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
+from pydantic import Field
 
+from agents.definitions import UnknownGroup
 from agents.getters import get_run_for
 from approvals.answers import ClaimRefused, Response, ResponseRefused, claim, release, respond
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
-from console.api import ApiError, Paging, Problem, page_of, require_role
+from console.api import ApiError, Paging, Problem, api, page_of, problem, require_role
 from console.tenancy import ConsoleRequest
 
 router = Router(tags=["requests"])
+
+
+@api.exception_handler(UnknownGroup)
+def _unknown_group(request: HttpRequest, exc: UnknownGroup) -> HttpResponse:
+    errors = [{"field": field, "message": message} for field, message in exc.errors.items()]
+    detail = "The definition routes requests to groups this tenant does not have (manage.py create_group)."
+    return problem(400, exc.code, detail, errors=errors)
 
 
 def request_wire(pending: PendingRequest) -> dict[str, Any]:
@@ -30,6 +40,7 @@ def request_wire(pending: PendingRequest) -> dict[str, Any]:
         "answeredAt": pending.answered_at.isoformat() if pending.answered_at else None,
         "claimedBy": pending.claimed_by.username if pending.claimed_by else None,
         "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
+        "approvers": pending.approvers or None,
     }
 
 
@@ -38,6 +49,8 @@ class RequestFilters(Paging):
     agent: str | None = None
     kind: RequestKind | None = None
     tool: str | None = None
+    # `for=me`: only what the caller may answer (its role, and the groups requests are routed to).
+    for_: Literal["me"] | None = Field(default=None, alias="for")
 
 
 def _requests(request: ConsoleRequest) -> PendingRequestQuerySet:
@@ -47,7 +60,8 @@ def _requests(request: ConsoleRequest) -> PendingRequestQuerySet:
 
 @router.get("/requests", response=dict)
 def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> dict[str, Any]:
-    """The inbox: `status=pending` (the default) lists the requests still waiting for an answer."""
+    """The inbox: `status=pending` (the default) lists the requests still waiting for an answer; `for=me`
+    those the caller may answer."""
     requests = _requests(request)
     if filters.status == "pending":
         requests = requests.open()
@@ -61,6 +75,8 @@ def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> di
         requests = requests.filter(kind=filters.kind)
     if filters.tool:
         requests = requests.filter(tool_name=filters.tool)
+    if filters.for_ == "me":
+        requests = requests.answerable_by(request.membership)
     return page_of(requests.order_by("opened_at", "id"), filters.limit, filters.offset, request_wire)
 
 

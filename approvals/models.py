@@ -5,10 +5,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models.signals import pre_save
+from django.dispatch import receiver
 from django.utils import timezone
 
-from agents.models import Agent, Run, Session
-from console.models import Tenant
+from agents.definitions import UnknownGroup
+from agents.models import Agent, AgentVersion, Run, Session
+from console.models import Membership, Tenant
 
 
 class RequestKind(models.TextChoices):
@@ -33,10 +36,57 @@ TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDO
 OPEN = models.Q(status=RequestStatus.PENDING, answer__isnull=True)
 
 
+class ApproverGroup(models.Model):
+    """A tenant's named group of members (SPEC section 11): a definition routes requests to it by name
+    (`"approvers": "finance"`), and only its members and admins answer those."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approver_groups")
+    name = models.SlugField(max_length=63)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="approver_groups")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="approver_group_name_unique")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def groups_of(membership: Membership) -> set[str]:
+    """The names of the tenant's groups the member belongs to."""
+    groups = ApproverGroup.objects.filter(tenant_id=membership.tenant_id, members=membership.user_id)
+    return set(groups.values_list("name", flat=True))
+
+
+@receiver(pre_save, sender=AgentVersion)
+def _refuse_unknown_groups(sender: type[AgentVersion], instance: AgentVersion, **kwargs: Any) -> None:
+    """Every save of a definition (API, form, rollback) names only groups the tenant has. A receiver because
+    groups live here, above agents.models in the layers; `Agent.append_version` raises what it raises."""
+    named = instance.definition.approver_groups
+    if not named:
+        return
+    tenant_id = instance.agent.tenant_id
+    groups = ApproverGroup.objects.filter(tenant_id=tenant_id, name__in=named.values())
+    known = set(groups.values_list("name", flat=True))
+    unknown = {field: f"no group named {name!r} in this tenant" for field, name in named.items() if name not in known}
+    if unknown:
+        raise UnknownGroup(unknown)
+
+
 class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
     def open(self) -> "PendingRequestQuerySet":
         """The requests still waiting for their answer: pending, nothing stored yet (the `OPEN` indexes)."""
         return self.filter(OPEN)
+
+    def answerable_by(self, membership: Membership) -> "PendingRequestQuerySet":
+        """The requests the member may answer: none for a reader, all for an admin, else those routed to no
+        group or to one of the member's."""
+        if not membership.allows("operator"):
+            return self.none()
+        if membership.allows("admin"):
+            return self
+        return self.filter(models.Q(approvers="") | models.Q(approvers__in=groups_of(membership)))
 
 
 class PendingRequest(models.Model):
@@ -77,6 +127,8 @@ class PendingRequest(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # The group routed to answer it ("" for any operator), named by the definition when it opened.
+    approvers = models.CharField(max_length=63, blank=True)
 
     objects = PendingRequestQuerySet.as_manager()
 
@@ -155,6 +207,15 @@ class PendingRequest(models.Model):
         for name, value in changes.items():
             setattr(self, name, value)
         return True
+
+    def answerable_by(self, membership: Membership, groups: set[str] | None = None) -> bool:
+        """Whether the member may answer it: an operator when it is routed to no group; else an admin or a
+        member of its group (`groups`: the member's, when already read)."""
+        if not membership.allows("operator"):
+            return False
+        if not self.approvers or membership.allows("admin"):
+            return True
+        return self.approvers in (groups_of(membership) if groups is None else groups)
 
     def claim(self, user: Any, now: datetime) -> bool:
         """Mark the open request as handled by `user` (taking over anyone else's claim); False when it is

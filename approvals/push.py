@@ -14,7 +14,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
-from approvals.models import PendingRequest
+from approvals.models import ApproverGroup, PendingRequest
 from console.models import ROLE_RANK, Membership, Role
 
 
@@ -35,17 +35,26 @@ def member_key(user_id: int) -> str:
     return f" {user_id} "
 
 
-def _members(tenant_id: int) -> tuple[str, str]:
-    """The tenant's active members now, as two strings of ` id ` keys: those who may answer, and readers.
+def _members(tenant_id: int, group: str = "") -> tuple[str, str]:
+    """The tenant's active members now, as two strings of ` id ` keys: those who may answer (operators; for
+    requests routed to `group`, admins and that group's members), and the others, who watch.
 
     Strings rather than sets: the in-memory layer deep-copies a message for every socket and the Redis layer
     serialises it for every socket, and a string costs one copy however many members it lists.
     """
+    approvers: set[int] = set()
+    if group:
+        routed = ApproverGroup.objects.filter(tenant_id=tenant_id, name=group)
+        approvers = set(routed.values_list("members", flat=True))
     operators, readers = [" "], [" "]
     for user_id, role in Membership.objects.filter(tenant_id=tenant_id, user__is_active=True).values_list(
         "user_id", "role"
     ):
-        (operators if ROLE_RANK[Role(role)] >= ROLE_RANK[Role.OPERATOR] else readers).append(f"{user_id} ")
+        rank = ROLE_RANK[Role(role)]
+        may_answer = rank >= ROLE_RANK[Role.OPERATOR] and (
+            not group or rank >= ROLE_RANK[Role.ADMIN] or user_id in approvers
+        )
+        (operators if may_answer else readers).append(f"{user_id} ")
     return "".join(operators), "".join(readers)
 
 
@@ -55,9 +64,10 @@ def _send(tenant_id: int, message: dict[str, Any]) -> None:
         async_to_sync(layer.group_send)(tenant_group(tenant_id), message)
 
 
-def _push(tenant_id: int, operator: dict[str, Any], reader: dict[str, Any] | None = None) -> None:
-    """Push `operator` to the members who may answer and `reader` (the same when None) to the others."""
-    operators, readers = _members(tenant_id)
+def _push(tenant_id: int, operator: dict[str, Any], reader: dict[str, Any] | None = None, *, group: str = "") -> None:
+    """Push `operator` to the members who may answer (requests routed to `group`: its members and admins) and
+    `reader` (the same when None) to the others."""
+    operators, readers = _members(tenant_id, group)
     # When the push left (rendered, counted, members read), so clients and benchmarks see the fan-out latency.
     sent_at = {"sentAt": time.time()}
     operator_text = json.dumps({**operator, **sent_at})
@@ -72,21 +82,28 @@ def _push(tenant_id: int, operator: dict[str, Any], reader: dict[str, Any] | Non
 
 
 def notify_requests_opened(requests: list[PendingRequest]) -> None:
-    """New requests: every open inbox of the tenant shows them."""
+    """New requests: every open inbox of the tenant shows them; those who may not answer them (readers, and
+    operators outside the group a request is routed to) get the card without its forms."""
     if not requests:
         return
     tenant_id = requests[0].tenant_id
-    common = {
-        "type": "requests_opened",
-        "ids": [str(r.id) for r in requests],
-        "titles": [f"{r.agent.name}: {r.tool_name}" for r in requests],
-        "pending": pending_count(tenant_id),
-    }
-    _push(
-        tenant_id,
-        {**common, "html": "".join(render_request(r, can_answer=True) for r in requests)},
-        {**common, "html": "".join(render_request(r, can_answer=False) for r in requests)},
-    )
+    pending = pending_count(tenant_id)
+    by_group: dict[str, list[PendingRequest]] = {}
+    for request in requests:
+        by_group.setdefault(request.approvers, []).append(request)
+    for group, routed in by_group.items():
+        common = {
+            "type": "requests_opened",
+            "ids": [str(r.id) for r in routed],
+            "titles": [f"{r.agent.name}: {r.tool_name}" for r in routed],
+            "pending": pending,
+        }
+        _push(
+            tenant_id,
+            {**common, "html": "".join(render_request(r, can_answer=True) for r in routed)},
+            {**common, "html": "".join(render_request(r, can_answer=False) for r in routed)},
+            group=group,
+        )
 
 
 def notify_requests_closed(tenant_id: int, request_ids: list[str]) -> None:

@@ -24,7 +24,7 @@ from agents.models import Agent
 from approvals.answers import ClaimRefused, Outcome, Response, ResponseRefused, claim, release, respond
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import PendingRequest, RequestKind, groups_of
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
 from console.tenancy import ConsoleRequest, role_required
@@ -103,6 +103,9 @@ def inbox(request: ConsoleRequest) -> HttpResponse:
     # One row past the page says whether another page follows: no count over the open requests.
     listed = list(filters.apply(_open_requests(tenant))[start : start + PAGE_SIZE + 1])
     requests = _with_batches(listed[:PAGE_SIZE])
+    groups = groups_of(request.membership)
+    for pending in requests:
+        pending.answerable = pending.answerable_by(request.membership, groups)  # type: ignore[attr-defined]
     page = {
         "number": number,
         "start": start + 1,
@@ -173,7 +176,13 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         return redirect("inbox")
     if error is None:
         return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
-    context = {"r": pending, "can_answer": True, "error": error, "field_errors": form.field_errors, "closed": closed}
+    context = {
+        "r": pending,
+        "can_answer": pending.answerable_by(membership),
+        "error": error,
+        "field_errors": form.field_errors,
+        "closed": closed,
+    }
     return render(request, "approvals/request.html", {**context, "posted": request.POST})
 
 
@@ -191,7 +200,7 @@ def claim_or_release(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResp
         if not request.htmx:
             messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {refused.detail}")
             return redirect("inbox")
-        context = {"r": pending, "can_answer": True, "error": refused.detail}
+        context = {"r": pending, "can_answer": pending.answerable_by(request.membership), "error": refused.detail}
         return render(request, "approvals/request.html", context, status=200)
     if not request.htmx:
         return redirect("inbox")

@@ -604,6 +604,9 @@ def test_it_lists_the_tenants_open_requests(operator, outsider, assistant):
         "answer": None,
         "answeredBy": None,
         "answeredAt": None,
+        "claimedBy": None,
+        "claimedAt": None,
+        "approvers": None,
     }
     assert operator.api("GET", "/api/requests?status=pending").json()["items"] == listed["items"]
     done = operator.api("GET", "/api/requests?status=answered").json()["items"]
