@@ -376,6 +376,7 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
                 requested_schema=call.requested_schema,
                 engine_state=call.engine_state,
                 policy=call.policy,
+                approvers=prepared.version.definition.approvers_for(call.kind, call.tool_name, call.policy),
                 expires_at=expires_at,
             )
             opened.append(pending)
