@@ -1,0 +1,54 @@
+"""Routing in real browsers: a request routed to a group reaches every inbox, live and on a reload, with its
+forms only for the group's members and admins; another operator sees it read-only, "for <group>"."""
+
+from collections.abc import Callable
+from uuid import uuid4
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import Server
+from tests.browser.test_inbox import SEND, api, continuation_of, create_agent, open_inbox, run  # noqa: F401
+from tests.processes.cluster import Api
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_group_routed_request_is_read_only_for_a_non_member(
+    api: dict[str, Api],  # noqa: F811
+    sign_in: Callable[[str], Page],
+    server: Server,
+) -> None:
+    group = f"finance-{uuid4().hex[:6]}"
+    server.manage("create_user", "nell", "--tenant", "acme", "--role", "operator", "--password", server.password)
+    server.manage("create_group", group, "--tenant", "acme", "--member", "otto")
+    agent = create_agent(api, tools=[{"name": "send_email", "approval": "always", "approvers": group}])
+    member, outsider_operator = sign_in("otto"), sign_in("nell")
+    for page in (member, outsider_operator):
+        open_inbox(page)
+
+    asked = run(api["otto"], agent, SEND, uuid4().hex)
+    rid = asked["pendingRequests"][0]["requestId"]
+
+    theirs, ours = outsider_operator.locator(f"#request-{rid}"), member.locator(f"#request-{rid}")
+    for page in (outsider_operator, member):  # pushed, then as the page renders it
+        card = page.locator(f"#request-{rid}")
+        expect(card).to_contain_text(f"for {group}")
+        if page is outsider_operator:
+            expect(card).to_contain_text(f"For {group}: waiting for one of its members (or an admin) to answer.")
+            expect(card.get_by_role("button")).to_have_count(0)
+            expect(card.get_by_role("checkbox")).to_have_count(0)
+            page.reload()
+            expect(theirs.get_by_role("button")).to_have_count(0)
+            expect(theirs).to_contain_text(f"For {group}")
+        else:
+            expect(card.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+    theirs.focus()
+    outsider_operator.keyboard.press("a")  # no form, so nothing to press
+    outsider_operator.wait_for_timeout(300)
+    status, body = api["otto"]("GET", f"/api/requests/{rid}")
+    assert (status, body["answered"]) == (200, False)
+
+    ours.get_by_role("button", name="Approve", exact=True).click()
+    expect(theirs).to_have_count(0)
+    assert continuation_of(api["otto"], asked)["output"] == "send_email: sent to a@b.c"
