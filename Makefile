@@ -7,7 +7,7 @@ PY := .venv/bin/python
 # Use the uv on PATH when it runs; otherwise bootstrap one into .tools/.
 UV := $(shell uv --version >/dev/null 2>&1 && echo uv || echo .tools/bin/uv)
 
-.PHONY: setup run test test-sqlite test-postgres browser lint bench
+.PHONY: setup run test test-sqlite test-postgres browser lint bench axe screens
 
 .tools/bin/uv:
 	python3 -m venv .tools
@@ -22,6 +22,11 @@ run: setup
 	$(PY) manage.py seed_demo
 	@echo "Airlock console: http://$(HOST):$(PORT)/"
 	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+
+# axe-core, the accessibility checker of the browser tests, from the npm registry into .tools/ (the first
+# browser test that needs it fetches it too; without npm or the registry it is skipped, except under CI).
+axe: setup
+	$(PY) -m tests.browser.axe
 
 # Browser tests drive Debian's Chromium; install it when it is missing and we may.
 browser:

@@ -57,3 +57,21 @@
   }
   connect();
 })();
+
+// A table or block of code wider than the screen scrolls in its own box (console.css); one that does is made
+// focusable, so it can be scrolled from the keyboard too (WCAG 2.1.1).
+(function () {
+  "use strict";
+  function markScrollers() {
+    document.querySelectorAll("main table, main pre").forEach((box) => {
+      const scrolls = box.scrollWidth > box.clientWidth + 1 && getComputedStyle(box).overflowX !== "visible";
+      if (scrolls && !box.hasAttribute("tabindex")) box.setAttribute("tabindex", "0");
+      else if (!scrolls && box.getAttribute("tabindex") === "0") box.removeAttribute("tabindex");
+    });
+  }
+  let pending = 0;
+  function soon() { cancelAnimationFrame(pending); pending = requestAnimationFrame(markScrollers); }
+  document.addEventListener("DOMContentLoaded", soon);
+  window.addEventListener("resize", soon);
+  document.addEventListener("htmx:afterSettle", soon);
+})();
