@@ -206,8 +206,20 @@
     return hours ? `${hours}:${String(minutes).padStart(2, "0")}:${secs}` : `${minutes}:${secs}`;
   }
 
+  function age(seconds) {
+    if (seconds < 60) return "just now";
+    const minutes = Math.floor(seconds / 60);
+    if (minutes < 60) return `${minutes} min ago`;
+    const hours = Math.floor(minutes / 60);
+    if (hours < 48) return `${hours} h ${minutes % 60} min ago`;
+    return `${Math.floor(hours / 24)} days ago`;
+  }
+
   function tick() {
     const now = Date.now();
+    list.querySelectorAll("[data-age]").forEach((time) => {
+      time.textContent = age(Math.max(0, Math.floor((now - Date.parse(time.dateTime)) / 1000)));
+    });
     list.querySelectorAll("[data-countdown]").forEach((clock) => {
       const left = Math.ceil((Date.parse(clock.dataset.countdown) - now) / 1000);
       const expired = left <= 0;
@@ -403,6 +415,7 @@
 
   document.addEventListener("click", (event) => {
     if (event.target.closest("[data-show-keys]")) showKeys();
+    if (event.target.closest("[data-edit-json]")) edit(event.target.closest(".request-card"));
     if (event.target.closest("[data-clear-selection]")) {
       list.querySelectorAll("[data-select]:checked").forEach((box) => { box.checked = false; });
       syncSelection();

@@ -1,0 +1,72 @@
+"""What a request card says around the question (SPEC section 11, "the operator's day"): the tool's description
+(Markdown, rendered without raw HTML), the user message that led to the call, and the arguments as rows.
+
+Like the card's other filters (approvals/templatetags/inbox.py) these take the request alone: approvals/push.py
+renders the card with nothing else.
+"""
+
+import json
+from typing import Any
+
+from django import template
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+
+from agents.models import Run
+from agents.tools import REGISTRY
+from approvals.models import PendingRequest, RequestKind
+
+register = template.Library()
+
+# CommonMark with raw HTML off (it is shown as text) and markdown-it's link validation (no javascript:, vbscript:,
+# file: or data: links); no images, which would load from wherever a description points.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).disable("image")
+# How far back a continuation looks for the message its session was given (each step one small query).
+_MESSAGE_DEPTH = 20
+
+
+def render_markdown(text: str) -> SafeString:
+    """Markdown as HTML safe to put in a page: no raw HTML, no scriptable link, no image."""
+    return mark_safe(_MARKDOWN.render(text))  # markdown-it escapes all text and refuses raw HTML
+
+
+@register.filter
+def tool_description(pending: PendingRequest) -> SafeString:
+    """The requested tool's description, rendered: a server tool's docstring or a client tool's description
+    from the definition of the run that asked; "" when there is none (an MCP tool's lives on its server)."""
+    definition = pending.run.version.definition
+    text = ""
+    if pending.kind == RequestKind.CLIENT_TOOL:
+        text = next((t.description for t in definition.client_tools if t.name == pending.tool_name), "")
+    elif pending.tool_name in REGISTRY and any(t.name == pending.tool_name for t in definition.tools):
+        text = REGISTRY[pending.tool_name].description
+    return render_markdown(text) if text.strip() else SafeString("")
+
+
+@register.filter
+def triggering_message(pending: PendingRequest) -> str:
+    """The user message that led to the request: the asking run's, else (a continuation, which carries answers
+    only) that of the nearest earlier run of the session that had one."""
+    run: Run | None = pending.run
+    for _ in range(_MESSAGE_DEPTH):
+        if run is None:
+            break
+        if run.message:
+            return run.message
+        run = run.previous_run if run.previous_run_id is not None else None
+    return ""
+
+
+@register.filter
+def argument_rows(arguments: Any) -> list[dict[str, Any]]:
+    """The call's arguments as rows: a text value as it is, any other value as compact JSON."""
+    if not isinstance(arguments, dict):
+        return []
+    return [
+        {
+            "name": name,
+            "value": value if isinstance(value, str) else json.dumps(value, ensure_ascii=False),
+            "json": not isinstance(value, str),
+        }
+        for name, value in arguments.items()
+    ]
