@@ -162,7 +162,8 @@ ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440 * 4, minimum=1)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Hashed names and a far-future cache (console/staticfiles.py); `collectstatic` runs in `make setup`.
+    "staticfiles": {"BACKEND": "console.staticfiles.HashedStaticFilesStorage"},
 }
 
 # With DEBUG on, mail goes to files in the data folder; in production it goes out over SMTP

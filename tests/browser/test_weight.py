@@ -1,0 +1,80 @@
+"""What a console page costs to load: under 150 KB cold (HTML, CSS, JS, images, as sent over the wire), and
+its static files under hashed names with a far-future cache, so the next page loads none of them again."""
+
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Page, Request
+
+from tests.browser.conftest import Server
+from tests.browser.console_pages import ConsolePage, prepare
+from tests.processes.cluster import Api
+
+pytestmark = pytest.mark.browser
+
+BUDGET = 150_000  # bytes
+FAR_FUTURE = 365 * 24 * 3600
+
+
+@pytest.fixture(scope="module")
+def pages(server: Server, acme_team: dict[str, str]) -> list[ConsolePage]:
+    return prepare(Api(server.url, acme_team["ada"]), Api(server.url, acme_team["otto"]), prefix="weight")
+
+
+def load(page: Page, path: str) -> list[tuple[Request, int]]:
+    """The page's requests (the websocket aside) and the bytes each took on the wire, headers included."""
+    loaded: list[tuple[Request, int]] = []
+
+    def count(request: Request) -> None:
+        sizes = request.sizes()
+        loaded.append((request, sizes["responseBodySize"] + sizes["responseHeadersSize"]))
+
+    page.on("requestfinished", count)
+    try:
+        page.goto(path)
+        page.wait_for_load_state("networkidle")
+    finally:
+        page.remove_listener("requestfinished", count)
+    return loaded
+
+
+def test_it_loads_every_console_page_under_150_kb_cold(
+    pages: list[ConsolePage], sign_in: Callable[[str], Page]
+) -> None:
+    page = sign_in("ada")
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+    heavy = {}
+    for console_page in [*pages, ConsolePage("login", "/login/")]:
+        loaded = load(page, console_page.path)
+        kinds = {request.resource_type for request, _ in loaded}
+        assert {"document", "stylesheet", "script"} <= kinds, (console_page.path, kinds)
+        total = sum(size for _, size in loaded)
+        if total >= BUDGET:
+            heavy[console_page.path] = {request.url: size for request, size in loaded}
+    assert heavy == {}, f"pages of {BUDGET} bytes or more: {heavy}"
+
+
+def test_it_serves_static_files_under_hashed_names_for_a_year(
+    pages: list[ConsolePage], sign_in: Callable[[str], Page]
+) -> None:
+    page = sign_in("ada")
+    static = [request for request, _ in load(page, "/inbox/") if "/static/" in request.url]
+    assert len(static) >= 3
+    for request in static:
+        response = request.response()
+        assert response is not None and response.status == 200, request.url
+        # console.css -> console.<12 hex digits>.css
+        name = request.url.rsplit("/", 1)[1]
+        assert len(name.split(".")) >= 3 and len(name.split(".")[-2]) == 12, request.url
+        cache = response.headers["cache-control"]
+        max_age = int(cache.split("max-age=")[1].split(",")[0])
+        assert max_age >= FAR_FUTURE and "immutable" in cache, (request.url, cache)
+
+    # The next page takes them from the browser's cache: only its HTML comes over the network.
+    again = load(page, "/rules/")
+    seen = {request.url for request in static}
+    fetched = [request.url for request, size in again if request.url in seen and size > 0]
+    assert fetched == []
+    assert any(request.resource_type == "document" and size > 0 for request, size in again)

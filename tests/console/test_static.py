@@ -1,0 +1,28 @@
+"""Static file names: hashed from collectstatic's manifest, DEBUG or not; plain when the manifest lacks them."""
+
+import json
+from pathlib import Path
+
+from console.staticfiles import HashedStaticFilesStorage
+
+
+def storage_with(tmp_path: Path, paths: dict[str, str]) -> HashedStaticFilesStorage:
+    (tmp_path / "staticfiles.json").write_text(json.dumps({"paths": paths, "version": "1.1", "hash": "0"}))
+    return HashedStaticFilesStorage(location=tmp_path, base_url="/static/")
+
+
+def test_it_links_the_hashed_name_with_debug_on(tmp_path, settings):
+    settings.DEBUG = True
+    storage = storage_with(tmp_path, {"console/console.css": "console/console.0123456789ab.css"})
+    assert storage.url("console/console.css") == "/static/console/console.0123456789ab.css"
+
+
+def test_it_links_the_plain_name_of_a_file_the_manifest_lacks(tmp_path, settings):
+    settings.DEBUG = False
+    storage = storage_with(tmp_path, {})
+    assert storage.url("console/new.js") == "/static/console/new.js"
+
+
+def test_it_links_plain_names_before_any_collectstatic(tmp_path):
+    storage = HashedStaticFilesStorage(location=tmp_path, base_url="/static/")
+    assert storage.url("console/console.css") == "/static/console/console.css"
