@@ -28,6 +28,11 @@ run: setup
 axe: setup
 	$(PY) -m tests.browser.axe
 
+# Screenshots of every console page at 1366 and 390 px into docs/screens/ (a console of its own with the demo
+# data, as `make run` serves it; tests/browser/screens.py).
+screens: setup browser
+	$(PY) -m tests.browser.screens
+
 # Browser tests drive Debian's Chromium; install it when it is missing and we may.
 browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \

@@ -21,9 +21,10 @@ class ConsolePage:
     path: str
 
 
-def prepare(admin: Api, operator: Api, prefix: str = "walk") -> list[ConsolePage]:
-    """Make an agent, its runs and a rule through the API; the pages that show them, login excluded."""
-    name = f"{prefix}-{uuid4().hex[:6]}"
+def prepare(admin: Api, operator: Api, prefix: str = "walk", name: str | None = None) -> list[ConsolePage]:
+    """Make an agent (`name`, else `prefix` and a random suffix), its runs and a rule through the API; the
+    pages that show them, login excluded."""
+    name = name or f"{prefix}-{uuid4().hex[:6]}"
     tools = [{"name": "send_email", "approval": "always"}, {"name": "get_time"}]
     definition = {
         "name": name,
