@@ -1,5 +1,6 @@
 """Settings for Airlock, read from the environment (see README.md for the variables)."""
 
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -165,6 +166,10 @@ STORAGES = {
     # Hashed names and a far-future cache (console/staticfiles.py); `collectstatic` runs in `make setup`.
     "staticfiles": {"BACKEND": "console.staticfiles.HashedStaticFilesStorage"},
 }
+if "pytest" in sys.modules:
+    # Unit tests render pages whatever an earlier collectstatic left in STATIC_ROOT: plain names. (The browser
+    # tests' server is a process of its own, without pytest: it links the hashed names, as production does.)
+    STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
 
 # With DEBUG on, mail goes to files in the data folder; in production it goes out over SMTP
 # (a file backend there would drop every email, and `check --deploy` refuses it). MAIL_BACKEND overrides.
