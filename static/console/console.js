@@ -46,7 +46,7 @@
       const data = JSON.parse(event.data);
       if (typeof data.pending === "number") {
         document.querySelectorAll("[data-live-pending]").forEach((el) => (el.textContent = String(data.pending)));
-        badge.classList.toggle("hot", data.pending > 0);
+        document.querySelectorAll(".badge[data-live-pending]").forEach((el) => el.classList.toggle("hot", data.pending > 0));
       }
       document.dispatchEvent(new CustomEvent("airlock:push", { detail: data }));
     });

@@ -64,6 +64,8 @@ def test_it_folds_the_menu_behind_a_button_on_a_phone(sign_in: Callable[[str], P
     page.set_viewport_size(PHONE)
     expect(button).to_be_visible()
     expect(button).to_have_attribute("aria-expanded", "false")
+    # The folded menu still shows how many requests wait.
+    expect(button.locator(".badge")).to_have_text(page.locator("#pending-count").inner_text())
     expect(menu.get_by_role("link", name="Audit")).to_be_hidden()
     button.click()
     expect(button).to_have_attribute("aria-expanded", "true")
