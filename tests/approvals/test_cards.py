@@ -55,11 +55,11 @@ def test_the_arguments_are_a_table_with_the_json_editor_one_click_away(operator,
 
     table = re.search(r'<table class="args-table"[^>]*>(.*?)</table>', page, re.S).group(1)
     rows = re.findall(r"<th scope=\"row\"><code>(\w+)</code></th><td>(.*?)</td>", table)
-    assert rows == [
-        ("to", "a@b.c"),
-        ("subject", "Hi &lt;there&gt;"),
+    assert sorted(rows) == [  # in the stored order, which PostgreSQL's jsonb does not keep as given
         ("body", "line one<br>line two"),
         ("cc", "<code>[&quot;x@y.z&quot;]</code>"),
+        ("subject", "Hi &lt;there&gt;"),
+        ("to", "a@b.c"),
     ]
     card = page.split(f'id="request-{rid}"')[1]
     assert card.index("data-edit-json>Edit as JSON</button>") < card.index('<details class="edit-args">')
