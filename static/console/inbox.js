@@ -160,7 +160,8 @@
   function syncBatches() {
     if (!batchTemplate) return;
     const runs = new Map();
-    cards().filter((card) => card.dataset.kind === "approval").forEach((card) => {
+    // Only cards this user may answer (a request routed to a group they are not in has no form).
+    cards().filter((card) => card.dataset.kind === "approval" && card.querySelector("[data-answer-form]")).forEach((card) => {
       if (!runs.has(card.dataset.run)) runs.set(card.dataset.run, []);
       runs.get(card.dataset.run).push(card);
     });

@@ -27,8 +27,9 @@ def test_a_group_routed_request_is_read_only_for_a_non_member(
     for page in (member, outsider_operator):
         open_inbox(page)
 
-    asked = run(api["otto"], agent, SEND, uuid4().hex)
+    asked = run(api["otto"], agent, f"{SEND}\n{SEND}", uuid4().hex)  # two approvals: a batch bar for members
     rid = asked["pendingRequests"][0]["requestId"]
+    bar = f'.batch-bar[data-batch-run="{asked["runId"]}"]'
 
     theirs, ours = outsider_operator.locator(f"#request-{rid}"), member.locator(f"#request-{rid}")
     for page in (outsider_operator, member):  # pushed, then as the page renders it
@@ -38,17 +39,21 @@ def test_a_group_routed_request_is_read_only_for_a_non_member(
             expect(card).to_contain_text(f"For {group}: waiting for one of its members (or an admin) to answer.")
             expect(card.get_by_role("button")).to_have_count(0)
             expect(card.get_by_role("checkbox")).to_have_count(0)
+            expect(page.locator(bar)).to_have_count(0)  # pushed: no batch bar for what they cannot answer
             page.reload()
             expect(theirs.get_by_role("button")).to_have_count(0)
             expect(theirs).to_contain_text(f"For {group}")
         else:
             expect(card.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+    expect(member.locator(bar)).to_be_visible()
+    expect(outsider_operator.locator(bar)).to_have_count(0)
     theirs.focus()
     outsider_operator.keyboard.press("a")  # no form, so nothing to press
     outsider_operator.wait_for_timeout(300)
     status, body = api["otto"]("GET", f"/api/requests/{rid}")
     assert (status, body["answered"]) == (200, False)
 
-    ours.get_by_role("button", name="Approve", exact=True).click()
+    member.locator(bar).get_by_role("button", name="Approve all").click()
     expect(theirs).to_have_count(0)
-    assert continuation_of(api["otto"], asked)["output"] == "send_email: sent to a@b.c"
+    expect(ours).to_have_count(0)
+    assert continuation_of(api["otto"], asked)["output"] == "send_email: sent to a@b.c\nsend_email: sent to a@b.c"
