@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -186,6 +187,16 @@ def _one_per_kind(items: list["KindRouting"]) -> list["KindRouting"]:
     return items
 
 
+# How deep sub-agents may call sub-agents: an agent's sub-agents are depth 1 (SPEC section 10).
+MAX_SUBAGENT_DEPTH = 3
+
+
+def _distinct(names: list[str]) -> list[str]:
+    if len(set(names)) != len(names):
+        raise ValueError("a sub-agent is named twice")
+    return names
+
+
 def _unique(what: str) -> AfterValidator:
     """Names must differ within the list; the error points at the list ("parameters")."""
 
@@ -223,6 +234,20 @@ class DefinitionContent(WireModel):
     request_kinds: Annotated[list[KindRouting], AfterValidator(_one_per_kind)] = Field(
         default_factory=list, exclude_if=lambda value: not value
     )
+
+    # Other agents of the tenant the model may call as tools `name(task)` (SPEC section 10).
+    sub_agents: Annotated[list[Annotated[str, StringConstraints(pattern=SLUG)]], AfterValidator(_distinct)] = Field(
+        default_factory=list, max_length=16, exclude_if=lambda value: not value
+    )
+
+    @field_validator("sub_agents")
+    @classmethod
+    def _no_clash_with_tools(cls, sub_agents: list[str], info: ValidationInfo) -> list[str]:
+        tools = {t.name for t in info.data.get("tools", [])} | {t.name for t in info.data.get("client_tools", [])}
+        clash = tools & set(sub_agents)
+        if clash:
+            raise ValueError(f"a tool and a sub-agent share the name {sorted(clash)[0]!r}")
+        return sub_agents
 
     @field_validator("hooks")
     @classmethod

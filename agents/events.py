@@ -1,68 +1,21 @@
-"""The event log of a run (SPEC section 5): the envelope chain, stored and ephemeral events, and the
-event types. Every module names an event type through `EventType`, never a string of its own."""
+"""The event log of a run (SPEC section 5): the envelope chain of stored and ephemeral events. The types and
+their payloads are `agents.payloads`; every module names an event type through `EventType`, never a string."""
 
 import asyncio
+import contextlib
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
-from enum import StrEnum
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
+from agents import live
 from agents.models import Event, Run
-
-
-class EventType(StrEnum):
-    RUN_STARTED = "run.started"
-    RUN_AWAITING = "run.awaiting"
-    RUN_RETRYING = "run.retrying"
-    RUN_COMPLETED = "run.completed"
-    RUN_FAILED = "run.failed"
-    RUN_CANCELLED = "run.cancelled"
-    RUN_BLOCKED = "run.blocked"
-    POLICY_VERDICT = "policy.verdict"
-    USER_MESSAGE = "user.message"
-    DOCUMENT_ATTACHED = "document.attached"
-    ASSISTANT_TURN_START = "assistant.turn_start"
-    ASSISTANT_TURN_END = "assistant.turn_end"
-    ASSISTANT_MESSAGE = "assistant.message"
-    ASSISTANT_MESSAGE_DELTA = "assistant.message_delta"
-    ASSISTANT_REASONING_DELTA = "assistant.reasoning_delta"
-    ASSISTANT_USAGE = "assistant.usage"
-    TOOL_EXECUTION_START = "tool.execution_start"
-    TOOL_EXECUTION_PROGRESS = "tool.execution_progress"
-    TOOL_EXECUTION_PARTIAL_RESULT = "tool.execution_partial_result"
-    TOOL_EXECUTION_COMPLETE = "tool.execution_complete"
-    PERMISSION_REQUESTED = "permission.requested"
-    PERMISSION_COMPLETED = "permission.completed"
-    EXTERNAL_TOOL_REQUESTED = "external_tool.requested"
-    EXTERNAL_TOOL_COMPLETED = "external_tool.completed"
-    ELICITATION_REQUESTED = "elicitation.requested"
-    ELICITATION_COMPLETED = "elicitation.completed"
-    REQUEST_TERMINATED = "request.terminated"
-    USER_INPUT_REQUESTED = "user_input.requested"
-    USER_INPUT_COMPLETED = "user_input.completed"
-    EXIT_PLAN_MODE_REQUESTED = "exit_plan_mode.requested"
-    EXIT_PLAN_MODE_COMPLETED = "exit_plan_mode.completed"
-    SESSION_LIMITS_EXHAUSTED_REQUESTED = "session_limits_exhausted.requested"
-    SESSION_LIMITS_EXHAUSTED_COMPLETED = "session_limits_exhausted.completed"
-    SESSION_IDLE = "session.idle"
-
-
-# What a run's log says when its turn ends (completed, failed, cancelled, blocked or awaiting_*): on the session
-# stream each is followed by `session.idle`.
-TURN_ENDS = frozenset(
-    {
-        EventType.RUN_COMPLETED,
-        EventType.RUN_FAILED,
-        EventType.RUN_CANCELLED,
-        EventType.RUN_BLOCKED,
-        EventType.RUN_AWAITING,
-    }
-)
-
+from agents.payloads import TURN_ENDS as TURN_ENDS
+from agents.payloads import EventType as EventType  # the types live with their payloads
+from agents.payloads import Payload
 
 Listener = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -80,6 +33,10 @@ class EventLog:
         self.parent: uuid.UUID | None = None
         # Set while a keeper runs in this process (agents/turns.py): events reach the database mid-turn.
         self.live = False
+        # The stored events already published to the session's stream (agents.live).
+        self.published = 0
+        # Whose events `record` writes (`speaking_for`): a sub-agent's `agentId`, or "" for the run's agent.
+        self._agent_id = ""
         self._flushing = threading.Lock()
 
     @classmethod
@@ -99,10 +56,10 @@ class EventLog:
                 Event.objects.bulk_create(events)
                 self.flushed += len(events)
 
-    def envelope(self, event_type: str, data: dict[str, Any], ephemeral: bool) -> dict[str, Any]:
+    def envelope(self, event_type: str, data: dict[str, Any], ephemeral: bool, agent_id: str = "") -> dict[str, Any]:
         now = timezone.now()
         if ephemeral:
-            return {
+            envelope = {
                 "id": str(uuid.uuid4()),
                 "runId": str(self.run.id),
                 "sequence": self.sequence,
@@ -112,9 +69,12 @@ class EventLog:
                 "type": event_type,
                 "data": data,
             }
-        return event_envelope(self._store(event_type, data, now))
+            if agent_id:
+                envelope["agentId"] = agent_id
+            return envelope
+        return event_envelope(self._store(event_type, data, now, agent_id))
 
-    def _store(self, event_type: str, data: dict[str, Any], now: Any = None) -> Event:
+    def _store(self, event_type: str, data: dict[str, Any], now: Any = None, agent_id: str = "") -> Event:
         self.sequence += 1
         event = Event(
             run=self.run,
@@ -123,19 +83,40 @@ class EventLog:
             type=event_type,
             data=data,
             timestamp=now or timezone.now(),
+            agent_id=agent_id,
         )
         self.stored.append(event)
         self.parent = event.id
         return event
 
-    async def emit(self, event_type: str, data: dict[str, Any], ephemeral: bool = False) -> None:
-        if self.listener is not None:
-            await self.listener(self.envelope(event_type, data, ephemeral))
-        elif not ephemeral:
-            self.record(event_type, data)
-        if self.live and event_type == EventType.TOOL_EXECUTION_START and data.get("sideEffects"):
+    async def emit(self, payload: Payload, agent_id: str | None = None) -> None:
+        """Report an event: into the log, to the live listener when there is one, and to the session's stream
+        readers (agents.live)."""
+        data = payload.dump()
+        session = self.run.session_id
+        if self.listener is None and session is None:
+            if not payload.ephemeral:
+                self._store(payload.type, data, agent_id=agent_id or "")
+        else:
+            envelope = self.envelope(payload.type, data, payload.ephemeral, agent_id or "")
+            if self.listener is not None:
+                await self.listener(envelope)
+            if session is not None:
+                # What synchronous code recorded before (the run's start) goes out first, in order.
+                backlog = self._unpublished()
+                await live.publish(session, [*backlog, envelope] if payload.ephemeral else backlog)
+        if self.live and payload.type == EventType.TOOL_EXECUTION_START and data.get("sideEffects"):
             # Stored before the tool runs: should this process die from here on, the run is not retried.
             await asyncio.to_thread(self._flush_apart)
+
+    def _unpublished(self) -> list[dict[str, Any]]:
+        events, self.published = self.stored[self.published :], len(self.stored)
+        return [event_envelope(event) for event in events]
+
+    def publish_rest(self) -> None:
+        """Publish the stored events not published yet (from synchronous code, once they are committed)."""
+        if self.run.session_id is not None:
+            live.publish_now(self.run.session_id, self._unpublished())
 
     def _flush_apart(self) -> None:
         try:
@@ -143,13 +124,22 @@ class EventLog:
         finally:
             connection.close()
 
-    def record(self, event_type: str, data: dict[str, Any]) -> None:
+    def record(self, payload: Payload, agent_id: str | None = None) -> None:
         """A stored event from synchronous code (no live listener is called)."""
-        self._store(event_type, data)
+        self._store(payload.type, payload.dump(), agent_id=agent_id or self._agent_id)
+
+    @contextlib.contextmanager
+    def speaking_for(self, agent_id: str | None) -> Iterator[None]:
+        """`record` writes the events of the sub-agent `agent_id` (None: of the run's agent) meanwhile."""
+        before, self._agent_id = self._agent_id, agent_id or ""
+        try:
+            yield
+        finally:
+            self._agent_id = before
 
 
 def event_envelope(event: Event) -> dict[str, Any]:
-    return {
+    envelope = {
         "id": str(event.id),
         "runId": str(event.run_id),
         "sequence": event.sequence,
@@ -159,6 +149,9 @@ def event_envelope(event: Event) -> dict[str, Any]:
         "type": event.type,
         "data": event.data,
     }
+    if event.agent_id:
+        envelope["agentId"] = event.agent_id
+    return envelope
 
 
 def session_idle(last: dict[str, Any]) -> dict[str, Any] | None:

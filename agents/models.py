@@ -4,10 +4,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.definitions import ConnectionRefused, DefinitionContent
+from agents.definitions import MAX_SUBAGENT_DEPTH, ConnectionRefused, DefinitionContent
 from console.models import Connection, Tenant
 
 
@@ -55,6 +55,8 @@ class Agent(models.Model):
         """Store `content` as the next version; earlier versions are never touched. Raises
         ConnectionRefused when it names a connection the tenant may not use."""
         problems = content.connection_problems(Connection.objects.specs_for(self.tenant, content.connection_names))
+        if problems is None:
+            problems = subagent_problems(self.tenant, content)
         if problems is not None:
             raise ConnectionRefused(*problems)
         with transaction.atomic():
@@ -83,6 +85,37 @@ class Agent(models.Model):
     @property
     def current(self) -> "AgentVersion":
         return self.versions.get(number=self.current_version)
+
+
+def subagent_problems(tenant: Tenant, content: DefinitionContent) -> tuple[str, dict[str, str]] | None:
+    """Why `content`'s sub-agents cannot be saved (SPEC section 10): one is not an agent of the tenant (400
+    `unknown_subagent`), a chain of sub-agents leads back to the agent (400 `subagent_cycle`), or goes deeper
+    than MAX_SUBAGENT_DEPTH (400 `subagent_too_deep`); None when all is well. Other agents are read as their
+    current versions are, level by level."""
+    live = Agent.objects.live().filter(tenant=tenant)
+    known = set(live.filter(name__in=content.sub_agents).values_list("name", flat=True))
+    unknown = {
+        f"subAgents.{i}": f"no agent named {name!r} in this tenant"
+        for i, name in enumerate(content.sub_agents)
+        if name not in known and name != content.name
+    }
+    if unknown:
+        return "unknown_subagent", unknown
+    chains = [(f"subAgents.{i}", [content.name, name]) for i, name in enumerate(content.sub_agents)]
+    for _ in range(MAX_SUBAGENT_DEPTH + 1):
+        for field, chain in chains:
+            if chain[-1] == content.name:
+                return "subagent_cycle", {field: f"{' → '.join(chain)}: the agent would call itself"}
+            if len(chain) > MAX_SUBAGENT_DEPTH + 1:
+                depth = f"sub-agents go {MAX_SUBAGENT_DEPTH} deep at most"
+                return "subagent_too_deep", {field: f"{' → '.join(chain)}: {depth}"}
+        names = {chain[-1] for _, chain in chains}
+        current = AgentVersion.objects.filter(agent__in=live.filter(name__in=names), number=F("agent__current_version"))
+        calls = {version.agent.name: version.definition.sub_agents for version in current.select_related("agent")}
+        chains = [(field, [*chain, name]) for field, chain in chains for name in calls.get(chain[-1], [])]
+        if not chains:
+            return None
+    return None
 
 
 _PARSED: dict[tuple[int, Any], DefinitionContent] = {}
@@ -242,6 +275,8 @@ class Event(models.Model):
     type = models.CharField(max_length=48)
     data = models.JSONField(default=dict)
     timestamp = models.DateTimeField(default=timezone.now)
+    # A sub-agent's event (SPEC section 10): the envelope's `agentId` (`subagent.started` names it).
+    agent_id = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         ordering = ["run", "sequence"]

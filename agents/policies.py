@@ -39,6 +39,7 @@ from agent_hooks import (
 )
 from agent_hooks.approval import ApprovalOutcome, ApprovalRequest, ApprovalResolution
 
+from agents.payloads import Payload, PolicyVerdict
 from console.connections import ConnectionSpec
 
 SURFACE = HostSurface.from_capabilities(["model_calls", "tool_calls", "host_declaration"])
@@ -57,9 +58,8 @@ RESOLVER = "airlock-inbox"
 LIFTABLE = ("pre_tool_call", "output")
 FRAMEWORK = "airlock"
 SIGNATURE_HEADER = "X-Airlock-Signature"
-POLICY_VERDICT = "policy.verdict"  # agents.events.EventType.POLICY_VERDICT (this module is below the events)
 
-Emit = Callable[[str, dict[str, Any], bool], Awaitable[None]]
+Emit = Callable[[Payload], Awaitable[None]]
 
 
 def stable_key(context: Mapping[str, Any]) -> str:
@@ -404,15 +404,15 @@ class TurnPolicies:
         else:
             verdict_reason, verdict_message = verdict.reason, verdict.message
         point = context["interception_point"]
-        data: dict[str, Any] = {
-            "point": point,
-            "decision": decision,
-            "reason": verdict_reason,
-            "message": verdict_message,
-            "binding": _binding_of(record),
-            "enforced": self.enforced,
-        }
-        call = context.get("tool_call")
-        if call is not None:  # which call of the run it was about
-            data |= {"toolName": call.get("name"), "callId": call.get("id")}
-        await self.emit(POLICY_VERDICT, data, False)
+        call = context.get("tool_call") or {}  # at a tool point, which call of the run it was about
+        verdict_event = PolicyVerdict(
+            point=point,
+            decision=decision,
+            reason=verdict_reason,
+            message=verdict_message,
+            binding=_binding_of(record),
+            enforced=self.enforced,
+            toolName=call.get("name"),
+            toolCallId=call.get("id"),
+        )
+        await self.emit(verdict_event)

@@ -3,6 +3,7 @@ session, the answers it carries, parameters, culture, documents and connections.
 (`RunRejected`) changes nothing; `agents.runs.start_run` records what `PreparedRun` holds.
 """
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from itertools import chain
@@ -12,13 +13,16 @@ from django.db.models import Exists, F
 from pydantic import Field, StrictBool, field_validator
 
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
-from agents.definitions import CULTURE, WireModel
+from agents.definitions import CULTURE, MAX_SUBAGENT_DEPTH, DefinitionContent, WireModel
+from agents.engine.subagents import SubAgent
 from agents.lanes import LANE_PATTERN
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
 from approvals.kinds import KINDS, AnswerRefused
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from console.connections import ConnectionSpec
 from console.models import Connection, Tenant
+
+logger = logging.getLogger(__name__)
 
 
 class RunRejected(Exception):
@@ -129,6 +133,8 @@ class PreparedRun:
     terminated: list[PendingRequest] = field(default_factory=list)
     # The id the run gets, when its client chose one (a respond's `newRunId`).
     run_id: uuid.UUID | None = None
+    # The sub-agents its model may call, as they are now (SPEC section 10).
+    subagents: dict[str, SubAgent] = field(default_factory=dict)
 
 
 def live_version(tenant: Tenant, name: str, number: int | None) -> AgentVersion:
@@ -190,7 +196,42 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
     prepared.documents = [(d.name, d.content) for d in request.documents] + _attachment_documents(
         tenant, request.attachment_ids
     )
+    prepared.subagents = subagents_for(tenant, content, prepared.culture)
     return prepared
+
+
+def subagents_for(tenant: Tenant, content: DefinitionContent, culture: str, depth: int = 1) -> dict[str, SubAgent]:
+    """The sub-agents `content` names, each on its agent's current version with its connections, rules and
+    default parameter values, and theirs down to MAX_SUBAGENT_DEPTH. One whose parameters need a value it has
+    no default for, or which was deleted since, is not offered."""
+    if not content.sub_agents or depth > MAX_SUBAGENT_DEPTH:
+        return {}
+    versions = AgentVersion.objects.select_related("agent").filter(
+        agent__tenant=tenant,
+        agent__name__in=content.sub_agents,
+        agent__deleted_at__isnull=True,
+        number=F("agent__current_version"),
+    )
+    found: dict[str, SubAgent] = {}
+    for version in versions:
+        sub = version.definition
+        try:
+            bound = bind_parameters(sub, {})
+        except BindingError:
+            logger.warning("Sub-agent %s is not offered: its parameters need values", sub.name)
+            continue
+        consulted = Rule.objects.filter(agent=version.agent, revoked_at__isnull=True) if sub.consults_rules else []
+        found[sub.name] = SubAgent(
+            name=sub.name,
+            display_name=sub.display_name or sub.name,
+            description=sub.description,
+            content=sub,
+            connections=granted_connections(tenant, version),
+            instructions=render_instructions(resolve_culture(sub, culture), bound),
+            rules=list(consulted),
+            subagents=subagents_for(tenant, sub, culture, depth + 1),
+        )
+    return {name: found[name] for name in content.sub_agents if name in found}
 
 
 def granted_connections(tenant: Tenant, version: AgentVersion) -> dict[str, ConnectionSpec]:

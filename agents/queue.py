@@ -29,10 +29,11 @@ from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from agents.engine import Answers, TurnError
-from agents.events import EventLog, EventType
+from agents.events import EventLog
 from agents.lanes import queue_name
 from agents.models import AWAITING, Run, RunStatus
-from agents.prepare import PreparedRun, RunRequest, granted_connections
+from agents.payloads import ErrorInfo, RunRetrying
+from agents.prepare import PreparedRun, RunRequest, granted_connections, subagents_for
 from agents.runs import (
     ExecutionResult,
     StartedRun,
@@ -90,6 +91,7 @@ def load_started(run: Run) -> StartedRun:
         documents=[(name, text) for name, text in data.get("documents", [])],
         previous_run=None,
         connections=granted_connections(run.tenant, run.version),
+        subagents=subagents_for(run.tenant, run.version.definition, run.culture),
     )
     return StartedRun(
         run=run,
@@ -138,12 +140,11 @@ def _retry(started: StartedRun, error: TurnError | None) -> bool:
         if not held.update(status=RunStatus.QUEUED, worker_id="", lease_expires_at=None):
             return True  # reclaimed meanwhile: the reclaimer decides
         started.log.record(
-            EventType.RUN_RETRYING,
-            {
-                "attempt": run.attempts,
-                "error": {"code": error.code, "message": error.message},
-                "retryAt": run_after.isoformat(),
-            },
+            RunRetrying(
+                attempt=run.attempts,
+                error=ErrorInfo(code=error.code, message=error.message),
+                retryAt=run_after.isoformat(),
+            )
         )
         started.log.flush()
         queued = execute_queued.using(queue_name=queue_name(run.lane), run_after=run_after).enqueue(str(run.id))

@@ -202,7 +202,8 @@ VERDICT_TARGETS = {
 }
 VERDICT_VERBS = {"deny": "denied", "transform": "transformed", "escalate": "escalated", "warn": "warned about"}
 SHADOW_VERBS = {"deny": "would have denied", "transform": "would have transformed", "escalate": "would have escalated"}
-# Where a transformed target shows afterwards: the event that carries it, and its key.
+# Where a transformed target shows afterwards: the event that carries it, and its key (a request's arguments are
+# read from its `permissionRequest`, see `_request_view`).
 TRANSFORMED: dict[str, dict[str, tuple[str, str]]] = {
     "input": {EventType.USER_MESSAGE: ("content", "The message as recorded")},
     # A call the policy let through may still wait for an approval, or be a client's to run.
@@ -242,7 +243,7 @@ class PolicyVerdict:
         who = format_html("Policy <strong>{}</strong>", binding) if binding else format_html("A policy")
         verbs = VERDICT_VERBS if self.enforced else {**VERDICT_VERBS, **SHADOW_VERBS}
         point = str(data.get("point"))
-        tool = follower.data.get("toolName") if follower is not None else None
+        tool = _request_view(follower).get("toolName") if follower is not None else None
         target = VERDICT_TARGETS.get(point, "")
         if "{tool}" in target:
             before, _, after = target.partition("{tool}")
@@ -259,11 +260,14 @@ class PolicyVerdict:
         if self.decision != "transform" or follower is None or follower.type not in TRANSFORMED.get(point, {}):
             return None
         key, label = TRANSFORMED[point][follower.type]
-        if key not in follower.data:
+        data = _request_view(follower)
+        if key not in data:
             return None
         if not self.enforced:
             label += " (unchanged: shadow mode)"
-        return label, pretty(follower.data[key])
+        if key == "result" and isinstance(data[key], dict):
+            return label, str(data[key].get("detailedContent") or data[key].get("content"))
+        return label, pretty(data[key])
 
     def find_follower(self, later: list["TimelineEntry"], claimed: set[int]) -> None:
         """The first later event, not already another verdict's, that shows what this verdict did."""
@@ -278,9 +282,9 @@ class PolicyVerdict:
                 return
 
     def _follows(self, event: Event, point: Any, decision: str) -> bool:
-        data, kind = event.data, event.type
-        call_id = self.data.get("callId")
-        if call_id is not None and data.get("callId") not in (None, call_id):
+        data, kind = _request_view(event), event.type
+        call_id = self.data.get("toolCallId")
+        if call_id is not None and data.get("toolCallId") not in (None, call_id):
             return False  # a verdict at a tool point names its call: another call's event is not its follower
         if decision == "escalate" and point in ("pre_tool_call", "output"):
             policy = data.get("policy") if kind == EventType.PERMISSION_REQUESTED else None
@@ -298,6 +302,14 @@ class PolicyVerdict:
         return kind in TRANSFORMED.get(str(point), {})
 
 
+def _request_view(event: Event) -> dict[str, Any]:
+    """An event's data with a `permission.requested`'s request (its call, tool, arguments, policy) at the top,
+    as the other events carry them."""
+    data = event.data if isinstance(event.data, dict) else {}
+    asked = data.get("permissionRequest")
+    return {**data, **asked} if isinstance(asked, dict) else data
+
+
 @dataclass
 class TimelineEntry:
     """A stored event and its structured values already written as readable JSON, by data key."""
@@ -305,10 +317,12 @@ class TimelineEntry:
     event: Event
     pretty: dict[str, str] = field(default_factory=dict)
     verdict: PolicyVerdict | None = None
+    # A sub-agent's event: the sub-agent's name (the page nests it under the call that runs it).
+    subagent: str | None = None
 
     @classmethod
     def of(cls, event: Event) -> "TimelineEntry":
-        data = event.data if isinstance(event.data, dict) else {"value": event.data}
+        data = _request_view(event) if isinstance(event.data, dict) else {"value": event.data}
         shown = {key: pretty(value) for key, value in data.items() if value is not None}
         result = data.get("result")
         if event.type == EventType.PERMISSION_COMPLETED and isinstance(result, dict) and "overrideArguments" in result:
@@ -318,7 +332,7 @@ class TimelineEntry:
 
     @property
     def data(self) -> Any:
-        return self.event.data
+        return _request_view(self.event) if isinstance(self.event.data, dict) else self.event.data
 
     @property
     def category(self) -> str:
@@ -329,6 +343,14 @@ class TimelineEntry:
 def timeline(events: list[Event]) -> list[TimelineEntry]:
     """A run's stored events for the page; each policy verdict is paired with the event it led to."""
     entries = [TimelineEntry.of(event) for event in events]
+    names: dict[str, str] = {}
+    for entry in entries:
+        data = entry.event.data if isinstance(entry.event.data, dict) else {}
+        if entry.event.type == EventType.SUBAGENT_STARTED:
+            names[str(data.get("agentId"))] = str(data.get("agentName"))
+        if entry.event.agent_id:
+            # A continuation's sub-agent started in an earlier run: its id begins with its name.
+            entry.subagent = names.get(entry.event.agent_id) or entry.event.agent_id.rsplit("-", 1)[0]
     claimed: set[int] = set()
     for index, entry in enumerate(entries):
         if entry.event.type == EventType.POLICY_VERDICT and isinstance(entry.event.data, dict):

@@ -20,10 +20,24 @@ from agents.engine import Answers, TurnBlocked, TurnError, TurnOutcome, run_turn
 from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE
 from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
+from agents.payloads import (
+    BlockedError,
+    DocumentAttached,
+    ErrorInfo,
+    RequestTerminated,
+    RunAwaiting,
+    RunBlocked,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    SessionError,
+    UserMessage,
+)
 from agents.policies import TurnPolicies
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
-from approvals.kinds import KINDS, awaiting_status, deliver
+from approvals.kinds import KINDS, awaiting_status, close, deliver, subagent_of
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.push import notify_requests_closed, notify_requests_opened
 
@@ -83,15 +97,14 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         )
         log = EventLog(run)
         log.record(
-            EventType.RUN_STARTED,
-            {
-                "agent": prepared.agent.name,
-                "definitionVersion": prepared.version.number,
-                "sessionId": request.session_id,
-                "culture": prepared.culture or None,
-                "parameters": prepared.bound,
-                "previousRunId": _id(prepared.previous_run),
-            },
+            RunStarted(
+                agent=prepared.agent.name,
+                definitionVersion=prepared.version.number,
+                sessionId=request.session_id,
+                culture=prepared.culture or None,
+                parameters=prepared.bound,
+                previousRunId=_id(prepared.previous_run),
+            )
         )
         now = timezone.now()
         answers = Answers()
@@ -101,7 +114,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
                 raise RunRejected(409, "already_answered", detail)
             # Closed in the conversation too: the model must see that the call never ran, and the engine
             # refuses a new message while the last response still has calls without results.
-            KINDS[pending.kind].close(pending, answers, ABANDONED_REASON)
+            close(pending, answers, ABANDONED_REASON)
             record_terminated(log, pending)
         for pending in prepared.terminated:
             _deliver_terminated(pending, run, answers, log)
@@ -117,9 +130,9 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         rules = active_rules(prepared.agent, prepared.version)
         if request.message and prepared.version.definition.hooks is None:
             # Under policies the engine records it once `input` gave its verdict (SPEC section 8).
-            log.record(EventType.USER_MESSAGE, {"content": request.message})
+            log.record(UserMessage(content=request.message))
         for name, text in prepared.documents:
-            log.record(EventType.DOCUMENT_ATTACHED, {"name": name, "size": len(text.encode())})
+            log.record(DocumentAttached(name=name, size=len(text.encode())))
         if enqueue is not None:
             enqueue(run, prepared, answers, log)
     closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
@@ -138,12 +151,12 @@ def active_rules(agent: Agent, version: AgentVersion) -> list[Rule]:
 def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:
     """The call ids of tools with side effects that started in `run` (written events and the log's own)."""
     started = {
-        event.data.get("callId")
+        event.data.get("toolCallId")
         for event in log.stored
         if event.type == EventType.TOOL_EXECUTION_START and event.data.get("sideEffects")
     }
     written = run.events.filter(type=EventType.TOOL_EXECUTION_START, data__sideEffects=True)
-    return started | set(written.values_list("data__callId", flat=True))
+    return started | set(written.values_list("data__toolCallId", flat=True))
 
 
 def _person(user: Any) -> Any:
@@ -169,21 +182,26 @@ def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log
     if not claimed:
         raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
     reason = TERMINATED_REASONS[RequestStatus(pending.status)]
-    kind = KINDS[pending.kind]
-    kind.close(pending, answers, reason)
+    close(pending, answers, reason)
     record_terminated(log, pending)
-    base = {"requestId": str(pending.id), "toolName": pending.tool_name, "callId": pending.call_id}
-    log.record(
-        kind.completed_event,
-        {**base, "answeredBy": None, "result": {"kind": pending.status, "reason": reason}},
-    )
+    asker = subagent_of(pending)
+    with log.speaking_for(asker[1] if asker else None):
+        log.record(KINDS[pending.kind].unanswered(pending, pending.status, reason))
 
 
 def record_terminated(log: EventLog, pending: PendingRequest) -> None:
     """The run log's word that `pending` closed without an answer (SPEC section 5: the lifecycle lives on
     the generic request events, the kind on the event)."""
-    data = {"requestId": str(pending.id), "kind": pending.status, "toolName": pending.tool_name}
-    log.record(EventType.REQUEST_TERMINATED, {**data, "callId": pending.call_id})
+    asker = subagent_of(pending)
+    log.record(
+        RequestTerminated(
+            requestId=str(pending.id),
+            kind=pending.status,  # type: ignore[arg-type]  # a closed request's status
+            toolCallId=pending.call_id,
+            toolName=pending.tool_name or None,
+        ),
+        agent_id=asker[1] if asker else None,
+    )
 
 
 def cancel_waiting(run: Run, user: Any) -> bool:
@@ -207,7 +225,7 @@ def cancel_waiting(run: Run, user: Any) -> bool:
         closed = [p for p in waiting if p.close(RequestStatus.CANCELLED, now, answered_too=True, by=_person(user))]
         for pending in closed:
             record_terminated(log, pending)
-        log.record(EventType.RUN_CANCELLED, {"cancelledBy": getattr(_person(user), "username", None)})
+        log.record(RunCancelled(cancelledBy=getattr(_person(user), "username", None)))
         log.flush()
     run.status, run.finished_at = RunStatus.CANCELLED, now
     notify_requests_closed(run.tenant_id, [str(p.id) for p in closed])
@@ -264,6 +282,7 @@ async def execute(started: StartedRun) -> ExecutionResult:
                 emit=started.log.emit,
                 stream=started.log.listener is not None,
                 policies=policies,
+                subagents=prepared.subagents,
             )
     except TurnError as error:
         return ExecutionResult(None, error)
@@ -287,6 +306,7 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
         logger.warning("Run %s was reclaimed while its turn ran; this outcome is dropped", run.id)
         run.refresh_from_db()
         return []
+    started.log.publish_rest()
     notify_requests_opened(opened)
     return opened
 
@@ -335,18 +355,18 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
     gone = run.session is not None and (outcome is None or bool(outcome.pending)) and _session_ended(run.session)
     if result.cancelled:
         run.status = RunStatus.CANCELLED
-        log.record(EventType.RUN_CANCELLED, {})
+        log.record(RunCancelled())
     elif isinstance(result.error, TurnBlocked):
         run.status = RunStatus.BLOCKED
         run.error = result.error.error
         if run.error["point"] == "input":
             run.message = None  # what the policy refused is not kept
-        log.record(EventType.RUN_BLOCKED, {"error": run.error})
+        log.record(RunBlocked(error=BlockedError(**run.error)))
     elif outcome is None:
         assert result.error is not None
         run.status = RunStatus.FAILED
         run.error = {"code": result.error.code, "message": result.error.message}
-        log.record(EventType.RUN_FAILED, {"error": run.error})
+        _record_failed(log, run.error)
     elif outcome.pending and run.session is None:
         # A sessionless run cannot be answered: its requests would have nowhere to go.
         run.status = RunStatus.FAILED
@@ -354,12 +374,11 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
             "code": "session_required",
             "message": "The agent asked for approval, input or a client tool; send a sessionId to answer.",
         }
-        log.record(EventType.RUN_FAILED, {"error": run.error})
+        _record_failed(log, run.error)
     else:
         run.usage = outcome.usage
         if outcome.message is not None:
             run.message = outcome.message  # as the policy's `input` verdict left it
-        log.record(EventType.ASSISTANT_USAGE, outcome.usage)
         deadline = prepared.version.definition.request_deadline_seconds
         expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
         for call in outcome.pending:
@@ -380,15 +399,16 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
                 expires_at=expires_at,
             )
             opened.append(pending)
-            log.record(KINDS[call.kind].requested_event, {k: v for k, v in pending.wire().items() if k != "kind"})
+            asker = subagent_of(pending)
+            log.record(KINDS[call.kind].requested(pending), agent_id=asker[1] if asker else None)
         if opened:
             kinds = {p.kind for p in opened}
             run.status = awaiting_status(kinds)
-            log.record(EventType.RUN_AWAITING, {"status": run.status, "pendingRequests": [p.wire() for p in opened]})
+            log.record(RunAwaiting(status=run.status, pendingRequests=[p.wire() for p in opened]))
         else:
             run.status = RunStatus.COMPLETED
             run.output = outcome.output
-            log.record(EventType.RUN_COMPLETED, {"output": outcome.output})
+            log.record(RunCompleted(output=outcome.output))
         if run.session is not None and outcome.conversation is not None:
             run.session.conversation = outcome.conversation
     if outcome is None and not isinstance(result.error, TurnBlocked):
@@ -427,6 +447,12 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
         run.session.save(update_fields=fields)
     checkpoints.record(run)
     log.flush()
+
+
+def _record_failed(log: EventLog, error: dict[str, str]) -> None:
+    """`run.failed`, and the SDK's `session.error` alongside (its `errorType` is the error's code)."""
+    log.record(RunFailed(error=ErrorInfo(**error)))
+    log.record(SessionError(errorType=error["code"], message=error["message"]))
 
 
 def run_result(run: Run, pending: list[PendingRequest] | None = None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,10 +17,11 @@ from django.db.models import Exists, FilteredRelation, OuterRef, Q
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
-from agents import checkpoints, deletion, queue
+from agents import checkpoints, deletion, live, queue
 from agents.events import EventType, event_envelope, session_idle
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
+from agents.payloads import event_schema
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run, refuse_ungranted_connections
 from agents.replay import ReplayRequest, prepare_replay, start_replay
 from agents.runs import StartedRun, execute, finish_run, run_result, start_run
@@ -30,6 +31,7 @@ from console.api import ApiError, Paging, Problem, page_of, require_role
 from console.tenancy import ConsoleRequest
 
 router = Router(tags=["runs"])
+EVENT_SCHEMA = event_schema()
 
 _DETACHED: set["asyncio.Future[None]"] = set()
 
@@ -163,6 +165,12 @@ def run_records(request: ConsoleRequest, run_id: uuid.UUID) -> dict[str, Any]:
     """The interception records of the run's policies, in order (SPEC section 8; AGENT-HOOKS-0.1 wire shape)."""
     run = get_run_for(request, run_id)
     return {"items": run.records}
+
+
+@router.get("/events/schema.json", response=dict)
+def events_schema(request: ConsoleRequest) -> dict[str, Any]:
+    """The JSON schema of the event envelope and of each event type's `data` (SPEC sections 5 and 10)."""
+    return EVENT_SCHEMA
 
 
 @router.get("/runs/{run_id}/events", response=dict)
@@ -311,26 +319,106 @@ def _session_frame(envelope: dict[str, Any], cursor: str | None) -> str:
 
 
 async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncIterator[str]:
-    """The session's stored events after `after`, a turn's end followed by `session.idle`, polling until the
-    session is deleted with none of its turns still to end. A client that goes away cancels it between polls."""
-    while True:
-        fresh, over = await sync_to_async(_session_events_after)(session_pk, after)
-        for position, envelope in fresh:
-            yield _session_frame(envelope, position.cursor)
-            after = position
-            idle = session_idle(envelope)
-            if idle is not None:
-                yield _session_frame(idle, None)
-        if over:
+    """The session's events after `after`, a turn's end followed by `session.idle`, until the session is deleted
+    with none of its turns still to end. Live (agents.live) as the turns report them, deltas included; from
+    the database where the stream starts or resumes, and whenever the live events leave a gap (an event it did
+    not see, a run it does not know yet) or go quiet for a moment. A client that goes away cancels it."""
+    async with live.Subscription(session_pk) as subscription:
+        yield ": following\n\n"  # a comment: the response starts (its headers go out) before any event
+        follower = _SessionFollower(after)
+        while True:
+            fresh, over, runs = await sync_to_async(_session_events_after)(session_pk, follower.after)
+            follower.runs.update(runs)
+            for position, envelope in fresh:
+                for frame in follower.deliver(position, envelope):
+                    yield frame
+            for frame in follower.release_held():
+                yield frame
+            if over:
+                return
+            loop = asyncio.get_running_loop()
+            gap = bool(follower.held)  # still open after the database: it fills within a moment
+            deadline = loop.time() + FOLLOW_POLL_SECONDS
+            while (wait := deadline - loop.time() if gap else FOLLOW_POLL_SECONDS) > 0:
+                envelopes = await subscription.receive(wait)
+                if envelopes is None:
+                    break  # quiet: look at the database (what was written without being published)
+                for envelope in envelopes:
+                    for frame in follower.live(envelope):
+                        yield frame
+                if follower.held and not gap:
+                    break  # a new gap (or a new run): look at the database at once
+
+
+class _SessionFollower:
+    """Where a session stream stands, and the live stored events it holds until the database fills the gap
+    before them. A live event is placed by its run's index among the session's runs (`runs`, from the
+    database: run id -> (index, (created_at, id)))."""
+
+    def __init__(self, after: SessionPosition) -> None:
+        self.after = after
+        self.runs: RunPlaces = {}
+        self.held: list[dict[str, Any]] = []
+
+    def deliver(self, position: SessionPosition, envelope: dict[str, Any]) -> Iterator[str]:
+        yield _session_frame(envelope, position.cursor)
+        self.after = position
+        idle = session_idle(envelope)
+        if idle is not None:
+            yield _session_frame(idle, None)
+
+    def live(self, envelope: dict[str, Any]) -> Iterator[str]:
+        """A live envelope: delivered when it comes next (an ephemeral one: when the stream stands at the stored
+        event it follows), held when an event before it is missing, dropped when already delivered."""
+        run = self.runs.get(envelope["runId"])
+        if envelope["ephemeral"]:
+            if not self.held and run is not None and (run[0], envelope["sequence"]) == self._at():
+                yield _session_frame(envelope, None)
             return
-        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        if self.held or run is None:
+            self.held.append(envelope)
+            return
+        index, sequence = run[0], envelope["sequence"]
+        if (index, sequence) <= self._at():
+            return
+        if self._next(index, sequence):
+            yield from self.deliver(SessionPosition(index, sequence, run[1]), envelope)
+        else:
+            self.held.append(envelope)
+
+    def release_held(self) -> Iterator[str]:
+        """The held events that now come next (the database caught up); from the first that still does not, all
+        stay held."""
+        held, self.held = self.held, []
+        for waiting, envelope in enumerate(held):
+            run = self.runs.get(envelope["runId"])
+            if run is not None and (run[0], envelope["sequence"]) <= self._at():
+                continue  # the database gave it already
+            if run is None or not self._next(run[0], envelope["sequence"]):
+                self.held = held[waiting:]
+                return
+            yield from self.deliver(SessionPosition(run[0], envelope["sequence"], run[1]), envelope)
+
+    def _at(self) -> tuple[int, int]:
+        return (self.after.index, self.after.sequence) if self.after.run is not None else (-1, 0)
+
+    def _next(self, index: int, sequence: int) -> bool:
+        at_index, at_sequence = self._at()
+        if index == at_index:
+            return sequence == at_sequence + 1
+        # The session's next run starts once the last one's turn ended (one turn at a time).
+        return index == at_index + 1 and sequence == 1
+
+
+RunPlaces = dict[str, tuple[int, tuple[datetime, uuid.UUID]]]
 
 
 def _session_events_after(
     session_pk: int, after: SessionPosition
-) -> tuple[list[tuple[SessionPosition, dict[str, Any]]], bool]:
-    """The session's stored events after `after`, each with its position, and whether the stream is over (the
-    session deleted, none of its turns queued or running). One query however many runs: the session's runs
+) -> tuple[list[tuple[SessionPosition, dict[str, Any]]], bool, RunPlaces]:
+    """The session's stored events after `after`, each with its position, whether the stream is over (the
+    session deleted, none of its turns queued or running), and where each run from `after`'s on stands (run
+    id -> (index, (created_at, id))). One query however many runs: the session's runs
     from the one of `after` on, each joined with its events after `after` (a row with no event for a run
     that has none new)."""
     runs = Run.objects.filter(session_id=session_pk)
@@ -353,6 +441,7 @@ def _session_events_after(
             "new__type",
             "new__data",
             "new__timestamp",
+            "new__agent_id",
         )
     )
     first = after.index if after.run is not None else 0
@@ -370,14 +459,16 @@ def _session_events_after(
             type=row["new__type"],
             data=row["new__data"],
             timestamp=row["new__timestamp"],
+            agent_id=row["new__agent_id"],
         )
         position = SessionPosition(index, event.sequence, (row["created_at"], row["id"]))
         fresh.append((position, event_envelope(event)))
+    places = {str(row["id"]): (indexes[row["id"]], (row["created_at"], row["id"])) for row in rows}
     if not rows:
         # Only a session without any run yet gives no row.
-        return fresh, not Session.objects.live().filter(pk=session_pk).exists()
+        return fresh, not Session.objects.live().filter(pk=session_pk).exists(), places
     turning = any(row["status"] in (RunStatus.QUEUED, RunStatus.RUNNING) for row in rows)
-    return fresh, rows[0]["session__deleted_at"] is not None and not turning
+    return fresh, rows[0]["session__deleted_at"] is not None and not turning, places
 
 
 @router.delete("/sessions/{session_id}", response={204: None})

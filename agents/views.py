@@ -30,6 +30,7 @@ from agents.forms import (
 )
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion, Run
+from agents.payloads import Payload
 from agents.policies import LIFTABLE, POINTS, PolicyBlocked, TurnPolicies
 from agents.prepare import granted_connections
 from agents.starter_policy import starter_hooks
@@ -209,8 +210,8 @@ def try_policies(request: ConsoleRequest, agent: Agent, version: AgentVersion, c
     verdicts: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
 
-    async def collect(event_type: str, data: dict[str, Any], ephemeral: bool) -> None:
-        verdicts.append(data)
+    async def collect(payload: Payload) -> None:
+        verdicts.append(payload.dump())
 
     try:
         policies = TurnPolicies.build(

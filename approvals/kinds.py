@@ -8,13 +8,34 @@ its card partial (docs/architecture.md, "A new request kind").
 """
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from jsonschema import Draft202012Validator
 
 from agents.engine import Answers
-from agents.events import EventLog, EventType
-from agents.models import RunStatus
+from agents.events import EventLog
+from agents.models import Agent, RunStatus
+from agents.payloads import (
+    Answered,
+    Closed,
+    ElicitationCompleted,
+    ElicitationRequested,
+    ExitPlanModeCompleted,
+    ExitPlanModeRequested,
+    ExternalToolCompleted,
+    ExternalToolRequested,
+    LimitsResponse,
+    Payload,
+    PermissionCompleted,
+    PermissionRequest,
+    PermissionRequested,
+    PermissionResult,
+    PolicyAsk,
+    SessionLimitsExhaustedCompleted,
+    SessionLimitsExhaustedRequested,
+    UserInputCompleted,
+    UserInputRequested,
+)
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.rules import arguments_hash
 
@@ -40,8 +61,8 @@ def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
 class Kind:
     name: ClassVar[RequestKind]
     awaiting: ClassVar[RunStatus]
-    requested_event: ClassVar[EventType]
-    completed_event: ClassVar[EventType]
+    # The event that records its answer (`requested` builds the one that announces it).
+    completed: ClassVar[type[Answered]]
     # The answer fields (snake_case, as on `approvals.answers.Response`) this kind takes; `required` among them.
     fields: ClassVar[frozenset[str]]
     required: ClassVar[str | None] = None
@@ -77,6 +98,15 @@ class Kind:
         """Hand the stored answer of `pending` to the engine and record it in the run's log."""
         raise NotImplementedError
 
+    def requested(self, pending: PendingRequest) -> Payload:
+        """The event that announces `pending` (SPEC section 10)."""
+        raise NotImplementedError
+
+    def unanswered(self, pending: PendingRequest, how: str, reason: str) -> Answered:
+        """The completed event of a request that closed without an answer (`how`: its status, or
+        `ran-in-failed-turn`)."""
+        return self.completed(**self.base(pending), closed=Closed(kind=how, reason=reason))
+
     def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
         """The call of `pending` closed without an answer: it did not run, for `reason`."""
         answers.deny(pending.call_id, reason)
@@ -90,17 +120,20 @@ class Kind:
         who = pending.answered_by.username if pending.answered_by else None
         return {
             "requestId": str(pending.id),
-            "toolName": pending.tool_name,
-            "callId": pending.call_id,
+            "toolCallId": pending.call_id,
+            "toolName": pending.tool_name or None,
             "answeredBy": who,
         }
+
+
+def _expires(pending: PendingRequest) -> str | None:
+    return pending.expires_at.isoformat() if pending.expires_at else None
 
 
 class Approval(Kind):
     name = RequestKind.APPROVAL
     awaiting = RunStatus.AWAITING_APPROVAL
-    requested_event = EventType.PERMISSION_REQUESTED
-    completed_event = EventType.PERMISSION_COMPLETED
+    completed = PermissionCompleted
     fields = frozenset({"approved", "reason", "remember_arguments_only", "override_arguments"})
     required = "approved"
     stored = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments")
@@ -134,23 +167,44 @@ class Approval(Kind):
             answers.approve(pending.call_id, override)
         else:
             answers.deny(pending.call_id, answer.get("reason") or "The operator denied the call.")
-        result: dict[str, Any] = {
-            "kind": "approved" if approved else "denied-interactively-by-user",
-            "reason": answer.get("reason"),
-        }
-        if override is not None:
-            result["overrideArguments"] = override
-        if pending.policy is not None:
-            result["policy"] = pending.policy
+        result = PermissionResult(
+            kind="approved" if approved else "denied-interactively-by-user",
+            reason=answer.get("reason"),
+            overrideArguments=override,
+            policy=PolicyAsk(**pending.policy) if pending.policy is not None else None,
+        )
         if approved and answer.get("remember") and not answer.get("rememberedRuleId"):
-            result["rememberedRuleId"] = self._remember(pending, answer)
-        log.record(self.completed_event, {**self.base(pending), "result": result})
+            result.rememberedRuleId = self._remember(pending, answer)
+        log.record(PermissionCompleted(**self.base(pending), result=result))
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        policy = PolicyAsk(**pending.policy) if pending.policy is not None else None
+        if policy is not None and not pending.tool_name:
+            # An answer held at `output`: the answer waits, not a call.
+            asked = PermissionRequest(kind="output", arguments=pending.arguments, policy=policy)
+        else:
+            asked = PermissionRequest(
+                kind="policy" if policy is not None else "tool",
+                toolCallId=pending.call_id,
+                toolName=pending.tool_name,
+                arguments=pending.arguments,
+                policy=policy,
+            )
+        return PermissionRequested(
+            requestId=str(pending.id),
+            permissionRequest=asked,
+            message=pending.message or None,
+            expiresAt=_expires(pending),
+        )
+
+    def unanswered(self, pending: PendingRequest, how: str, reason: str) -> Answered:
+        return PermissionCompleted(**self.base(pending), result=PermissionResult(kind=how, reason=reason))
 
     @staticmethod
     def _decide(pending: PendingRequest, answers: Answers, approved: bool, override: dict[str, Any] | None) -> None:
         """A policy's escalation: the decision goes to the policy, which asks again with the same context next
         turn (SPEC section 8); the call runs again to be asked, or the held answer is offered again."""
-        state = pending.engine_state or {}
+        state = own_state(pending)
         answers.decide(state["policyKey"], approved)
         if "heldOutput" in state:
             answers.release = state
@@ -165,9 +219,12 @@ class Approval(Kind):
         override = answer.get("overrideArguments")
         approved_arguments = override if override is not None else pending.arguments
         only_these = bool(answer.get("rememberArgumentsOnly"))
+        # A sub-agent's request is remembered for the sub-agent: its turns consult its own rules.
+        owner = subagent_of(pending)
+        agent = pending.agent if owner is None else Agent.objects.get(tenant=pending.tenant_id, name=owner[0])
         rule = Rule.objects.create(
             tenant=pending.tenant,
-            agent=pending.agent,
+            agent=agent,
             tool_name=pending.tool_name,
             arguments_hash=arguments_hash(approved_arguments) if only_these else "",
             arguments=approved_arguments if only_these else None,
@@ -195,8 +252,7 @@ class Approval(Kind):
 class Input(Kind):
     name = RequestKind.INPUT
     awaiting = RunStatus.AWAITING_INPUT
-    requested_event = EventType.ELICITATION_REQUESTED
-    completed_event = EventType.ELICITATION_COMPLETED
+    completed = ElicitationCompleted
     fields = frozenset({"action", "content"})
     required = "action"
     stored = ("requestId", "action", "content")
@@ -216,8 +272,19 @@ class Input(Kind):
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         answer = pending.answer or {}
         given = {"action": answer["action"], "content": answer.get("content")}
-        answers.answer_input(pending.call_id, {**given, "engine_state": pending.engine_state})
-        log.record(self.completed_event, {**self.base(pending), **given})
+        answers.answer_input(pending.call_id, {**given, "engine_state": own_state(pending) or None})
+        log.record(ElicitationCompleted(**self.base(pending), **given))
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        return ElicitationRequested(
+            requestId=str(pending.id),
+            message=pending.message,
+            requestedSchema=pending.requested_schema or {"type": "object"},
+            toolCallId=pending.call_id,
+            toolName=pending.tool_name or None,
+            arguments=pending.arguments,
+            expiresAt=_expires(pending),
+        )
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
         action = str(answer.get("action") or "")
@@ -230,8 +297,7 @@ class Input(Kind):
 class ClientTool(Kind):
     name = RequestKind.CLIENT_TOOL
     awaiting = RunStatus.AWAITING_TOOL_RESULT
-    requested_event = EventType.EXTERNAL_TOOL_REQUESTED
-    completed_event = EventType.EXTERNAL_TOOL_COMPLETED
+    completed = ExternalToolCompleted
     fields = frozenset({"result", "error_message", "outcome"})
     stored = ("callId", "outcome", "result", "errorMessage")
     takes = (
@@ -274,8 +340,24 @@ class ClientTool(Kind):
             answers.background(pending.call_id)
         else:
             answers.result(pending.call_id, answer.get("result"))
-        given = {"outcome": outcome, "result": answer.get("result"), "errorMessage": answer.get("errorMessage")}
-        log.record(self.completed_event, {**self.base(pending), **given})
+        log.record(
+            ExternalToolCompleted(
+                **self.base(pending),
+                outcome=outcome,  # type: ignore[arg-type]  # checked by `check`
+                result=answer.get("result"),
+                errorMessage=answer.get("errorMessage"),
+            )
+        )
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        return ExternalToolRequested(
+            requestId=str(pending.id),
+            sessionId=pending.session.key if pending.session is not None else "",
+            toolCallId=pending.call_id,
+            toolName=pending.tool_name,
+            arguments=pending.arguments,
+            expiresAt=_expires(pending),
+        )
 
     def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
         answers.fail(pending.call_id, reason)
@@ -294,8 +376,7 @@ class Question(Kind):
 
     name = RequestKind.QUESTION
     awaiting = RunStatus.AWAITING_INPUT
-    requested_event = EventType.USER_INPUT_REQUESTED
-    completed_event = EventType.USER_INPUT_COMPLETED
+    completed = UserInputCompleted
     fields = frozenset({"text"})
     required = "text"
     stored = ("requestId", "text")
@@ -325,7 +406,17 @@ class Question(Kind):
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         text = (pending.answer or {}).get("text") or ""
         answers.answer_person(pending.call_id, text)
-        log.record(self.completed_event, {**self.base(pending), "answer": text})
+        log.record(UserInputCompleted(**self.base(pending), answer=text))
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        return UserInputRequested(
+            requestId=str(pending.id),
+            toolCallId=pending.call_id,
+            question=pending.message,
+            choices=self.choices(pending) or None,
+            allowFreeform=self.allows_freeform(pending),
+            expiresAt=_expires(pending),
+        )
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
         return "question-answered", {"content": answer.get("text")}
@@ -337,8 +428,7 @@ class Plan(Kind):
 
     name = RequestKind.PLAN
     awaiting = RunStatus.AWAITING_APPROVAL
-    requested_event = EventType.EXIT_PLAN_MODE_REQUESTED
-    completed_event = EventType.EXIT_PLAN_MODE_COMPLETED
+    completed = ExitPlanModeCompleted
     fields = frozenset({"approved", "text"})
     required = "approved"
     stored = ("requestId", "approved", "text")
@@ -359,8 +449,26 @@ class Plan(Kind):
         answer = pending.answer or {}
         approved = bool(answer.get("approved"))
         answers.answer_person(pending.call_id, "approved" if approved else f"revise: {answer.get('text') or ''}")
-        result = {"action": "approve" if approved else "revise", "feedback": answer.get("text")}
-        log.record(self.completed_event, {**self.base(pending), "result": result})
+        log.record(
+            ExitPlanModeCompleted(
+                **self.base(pending),
+                approved=approved,
+                selectedAction="approve" if approved else "revise",
+                feedback=answer.get("text"),
+            )
+        )
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        steps = [str(step) for step in pending.arguments.get("steps") or []]
+        summary = f"A plan of {len(steps)} step{'s' if len(steps) != 1 else ''}"
+        return ExitPlanModeRequested(
+            requestId=str(pending.id),
+            toolCallId=pending.call_id,
+            summary=summary,
+            planContent="\n".join(f"{n}. {step}" for n, step in enumerate(steps, 1)),
+            actions=["approve", "revise"],
+            expiresAt=_expires(pending),
+        )
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
         if answer.get("approved"):
@@ -374,8 +482,7 @@ class Continuation(Kind):
 
     name = RequestKind.CONTINUATION
     awaiting = RunStatus.AWAITING_APPROVAL
-    requested_event = EventType.SESSION_LIMITS_EXHAUSTED_REQUESTED
-    completed_event = EventType.SESSION_LIMITS_EXHAUSTED_COMPLETED
+    completed = SessionLimitsExhaustedCompleted
     fields = frozenset({"approved"})
     required = "approved"
     stored = ("requestId", "approved")
@@ -388,7 +495,17 @@ class Continuation(Kind):
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         approved = bool((pending.answer or {}).get("approved"))
         answers.resume = {"approved": approved}
-        log.record(self.completed_event, {**self.base(pending), "response": {"action": _go_on(approved)}})
+        log.record(
+            SessionLimitsExhaustedCompleted(**self.base(pending), response=LimitsResponse(action=_go_on(approved)))
+        )
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        return SessionLimitsExhaustedRequested(
+            requestId=str(pending.id),
+            maxModelCalls=int(pending.arguments.get("maxModelCalls") or 0),
+            usedModelCalls=int(pending.arguments.get("usedModelCalls") or 0),
+            expiresAt=_expires(pending),
+        )
 
     def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
         # Expired or cancelled: the run stops with what it has. Abandoned (a new message): the message goes on
@@ -400,7 +517,7 @@ class Continuation(Kind):
         return f"continuation-{_go_on(bool(answer.get('approved')))}", {}
 
 
-def _go_on(approved: bool) -> str:
+def _go_on(approved: bool) -> Literal["continue", "stop"]:
     return "continue" if approved else "stop"
 
 
@@ -418,9 +535,39 @@ def awaiting_status(kinds: set[str]) -> RunStatus:
 def deliver(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
     """Hand a stored answer to the engine; a call that already ran in a failed turn is never run twice."""
     kind = KINDS[pending.kind]
-    if (pending.answer or {}).get("ranInFailedTurn"):
-        answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
-        ran = {"kind": "ran-in-failed-turn", "reason": RAN_IN_FAILED_TURN}
-        log.record(kind.completed_event, {**kind.base(pending), "result": ran})
-        return
-    kind.deliver(pending, answers, log)
+    answers, agent_id = routed(pending, answers)
+    with log.speaking_for(agent_id):
+        if (pending.answer or {}).get("ranInFailedTurn"):
+            answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
+            log.record(kind.unanswered(pending, "ran-in-failed-turn", RAN_IN_FAILED_TURN))
+            return
+        kind.deliver(pending, answers, log)
+
+
+def close(pending: PendingRequest, answers: Answers, reason: str) -> None:
+    """Tell the engine that the call of `pending` closed without an answer and did not run, for `reason`."""
+    KINDS[pending.kind].close(pending, routed(pending, answers)[0], reason)
+
+
+def routed(pending: PendingRequest, answers: Answers) -> tuple[Answers, str | None]:
+    """Where the answer to `pending` goes: the turn's answers, or, for a sub-agent's request, the answers of
+    the call that runs the sub-agent (agents/engine/subagents.py), with the sub-agent's `agentId`."""
+    state, agent_id = pending.engine_state or {}, None
+    while "subagent" in state:
+        answers = answers.for_subagent(state["subagent"])
+        agent_id = state["subagent"]["agentId"]
+        state = state.get("inner") or {}
+    return answers, agent_id
+
+
+def own_state(pending: PendingRequest) -> dict[str, Any]:
+    """The engine state of the call `pending` stands for (a sub-agent's own, under the way back to it)."""
+    state = pending.engine_state or {}
+    while "subagent" in state:
+        state = state.get("inner") or {}
+    return state
+
+
+def subagent_of(pending: PendingRequest) -> tuple[str, str] | None:
+    """(name, agentId) of the sub-agent that asked `pending`; None for the run's own agent."""
+    return pending.asker

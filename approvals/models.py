@@ -230,6 +230,16 @@ class PendingRequest(models.Model):
         PendingRequest.objects.filter(pk=self.pk).update(claimed_by=None, claimed_at=None)
         self.claimed_by, self.claimed_at = None, None
 
+    @property
+    def asker(self) -> tuple[str, str] | None:
+        """(name, agentId) of the sub-agent that asked, the innermost when sub-agents call sub-agents (SPEC
+        section 10; its engine state leads back to it, agents/engine/subagents.py); None: the run's agent."""
+        state, found = self.engine_state or {}, None
+        while "subagent" in state:
+            found = (state["subagent"]["name"], state["subagent"]["agentId"])
+            state = state.get("inner") or {}
+        return found
+
     def wire(self) -> dict[str, Any]:
         return {
             "requestId": str(self.id),

@@ -109,15 +109,23 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_url("REDIS_URL", "", schemes=("redis", "rediss", "unix"))
+# Messages a channel holds before the layer drops more: a session stream may fall a reply's worth of deltas
+# behind its turn (agents/live.py); the default, 100, would drop them.
+CHANNEL_CAPACITY = 5000
 if REDIS_URL:
     # redis-py times reads out after 5 s, just when channels_redis's blocking receive would return empty:
     # idle consoles were dropped. Many consoles reconnecting at once need more than 100 connections.
     REDIS_HOST = {"address": REDIS_URL, "socket_timeout": 30, "max_connections": 2000}
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_HOST]}}
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_HOST], "capacity": CHANNEL_CAPACITY},
+        }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": CHANNEL_CAPACITY}}
+    }
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -11,9 +11,10 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Any, Literal
 
@@ -36,9 +37,11 @@ from pydantic_ai import (
     RunContext,
     TextPart,
     TextPartDelta,
+    ThinkingPart,
     ThinkingPartDelta,
     Tool,
     ToolApproved,
+    ToolCallPart,
     ToolDefinition,
     ToolDenied,
     ToolFailed,
@@ -56,14 +59,38 @@ from agents.definitions import DefinitionContent
 from agents.engine import providers
 from agents.engine.mcp import McpBridge, McpServerFailed
 from agents.engine.scripted import document_prompt
-from agents.engine.seams import ClientToolGate, LimitReached, OutputHeld, engine_capabilities, rewrite_response
-from agents.events import EventType
+from agents.engine.seams import (
+    ClientToolGate,
+    LimitReached,
+    ModelCall,
+    OutputHeld,
+    engine_capabilities,
+    rewrite_response,
+)
+from agents.engine.subagents import Counting, Emit, SubAgent, Tagged, totals, way_back
+from agents.payloads import (
+    AssistantMessage,
+    AssistantMessageDelta,
+    AssistantReasoning,
+    AssistantReasoningDelta,
+    AssistantUsage,
+    PermissionCompleted,
+    PermissionResult,
+    SubagentCompleted,
+    SubagentFailed,
+    SubagentStarted,
+    ToolExecutionComplete,
+    ToolExecutionStart,
+    ToolRequest,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
 from agents.policies import PolicyBlocked, TurnPolicies
 from agents.tools import REGISTRY
 from approvals.rules import first_matching
 from console.connections import ConnectionSpec
 
-Emit = Callable[[str, dict[str, Any], bool], Awaitable[None]]
 RequestKindName = Literal["approval", "client_tool", "input", "question", "plan", "continuation"]
 
 
@@ -114,9 +141,25 @@ class Answers:
     people: dict[str, str] = field(default_factory=dict)
     # A run stopped at its model-call limit: its history, and whether to go on (a `continuation` answer).
     resume: dict[str, Any] | None = None
+    # Answers for waiting sub-agents, by the parent's call that runs each: (its state, their answers).
+    subagents: dict[str, tuple[dict[str, Any], "Answers"]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.approvals or self.tool_results or self.inputs or self.decisions or self.people or self.resume)
+        return bool(
+            self.approvals
+            or self.tool_results
+            or self.inputs
+            or self.decisions
+            or self.people
+            or self.resume
+            or self.subagents
+        )
+
+    def for_subagent(self, state: dict[str, Any]) -> "Answers":
+        """The answers of the sub-agent waiting in the call `state` names (`agents.engine.subagents`); they
+        re-run that call, which resumes the sub-agent's turn with them."""
+        entry = self.subagents.setdefault(state["parentCallId"], (state, Answers()))
+        return entry[1]
 
     def answer_person(self, call_id: str, text: str) -> None:
         """What a person answered a tool that asked them; the model reads it as the tool's result."""
@@ -170,6 +213,7 @@ class Answers:
             "release": self.release,
             "people": self.people,
             "resume": self.resume,
+            "subagents": {call_id: [state, answers.dump()] for call_id, (state, answers) in self.subagents.items()},
         }
 
     @classmethod
@@ -189,6 +233,9 @@ class Answers:
             release=data.get("release"),
             people=data.get("people", {}),
             resume=data.get("resume"),
+            subagents={
+                call_id: (state, cls.load(answers)) for call_id, (state, answers) in data.get("subagents", {}).items()
+            },
         )
 
     def deferred_results(self) -> DeferredToolResults:
@@ -201,6 +248,9 @@ class Answers:
         for call_id, text in self.people.items():
             approvals[call_id] = ToolApproved()
             metadata[call_id] = {"person_answer": text}
+        for call_id, (state, answers) in self.subagents.items():
+            approvals[call_id] = ToolApproved()
+            metadata[call_id] = {"subagent_resume": {"state": state, "answers": answers.dump()}}
         return DeferredToolResults(approvals=approvals, calls=dict(self.tool_results), metadata=metadata)
 
 
@@ -242,6 +292,9 @@ class TurnDeps:
     policies: TurnPolicies | None = None
     # The model-call limit of the turn and the requests its conversation had made before it.
     call_limit: tuple[int, int] | None = None
+    # The model calls made so far, and when the one under way began (agents.engine.seams.ModelCalls).
+    model_calls: list[ModelCall] = field(default_factory=list)
+    call_started: float = 0.0
 
 
 @cache
@@ -304,17 +357,15 @@ class GatedToolset(WrapperToolset[TurnDeps]):
                     asked = {"policy": escalation.wire(), "policyKey": escalation.key, "arguments": tool_args}
                     raise ApprovalRequired(metadata=asked) from None
                 if not policies.decided(context):  # an operator's "no" is recorded with their answer
-                    denial = {"kind": "denied-by-rules", "reason": blocked.reason, "message": blocked.message}
-                    data = {"toolName": name, "callId": call_id, "arguments": tool_args, "result": denial}
-                    await deps.emit(EventType.PERMISSION_COMPLETED, data, False)
+                    denial = PermissionResult(kind="denied-by-rules", reason=blocked.reason, message=blocked.message)
+                    await _decided(deps, name, call_id, tool_args, denial)
                 return ToolDenied(blocked.message or blocked.reason or "Denied by policy.")
         if asks is not None:
             # A tool that asks a person: its result is their answer, given in a later turn.
             answer = (ctx.tool_call_metadata or {}).get("person_answer") if ctx.tool_call_approved else None
             if answer is None:
                 raise ApprovalRequired(metadata={"asks": asks, "arguments": tool_args})
-            start = {"toolName": name, "callId": call_id, "arguments": tool_args, "sideEffects": False}
-            await deps.emit(EventType.TOOL_EXECUTION_START, start, False)
+            await deps.emit(ToolExecutionStart(toolCallId=call_id, toolName=name, arguments=tool_args))
             await self._complete(deps, name, call_id, result=answer)
             return answer
         if not ctx.tool_call_approved:
@@ -325,17 +376,21 @@ class GatedToolset(WrapperToolset[TurnDeps]):
                 rule = first_matching(deps.rules, name, tool_args)
                 if rule is None:
                     raise ApprovalRequired(metadata={"approvalMode": mode})
-                decision = {"kind": "approved-by-rule", "ruleId": str(rule.id)}
-                await deps.emit(
-                    EventType.PERMISSION_COMPLETED,
-                    {"toolName": name, "callId": call_id, "arguments": tool_args, "result": decision},
-                    False,
+                await _decided(
+                    deps, name, call_id, tool_args, PermissionResult(kind="approved-by-rule", ruleId=str(rule.id))
                 )
         # MCP tools may do anything; a server tool says whether it has side effects. A run whose tool
         # with side effects started is never retried (agents/queue.py).
         side_effects = self.server is not None or getattr(REGISTRY.get(name), "side_effects", True)
-        start = {"toolName": name, "callId": call_id, "arguments": tool_args, "sideEffects": side_effects}
-        await deps.emit(EventType.TOOL_EXECUTION_START, start, False)
+        start = ToolExecutionStart(
+            toolCallId=call_id,
+            toolName=name,
+            arguments=tool_args,
+            mcpServerName=self.server,
+            mcpToolName=name if self.server is not None else None,
+            sideEffects=side_effects,
+        )
+        await deps.emit(start)
         try:
             result = await super().call_tool(name, tool_args, ctx, tool)
         except (ApprovalRequired, CallDeferred):
@@ -387,9 +442,18 @@ class GatedToolset(WrapperToolset[TurnDeps]):
     async def _complete(
         deps: TurnDeps, name: str, call_id: str, *, result: Any = None, error: str | None = None
     ) -> None:
-        data: dict[str, Any] = {"toolName": name, "callId": call_id, "success": error is None}
-        data["error" if error is not None else "result"] = error if error is not None else _jsonable(result)
-        await deps.emit(EventType.TOOL_EXECUTION_COMPLETE, data, False)
+        await deps.emit(ToolExecutionComplete.of(call_id, name, value=_jsonable(result), error=error))
+
+
+async def _decided(
+    deps: TurnDeps, name: str, call_id: str, arguments: dict[str, Any], result: PermissionResult
+) -> None:
+    """A permission nobody was asked for: a rule or a policy decided it (no request opened: the event's
+    `requestId` is its own)."""
+    decided = PermissionCompleted(
+        requestId=str(uuid.uuid4()), toolCallId=call_id, toolName=name, result=result, arguments=arguments
+    )
+    await deps.emit(decided)
 
 
 def _jsonable(value: Any) -> Any:
@@ -458,6 +522,7 @@ async def run_turn(
     emit: Emit,
     stream: bool = True,
     policies: TurnPolicies | None = None,
+    subagents: Mapping[str, SubAgent] | None = None,
 ) -> TurnOutcome:
     """Run one turn and report its events through `emit`; raises TurnError when the turn fails.
 
@@ -471,6 +536,8 @@ async def run_turn(
         GatedToolset(bridge.toolset(), default_mode=bridge.server.approval, server=bridge.server.name)
         for bridge in bridges
     ]
+    if subagents:
+        mcp_toolsets.append(_subagent_toolset(subagents))
     async with contextlib.AsyncExitStack() as stack:
         for bridge in bridges:
             stack.push_async_callback(bridge.close)
@@ -544,7 +611,7 @@ async def drive(
                 verdicted = target.get("content") if isinstance(target, dict) else target
                 verdicted = verdicted if isinstance(verdicted, str) else json.dumps(verdicted)
                 if verdicted:
-                    await emit(EventType.USER_MESSAGE, {"content": verdicted}, False)
+                    await emit(UserMessage(content=verdicted))
             try:
                 outcome = await _loop(
                     agent,
@@ -608,7 +675,7 @@ async def _release(held: dict[str, Any], policies: TurnPolicies, emit: Emit) -> 
     last = restored.messages[-1]
     if isinstance(last, ModelResponse) and content != last.text:
         restored.messages[-1] = rewrite_response(last, {"content": content, "tool_calls": []})
-    translator = _EventTranslator(emit, whole=True)
+    translator = _EventTranslator(emit, [])
     await translator.response(restored.messages[-1])  # type: ignore[arg-type]
     await translator.finish()
     return TurnOutcome(
@@ -652,7 +719,7 @@ async def _loop(
     usage_before = restored.usage if restored is not None else RunUsage()
     limit = (max_model_calls, usage_before.requests) if max_model_calls is not None else None
     deps = TurnDeps(emit=emit, rules=list(rules), policies=policies, call_limit=limit)
-    translator = _EventTranslator(emit, whole=policies is not None)
+    translator = _EventTranslator(emit, deps.model_calls)
     result = None
     options: dict[str, Any] = {
         "conversation": restored,
@@ -670,10 +737,12 @@ async def _loop(
                     else:
                         await translator.translate(event)
         else:
+            # Answers resume the last reply's calls: that reply was reported by the turn that made it.
+            resumed_reply = restored.messages[-1] if restored is not None and restored.messages else None
             async with agent.iter(prompt, **options) as agent_run:
                 async for node in agent_run:
                     # A reply is reported before its tool calls run, as the stream would.
-                    if Agent.is_call_tools_node(node):
+                    if Agent.is_call_tools_node(node) and node.model_response != resumed_reply:
                         await translator.response(node.model_response)
                 result = agent_run.result
     except LimitReached as reached:
@@ -771,7 +840,11 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
         metadata = requests.metadata.get(call.tool_call_id) or {}
         question = metadata.get("question")
         asks = metadata.get("asks")
-        if asks is not None:
+        if "subagent" in metadata:
+            # A sub-agent's call that waits: the requests are the sub-agent's own.
+            for fields, state in way_back(call.tool_call_id, metadata):
+                pending.append(PendingCall(**{**fields, "engine_state": state}))
+        elif asks is not None:
             arguments = metadata.get("arguments") or call.args_as_dict()
             said = arguments.get("question") if asks == "question" else "Approve this plan?"
             pending.append(PendingCall(asks, call.tool_name, call.tool_call_id, arguments, message=str(said or "")))
@@ -805,51 +878,154 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
     return pending
 
 
-class _EventTranslator:
-    """pydantic-ai stream events -> the console's event types (SPEC section 5)."""
+def _subagent_toolset(subagents: Mapping[str, SubAgent]) -> FunctionToolset[TurnDeps]:
+    """Each sub-agent as a tool `name(task)` (SPEC section 10; agents/engine/subagents.py)."""
 
-    def __init__(self, emit: Emit, *, whole: bool = False) -> None:
+    def tool(sub: SubAgent) -> Tool[TurnDeps]:
+        async def delegate(ctx: RunContext[TurnDeps], task: str) -> str:
+            return await _delegate(sub, ctx, task)
+
+        description = f"Ask the sub-agent {sub.display_name} to do a task; it answers with its result."
+        return Tool(delegate, name=sub.name, description=f"{description} {sub.description}".strip())
+
+    return FunctionToolset([tool(sub) for sub in subagents.values()])
+
+
+async def _delegate(sub: SubAgent, ctx: RunContext[TurnDeps], task: str) -> str:
+    """A sub-agent's turn inside the parent's call: started, or resumed with the answers it waited for."""
+    deps, call_id = ctx.deps, ctx.tool_call_id or ""
+    resume = (ctx.tool_call_metadata or {}).get("subagent_resume") if ctx.tool_call_approved else None
+    if resume is None:
+        agent_id = f"{sub.name}-{uuid.uuid4().hex[:12]}"  # the call ids of nested turns may repeat
+        state: dict[str, Any] = {"name": sub.name, "agentId": agent_id, "startedAt": time.time(), "tokens": 0}
+        state["toolCalls"] = 0
+        await deps.emit(ToolExecutionStart(toolCallId=call_id, toolName=sub.name, arguments={"task": task}))
+        started = SubagentStarted(
+            toolCallId=call_id, agentName=sub.name, agentDisplayName=sub.display_name, model=sub.model, agentId=agent_id
+        )
+        await deps.emit(started)
+        await deps.emit(UserMessage(content=task), agent_id)
+        conversation, message, answers = None, task, None
+    else:
+        state = {key: value for key, value in resume["state"].items() if key not in ("conversation", "parentCallId")}
+        conversation, message = resume["state"]["conversation"], None
+        answers = Answers.load(resume["answers"])
+    counted = Counting(Tagged(deps.emit, state["agentId"]))
+    try:
+        outcome = await run_turn(
+            sub.content,
+            connections=sub.connections,
+            instructions=sub.instructions,
+            conversation=conversation,
+            message=message,
+            answers=answers,
+            rules=sub.rules,
+            emit=counted,
+            stream=False,
+            subagents=sub.subagents,
+        )
+    except TurnError as error:
+        state["toolCalls"] += counted.tool_calls
+        await deps.emit(SubagentFailed(**totals(sub, call_id, state), error=f"{error.code}: {error.message}"))
+        await deps.emit(ToolExecutionComplete.of(call_id, sub.name, error=error.message))
+        raise ToolFailed(f"The sub-agent {sub.name} failed: {error.message}") from None
+    state["tokens"] += outcome.usage.get("inputTokens", 0) + outcome.usage.get("outputTokens", 0)
+    state["toolCalls"] += counted.tool_calls
+    if outcome.pending:
+        # The sub-agent waits on a person or a client: so does this call, with the sub-agent's history.
+        waiting = {**state, "conversation": outcome.conversation}
+        raise ApprovalRequired(metadata={"subagent": waiting, "pending": [asdict(p) for p in outcome.pending]})
+    await deps.emit(SubagentCompleted(**totals(sub, call_id, state)))
+    await deps.emit(ToolExecutionComplete.of(call_id, sub.name, value=outcome.output or ""))
+    return outcome.output or ""
+
+
+class _EventTranslator:
+    """pydantic-ai stream events -> the console's event types (SPEC section 10).
+
+    Each model response is one assistant turn: `assistant.turn_start`, its text as `assistant.message_delta`s
+    (and thinking as `assistant.reasoning_delta`s), then, once the response is whole, `assistant.reasoning`,
+    `assistant.message` (its text and the tools it calls), `assistant.usage` (from `calls`, the turn's
+    model calls as `ModelCalls` records them) and `assistant.turn_end`. A response ends at its first tool call,
+    or when the run ends."""
+
+    def __init__(self, emit: Emit, calls: list[ModelCall]) -> None:
         self.emit = emit
-        self.in_turn = False
-        # Reported whole (a reply held until its verdict): its text is also released as one delta, so that
-        # who watches live sees it as they see a streamed one.
-        self.whole = whole
+        self.calls = calls
+        self.turn_id: str | None = None
+        self.message_id = ""
+        self.reasoning_id = ""
+        self.parts: list[Any] = []
 
     async def translate(self, event: Any) -> None:
         if isinstance(event, PartStartEvent):
-            await self._turn_start()
-            if isinstance(event.part, TextPart) and event.part.content:
-                await self.emit(EventType.ASSISTANT_MESSAGE_DELTA, {"delta": event.part.content}, True)
+            await self._open()
+            part = event.part
+            if isinstance(part, TextPart) and part.content:
+                await self.emit(AssistantMessageDelta(messageId=self.message_id, deltaContent=part.content))
+            elif isinstance(part, ThinkingPart) and part.content:
+                await self.emit(AssistantReasoningDelta(reasoningId=self.reasoning_id, deltaContent=part.content))
         elif isinstance(event, PartDeltaEvent):
-            if isinstance(event.delta, TextPartDelta) and event.delta.content_delta:
-                await self.emit(EventType.ASSISTANT_MESSAGE_DELTA, {"delta": event.delta.content_delta}, True)
-            elif isinstance(event.delta, ThinkingPartDelta) and event.delta.content_delta:
-                await self.emit(EventType.ASSISTANT_REASONING_DELTA, {"delta": event.delta.content_delta}, True)
+            delta = event.delta
+            if isinstance(delta, TextPartDelta) and delta.content_delta:
+                await self.emit(AssistantMessageDelta(messageId=self.message_id, deltaContent=delta.content_delta))
+            elif isinstance(delta, ThinkingPartDelta) and delta.content_delta:
+                await self.emit(
+                    AssistantReasoningDelta(reasoningId=self.reasoning_id, deltaContent=delta.content_delta)
+                )
         elif isinstance(event, PartEndEvent):
-            if isinstance(event.part, TextPart):
-                await self.emit(EventType.ASSISTANT_MESSAGE, {"content": event.part.content}, False)
+            self.parts.append(event.part)
         elif isinstance(event, FunctionToolCallEvent):
-            await self._turn_end()
+            await self._close()
 
     async def response(self, response: ModelResponse) -> None:
-        """A whole reply, when the turn does not stream."""
-        await self._turn_start()
-        for part in response.parts:
-            if isinstance(part, TextPart):
-                if self.whole and part.content:
-                    await self.emit(EventType.ASSISTANT_MESSAGE_DELTA, {"delta": part.content}, True)
-                await self.emit(EventType.ASSISTANT_MESSAGE, {"content": part.content}, False)
-        await self._turn_end()
+        """A whole reply, when the turn does not stream (or is held until its verdict)."""
+        await self._open()
+        if response.text:  # one delta with the whole text: who follows the session sees it come as it would stream
+            await self.emit(AssistantMessageDelta(messageId=self.message_id, deltaContent=response.text))
+        self.parts = list(response.parts)
+        await self._close()
 
-    async def _turn_start(self) -> None:
-        if not self.in_turn:
-            self.in_turn = True
-            await self.emit(EventType.ASSISTANT_TURN_START, {}, False)
+    async def _open(self) -> None:
+        if self.turn_id is None:
+            self.turn_id = str(uuid.uuid4())
+            self.message_id, self.reasoning_id, self.parts = str(uuid.uuid4()), str(uuid.uuid4()), []
+            await self.emit(TurnStart(turnId=self.turn_id))
 
-    async def _turn_end(self) -> None:
-        if self.in_turn:
-            self.in_turn = False
-            await self.emit(EventType.ASSISTANT_TURN_END, {}, False)
+    async def _close(self) -> None:
+        if self.turn_id is None:
+            return
+        turn_id, parts, self.turn_id = self.turn_id, self.parts, None
+        thinking = "".join(p.content for p in parts if isinstance(p, ThinkingPart))
+        if thinking:
+            await self.emit(AssistantReasoning(reasoningId=self.reasoning_id, content=thinking))
+        call = self.calls[-1] if self.calls else None
+        self.calls.clear()
+        requests = [
+            ToolRequest(toolCallId=p.tool_call_id, name=p.tool_name, arguments=p.args_as_dict())
+            for p in parts
+            if isinstance(p, ToolCallPart)
+        ]
+        content = "".join(p.content for p in parts if isinstance(p, TextPart))
+        if content or requests:
+            await self.emit(
+                AssistantMessage(
+                    messageId=self.message_id,
+                    content=content,
+                    toolRequests=requests or None,
+                    outputTokens=call.output_tokens if call is not None else None,
+                )
+            )
+        if call is not None:
+            usage = AssistantUsage(
+                model=call.model,
+                inputTokens=call.input_tokens,
+                outputTokens=call.output_tokens,
+                cacheReadTokens=call.cache_read_tokens or None,
+                duration=call.duration_ms,
+            )
+            await self.emit(usage)
+        await self.emit(TurnEnd(turnId=turn_id))
 
     async def finish(self) -> None:
-        await self._turn_end()
+        await self._close()

@@ -37,10 +37,10 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agents.definitions import McpServer
-from agents.events import EventType
+from agents.payloads import Payload, ToolExecutionProgress
 from console.connections import ConnectionSpec
 
-Emit = Callable[[str, dict[str, Any], bool], Awaitable[None]]
+Emit = Callable[[Payload], Awaitable[None]]
 
 NO_BACK_CHANNEL = "no back-channel"
 CALL_TIMEOUT_SECONDS = 60.0
@@ -119,8 +119,8 @@ class _CallProgress:
             return
         self._under_way.add(task)
         try:
-            data = {"toolCallId": self.call_id, "progressMessage": message or _fraction(progress, total)}
-            await self.emit(EventType.TOOL_EXECUTION_PROGRESS, data, True)
+            said = message or _fraction(progress, total)
+            await self.emit(ToolExecutionProgress(toolCallId=self.call_id, progressMessage=said))
         finally:
             self._under_way.discard(task)
 

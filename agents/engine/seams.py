@@ -6,6 +6,7 @@ holds the model points; the tool points are in the engine's tool gate (`agents.e
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,13 +40,26 @@ class LimitReached(Exception):
 
 
 @dataclass
-class ModelCallLimit(AbstractCapability[Any]):
-    """Stops the run before its model request number `limit + 1` (the turn's `call_limit` in its deps:
-    (limit, the requests the conversation had made before this run)). Part of every engine agent."""
+class ModelCall:
+    """What a model call cost, for its `assistant.usage` event."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    duration_ms: int
+
+
+@dataclass
+class ModelCalls(AbstractCapability[Any]):
+    """Counts and times the turn's model calls. Stops the run before its model request number `limit + 1`
+    (the turn's `call_limit` in its deps: (limit, the requests the conversation had made before this run));
+    appends each call's `ModelCall` to the deps' `model_calls`. Part of every engine agent."""
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
+        ctx.deps.call_started = time.perf_counter()
         if ctx.deps.call_limit is None:
             return request_context
         limit, start = ctx.deps.call_limit
@@ -54,6 +68,21 @@ class ModelCallLimit(AbstractCapability[Any]):
             conversation = Conversation(messages=list(ctx.messages), usage=dataclasses.replace(ctx.usage))
             raise LimitReached(used, conversation)
         return request_context
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        usage = response.usage
+        ctx.deps.model_calls.append(
+            ModelCall(
+                model=response.model_name or _model_id(request_context),
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                duration_ms=round((time.perf_counter() - ctx.deps.call_started) * 1000),
+            )
+        )
+        return response
 
 
 class OutputHeld(Exception):
@@ -214,7 +243,7 @@ class PolicyCapability(AbstractCapability[Any]):
 def engine_capabilities(hooks: bool) -> list[AbstractCapability[Any]]:
     """What every engine agent carries (built once per agent, so a turn adds none): the model-call limit, and
     the policy seams when its definition has hooks."""
-    return [ModelCallLimit(), PolicyCapability()] if hooks else [ModelCallLimit()]
+    return [ModelCalls(), PolicyCapability()] if hooks else [ModelCalls()]
 
 
 def _model_id(request_context: ModelRequestContext) -> str:

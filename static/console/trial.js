@@ -154,7 +154,7 @@
         buffer = parseFrames(buffer + decoder.decode(value, { stream: true }), (type, data) => {
           if (type === "done") runId = data.runId;
           else if (type === "run.started") runId = data.runId;
-          else if (type === "assistant.message_delta") text.textContent += data.data.delta;
+          else if (type === "assistant.message_delta") text.textContent += data.data.deltaContent;
           else if (type === "assistant.turn_start" && text.textContent) text.textContent += "\n";
           else if (type === "tool.execution_start") activity.textContent = `running ${data.data.toolName}…`;
           else if (type === "tool.execution_complete") activity.textContent = `${data.data.toolName} done`;

@@ -70,9 +70,9 @@ def test_it_closes_every_open_request_of_the_agent_abandoned(admin, operator, as
             "requestId": request_id(first),
             "kind": "abandoned",
             "toolName": "send_email",
-            "callId": first["pendingRequests"][0]["callId"],
+            "toolCallId": first["pendingRequests"][0]["callId"],
         },
-        {"requestId": str(day.id), "kind": "abandoned", "toolName": "book_meeting", "callId": "call-day"},
+        {"requestId": str(day.id), "kind": "abandoned", "toolName": "book_meeting", "toolCallId": "call-day"},
     ]
     assert stored_events(first["runId"])[-1].type == "request.terminated"
     [other] = [e.data for e in stored_events(second["runId"]) if e.type == "request.terminated"]

@@ -55,16 +55,18 @@ def test_it_stores_the_chain_of_a_completed_run(operator, assistant):
         "user.message",
         "assistant.turn_start",
         "assistant.message",
-        "assistant.turn_end",
         "assistant.usage",
+        "assistant.turn_end",
         "run.completed",
     ]
     data = {e["type"]: e["data"] for e in events}
     assert data["user.message"] == {"content": "hello there"}
-    assert data["assistant.message"] == {"content": "You said: hello there"}
+    message = data["assistant.message"]
+    assert message["content"] == "You said: hello there" and "toolRequests" not in message
     assert data["run.completed"] == {"output": "You said: hello there"}
     assert data["run.started"]["sessionId"] == "s1"
-    assert data["assistant.usage"]["requests"] == 1
+    assert data["assistant.usage"]["model"] == "scripted"  # one per model call
+    assert data["assistant.turn_start"]["turnId"] == data["assistant.turn_end"]["turnId"]
 
 
 def test_it_stores_the_chain_of_a_run_that_waits(operator, assistant):
@@ -81,8 +83,8 @@ def test_it_stores_the_chain_of_a_run_that_waits(operator, assistant):
     data = {e["type"]: e["data"] for e in events}
     [pending] = asked["pendingRequests"]
     assert data["permission.requested"]["requestId"] == pending["requestId"]
-    assert data["permission.requested"]["toolName"] == "send_email"
-    assert data["permission.requested"]["arguments"] == EMAIL
+    asked_for = data["permission.requested"]["permissionRequest"]
+    assert (asked_for["kind"], asked_for["toolName"], asked_for["arguments"]) == ("tool", "send_email", EMAIL)
     assert data["run.awaiting"] == {"status": "awaiting_approval", "pendingRequests": [pending]}
 
 
@@ -100,10 +102,10 @@ def test_it_starts_a_new_chain_for_each_run(operator, assistant):
     assert types.index("tool.execution_start") < types.index("tool.execution_complete") < types.index("run.completed")
     completed = next(e["data"] for e in events if e["type"] == "tool.execution_complete")
     assert completed == {
+        "toolCallId": "call_1",
         "toolName": "send_email",
-        "callId": "call_1",
         "success": True,
-        "result": "sent to ada@example.com",
+        "result": {"content": "sent to ada@example.com"},
     }
 
 
@@ -209,7 +211,7 @@ async def test_it_streams_a_run_with_deltas_and_ends_with_the_result(operator, a
     deltas = [f for f in streamed if f["event"] == "assistant.message_delta"]
     assert len(deltas) > 1
     assert all("id" not in f and f["data"]["ephemeral"] is True for f in deltas)
-    assert "".join(f["data"]["data"]["delta"] for f in deltas) == result["output"]
+    assert "".join(f["data"]["data"]["deltaContent"] for f in deltas) == result["output"]
     stored = [f for f in streamed[:-1] if f["event"] != "assistant.message_delta"]
     assert [f["id"] for f in stored] == list(range(1, len(stored) + 1))
     assert all(f["id"] == f["data"]["sequence"] and f["event"] == f["data"]["type"] for f in stored)

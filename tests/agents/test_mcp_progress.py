@@ -75,7 +75,7 @@ async def test_it_streams_each_progress_notification_before_the_call_completes(o
     assert (result["status"], result["output"]) == ("completed", OUTPUT), result
     types = [f["event"] for f in streamed]
     [start] = [f["data"] for f in streamed if f["event"] == "tool.execution_start"]
-    call_id = start["data"]["callId"]
+    call_id = start["data"]["toolCallId"]
     assert call_id
     progress = [f for f in streamed if f["event"] == "tool.execution_progress"]
     assert [f["data"]["data"] for f in progress] == [

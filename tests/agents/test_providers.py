@@ -135,7 +135,9 @@ def test_it_completes_with_the_providers_text_and_usage(operator, remote, fake):
     assert text_of(request.messages[1]) == "Say hello"
     assert sorted(request.tools) == ["get_time", "send_email"]
     [message] = Event.objects.filter(run_id=result["runId"], type="assistant.message")
-    assert message.data == {"content": "Hello from the loopback."}
+    assert message.data["content"] == "Hello from the loopback."
+    [usage] = Event.objects.filter(run_id=result["runId"], type="assistant.usage")
+    assert usage.data["model"] and usage.data["inputTokens"] == result["usage"]["inputTokens"]
     assert_key_kept_out()
 
 
@@ -168,7 +170,7 @@ def test_it_runs_a_server_tool_the_provider_calls(operator, remote, fake):
     assert tool_message["tool_call_id"] == "call_time"
     [completed] = Event.objects.filter(run_id=result["runId"], type="tool.execution_complete")
     assert completed.data["success"] is True
-    assert text_of(tool_message) == completed.data["result"]
+    assert text_of(tool_message) == completed.data["result"]["content"]
 
 
 def test_it_tells_the_provider_a_call_was_denied(operator, remote, fake):

@@ -41,11 +41,12 @@ def policy_verdicts(run_id: str) -> list[dict[str, Any]]:
     return [event.data for event in Event.objects.filter(run_id=run_id, type="policy.verdict").order_by("sequence")]
 
 
-def test_it_seeds_both_agents_once(demo_admin):
+def test_it_seeds_the_agents_once(demo_admin):
     demo = Tenant.objects.get(slug="demo")
     agents = {agent.name: agent for agent in Agent.objects.live().filter(tenant=demo)}
-    assert sorted(agents) == ["assistant", "guarded"]
-    assert {name: agent.current_version for name, agent in agents.items()} == {"assistant": 1, "guarded": 1}
+    assert sorted(agents) == ["assistant", "guarded", "researcher"]
+    assert {name: agent.current_version for name, agent in agents.items()} == dict.fromkeys(agents, 1)
+    assert agents["assistant"].current.definition.sub_agents == ["researcher"]
     assistant, guarded = agents["assistant"].current.definition, agents["guarded"].current.definition
     assert assistant.hooks["configuration"]["mode"] == "evaluate_only"
     assert guarded.hooks["configuration"]["mode"] == "enforce"
@@ -76,7 +77,7 @@ def test_the_policy_asks_before_guarded_mails_outside_example_com(demo_admin):
         "binding": "mail-guard",
         "enforced": True,
         "toolName": "send_email",
-        "callId": "call_1",
+        "toolCallId": "call_1",
     }
     assert mail.outbox == []
 

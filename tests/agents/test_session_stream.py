@@ -147,11 +147,14 @@ class Stream:
         self.buffer = ""
 
     async def frame(self, timeout: float = 10) -> dict[str, Any]:
-        while "\n\n" not in self.buffer:
-            chunk = await asyncio.wait_for(anext(self.chunks), timeout)
-            self.buffer += chunk.decode() if isinstance(chunk, bytes) else chunk
-        block, self.buffer = self.buffer.split("\n\n", 1)
-        return parse(block)
+        """The next event (a comment, which opens the stream before any event, is skipped)."""
+        while True:
+            while "\n\n" not in self.buffer:
+                chunk = await asyncio.wait_for(anext(self.chunks), timeout)
+                self.buffer += chunk.decode() if isinstance(chunk, bytes) else chunk
+            block, self.buffer = self.buffer.split("\n\n", 1)
+            if not block.startswith(":"):
+                return parse(block)
 
     async def turn(self) -> list[dict[str, Any]]:
         """The frames up to the next `session.idle`, included."""

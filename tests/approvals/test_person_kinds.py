@@ -129,7 +129,8 @@ def test_a_plan_sent_back_carries_the_guidance(agent, operator):
     continued = run_queued(respond(operator, asked, approved=False, text="Check the disk first")["continuationRunId"])
     assert continued.output == "propose_plan: revise: Check the disk first"
     [completed] = events(continued.id, "exit_plan_mode.completed")
-    assert completed["result"] == {"action": "revise", "feedback": "Check the disk first"}
+    assert (completed["approved"], completed["selectedAction"]) == (False, "revise")
+    assert completed["feedback"] == "Check the disk first"
 
 
 def test_a_plan_sent_back_needs_guidance(agent, operator):

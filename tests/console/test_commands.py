@@ -127,7 +127,11 @@ def test_it_seeds_the_demo_once(db, monkeypatch):
     assert "demo-password-1" in out
     run("seed_demo")
     demo = Tenant.objects.get(slug="demo")
-    assert set(Agent.objects.live().filter(tenant=demo).values_list("name", flat=True)) == {"assistant", "guarded"}
+    assert set(Agent.objects.live().filter(tenant=demo).values_list("name", flat=True)) == {
+        "assistant",
+        "guarded",
+        "researcher",
+    }
     assert Agent.objects.get(tenant=demo, name="assistant").current_version == 1
     roles = dict(Membership.objects.filter(tenant=demo).values_list("user__username", "role"))
     assert roles == {"admin": "admin", "operator": "operator", "viewer": "reader"}

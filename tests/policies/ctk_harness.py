@@ -29,6 +29,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agents.engine import GatedToolset, TurnBlocked, TurnDeps, TurnError, drive
 from agents.engine.seams import engine_capabilities
+from agents.payloads import Payload
 from agents.policies import FRAMEWORK, POINTS, InboxResolver, TurnPolicies
 
 # Airlock's declaration for the kit: what a conformance claim cites. Buffered output (the reply is held
@@ -159,9 +160,9 @@ class AirlockHarness:
         invocations: list[dict[str, Any]] = []
         builder = AgentContextBuilder(agent_id="airlock-ctk", framework=FRAMEWORK, session_id=str(uuid.uuid4()))
 
-        async def emit(kind: str, data: dict[str, Any], ephemeral: bool) -> None:
-            if not ephemeral:
-                self.events.append((kind, data))
+        async def emit(payload: Payload) -> None:
+            if not payload.ephemeral:
+                self.events.append((payload.type, payload.dump()))
 
         policies = TurnPolicies(emitter, builder, InboxResolver({}), emit, [])
         outcome, final, error = RunOutcome.COMPLETED, None, None

@@ -71,7 +71,7 @@ def test_a_deny_keeps_the_mail_unsent_and_tells_the_model(admin):
         "binding": "mail-guard",
         "enforced": True,
         "toolName": "send_email",
-        "callId": "call_1",
+        "toolCallId": "call_1",
     }
 
 
@@ -217,7 +217,7 @@ async def test_a_redacted_reply_streams_only_its_verdicted_text(admin):
     )
     streamed = frames(await read_stream(response))
 
-    deltas = [f["data"]["data"]["delta"] for f in streamed if f["event"] == "assistant.message_delta"]
+    deltas = [f["data"]["data"]["deltaContent"] for f in streamed if f["event"] == "assistant.message_delta"]
     assert "".join(deltas) == "Card on file: [card]."
     assert all(CARD not in json.dumps(f) for f in streamed)
 

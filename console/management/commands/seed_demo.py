@@ -39,9 +39,23 @@ def demo_hooks(mode: str) -> dict[str, Any]:
     return starter_hooks(mode, OTHER_TOOLS)
 
 
-def demo_agent(*, policy: bool = True) -> DefinitionContent:
+def researcher_agent() -> DefinitionContent:
+    """`researcher`: the assistant's sub-agent (SPEC section 10), which tells the time."""
+    return DefinitionContent.model_validate(
+        {
+            "name": "researcher",
+            "displayName": "Researcher",
+            "description": "A sub-agent of the assistant: looks up the time and answers in one line.",
+            "instructions": "You look things up for the assistant. Answer in one line.",
+            "tools": [{"name": "get_time", "approval": "never"}],
+        }
+    )
+
+
+def demo_agent(*, policy: bool = True, researcher: bool = True) -> DefinitionContent:
     """`assistant`, with the starter policy in shadow mode (`evaluate_only`: every verdict is recorded, none is
-    enforced; the run shows "would have denied"). `policy=False`: as seeded before it had one."""
+    enforced; the run shows "would have denied") and `researcher` as its sub-agent. `policy=False`: as
+    seeded before it had either; `researcher=False`: as seeded before it had its sub-agent."""
     return DefinitionContent.model_validate(
         {
             "name": "assistant",
@@ -55,6 +69,7 @@ def demo_agent(*, policy: bool = True) -> DefinitionContent:
             "mcpServers": [{"connection": "meetings", "approval": "never"}],
             "parameters": [TEAM],
             "hooks": demo_hooks("evaluate_only") if policy else None,
+            "subAgents": ["researcher"] if policy and researcher else [],
         }
     )
 
@@ -111,15 +126,19 @@ class Command(BaseCommand):
             self.stdout.write("with the passwords they had (set DEMO_PASSWORD to set them all again).")
 
     def _seed_agents(self, tenant: Tenant, admin: Any) -> None:
-        """`assistant` and `guarded`, each created when the tenant has no live agent of that name. An
+        """`researcher`, `assistant` and `guarded`, each created when the tenant has no live agent of that name. An
         `assistant` seeded before it had the policy, and never edited since, gets it as a new version; one a
         person changed is theirs and stays as it is."""
         live = {agent.name: agent for agent in Agent.objects.live().filter(tenant=tenant)}
+        if "researcher" not in live:
+            Agent.create(tenant, researcher_agent(), admin)
         assistant = live.get("assistant")
         if assistant is None:
             Agent.create(tenant, demo_agent(), admin)
         elif assistant.current.definition.identity == demo_agent(policy=False).identity:
             assistant.append_version(demo_agent(), admin, note="seed_demo: the starter policy in shadow mode")
+        elif assistant.current.definition.identity == demo_agent(researcher=False).identity:
+            assistant.append_version(demo_agent(), admin, note="seed_demo: the researcher sub-agent")
         if "guarded" not in live:
             Agent.create(tenant, guarded_agent(), admin)
 

@@ -1,0 +1,61 @@
+"""A session's events, live: every event a turn reports (deltas included) is published to its session's channel
+group as it happens, and each session stream (`agents.runs_api`, `GET /api/sessions/{id}/events`) reads that
+group, with the database as where it catches up and resumes. The process that runs the turn publishes; the one
+that serves the stream may be another (the Redis channel layer carries it across).
+
+A message carries envelopes in their order; stored events recorded by synchronous code before the turn's
+first live event (a run's start) go out with it, those recorded after its last (a run's end) once they are
+committed (`agents.events.EventLog.publish_rest`).
+"""
+
+import asyncio
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+
+def session_group(session_pk: int) -> str:
+    return f"session.{session_pk}"
+
+
+async def publish(session_pk: int, envelopes: list[dict[str, Any]]) -> None:
+    layer = get_channel_layer()
+    if layer is not None and envelopes:
+        await layer.group_send(session_group(session_pk), {"type": "session.events", "envelopes": envelopes})
+
+
+def publish_now(session_pk: int, envelopes: list[dict[str, Any]]) -> None:
+    """`publish` from synchronous code."""
+    if envelopes:
+        async_to_sync(publish)(session_pk, envelopes)
+
+
+class Subscription:
+    """A session stream's place in its session's group, for as long as the stream lasts."""
+
+    def __init__(self, session_pk: int) -> None:
+        self.group = session_group(session_pk)
+        self.layer = get_channel_layer()
+        self.channel = ""
+
+    async def __aenter__(self) -> "Subscription":
+        if self.layer is not None:
+            self.channel = await self.layer.new_channel()
+            await self.layer.group_add(self.group, self.channel)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.layer is not None and self.channel:
+            await self.layer.group_discard(self.group, self.channel)
+
+    async def receive(self, timeout: float) -> list[dict[str, Any]] | None:
+        """The envelopes of the next message, or None when none came within `timeout` seconds."""
+        if self.layer is None:
+            await asyncio.sleep(timeout)
+            return None
+        try:
+            message = await asyncio.wait_for(self.layer.receive(self.channel), timeout)
+        except TimeoutError:
+            return None
+        return list(message.get("envelopes") or [])
