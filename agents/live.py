@@ -3,16 +3,42 @@ group as it happens, and each session stream (`agents.runs_api`, `GET /api/sessi
 group, with the database as where it catches up and resumes. The process that runs the turn publishes; the one
 that serves the stream may be another (the Redis channel layer carries it across).
 
-A message carries envelopes in their order; stored events recorded by synchronous code before the turn's
-first live event (a run's start) go out with it, those recorded after its last (a run's end) once they are
-committed (`agents.events.EventLog.publish_rest`).
+A message carries events in their order, each envelope JSON-encoded once by the publisher (`Published`),
+not once per reader; stored events recorded by synchronous code before the turn's first live event (a run's
+start) go out with it, those recorded after its last (a run's end) once they are committed
+(`agents.events.EventLog.publish_rest`).
 """
 
 import asyncio
-from typing import Any
+import json
+from typing import Any, NamedTuple
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+
+
+class Published(NamedTuple):
+    """An event as a session stream needs it: where it goes, and its envelope encoded once for every reader."""
+
+    run_id: str
+    sequence: int
+    ephemeral: bool
+    type: str
+    id: str
+    timestamp: str
+    encoded: str
+
+    @classmethod
+    def of(cls, envelope: dict[str, Any]) -> "Published":
+        return cls(
+            envelope["runId"],
+            envelope["sequence"],
+            envelope["ephemeral"],
+            envelope["type"],
+            envelope["id"],
+            envelope["timestamp"],
+            json.dumps(envelope),
+        )
 
 
 def session_group(session_pk: int) -> str:
@@ -22,7 +48,8 @@ def session_group(session_pk: int) -> str:
 async def publish(session_pk: int, envelopes: list[dict[str, Any]]) -> None:
     layer = get_channel_layer()
     if layer is not None and envelopes:
-        await layer.group_send(session_group(session_pk), {"type": "session.events", "envelopes": envelopes})
+        events = [list(Published.of(envelope)) for envelope in envelopes]
+        await layer.group_send(session_group(session_pk), {"type": "session.events", "events": events})
 
 
 def publish_now(session_pk: int, envelopes: list[dict[str, Any]]) -> None:
@@ -49,8 +76,8 @@ class Subscription:
         if self.layer is not None and self.channel:
             await self.layer.group_discard(self.group, self.channel)
 
-    async def receive(self, timeout: float) -> list[dict[str, Any]] | None:
-        """The envelopes of the next message, or None when none came within `timeout` seconds."""
+    async def receive(self, timeout: float) -> list[Published] | None:
+        """The events of the next message, or None when none came within `timeout` seconds."""
         if self.layer is None:
             await asyncio.sleep(timeout)
             return None
@@ -58,4 +85,4 @@ class Subscription:
             message = await asyncio.wait_for(self.layer.receive(self.channel), timeout)
         except TimeoutError:
             return None
-        return list(message.get("envelopes") or [])
+        return [Published(*event) for event in message.get("events") or []]

@@ -12,4 +12,5 @@ urlpatterns = [
     path("runs/jobs/", run_views.jobs_panel, name="jobs"),
     path("runs/<uuid:run_id>/", run_views.run_detail, name="run"),
     path("runs/<uuid:run_id>/cancel/", run_views.run_cancel, name="run_cancel"),
+    path("runs/<uuid:run_id>/replay/", run_views.run_replay, name="run_replay"),
 ]

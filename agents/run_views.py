@@ -24,6 +24,8 @@ from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
 from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Session
+from agents.prepare import RunRejected
+from agents.replay import prepare_replay, start_replay
 from approvals.models import PendingRequest, RequestStatus
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.tenancy import ConsoleRequest, role_required
@@ -180,6 +182,38 @@ def run_cancel(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     else:
         messages.success(request, "Cancelled the run: its open requests are closed.")
     return redirect("run", run_id=run.id)
+
+
+@role_required("admin")
+@require_POST
+def run_replay(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Replay the run (SPEC section 10) on the version picked (its own by default), queued; to the new run."""
+    original = get_run_for(request, run_id, "tenant", "agent", "version__agent")
+    picked = request.POST.get("version", "").strip()
+    if picked and not (picked.isascii() and picked.isdigit() and len(picked) <= 9):
+        messages.error(request, "Pick one of the agent's versions.")
+        return redirect("run", run_id=original.id)
+    try:
+        replay = prepare_replay(original, int(picked) if picked else None)
+        started = start_replay(replay, request.user, queued=True)
+    except RunRejected as rejected:
+        messages.error(request, rejected.detail)
+        return redirect("run", run_id=original.id)
+    version = replay.prepared.version.number
+    messages.success(request, f"Replaying the run's message on version {version}.")
+    if replay.omitted_documents:
+        names = ", ".join(str(d["name"]) for d in replay.omitted_documents)
+        messages.info(request, f"Documents are not kept, so not replayed: {names}.")
+    return redirect("run", run_id=started.run.id)
+
+
+def replay_of(run: Run, events: list[Event]) -> Run | None:
+    """The run this one replays (`replayOf` in its `run.started`), when it is one, of the same tenant."""
+    started = next((event for event in events if event.type == EventType.RUN_STARTED), None)
+    original_id = (started.data or {}).get("replayOf") if started is not None else None
+    if not original_id:
+        return None
+    return Run.objects.filter(tenant=run.tenant_id, pk=original_id).select_related("version").first()
 
 
 def pretty(value: Any) -> str:
@@ -411,6 +445,7 @@ def session_turns(session: Session) -> list[SessionTurn]:
 @require_GET
 def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED)
+    events = list(run.events.order_by("sequence"))
     context = {
         "run": run,
         "row": RunRow(run),
@@ -421,7 +456,12 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         ),
         "turns": session_turns(run.session) if run.session else [],
         "forked_from": fork_origin(run.session) if run.session else None,
-        "timeline": timeline(list(run.events.order_by("sequence"))),
+        "timeline": timeline(events),
+        "replay_of": replay_of(run, events),
+        # The Replay button's version picker, for admins.
+        "versions": list(run.agent.versions.order_by("-number").values_list("number", flat=True))
+        if request.membership.allows("admin")
+        else [],
         # A fork's copies of this run's requests are the fork's.
         "requests": PendingRequest.objects.filter(run=run, session=run.session_id).select_related("answered_by"),
         "waiting": run.status in AWAITING

@@ -313,9 +313,9 @@ def _is_count(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 9
 
 
-def _session_frame(envelope: dict[str, Any], cursor: str | None) -> str:
+def _session_frame(event: live.Published, cursor: str | None) -> str:
     head = f"id: {cursor}\n" if cursor is not None else ""
-    return f"{head}event: {envelope['type']}\ndata: {json.dumps(envelope)}\n\n"
+    return f"{head}event: {event.type}\ndata: {event.encoded}\n\n"
 
 
 async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncIterator[str]:
@@ -330,7 +330,7 @@ async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncItera
             fresh, over, runs = await sync_to_async(_session_events_after)(session_pk, follower.after)
             follower.runs.update(runs)
             for position, envelope in fresh:
-                for frame in follower.deliver(position, envelope):
+                for frame in follower.deliver(position, live.Published.of(envelope)):
                     yield frame
             for frame in follower.release_held():
                 yield frame
@@ -340,11 +340,11 @@ async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncItera
             gap = bool(follower.held)  # still open after the database: it fills within a moment
             deadline = loop.time() + FOLLOW_POLL_SECONDS
             while (wait := deadline - loop.time() if gap else FOLLOW_POLL_SECONDS) > 0:
-                envelopes = await subscription.receive(wait)
-                if envelopes is None:
+                events = await subscription.receive(wait)
+                if events is None:
                     break  # quiet: look at the database (what was written without being published)
-                for envelope in envelopes:
-                    for frame in follower.live(envelope):
+                for event in events:
+                    for frame in follower.live(event):
                         yield frame
                 if follower.held and not gap:
                     break  # a new gap (or a new run): look at the database at once
@@ -358,46 +358,47 @@ class _SessionFollower:
     def __init__(self, after: SessionPosition) -> None:
         self.after = after
         self.runs: RunPlaces = {}
-        self.held: list[dict[str, Any]] = []
+        self.held: list[live.Published] = []
 
-    def deliver(self, position: SessionPosition, envelope: dict[str, Any]) -> Iterator[str]:
-        yield _session_frame(envelope, position.cursor)
+    def deliver(self, position: SessionPosition, event: live.Published) -> Iterator[str]:
+        yield _session_frame(event, position.cursor)
         self.after = position
-        idle = session_idle(envelope)
+        head = {"type": event.type, "runId": event.run_id, "sequence": event.sequence, "id": event.id}
+        idle = session_idle({**head, "timestamp": event.timestamp})
         if idle is not None:
-            yield _session_frame(idle, None)
+            yield _session_frame(live.Published.of(idle), None)
 
-    def live(self, envelope: dict[str, Any]) -> Iterator[str]:
-        """A live envelope: delivered when it comes next (an ephemeral one: when the stream stands at the stored
+    def live(self, event: live.Published) -> Iterator[str]:
+        """A live event: delivered when it comes next (an ephemeral one: when the stream stands at the stored
         event it follows), held when an event before it is missing, dropped when already delivered."""
-        run = self.runs.get(envelope["runId"])
-        if envelope["ephemeral"]:
-            if not self.held and run is not None and (run[0], envelope["sequence"]) == self._at():
-                yield _session_frame(envelope, None)
+        run = self.runs.get(event.run_id)
+        if event.ephemeral:
+            if not self.held and run is not None and (run[0], event.sequence) == self._at():
+                yield _session_frame(event, None)
             return
         if self.held or run is None:
-            self.held.append(envelope)
+            self.held.append(event)
             return
-        index, sequence = run[0], envelope["sequence"]
-        if (index, sequence) <= self._at():
+        index = run[0]
+        if (index, event.sequence) <= self._at():
             return
-        if self._next(index, sequence):
-            yield from self.deliver(SessionPosition(index, sequence, run[1]), envelope)
+        if self._next(index, event.sequence):
+            yield from self.deliver(SessionPosition(index, event.sequence, run[1]), event)
         else:
-            self.held.append(envelope)
+            self.held.append(event)
 
     def release_held(self) -> Iterator[str]:
         """The held events that now come next (the database caught up); from the first that still does not, all
         stay held."""
         held, self.held = self.held, []
-        for waiting, envelope in enumerate(held):
-            run = self.runs.get(envelope["runId"])
-            if run is not None and (run[0], envelope["sequence"]) <= self._at():
+        for waiting, event in enumerate(held):
+            run = self.runs.get(event.run_id)
+            if run is not None and (run[0], event.sequence) <= self._at():
                 continue  # the database gave it already
-            if run is None or not self._next(run[0], envelope["sequence"]):
+            if run is None or not self._next(run[0], event.sequence):
                 self.held = held[waiting:]
                 return
-            yield from self.deliver(SessionPosition(run[0], envelope["sequence"], run[1]), envelope)
+            yield from self.deliver(SessionPosition(run[0], event.sequence, run[1]), event)
 
     def _at(self) -> tuple[int, int]:
         return (self.after.index, self.after.sequence) if self.after.run is not None else (-1, 0)

@@ -34,6 +34,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("inbox_scale", ["bench/inbox_scale.py"]),
     ("ws_memory", ["bench/ws_memory.py"]),
     ("queue_throughput", ["bench/queue_throughput.py"]),
+    ("session_stream", ["bench/session_stream.py"]),
 ]
 
 

@@ -161,9 +161,11 @@
         });
       }
       if (runId) {
+        known.add(runId);
         const url = settings.dataset.turnUrl.replace("00000000-0000-0000-0000-000000000000", runId);
         const page = await fetch(url, { headers: { "HX-Request": "true" } });
         turn.outerHTML = await page.text();
+        conversation.dispatchEvent(new Event("airlock:turn"));
       }
       return true;
     } catch (error) {
@@ -405,4 +407,75 @@
     if (!body) return;
     if (await runTurn(body, null)) form.remove();
   });
+
+  // Live: the session's stream brings what happens away from this page (an answer from the inbox, the
+  // continuation it starts) without a reload. A form whose request was answered elsewhere gives way to who
+  // answered it, so it can never be sent stale; a run this page did not start streams into a turn of its own,
+  // which the server-rendered turn replaces once it ends; turns that waited are rendered again.
+  const known = new Set([...conversation.querySelectorAll(".turn[data-run]")].map((t) => t.dataset.run));
+  const streaming = new Map();
+  let source = null;
+  const WORDS = { approved: "Approved", "denied-interactively-by-user": "Denied", "approved-by-rule": "Approved by a rule" };
+
+  async function rerender(turn, runId) {
+    const url = settings.dataset.turnUrl.replace("00000000-0000-0000-0000-000000000000", runId);
+    const page = await fetch(url, { headers: { "HX-Request": "true" } });
+    if (page.ok) turn.outerHTML = await page.text();
+  }
+
+  function answeredElsewhere(envelope) {
+    const data = envelope.data;
+    const form = conversation.querySelector("form[data-answers]");
+    const box = form && [...form.querySelectorAll("fieldset.request")].find((f) => f.dataset.requestId === data.requestId);
+    if (!box || busy) return;
+    const how = data.closed ? `Closed: ${data.closed.kind}` : (data.result && WORDS[data.result.kind]) || "Answered";
+    const when = new Date(envelope.timestamp).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const note = el("p", "answered-elsewhere muted", `${how}${data.answeredBy ? ` by ${data.answeredBy}` : ""} · ${when}`);
+    box.replaceWith(note);
+    if (!form.querySelector("fieldset.request")) {
+      form.querySelector('button[type="submit"]')?.remove();
+      const waiting = form.closest(".turn")?.querySelector(".reply.muted");
+      if (waiting) waiting.textContent = "Answered: the conversation goes on below.";
+    }
+  }
+
+  function followSession() {
+    if (source || !window.EventSource) return;
+    source = new EventSource(`/api/sessions/${encodeURIComponent(settings.dataset.session)}/events`);
+    const on = (type, handle) => source.addEventListener(type, (event) => handle(JSON.parse(event.data)));
+    on("run.started", (envelope) => {
+      if (known.has(envelope.runId) || busy) return known.add(envelope.runId);
+      known.add(envelope.runId);
+      document.getElementById("empty-note")?.remove();
+      const turn = el("article", "turn streaming");
+      turn.dataset.run = envelope.runId;
+      const reply = el("div", "bubble assistant");
+      const text = el("div", "reply");
+      const activity = el("div", "activity muted", "continuing…");
+      reply.append(text, activity);
+      turn.append(reply);
+      conversation.append(turn);
+      streaming.set(envelope.runId, { turn, text, activity });
+    });
+    on("assistant.message_delta", (envelope) => {
+      const live = streaming.get(envelope.runId);
+      if (live && !envelope.agentId) live.text.textContent += envelope.data.deltaContent;
+    });
+    on("tool.execution_start", (envelope) => {
+      const live = streaming.get(envelope.runId);
+      if (live) live.activity.textContent = `running ${envelope.data.toolName}…`;
+    });
+    on("session.idle", (envelope) => {
+      const live = streaming.get(envelope.runId);
+      streaming.delete(envelope.runId);
+      const turn = live ? live.turn : conversation.querySelector(`.turn[data-run="${CSS.escape(envelope.runId)}"]`);
+      if (turn && (live || ["queued", "running"].includes(turn.dataset.status))) rerender(turn, envelope.runId);
+    });
+    for (const kind of ["permission", "external_tool", "elicitation", "user_input", "exit_plan_mode", "session_limits_exhausted"]) {
+      on(`${kind}.completed`, answeredElsewhere);
+    }
+  }
+
+  if (known.size) followSession();
+  conversation.addEventListener("airlock:turn", followSession);
 })();

@@ -152,3 +152,43 @@ def test_it_refuses_a_run_of_a_deleted_agent(operator, admin, assistant):
     assert_problem(replay(admin, original["runId"]), 404, "agent_not_found")
 
     assert snapshot() == before
+
+
+# ---- the run page's Replay button ----------------------------------------------------------------------
+
+
+def test_the_run_page_replays_on_the_version_picked_and_shows_the_two_outputs(operator, admin, assistant):
+    original = in_turkish(operator)
+    new_version(assistant, admin)
+    page = admin.client.get(f"/runs/{original['runId']}/").content.decode()
+    assert 'name="version"' in page and ">version 2</option>" in page
+
+    response = admin.client.post(f"/runs/{original['runId']}/replay/", {"version": "2"})
+
+    replayed = Run.objects.exclude(pk=original["runId"]).get()
+    assert response.status_code == 302 and response["Location"] == f"/runs/{replayed.id}/"
+    assert (replayed.status, replayed.version.number, replayed.session) == (RunStatus.QUEUED, 2, None)
+    drain_queued()
+    page = admin.client.get(f"/runs/{replayed.id}/").content.decode()
+    assert "Replay of" in page and "Version 1 (the original)" in page and "Version 2 (this replay)" in page
+    assert "Merhaba veri ekibi." in page and "Selam veri ekibi, imza Airlock." in page
+
+
+def test_only_an_admin_replays_from_the_run_page_and_a_bad_version_changes_nothing(operator, admin, assistant):
+    original = in_turkish(operator)
+    assert (
+        'action="/runs/' + original["runId"] + '/replay/"'
+        not in operator.client.get(f"/runs/{original['runId']}/").content.decode()
+    )
+    before = snapshot()
+
+    assert operator.client.post(f"/runs/{original['runId']}/replay/", {"version": "1"}).status_code == 403
+    for version in ("x", "7", "-1"):
+        response = admin.client.post(f"/runs/{original['runId']}/replay/", {"version": version}, follow=True)
+        assert response.status_code == 200
+    assert snapshot() == before
+
+
+def test_another_tenants_run_is_not_replayed(outsider, operator, assistant):
+    original = in_turkish(operator)
+    assert outsider.client.post(f"/runs/{original['runId']}/replay/", {"version": "1"}).status_code == 404

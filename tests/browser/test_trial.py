@@ -109,3 +109,26 @@ def test_it_answers_a_question_a_plan_and_a_refused_client_tool(logged_in: Page)
     answers.get_by_label("…or an error message, or why the client refuses").fill("The user said no")
     answers.get_by_role("button", name="Send answers").click()
     expect(page.locator(".turn").last).to_contain_text("get_user_location rejected: The user said no")
+
+
+def test_the_trial_page_follows_an_answer_given_in_the_inbox(logged_in: Page, sign_in, acme_team) -> None:
+    """Another operator approves from the inbox: the trial page's form gives way to who answered, and the
+    continuation streams in, without a reload (issue 16, item 1; the session stream)."""
+    page, name = logged_in, f"mailer-{uuid4().hex[:6]}"
+    create_agent(page, name)
+    page.goto(f"/trial/?agent={name}")
+    send(page, "echo instructions")  # the session exists: the page follows its stream from here on
+    expect(page.locator(".turn").last).to_contain_text("You help the ops team.")
+    send(page, SEND)
+    form = page.locator("form[data-answers]")
+    expect(form).to_contain_text("Approve send_email?")
+    rid = form.locator("fieldset.request").get_attribute("data-request-id")
+
+    inbox = sign_in("otto")
+    inbox.goto("/inbox/")
+    inbox.locator(f"#request-{rid}").get_by_role("button", name="Approve", exact=True).click()
+
+    expect(page.locator(".answered-elsewhere")).to_contain_text("Approved by otto")
+    expect(page.locator(f'fieldset.request[data-request-id="{rid}"]')).to_have_count(0)
+    expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com", timeout=15000)
+    expect(page.locator(".turn").last).to_contain_text("Completed")
