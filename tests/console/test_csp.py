@@ -27,6 +27,8 @@ NOT_PAGES = {
     "trial_turn",
     "inbox_answer",
     "inbox_cancel_run",
+    "inbox_claim",
+    "inbox_selection",
     "rule_create",
     "rule_condition_row",
     "rule_revoke",
