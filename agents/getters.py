@@ -2,6 +2,8 @@
 
 import uuid
 
+from django.db.models import QuerySet
+
 from agents.models import Agent, Run
 from console.tenancy import ConsoleRequest, NotFound
 
@@ -13,9 +15,11 @@ def get_agent_for(request: ConsoleRequest, name: str) -> Agent:
     return agent
 
 
-def get_run_for(request: ConsoleRequest, run_id: uuid.UUID, *related: str) -> Run:
-    """The run, with the `related` objects the caller reads joined in."""
-    runs = Run.objects.select_related(*related) if related else Run.objects.all()
+def get_run_for(request: ConsoleRequest, run_id: uuid.UUID, *related: str, among: QuerySet[Run] | None = None) -> Run:
+    """The run, with the `related` objects the caller reads joined in (from `among`, annotated as the caller
+    wants, when given)."""
+    runs = Run.objects.all() if among is None else among
+    runs = runs.select_related(*related) if related else runs
     run = runs.filter(tenant=request.tenant, id=run_id).first()
     if run is None:
         raise NotFound("run_not_found", f"No run {run_id} in this tenant.")

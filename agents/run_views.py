@@ -65,6 +65,8 @@ class RunFilters(ListFilters):
             runs = runs.filter(agent__name=wanted["agent"])
         if wanted.get("status"):
             runs = runs.filter(status=wanted["status"])
+            if wanted["status"] in AWAITING:
+                runs = runs.filter(Exists(_waiting()))  # still waiting, not answered since
         if wanted.get("session"):
             runs = runs.filter(session__key=wanted["session"].strip())
         if wanted.get("lane"):
@@ -76,6 +78,25 @@ class RunFilters(ListFilters):
         if wanted.get("date_to"):
             runs = runs.filter(created_at__date__lte=wanted["date_to"])
         return runs
+
+
+def _waiting() -> QuerySet[PendingRequest]:
+    """The outer run's requests that still wait for an answer (a fork's copies are the fork's)."""
+    return PendingRequest.objects.filter(
+        run=OuterRef("pk"), session=OuterRef("session"), status=RequestStatus.PENDING, answered_in=None
+    )
+
+
+def with_afterwards(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """`runs` with what happened after each (SPEC section 6, honest states): whether it still waits, who
+    answered its first answered request, and the run of its session that continued it."""
+    answered = PendingRequest.objects.filter(run=OuterRef("pk"), answered_by__isnull=False).order_by("answered_at")
+    continued = Run.objects.filter(previous_run=OuterRef("pk"), session=OuterRef("session")).order_by("created_at")
+    return runs.annotate(
+        still_waiting=Exists(_waiting()),
+        answered_by_name=Subquery(answered.values("answered_by__username")[:1]),
+        continued_in=Subquery(continued.values("id")[:1]),
+    )
 
 
 def _verdicts() -> QuerySet[Event]:
@@ -95,6 +116,11 @@ class RunRow:
     @property
     def duration(self) -> str:
         return duration(self.run.created_at, self.run.finished_at)
+
+    @property
+    def waited(self) -> bool:
+        """It waited on requests that were answered or closed since (`with_afterwards` read it)."""
+        return self.run.status in AWAITING and not getattr(self.run, "still_waiting", True)
 
 
 def duration(start: datetime, end: datetime | None) -> str:
@@ -120,7 +146,7 @@ def run_list(request: ConsoleRequest) -> HttpResponse:
     agent_names = Agent.objects.names_in(tenant)
     filters = RunFilters(request.GET, agent_names)
     runs = filters.apply(Run.objects.filter(tenant=tenant)).select_related("agent", "version", "session", "created_by")
-    runs = runs.annotate(has_verdicts=Exists(_verdicts()))
+    runs = with_afterwards(runs.annotate(has_verdicts=Exists(_verdicts())))
     page = Paginator(runs.order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     context = {"filters": filters, "page": page, "rows": [RunRow(run) for run in page], **jobs_context(tenant)}
     partial = request.htmx and not request.htmx.history_restore_request
@@ -444,7 +470,7 @@ def session_turns(session: Session) -> list[SessionTurn]:
 @role_required("reader")
 @require_GET
 def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
-    run = get_run_for(request, run_id, *RUN_RELATED)
+    run = get_run_for(request, run_id, *RUN_RELATED, among=with_afterwards(Run.objects.all()))
     events = list(run.events.order_by("sequence"))
     context = {
         "run": run,

@@ -13,7 +13,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Run
 from agents.run_views import duration
 from tests.conftest import Persona
-from tests.helpers import snapshot
+from tests.helpers import ask_to_send, run_queued, snapshot
 
 HELPER = {"name": "helper", "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time"}]}
 SEND_EMAIL = 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}'
@@ -378,3 +378,24 @@ def test_it_says_a_finished_run_has_nothing_to_cancel(admin, helper):
 
     assert "nothing to cancel" in response.content.decode()
     assert Run.objects.get(id=done["runId"]).status == "completed"
+
+
+# ---- honest states (issue 16, item 2) -------------------------------------------------------------------
+
+
+def test_an_answered_run_says_what_happened_after_it_and_is_not_listed_as_waiting(operator, assistant):
+    answered = ask_to_send(operator, "s1")
+    waiting = ask_to_send(operator, "s2")
+    body = {"requestId": answered["pendingRequests"][0]["requestId"], "approved": True}
+    outcome = operator.api("POST", f"/api/runs/{answered['runId']}/responses", body).json()
+    continued = run_queued(outcome["continuationRunId"])
+
+    listed = operator.client.get("/runs/?status=awaiting_approval").content.decode()
+    assert waiting["runId"] in listed and answered["runId"] not in listed  # still waiting means still waiting
+    everything = operator.client.get("/runs/").content.decode()
+    assert "answered by otto" in everything and f'href="/runs/{continued.id}/"' in everything
+    page = operator.client.get(f"/runs/{answered['runId']}/").content.decode()
+    assert "answered by otto" in page and f"continued in run {str(continued.id)[:8]}" in page
+    assert (
+        "answered by" not in operator.client.get(f"/runs/{waiting['runId']}/").content.decode().split("<h1>")[1][:400]
+    )
