@@ -491,13 +491,8 @@ class SubagentCompleted(Payload):
     totalToolCalls: int
 
 
-class SubagentFailed(Payload):
+class SubagentFailed(SubagentCompleted):
     type = EventType.SUBAGENT_FAILED
-    toolCallId: str
-    agentName: str
-    durationMs: int
-    totalTokens: int
-    totalToolCalls: int
     error: str
 
 

@@ -23,6 +23,7 @@ NOT_PAGES = {
     "agents:row",
     "agents:starter_policy",
     "run_cancel",
+    "run_replay",
     "jobs",
     "trial_turn",
     "inbox_answer",
