@@ -2,6 +2,7 @@
 and the policies' Try panel (one interception point evaluated against a sample context)."""
 
 import copy
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -268,7 +269,9 @@ def agent_diff(request: ConsoleRequest, name: str) -> HttpResponse:
     a = _version(agent, request.GET.get("a", max(agent.current_version - 1, 1)))
     b = _version(agent, request.GET.get("b", agent.current_version))
     rows = _diff_rows(a.definition, b.definition)
-    context = {"agent": agent, "a": a, "b": b, "rows": rows, "changed": sum(row["changed"] for row in rows)}
+    unchanged = [row for row in rows if not row["changed"]]
+    context = {"agent": agent, "a": a, "b": b, "rows": rows, "changed": len(rows) - len(unchanged)}
+    context["unchanged"] = unchanged
     return render(request, "agents/diff.html", context)
 
 
@@ -401,8 +404,40 @@ def _comparable(content: DefinitionContent, cultures: list[str]) -> dict[str, st
 
 
 def _diff_rows(a: DefinitionContent, b: DefinitionContent) -> list[dict[str, Any]]:
+    """A row per field; a changed one with its lines paired (`lines`: removed, added, kept, folded)."""
     cultures = sorted(a.instructions_by_culture.keys() | b.instructions_by_culture.keys())
     left, right = _comparable(a, cultures), _comparable(b, cultures)
     labels = [*left, *(label for label in right if label not in left)]  # a policy source only one side has
     rows = [(label, left.get(label, ""), right.get(label, "")) for label in labels]
-    return [{"label": label, "a": x, "b": y, "changed": x != y} for label, x, y in rows]
+    return [
+        {"label": label, "a": x, "b": y, "changed": x != y, "lines": _line_pairs(x, y) if x != y else []}
+        for label, x, y in rows
+    ]
+
+
+# Unchanged lines kept around a change, and how many unchanged lines in a row are folded into one.
+DIFF_CONTEXT, DIFF_FOLD = 2, 6
+
+
+def _line_pairs(a: str, b: str) -> list[dict[str, Any]]:
+    """The two texts' lines side by side: `kept` on both sides, `changed` (old, new), `removed`, `added`; a run
+    of unchanged lines longer than DIFF_FOLD away from the changes is one `folded` row counting them."""
+    old, new = a.splitlines(), b.splitlines()
+    pairs: list[dict[str, Any]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            kept: list[dict[str, Any]] = [{"kind": "kept", "a": line, "b": line} for line in old[i1:i2]]
+            if len(kept) > DIFF_FOLD:
+                head = kept[:DIFF_CONTEXT] if pairs else []
+                tail = kept[-DIFF_CONTEXT:] if i2 < len(old) or j2 < len(new) else []
+                folded = len(kept) - len(head) - len(tail)
+                kept = [*head, {"kind": "folded", "count": folded}, *tail]
+            pairs += kept
+        else:
+            removed, added = old[i1:i2], new[j1:j2]
+            for index in range(max(len(removed), len(added))):
+                x = removed[index] if index < len(removed) else None
+                y = added[index] if index < len(added) else None
+                kind = "changed" if x is not None and y is not None else ("removed" if x is not None else "added")
+                pairs.append({"kind": kind, "a": x, "b": y})
+    return pairs

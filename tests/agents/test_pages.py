@@ -572,3 +572,25 @@ def test_it_shows_edit_buttons_to_admins(admin, agent):
     assert "/agents/helper/edit/" in html
     assert "/agents/helper/delete/" in html
     assert "Roll back to this" in html
+
+
+def test_the_diff_pairs_changed_lines_and_folds_what_did_not_change(admin, agent):
+    lines = [f"Rule {n}." for n in range(1, 21)]
+    agent.append_version(definition(instructions="\n".join(lines)), admin.user)
+    edited = [*lines[:9], "Rule 10, amended.", *lines[10:], "Rule 21."]
+    agent.append_version(definition(instructions="\n".join(edited)), admin.user)
+
+    html = admin.client.get("/agents/helper/diff/?a=2&b=3").content.decode()
+
+    assert "1 field changed" in html
+    changed = re.search(r'<tr class="line-changed">(.*?)</tr>', html, re.S)
+    assert (
+        changed
+        and "<del><pre>Rule 10.</pre></del>" in changed[1]
+        and "<ins><pre>Rule 10, amended.</pre></ins>" in changed[1]
+    )
+    assert re.search(r'<tr class="line-added">\s*<td></td>\s*<td><ins><pre>Rule 21.</pre></ins></td>', html)
+    assert "… 7 unchanged lines …" in html  # rules 1-7 (8 and 9 are kept around the change)
+    assert "… 6 unchanged lines …" in html  # rules 13-18, between the two changes
+    assert "<pre>Rule 8.</pre>" in html and "<pre>Rule 12.</pre>" in html and "<pre>Rule 13.</pre>" not in html
+    assert re.search(r"<summary>\d+ unchanged fields</summary>", html)
