@@ -20,7 +20,7 @@ from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Sessi
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from console.connections import ConnectionSpec
-from console.models import Connection, Tenant
+from console.models import Connection, Membership, Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +245,15 @@ def refuse_ungranted_connections(prepared: PreparedRun) -> None:
     problems = prepared.version.definition.connection_problems(prepared.connections)
     if problems is not None:
         raise RunRejected(400, problems[0], "; ".join(f"{path}: {text}" for path, text in problems[1].items()))
+
+
+def refuse_unless_approver(membership: Membership, prepared: PreparedRun) -> None:
+    """Answers given with a run request pass the respond API's routing check (SPEC section 11): a request
+    routed to a group is answered by its members and admins only (403 `not_an_approver`)."""
+    for pending, _ in prepared.answered:
+        if not pending.answerable_by(membership):
+            only = "only members of that group and admins answer it"
+            raise RunRejected(403, "not_an_approver", f"The request {pending.id} is for {pending.approvers}: {only}.")
 
 
 def refuse_if_busy_or_gone(session: Session) -> None:

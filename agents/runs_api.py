@@ -22,7 +22,14 @@ from agents.events import EventType, event_envelope, session_idle
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.payloads import event_schema
-from agents.prepare import RunRejected, RunRequest, live_version, prepare_run, refuse_ungranted_connections
+from agents.prepare import (
+    RunRejected,
+    RunRequest,
+    live_version,
+    prepare_run,
+    refuse_ungranted_connections,
+    refuse_unless_approver,
+)
 from agents.replay import ReplayRequest, prepare_replay, start_replay
 from agents.runs import StartedRun, execute, finish_run, run_result, start_run
 from agents.turns import run_here
@@ -62,6 +69,7 @@ def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
     try:
         version = live_version(membership.tenant, name, payload.definition_version)
         prepared = prepare_run(membership.tenant, version, payload)
+        refuse_unless_approver(membership, prepared)
         refuse_ungranted_connections(prepared)
         started = queue.start_queued(prepared, request.user) if queued else start_run(prepared, request.user)
     except RunRejected as rejected:

@@ -205,3 +205,16 @@ def test_the_card_is_read_only_for_others_and_says_for_whom(operator, stranger, 
     selection = stranger.client.post("/inbox/selection/", {"selected": [rid], "decision": "approve"}, **HTMX)
     assert "only members of that group" in selection.content.decode()
     assert PendingRequest.objects.get(id=rid).answer is None
+
+
+def test_answers_sent_with_a_run_request_are_refused_to_a_non_member(routed, stranger, operator):
+    asked = ask(operator)
+    approval = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True}
+    before = snapshot()
+
+    refused = stranger.api("POST", "/api/agents/assistant/runs", {"sessionId": "s1", "approvals": [approval]})
+
+    assert_problem(refused, 403, "not_an_approver")
+    assert snapshot() == before
+    continued = run_ok(operator, {"sessionId": "s1", "approvals": [approval]})  # a member of finance may
+    assert continued["status"] == "completed", continued
