@@ -73,6 +73,8 @@ TOP_FIELDS = {
     "hooks": "hooks",
 }
 _TOP_BY_PATH = {path: name for name, path in TOP_FIELDS.items()} | {"model": "model_name"}
+# What the form does not show, kept from the version being edited (the API changes them).
+KEPT_FIELDS = ("maxModelCalls", "subAgents", "escalations", "requestKinds")
 _TEXTAREAS = {"instructions", "description", "hooks"}  # top-level fields kept as typed
 _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
@@ -103,6 +105,8 @@ class DefinitionForm:
         self.rows = rows
         self.errors: dict[str, str] = {}
         self.content: DefinitionContent | None = None
+        # The version being edited: what the form does not show is kept from it (`_keep`).
+        self.kept: DefinitionContent | None = None
 
     @classmethod
     def blank(cls) -> "DefinitionForm":
@@ -110,15 +114,18 @@ class DefinitionForm:
         return cls(values, {section: [] for section in SECTIONS})
 
     @classmethod
-    def from_post(cls, data: QueryDict, fixed_name: str | None = None) -> "DefinitionForm":
+    def from_post(cls, data: QueryDict, editing: DefinitionContent | None = None) -> "DefinitionForm":
         """Read the posted fields; rows keep the order in which their inputs were posted.
 
-        `fixed_name` is the name of an agent being edited, which a post cannot change.
+        `editing` is the current version of an agent being edited: a post cannot change its name, and what
+        the form does not show (its model-call limit, sub-agents, approver routing) is kept from it.
         """
         values = {name: clean_text(data.get(name, ""), name in _TEXTAREAS) for name in TOP_FIELDS}
-        if fixed_name is not None:
-            values["name"] = fixed_name
-        return cls(values, {name: section.posted(data) for name, section in SECTIONS.items()})
+        if editing is not None:
+            values["name"] = editing.name
+        form = cls(values, {name: section.posted(data) for name, section in SECTIONS.items()})
+        form.kept = editing
+        return form
 
     @classmethod
     def from_content(cls, content: DefinitionContent) -> "DefinitionForm":
@@ -189,7 +196,7 @@ class DefinitionForm:
         for rows in self.rows.values():
             for row in rows:
                 row.errors = {}
-        wire = self._wire()
+        wire = self._keep(self._wire())
         self._check_unique_names()
         found_already = bool(self.errors) or self.has_row_errors
         try:
@@ -235,6 +242,20 @@ class DefinitionForm:
             "parameters": [self._parameter(row) for row in self.rows["parameters"]],
             "hooks": self._hooks(),
         }
+
+    def _keep(self, wire: dict[str, Any]) -> dict[str, Any]:
+        """`wire` with what the edited version had and the form does not show: top-level fields (KEPT_FIELDS),
+        and the `approvers` of a tool, client tool or MCP server still there (by name, or connection)."""
+        if self.kept is None:
+            return wire
+        kept = self.kept.wire()
+        wire |= {key: kept[key] for key in KEPT_FIELDS if key in kept}
+        for section, key in (("tools", "name"), ("clientTools", "name"), ("mcpServers", "connection")):
+            routed = {item[key]: item["approvers"] for item in kept.get(section, []) if item.get("approvers")}
+            for item in wire[section]:
+                if item.get(key) in routed:
+                    item["approvers"] = routed[item[key]]
+        return wire
 
     def _whole_number(self, name: str) -> int | None:
         text = self.values[name]

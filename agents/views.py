@@ -98,7 +98,7 @@ def agent_edit(request: ConsoleRequest, name: str) -> HttpResponse:
     if request.method == "GET":
         form = DefinitionForm.from_content(current)
     else:
-        form = DefinitionForm.from_post(request.POST, fixed_name=agent.name)
+        form = DefinitionForm.from_post(request.POST, editing=current)
         if form.is_valid(granted):
             assert form.content is not None
             if form.content.wire() == current.wire():

@@ -4,6 +4,7 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from django.core.management import call_command
 
 from agents.models import Agent
 from tests.conftest import definition, grant
@@ -594,3 +595,26 @@ def test_the_diff_pairs_changed_lines_and_folds_what_did_not_change(admin, agent
     assert "… 6 unchanged lines …" in html  # rules 13-18, between the two changes
     assert "<pre>Rule 8.</pre>" in html and "<pre>Rule 12.</pre>" in html and "<pre>Rule 13.</pre>" not in html
     assert re.search(r"<summary>\d+ unchanged fields</summary>", html)
+
+
+def test_an_edit_in_the_form_keeps_what_the_form_does_not_show(admin, agent):
+    """The model-call limit, sub-agents and approver routing are the API's to change: an edit keeps them."""
+    call_command("create_group", "finance", "--tenant", "acme")
+    Agent.create(admin.tenant, definition("scout"), admin.user)
+    routed = {
+        **agent.current.definition.wire(),
+        "maxModelCalls": 7,
+        "subAgents": ["scout"],
+        "tools": [{"name": "send_email", "approval": "always", "approvers": "finance"}],
+    }
+    agent.append_version(definition(**routed), admin.user)
+    data = browser_post(admin.client.get("/agents/helper/edit/"))
+    data["instructions"] = "You help {{team}}, kindly."
+
+    admin.client.post("/agents/helper/edit/", data)
+
+    agent.refresh_from_db()
+    saved = agent.current.definition
+    assert saved.instructions == "You help {{team}}, kindly."
+    assert (saved.max_model_calls, saved.sub_agents) == (7, ["scout"])
+    assert [(t.name, t.approvers) for t in saved.tools] == [("send_email", "finance")]
