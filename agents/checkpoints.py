@@ -155,6 +155,7 @@ def request_copies(checkpoint: Checkpoint, now: datetime) -> dict[uuid.UUID, Pen
             requested_schema=original.requested_schema,
             engine_state=original.engine_state,
             policy=original.policy,
+            approvers=original.approvers,  # routed as the original was (SPEC section 11)
             opened_at=now,
             expires_at=now + timedelta(seconds=deadline) if deadline else None,
         )

@@ -11,9 +11,10 @@ from django.core.management import CommandError, call_command
 
 from agents.definitions import DefinitionContent
 from approvals.models import ApproverGroup, PendingRequest
+from tests.agents.test_checkpoints import answer, checkpoint_of, session_of, state
 from tests.approvals.test_inbox_pages import HTMX, answer, card_ids
 from tests.conftest import make_persona
-from tests.helpers import ASSISTANT, assert_problem, make_agent, run_ok, snapshot
+from tests.helpers import ASSISTANT, assert_problem, make_agent, run_ok, run_queued, snapshot
 
 EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
@@ -218,3 +219,18 @@ def test_answers_sent_with_a_run_request_are_refused_to_a_non_member(routed, str
     assert snapshot() == before
     continued = run_ok(operator, {"sessionId": "s1", "approvals": [approval]})  # a member of finance may
     assert continued["status"] == "completed", continued
+
+
+def test_a_forks_copies_stay_routed_to_the_group(routed, stranger, operator):
+    asked = ask(operator, f"{SEND}\n{SEND}")
+    earlier = checkpoint_of(asked["runId"])
+    answer(operator, asked, 0)
+    run_queued(answer(operator, asked, 1)["continuationRunId"])
+
+    outcome = answer(operator, asked, 0, approved=False, checkpointId=earlier)
+
+    fork = session_of(operator, outcome)
+    _, waiting = state(operator, fork)["pendingRequests"]
+    assert PendingRequest.objects.get(pk=waiting["requestId"]).approvers == "finance"
+    body = {"requestId": waiting["requestId"], "approved": True}
+    assert_problem(stranger.api("POST", f"/api/runs/{asked['runId']}/responses", body), 403, "not_an_approver")
