@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from agents.definitions import DefinitionContent
 from approvals.models import ApproverGroup, PendingRequest
-from tests.agents.test_checkpoints import answer, checkpoint_of, session_of, state
+from tests.agents import test_checkpoints as forks
 from tests.approvals.test_inbox_pages import HTMX, answer, card_ids
 from tests.conftest import make_persona
 from tests.helpers import ASSISTANT, assert_problem, make_agent, run_ok, run_queued, snapshot
@@ -223,14 +223,14 @@ def test_answers_sent_with_a_run_request_are_refused_to_a_non_member(routed, str
 
 def test_a_forks_copies_stay_routed_to_the_group(routed, stranger, operator):
     asked = ask(operator, f"{SEND}\n{SEND}")
-    earlier = checkpoint_of(asked["runId"])
-    answer(operator, asked, 0)
-    run_queued(answer(operator, asked, 1)["continuationRunId"])
+    earlier = forks.checkpoint_of(asked["runId"])
+    forks.answer(operator, asked, 0)
+    run_queued(forks.answer(operator, asked, 1)["continuationRunId"])
 
-    outcome = answer(operator, asked, 0, approved=False, checkpointId=earlier)
+    outcome = forks.answer(operator, asked, 0, approved=False, checkpointId=earlier)
 
-    fork = session_of(operator, outcome)
-    _, waiting = state(operator, fork)["pendingRequests"]
+    fork = forks.session_of(operator, outcome)
+    _, waiting = forks.state(operator, fork)["pendingRequests"]
     assert PendingRequest.objects.get(pk=waiting["requestId"]).approvers == "finance"
     body = {"requestId": waiting["requestId"], "approved": True}
     assert_problem(stranger.api("POST", f"/api/runs/{asked['runId']}/responses", body), 403, "not_an_approver")
