@@ -37,7 +37,7 @@ from agents.payloads import (
 from agents.policies import TurnPolicies
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
-from approvals.kinds import KINDS, awaiting_status, close, deliver, subagent_of
+from approvals.kinds import KINDS, awaiting_status, close, deliver
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.push import notify_requests_closed, notify_requests_opened
 
@@ -184,15 +184,13 @@ def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log
     reason = TERMINATED_REASONS[RequestStatus(pending.status)]
     close(pending, answers, reason)
     record_terminated(log, pending)
-    asker = subagent_of(pending)
-    with log.speaking_for(asker[1] if asker else None):
+    with log.speaking_for(pending.asker_id):
         log.record(KINDS[pending.kind].unanswered(pending, pending.status, reason))
 
 
 def record_terminated(log: EventLog, pending: PendingRequest) -> None:
     """The run log's word that `pending` closed without an answer (SPEC section 5: the lifecycle lives on
     the generic request events, the kind on the event)."""
-    asker = subagent_of(pending)
     log.record(
         RequestTerminated(
             requestId=str(pending.id),
@@ -200,7 +198,7 @@ def record_terminated(log: EventLog, pending: PendingRequest) -> None:
             toolCallId=pending.call_id,
             toolName=pending.tool_name or None,
         ),
-        agent_id=asker[1] if asker else None,
+        agent_id=pending.asker_id,
     )
 
 
@@ -399,8 +397,7 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
                 expires_at=expires_at,
             )
             opened.append(pending)
-            asker = subagent_of(pending)
-            log.record(KINDS[call.kind].requested(pending), agent_id=asker[1] if asker else None)
+            log.record(KINDS[call.kind].requested(pending), agent_id=pending.asker_id)
         if opened:
             kinds = {p.kind for p in opened}
             run.status = awaiting_status(kinds)

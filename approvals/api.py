@@ -1,6 +1,7 @@
 """The inbox routes of the JSON API: pending requests and answering them."""
 
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 from django.http import HttpRequest, HttpResponse
@@ -13,6 +14,7 @@ from approvals.answers import ClaimRefused, Response, ResponseRefused, claim, re
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
 from console.api import ApiError, Paging, Problem, api, page_of, problem, require_role
+from console.models import Membership
 from console.tenancy import ConsoleRequest
 
 router = Router(tags=["requests"])
@@ -89,22 +91,23 @@ def get_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any
 def claim_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
     """Say the caller is handling the request: every open inbox shows who (a signal, not a lock: anyone who
     may answer still can). Claiming a request claimed by someone else takes the claim over."""
-    membership = require_role(request, "operator")
-    pending = get_request_for(request, request_id, "agent", "session", "answered_by", "claimed_by")
-    try:
-        claim(membership, pending)
-    except ClaimRefused as refused:
-        raise ApiError(refused.status, refused.code, refused.detail) from None
-    return request_wire(pending)
+    return _claim_change(request, request_id, claim)
 
 
 @router.delete("/requests/{request_id}/claim", response={200: dict, 409: Problem})
 def release_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
     """Let the claim go: the one who claimed it or an admin (releasing an unclaimed request changes nothing)."""
+    return _claim_change(request, request_id, release)
+
+
+def _claim_change(
+    request: ConsoleRequest, request_id: uuid.UUID, change: Callable[[Membership, PendingRequest], None]
+) -> dict[str, Any]:
+    """Claim or release the request for the calling operator; its JSON after the change."""
     membership = require_role(request, "operator")
     pending = get_request_for(request, request_id, "agent", "session", "answered_by", "claimed_by")
     try:
-        release(membership, pending)
+        change(membership, pending)
     except ClaimRefused as refused:
         raise ApiError(refused.status, refused.code, refused.detail) from None
     return request_wire(pending)

@@ -220,7 +220,7 @@ class Approval(Kind):
         approved_arguments = override if override is not None else pending.arguments
         only_these = bool(answer.get("rememberArgumentsOnly"))
         # A sub-agent's request is remembered for the sub-agent: its turns consult its own rules.
-        owner = subagent_of(pending)
+        owner = pending.asker
         agent = pending.agent if owner is None else Agent.objects.get(tenant=pending.tenant_id, name=owner[0])
         rule = Rule.objects.create(
             tenant=pending.tenant,
@@ -535,8 +535,8 @@ def awaiting_status(kinds: set[str]) -> RunStatus:
 def deliver(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
     """Hand a stored answer to the engine; a call that already ran in a failed turn is never run twice."""
     kind = KINDS[pending.kind]
-    answers, agent_id = routed(pending, answers)
-    with log.speaking_for(agent_id):
+    answers = routed(pending, answers)
+    with log.speaking_for(pending.asker_id):
         if (pending.answer or {}).get("ranInFailedTurn"):
             answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
             log.record(kind.unanswered(pending, "ran-in-failed-turn", RAN_IN_FAILED_TURN))
@@ -546,18 +546,17 @@ def deliver(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
 
 def close(pending: PendingRequest, answers: Answers, reason: str) -> None:
     """Tell the engine that the call of `pending` closed without an answer and did not run, for `reason`."""
-    KINDS[pending.kind].close(pending, routed(pending, answers)[0], reason)
+    KINDS[pending.kind].close(pending, routed(pending, answers), reason)
 
 
-def routed(pending: PendingRequest, answers: Answers) -> tuple[Answers, str | None]:
+def routed(pending: PendingRequest, answers: Answers) -> Answers:
     """Where the answer to `pending` goes: the turn's answers, or, for a sub-agent's request, the answers of
-    the call that runs the sub-agent (agents/engine/subagents.py), with the sub-agent's `agentId`."""
-    state, agent_id = pending.engine_state or {}, None
+    the call that runs the sub-agent (agents/engine/subagents.py)."""
+    state = pending.engine_state or {}
     while "subagent" in state:
         answers = answers.for_subagent(state["subagent"])
-        agent_id = state["subagent"]["agentId"]
         state = state.get("inner") or {}
-    return answers, agent_id
+    return answers
 
 
 def own_state(pending: PendingRequest) -> dict[str, Any]:
@@ -566,8 +565,3 @@ def own_state(pending: PendingRequest) -> dict[str, Any]:
     while "subagent" in state:
         state = state.get("inner") or {}
     return state
-
-
-def subagent_of(pending: PendingRequest) -> tuple[str, str] | None:
-    """(name, agentId) of the sub-agent that asked `pending`; None for the run's own agent."""
-    return pending.asker

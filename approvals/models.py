@@ -240,6 +240,12 @@ class PendingRequest(models.Model):
             state = state.get("inner") or {}
         return found
 
+    @property
+    def asker_id(self) -> str | None:
+        """The `agentId` the events of the sub-agent that asked carry; None for the run's agent."""
+        asker = self.asker
+        return asker[1] if asker is not None else None
+
     def wire(self) -> dict[str, Any]:
         return {
             "requestId": str(self.id),

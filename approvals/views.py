@@ -267,12 +267,7 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
         answered, problems = _answer_each(membership, request.user, listed, decision == "approve", reason)
         problems += [] if listed else ["No approval request of this run was listed."]
     if not request.htmx:
-        if answered:
-            verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(answered) != 1 else ""
-            messages.success(request, f"{verb} {len(answered)} request{plural} of the run.")
-        for problem in problems:
-            messages.error(request, problem)
-        return redirect("inbox")
+        return _back_to_inbox(request, answered, problems, decision, "{n} request{s} of the run")
     body = ""
     if problems:  # the bar again, with what is left to answer and why the rest was not
         left = list(
@@ -281,6 +276,19 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
         batch = {"run_id": run.id, "requests": left, "errors": problems}
         body = render(request, "approvals/inbox.html#batch", {"batch": batch}).content.decode()
     return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})
+
+
+def _back_to_inbox(
+    request: ConsoleRequest, answered: list[str], problems: list[str], decision: str | None, which: str
+) -> HttpResponse:
+    """A batch answered without htmx: what was answered (`which`: "{n} request{s} …") and what was not, as
+    messages on the inbox."""
+    if answered:
+        verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(answered) != 1 else ""
+        messages.success(request, f"{verb} {which.format(n=len(answered), s=plural)}.")
+    for problem in problems:
+        messages.error(request, problem)
+    return redirect("inbox")
 
 
 @role_required("operator")
@@ -306,11 +314,6 @@ def answer_selection(request: ConsoleRequest) -> HttpResponse:
             problems.append("Some selected requests are not approval requests of this tenant; they were left alone.")
         problems += [] if selected else ["Select requests first (x on a card, or its Select box)."]
     if not request.htmx:
-        if answered:
-            verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(answered) != 1 else ""
-            messages.success(request, f"{verb} {len(answered)} selected request{plural}.")
-        for problem in problems:
-            messages.error(request, problem)
-        return redirect("inbox")
+        return _back_to_inbox(request, answered, problems, decision, "{n} selected request{s}")
     body = render(request, "approvals/inbox.html#selection", {"selection_errors": problems}).content.decode()
     return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})
