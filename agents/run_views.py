@@ -9,7 +9,8 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Exists, Min, OuterRef, QuerySet, Subquery
+from django.db.models import Count, Exists, F, Min, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models.functions import RowNumber
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -19,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from agents import queue
-from agents.checkpoints import fork_origin
+from agents.checkpoints import ForkOrigin, fork_origin
 from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
@@ -33,6 +34,9 @@ from console.tenancy import ConsoleRequest, role_required
 FAILED_WINDOW = timedelta(hours=24)
 
 RUNS_PER_PAGE = 50
+
+# The runs a session's row unfolds on the list, newest first (the rest: the session's own list).
+RUNS_PER_SESSION = 10
 
 # What the run page and its actions read of a run.
 RUN_RELATED = ("agent", "version", "session", "created_by", "previous_run")
@@ -57,6 +61,18 @@ class RunFilters(ListFilters):
         widget=forms.TextInput(attrs={"placeholder": "any lane", "autocomplete": "off", "size": 10}),
     )
     verdicts = forms.BooleanField(required=False, widget=forms.CheckboxInput(attrs=SUBMIT_ON_CHANGE))
+
+    @property
+    def one_session(self) -> bool:
+        """A session was named: the list shows its runs one by one instead of a row per session."""
+        self.is_valid()
+        return bool(self.cleaned_data.get("session", "").strip())
+
+    @property
+    def picking(self) -> bool:
+        """Some filter picks runs (a session's row then says how many of its runs were picked)."""
+        self.is_valid()
+        return any(value not in (None, "", False) for value in self.cleaned_data.values())
 
     def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         self.is_valid()
@@ -122,6 +138,14 @@ class RunRow:
         """It waited on requests that were answered or closed since (`with_afterwards` read it)."""
         return self.run.status in AWAITING and not getattr(self.run, "still_waiting", True)
 
+    @property
+    def forked_from(self) -> ForkOrigin | None:
+        """Where the run's session was forked from, when `_shown` read it and it is a fork."""
+        run = self.run
+        if getattr(run, "fork_turn", None) is None or run.fork_tenant != run.tenant_id:
+            return None
+        return ForkOrigin(run.fork_key, run.fork_turn, run.fork_run)
+
 
 def duration(start: datetime, end: datetime | None) -> str:
     if end is None:
@@ -138,17 +162,94 @@ def duration(start: datetime, end: datetime | None) -> str:
     return f"{hours} h {minutes} min"
 
 
+@dataclass
+class SessionRow(RunRow):
+    """A session on the runs list, by its latest run (`run`: the state it is in now, whatever the filters):
+    its number of turns, how many of its runs the filters picked and the newest of those (at most
+    `RUNS_PER_SESSION`), and what its latest run still waits on."""
+
+    turns: int = 1
+    picked: int = 1
+    runs: list[RunRow] = field(default_factory=list)
+    waits_on: list[PendingRequest] = field(default_factory=list)
+
+    @property
+    def last_activity(self) -> datetime:
+        return self.run.finished_at or self.run.created_at
+
+
+def _shown(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """What a row of the list reads of a run: its agent, version, session and author, what happened after it,
+    whether a policy gave a verdict, and where its session was forked from."""
+    origin = "session__forked_from_checkpoint__"
+    runs = runs.select_related("agent", "version", "session", "created_by").annotate(
+        has_verdicts=Exists(_verdicts()),
+        fork_key=F(f"{origin}session__key"),
+        fork_turn=F(f"{origin}number"),
+        fork_run=F(f"{origin}run_id"),
+        fork_tenant=F(f"{origin}tenant_id"),
+    )
+    return with_afterwards(runs)
+
+
+def _count(runs: QuerySet[Run]) -> Subquery:
+    """How many of `runs` belong to the outer run's session."""
+    return Subquery(
+        runs.filter(session=OuterRef("session")).order_by().values("session").annotate(n=Count("pk")).values("n")
+    )
+
+
+def session_rows(tenant: Any, picked: QuerySet[Run], page_number: str | None) -> tuple[Any, list[Any]]:
+    """The list's page of rows: a session holding a picked run (by its newest picked run), or a picked run
+    without a session; newest first. A fixed number of queries whatever the page holds."""
+    newer = picked.filter(session=OuterRef("session")).filter(
+        Q(created_at__gt=OuterRef("created_at")) | Q(created_at=OuterRef("created_at"), pk__gt=OuterRef("pk"))
+    )
+    latest = Run.objects.filter(session=OuterRef("session")).order_by("-created_at", "-pk").values("pk")[:1]
+    rows = picked.filter(Q(session=None) | ~Exists(newer)).annotate(
+        latest_id=Subquery(latest), turns=_count(Run.objects.all()), picked=_count(picked)
+    )
+    rows = rows.order_by("-created_at", "-pk").values("pk", "session_id", "latest_id", "turns", "picked")
+    page = Paginator(rows, RUNS_PER_PAGE).get_page(page_number)
+    shown = {
+        run.pk: run
+        for run in _shown(Run.objects.filter(tenant=tenant, pk__in=[r["latest_id"] or r["pk"] for r in page]))
+    }
+    sessions = {
+        r["session_id"]: SessionRow(shown[r["latest_id"]], r["turns"], r["picked"]) for r in page if r["session_id"]
+    }
+    unfolded = [session_id for session_id, row in sessions.items() if row.turns > 1]
+    if unfolded:
+        order = [F("created_at").desc(), F("pk").desc()]
+        newest = _shown(picked.filter(session__in=unfolded)).annotate(
+            rank=Window(RowNumber(), partition_by=[F("session")], order_by=order)
+        )
+        for run in newest.filter(rank__lte=RUNS_PER_SESSION).order_by("-created_at", "-pk"):
+            sessions[run.session_id].runs.append(RunRow(run))
+    waiting = [row.run.pk for row in sessions.values() if getattr(row.run, "still_waiting", False)]
+    if waiting:
+        still = PendingRequest.objects.filter(
+            run__in=waiting, session=F("run__session"), status=RequestStatus.PENDING, answered_in=None
+        )
+        for pending in still.select_related("claimed_by").order_by("opened_at", "pk"):
+            sessions[pending.session_id].waits_on.append(pending)
+    return page, [sessions[r["session_id"]] if r["session_id"] else RunRow(shown[r["pk"]]) for r in page]
+
+
 @role_required("reader")
 @require_GET
 @vary_on_headers("HX-Request")
 def run_list(request: ConsoleRequest) -> HttpResponse:
+    """The runs, a row per session (SPEC section 6); with a session named, that session's runs one by one."""
     tenant = request.tenant
-    agent_names = Agent.objects.names_in(tenant)
-    filters = RunFilters(request.GET, agent_names)
-    runs = filters.apply(Run.objects.filter(tenant=tenant)).select_related("agent", "version", "session", "created_by")
-    runs = with_afterwards(runs.annotate(has_verdicts=Exists(_verdicts())))
-    page = Paginator(runs.order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    context = {"filters": filters, "page": page, "rows": [RunRow(run) for run in page], **jobs_context(tenant)}
+    filters = RunFilters(request.GET, Agent.objects.names_in(tenant))
+    picked = filters.apply(Run.objects.filter(tenant=tenant))
+    if filters.one_session:
+        page = Paginator(_shown(picked).order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+        rows: list[Any] = [RunRow(run) for run in page]
+    else:
+        page, rows = session_rows(tenant, picked, request.GET.get("page"))
+    context = {"filters": filters, "page": page, "rows": rows, **jobs_context(tenant)}
     partial = request.htmx and not request.htmx.history_restore_request
     return render(request, "agents/run_list.html#runs-table" if partial else "agents/run_list.html", context)
 

@@ -10,10 +10,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.definitions import DefinitionContent
-from agents.models import Agent, Run
+from agents.models import Agent, Checkpoint, Run
 from agents.run_views import duration
+from approvals.answers import claim
+from approvals.models import PendingRequest
 from tests.conftest import Persona
-from tests.helpers import ask_to_send, run_queued, snapshot
+from tests.helpers import ask_to_send, run_ok, run_queued, snapshot
 
 HELPER = {"name": "helper", "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time"}]}
 SEND_EMAIL = 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}'
@@ -53,7 +55,7 @@ def ask_and_deny(persona: Persona, session: str = "s-1") -> tuple[dict[str, Any]
 
 def table(html: str) -> str:
     """The runs table of a list page (or of its htmx fragment)."""
-    match = re.search(r"<table class=\"runs\">.*?</table>", html, re.DOTALL)
+    match = re.search(r"<table class=\"runs[^\"]*\".*?</table>", html, re.DOTALL)
     assert match, html
     return match.group(0)
 
@@ -65,8 +67,8 @@ def listed(persona: Persona, query: str = "") -> str:
 
 
 def messages(html: str) -> list[str]:
-    """The message column of a runs table, top to bottom."""
-    return re.findall(r'<td class="message">(.*?)</td>', html)
+    """The message column of a runs table, top to bottom (a row per session or run without a session)."""
+    return re.findall(r'<td class="message"[^>]*>(.*?)</td>', html)
 
 
 def row_count(html: str) -> int:
@@ -91,7 +93,7 @@ def test_it_shows_the_columns_of_a_run(admin, helper):
     assert "s-cols" in html
     assert '<span class="pill status-completed">completed</span>' in html
     assert admin.user.username in html
-    assert re.search(r"<td class=\"num\">[0-9.]+ m?s</td>", html), "the duration"
+    assert re.search(r"<td class=\"num\" data-label=\"Duration\">[0-9.]+ m?s</td>", html), "the duration"
 
 
 def test_it_lists_the_newest_run_first(admin, helper):
@@ -399,3 +401,122 @@ def test_an_answered_run_says_what_happened_after_it_and_is_not_listed_as_waitin
     assert (
         "answered by" not in operator.client.get(f"/runs/{waiting['runId']}/").content.decode().split("<h1>")[1][:400]
     )
+
+
+# ---- the list groups by session (issue 16, item 2) ---------------------------------------------------------
+
+
+def rows_of(html: str) -> list[str]:
+    """The rows of a runs table: a `<tbody>` per session or run without a session."""
+    return re.findall(r'<tbody class="(?:session-group|single)">.*?</tbody>', html, re.DOTALL)
+
+
+def cell(row: str, label: str) -> str:
+    """A cell of a row, as text."""
+    match = re.search(rf'<td[^>]* data-label="{label}">(.*?)</td>', row, re.DOTALL)
+    assert match, row
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", match.group(1))).strip()
+
+
+def test_it_lists_a_row_per_session_with_its_latest_state_and_its_runs_folded(operator, assistant):
+    asked = ask_to_send(operator, "s1")
+    body = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True}
+    outcome = operator.api("POST", f"/api/runs/{asked['runId']}/responses", body).json()
+    continued = run_queued(outcome["continuationRunId"])
+    said = run_ok(operator, {"message": "and now?", "sessionId": "s1"})
+    one_off = run_ok(operator, {"message": "no session here"})
+
+    [single, session] = rows_of(listed(operator))
+
+    assert "no session here" in cell(single, "Message") and cell(single, "Turns") == "—"
+    assert f'href="/runs/{one_off["runId"]}/"' in single and "<details" not in single
+    # The session's row is its latest run: its state, its message, and the session's number of turns.
+    assert cell(session, "Status") == "completed" and cell(session, "Message") == "and now?"
+    assert cell(session, "Turns") == "3" and cell(session, "Session") == "s1"
+    assert f'<td class="when" data-label="Last activity"><a href="/runs/{said["runId"]}/"' in session
+    # Unfolded (a <details>, no JavaScript needed): the session's runs, newest first, with what happened after each.
+    folded = re.search(r"<details>\s*<summary>Its 3 turns</summary>(.*?)</details>", session, re.DOTALL)
+    assert folded, session
+    linked = re.findall(r'<a class="when" href="/runs/([^/]+)/"', folded.group(1))
+    assert linked == [said["runId"], str(continued.id), asked["runId"]]
+    assert "answered by otto" in folded.group(1) and "call send_email" in folded.group(1)
+    assert "2 rows" in operator.client.get("/runs/").content.decode()
+
+
+def test_a_waiting_session_says_what_it_waits_on_and_who_claimed_it(operator, assistant):
+    asked = ask_to_send(operator, "s1")
+    claim(operator.membership, PendingRequest.objects.get(id=asked["pendingRequests"][0]["requestId"]))
+    run_ok(operator, {"message": "hello", "sessionId": "s2"})
+
+    [done, waiting] = rows_of(listed(operator))
+
+    assert cell(waiting, "Status") == "awaiting approval waits on approval of send_email (claimed by otto)"
+    assert "waits on" not in done
+    assert [cell(row, "Session") for row in rows_of(listed(operator, "?status=awaiting_approval"))] == ["s1"]
+
+
+def test_a_session_is_listed_when_any_of_its_runs_is_picked_and_shows_its_state_now(operator, assistant):
+    run_ok(operator, {"message": "first", "sessionId": "s1"})
+    Run.objects.filter(message="first").update(status="failed")
+    run_ok(operator, {"message": "second", "sessionId": "s1"})
+    run_ok(operator, {"message": "elsewhere", "sessionId": "s2"})
+
+    [row] = rows_of(listed(operator, "?status=failed"))
+
+    assert cell(row, "Session") == "s1" and cell(row, "Status") == "completed" and cell(row, "Message") == "second"
+    assert "<summary>1 of its 2 turns picked by the filters</summary>" in row
+    folded = re.search(r"<details>.*?</details>", row, re.DOTALL)
+    assert folded and "first" in folded.group(0) and "second" not in folded.group(0)
+
+
+def test_a_forked_session_says_where_it_was_forked_from(operator, assistant):
+    asked = ask_to_send(operator, "s1")
+    request_id = asked["pendingRequests"][0]["requestId"]
+    first = operator.api("POST", f"/api/runs/{asked['runId']}/responses", {"requestId": request_id, "approved": True})
+    run_queued(first.json()["continuationRunId"])
+    at = str(Checkpoint.objects.get(run_id=asked["runId"]).id)
+    body = {"requestId": request_id, "approved": False, "checkpointId": at}
+    fork = operator.api("POST", f"/api/runs/{asked['runId']}/responses", body).json()
+    run_queued(fork["continuationRunId"])
+
+    rows = {cell(row, "Session").split(" ")[0][:8]: row for row in rows_of(listed(operator))}
+
+    forked = rows[fork["sessionId"][:8]]
+    assert f'forked from <a href="/runs/{asked["runId"]}/">s1 at turn 1</a>' in forked
+    assert "forked from" not in rows["s1"]
+
+
+def test_it_pages_rows_not_runs(operator, assistant, monkeypatch):
+    monkeypatch.setattr("agents.run_views.RUNS_PER_PAGE", 2)
+    for session in ("a", "b", "c"):
+        for word in ("one", "two"):
+            run_ok(operator, {"message": f"{session} {word}", "sessionId": session})
+
+    first = operator.client.get("/runs/").content.decode()
+    second = operator.client.get("/runs/?page=2").content.decode()
+
+    assert [cell(row, "Message") for row in rows_of(first)] == ["c two", "b two"]
+    assert [cell(row, "Message") for row in rows_of(second)] == ["a two"]
+    assert "3–3 of 3 rows · page 2 of 2" in second
+
+
+def test_the_grouped_list_asks_a_bounded_number_of_queries(operator, assistant, django_assert_max_num_queries):
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert operator.client.get("/runs/").status_code == 200
+        return len(captured)
+
+    ask_to_send(operator, "waiting-0")
+    run_ok(operator, {"message": "alone"})
+    for message in ("hello", "again"):
+        run_ok(operator, {"message": message, "sessionId": "two-turns"})
+    few = queries()
+    for number in range(30):
+        run_ok(operator, {"message": "hello", "sessionId": f"s-{number}"})
+        run_ok(operator, {"message": "again", "sessionId": f"s-{number}"})
+        ask_to_send(operator, f"waiting-{number + 1}")
+    assert row_count(listed(operator)) == 50
+
+    with django_assert_max_num_queries(few):
+        operator.client.get("/runs/")
+    assert operator.client.get("/runs/?status=awaiting_approval&agent=assistant").status_code == 200
