@@ -416,3 +416,46 @@ class TurnPolicies:
             toolCallId=call.get("id"),
         )
         await self.emit(verdict_event)
+
+
+@dataclass(frozen=True)
+class PolicyScope:
+    """What the emitters of one run share: the run (the contract's session of its agent's records; a
+    sub-agent's records have its `agentId` instead, `within`), Airlock's session and tenant in every context,
+    and the run's records, where every emitter of the run (its agent's, its sub-agents') appends."""
+
+    session: str
+    session_id: str | None
+    tenant: str | None
+    records: list[dict[str, Any]]
+
+    def within(self, agent_id: str) -> "PolicyScope":
+        """The scope of a sub-agent's turn: its records say which sub-agent (`agentId`) they are of."""
+        return PolicyScope(agent_id, self.session_id, self.tenant, self.records)
+
+    def policies(
+        self,
+        document: Any,
+        *,
+        connections: Mapping[str, ConnectionSpec],
+        decisions: Mapping[str, bool],
+        agent: str,
+        version: int | None,
+        emit: Emit,
+    ) -> TurnPolicies | None:
+        """The emitter of a turn of `agent` from its version's declaration `document`; None without one
+        (nothing is built: a turn without hooks pays nothing)."""
+        if document is None:
+            return None
+        return TurnPolicies.build(
+            document,
+            connections=connections,
+            decisions=decisions,
+            agent=agent,
+            version=version,
+            run_id=self.session,
+            session_id=self.session_id,
+            tenant=self.tenant,
+            emit=emit,
+            records=self.records,
+        )

@@ -226,6 +226,7 @@ def subagents_for(tenant: Tenant, content: DefinitionContent, culture: str, dept
             display_name=sub.display_name or sub.name,
             description=sub.description,
             content=sub,
+            version=version.number,
             connections=granted_connections(tenant, version),
             instructions=render_instructions(resolve_culture(sub, culture), bound),
             rules=list(consulted),

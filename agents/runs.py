@@ -34,7 +34,7 @@ from agents.payloads import (
     SessionError,
     UserMessage,
 )
-from agents.policies import TurnPolicies
+from agents.policies import PolicyScope
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
 from approvals.kinds import KINDS, awaiting_status, close, deliver
@@ -230,25 +230,11 @@ def cancel_waiting(run: Run, user: Any) -> bool:
     return True
 
 
-def _policies(started: StartedRun) -> TurnPolicies | None:
-    """The turn's policy emitter, when its version has `hooks`; the operators' decisions on escalations
-    ride with the answers."""
-    prepared, run = started.prepared, started.run
-    hooks = prepared.version.definition.hooks
-    if hooks is None:
-        return None
-    return TurnPolicies.build(
-        hooks,
-        connections=prepared.connections,
-        decisions=started.answers.decisions,
-        agent=prepared.agent.name,
-        version=prepared.version.number,
-        run_id=str(run.id),
-        session_id=prepared.request.session_id,
-        tenant=str(run.tenant_id),
-        emit=started.log.emit,
-        records=started.records,
-    )
+def _policy_scope(started: StartedRun) -> PolicyScope:
+    """Where the turn's policies (its agent's and its sub-agents', built by the engine from their versions'
+    `hooks`) record: the run's records and events."""
+    run = started.run
+    return PolicyScope(str(run.id), started.prepared.request.session_id, str(run.tenant_id), started.records)
 
 
 @dataclass
@@ -265,7 +251,6 @@ async def execute(started: StartedRun) -> ExecutionResult:
     message = prepared.request.message if prepared.request.message else None
     if message is None and not started.answers:
         message = ""
-    policies = _policies(started)
     try:
         async with holding(started.run, started.log):
             outcome = await run_turn(
@@ -279,7 +264,8 @@ async def execute(started: StartedRun) -> ExecutionResult:
                 rules=started.rules,
                 emit=started.log.emit,
                 stream=started.log.listener is not None,
-                policies=policies,
+                version=prepared.version.number,
+                scope=_policy_scope(started),
                 subagents=prepared.subagents,
             )
     except TurnError as error:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Any, Literal
 
+from agent_hooks import DeclarationError
 from pydantic_ai import (
     Agent,
     AgentRunResultEvent,
@@ -64,6 +65,7 @@ from agents.engine.seams import (
     LimitReached,
     ModelCall,
     OutputHeld,
+    as_text,
     engine_capabilities,
     rewrite_response,
 )
@@ -86,7 +88,7 @@ from agents.payloads import (
     TurnStart,
     UserMessage,
 )
-from agents.policies import PolicyBlocked, TurnPolicies
+from agents.policies import PolicyBlocked, PolicyScope, TurnPolicies
 from agents.tools import REGISTRY
 from approvals.rules import first_matching
 from console.connections import ConnectionSpec
@@ -347,19 +349,10 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         policies = deps.policies
         asks = REGISTRY[name].asks if self.server is None and name in REGISTRY else None
         if policies is not None:
-            context = policies.builder.pre_tool_call(call_id=call_id, name=name, args=tool_args)
-            try:
-                tool_args = await policies.check(context)
-            except PolicyBlocked as blocked:
-                escalation = blocked.escalation
-                if escalation is not None:
-                    # The request shows the arguments the policy saw (an operator's edit is a new question).
-                    asked = {"policy": escalation.wire(), "policyKey": escalation.key, "arguments": tool_args}
-                    raise ApprovalRequired(metadata=asked) from None
-                if not policies.decided(context):  # an operator's "no" is recorded with their answer
-                    denial = PermissionResult(kind="denied-by-rules", reason=blocked.reason, message=blocked.message)
-                    await _decided(deps, name, call_id, tool_args, denial)
-                return ToolDenied(blocked.message or blocked.reason or "Denied by policy.")
+            checked = await _pre_tool_call(deps, policies, name, call_id, tool_args)
+            if isinstance(checked, ToolDenied):
+                return checked
+            tool_args = checked
         if asks is not None:
             # A tool that asks a person: its result is their answer, given in a later turn.
             answer = (ctx.tool_call_metadata or {}).get("person_answer") if ctx.tool_call_approved else None
@@ -397,7 +390,7 @@ class GatedToolset(WrapperToolset[TurnDeps]):
             raise
         except (ToolFailed, pai_errors.ModelRetry) as error:
             if policies is not None:
-                denied = await self._after(policies, name, call_id, tool_args, str(error), is_error=True)
+                denied = await _post_tool_call(policies, name, call_id, tool_args, str(error), is_error=True)
                 if denied is not None:
                     await self._complete(deps, name, call_id, error=denied.message)
                     return denied
@@ -412,12 +405,12 @@ class GatedToolset(WrapperToolset[TurnDeps]):
             # A server tool's own failure is the model's to see (once `post_tool_call` let it), not the end of the run.
             failure = f"{type(error).__name__}: {error}"
             if policies is not None:
-                denied = await self._after(policies, name, call_id, tool_args, failure, is_error=True)
+                denied = await _post_tool_call(policies, name, call_id, tool_args, failure, is_error=True)
                 if denied is not None:
                     return denied
             raise ToolFailed(failure) from error
         if policies is not None:
-            checked = await self._after(policies, name, call_id, tool_args, _jsonable(result), is_error=False)
+            checked = await _post_tool_call(policies, name, call_id, tool_args, _jsonable(result), is_error=False)
             if isinstance(checked, ToolDenied):
                 await self._complete(deps, name, call_id, error=checked.message)
                 return checked
@@ -426,23 +419,45 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         return result
 
     @staticmethod
-    async def _after(
-        policies: TurnPolicies, name: str, call_id: str, args: dict[str, Any], value: Any, *, is_error: bool
-    ) -> Any:
-        """`post_tool_call`: the result to hand the model (a denial, transformed, or as it was); for a
-        failure, a denial or None (the failure goes on as it was)."""
-        context = policies.builder.post_tool_call(call_id=call_id, name=name, args=args, value=value, is_error=is_error)
-        try:
-            checked = await policies.check(context)
-        except PolicyBlocked as blocked:
-            return ToolDenied(f"Denied by policy: {blocked.message or blocked.reason}")
-        return None if is_error else checked
-
-    @staticmethod
     async def _complete(
         deps: TurnDeps, name: str, call_id: str, *, result: Any = None, error: str | None = None
     ) -> None:
         await deps.emit(ToolExecutionComplete.of(call_id, name, value=_jsonable(result), error=error))
+
+
+async def _pre_tool_call(
+    deps: TurnDeps, policies: TurnPolicies, name: str, call_id: str, args: dict[str, Any]
+) -> dict[str, Any] | ToolDenied:
+    """`pre_tool_call` of a server, MCP or sub-agent tool: the arguments to run it with (transformed, or as
+    they were), or the denial the model reads; an escalation raises ApprovalRequired (an approval request
+    with the policy)."""
+    context = policies.builder.pre_tool_call(call_id=call_id, name=name, args=args)
+    try:
+        checked: dict[str, Any] = await policies.check(context)
+    except PolicyBlocked as blocked:
+        escalation = blocked.escalation
+        if escalation is not None:
+            # The request shows the arguments the policy saw (an operator's edit is a new question).
+            asked = {"policy": escalation.wire(), "policyKey": escalation.key, "arguments": args}
+            raise ApprovalRequired(metadata=asked) from None
+        if not policies.decided(context):  # an operator's "no" is recorded with their answer
+            denial = PermissionResult(kind="denied-by-rules", reason=blocked.reason, message=blocked.message)
+            await _decided(deps, name, call_id, args, denial)
+        return ToolDenied(blocked.message or blocked.reason or "Denied by policy.")
+    return checked
+
+
+async def _post_tool_call(
+    policies: TurnPolicies, name: str, call_id: str, args: dict[str, Any], value: Any, *, is_error: bool
+) -> Any:
+    """`post_tool_call`: the result to hand the model (a denial, transformed, or as it was); for a
+    failure, a denial or None (the failure goes on as it was)."""
+    context = policies.builder.post_tool_call(call_id=call_id, name=name, args=args, value=value, is_error=is_error)
+    try:
+        checked = await policies.check(context)
+    except PolicyBlocked as blocked:
+        return ToolDenied(f"Denied by policy: {blocked.message or blocked.reason}")
+    return None if is_error else checked
 
 
 async def _decided(
@@ -521,15 +536,29 @@ async def run_turn(
     rules: Sequence[Any] = (),
     emit: Emit,
     stream: bool = True,
-    policies: TurnPolicies | None = None,
+    version: int | None,
+    scope: PolicyScope,
     subagents: Mapping[str, SubAgent] | None = None,
 ) -> TurnOutcome:
-    """Run one turn and report its events through `emit`; raises TurnError when the turn fails.
+    """Run one turn of `content` (its agent's version `version`) and report its events through `emit`;
+    raises TurnError when the turn fails.
 
     With `stream` the model's reply streams (text deltas as ephemeral events); without it the turn
     runs node by node and each reply is reported whole, which is cheaper when nobody watches live.
-    The stored events are the same either way. `policies`: the turn's emitter when the definition
-    has `hooks` (SPEC section 8)."""
+    The stored events are the same either way. When the definition has `hooks`, the turn's emitter is
+    built from them in `scope` (SPEC section 8), with the operators' decisions the answers carry; the
+    sub-agents' turns build theirs from their own versions' declarations in the same scope."""
+    try:
+        policies = scope.policies(
+            content.hooks,
+            connections=connections,
+            decisions=answers.decisions if answers is not None else {},
+            agent=content.name,
+            version=version,
+            emit=emit,
+        )
+    except DeclarationError as error:  # e.g. a policy webhook connection no longer granted: nothing runs
+        raise TurnError("policy_unavailable", f"The policies of {content.name} cannot run: {error}") from None
     agent = agent_for(content, connection_for(connections, content.model.connection))
     bridges = [McpBridge(server, connection_for(connections, server.connection)) for server in content.mcp_servers]
     mcp_toolsets: list[AbstractToolset[TurnDeps]] = [
@@ -537,7 +566,7 @@ async def run_turn(
         for bridge in bridges
     ]
     if subagents:
-        mcp_toolsets.append(_subagent_toolset(subagents))
+        mcp_toolsets.append(_subagent_toolset(subagents, scope))
     async with contextlib.AsyncExitStack() as stack:
         for bridge in bridges:
             stack.push_async_callback(bridge.close)
@@ -553,7 +582,9 @@ async def run_turn(
             stream=stream,
             toolsets=mcp_toolsets,
             policies=policies,
-            tools_registered=[t.name for t in content.tools] + [t.name for t in content.client_tools],
+            tools_registered=[t.name for t in content.tools]
+            + [t.name for t in content.client_tools]
+            + list(subagents or ()),
             max_model_calls=content.max_model_calls,
         )
 
@@ -878,12 +909,12 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
     return pending
 
 
-def _subagent_toolset(subagents: Mapping[str, SubAgent]) -> FunctionToolset[TurnDeps]:
+def _subagent_toolset(subagents: Mapping[str, SubAgent], scope: PolicyScope) -> FunctionToolset[TurnDeps]:
     """Each sub-agent as a tool `name(task)` (SPEC section 10; agents/engine/subagents.py)."""
 
     def tool(sub: SubAgent) -> Tool[TurnDeps]:
-        async def delegate(ctx: RunContext[TurnDeps], task: str) -> str:
-            return await _delegate(sub, ctx, task)
+        async def delegate(ctx: RunContext[TurnDeps], task: str) -> str | ToolDenied:
+            return await _delegate(sub, scope, ctx, task)
 
         description = f"Ask the sub-agent {sub.display_name} to do a task; it answers with its result."
         return Tool(delegate, name=sub.name, description=f"{description} {sub.description}".strip())
@@ -891,25 +922,38 @@ def _subagent_toolset(subagents: Mapping[str, SubAgent]) -> FunctionToolset[Turn
     return FunctionToolset([tool(sub) for sub in subagents.values()])
 
 
-async def _delegate(sub: SubAgent, ctx: RunContext[TurnDeps], task: str) -> str:
-    """A sub-agent's turn inside the parent's call: started, or resumed with the answers it waited for."""
+async def _delegate(sub: SubAgent, scope: PolicyScope, ctx: RunContext[TurnDeps], task: str) -> str | ToolDenied:
+    """A sub-agent's turn inside the parent's call: started, or resumed with the answers it waited for.
+
+    The parent's policies see the call as any tool's: `pre_tool_call` on `{task}` when it starts (a resumed
+    call already passed it), `post_tool_call` on the reply. The sub-agent's own policies (its version's
+    `hooks`) govern its turn; a deny that would block its run fails the call instead, with the policy's
+    reason for the parent's model."""
     deps, call_id = ctx.deps, ctx.tool_call_id or ""
+    parent = deps.policies
     resume = (ctx.tool_call_metadata or {}).get("subagent_resume") if ctx.tool_call_approved else None
     if resume is None:
+        if parent is not None:
+            checked = await _pre_tool_call(deps, parent, sub.name, call_id, {"task": task})
+            if isinstance(checked, ToolDenied):
+                return checked
+            task = as_text(checked.get("task", task))
         agent_id = f"{sub.name}-{uuid.uuid4().hex[:12]}"  # the call ids of nested turns may repeat
         state: dict[str, Any] = {"name": sub.name, "agentId": agent_id, "startedAt": time.time(), "tokens": 0}
-        state["toolCalls"] = 0
+        state["toolCalls"], state["task"] = 0, task
         await deps.emit(ToolExecutionStart(toolCallId=call_id, toolName=sub.name, arguments={"task": task}))
         started = SubagentStarted(
             toolCallId=call_id, agentName=sub.name, agentDisplayName=sub.display_name, model=sub.model, agentId=agent_id
         )
         await deps.emit(started)
-        await deps.emit(UserMessage(content=task), agent_id)
+        if sub.content.hooks is None:  # under policies, its turn records the task as `input` leaves it
+            await deps.emit(UserMessage(content=task), agent_id)
         conversation, message, answers = None, task, None
     else:
         state = {key: value for key, value in resume["state"].items() if key not in ("conversation", "parentCallId")}
         conversation, message = resume["state"]["conversation"], None
         answers = Answers.load(resume["answers"])
+    arguments = {"task": state.get("task", task)}
     counted = Counting(Tagged(deps.emit, state["agentId"]))
     try:
         outcome = await run_turn(
@@ -922,13 +966,19 @@ async def _delegate(sub: SubAgent, ctx: RunContext[TurnDeps], task: str) -> str:
             rules=sub.rules,
             emit=counted,
             stream=False,
+            version=sub.version,
+            scope=scope.within(state["agentId"]),
             subagents=sub.subagents,
         )
     except TurnError as error:
         state["toolCalls"] += counted.tool_calls
+        failure = _failure(sub, error)
         await deps.emit(SubagentFailed(**totals(sub, call_id, state), error=f"{error.code}: {error.message}"))
-        await deps.emit(ToolExecutionComplete.of(call_id, sub.name, error=error.message))
-        raise ToolFailed(f"The sub-agent {sub.name} failed: {error.message}") from None
+        denied = await _post_tool_call(parent, sub.name, call_id, arguments, failure, is_error=True) if parent else None
+        await deps.emit(ToolExecutionComplete.of(call_id, sub.name, error=denied.message if denied else error.message))
+        if denied is not None:
+            return denied
+        raise ToolFailed(failure) from None
     state["tokens"] += outcome.usage.get("inputTokens", 0) + outcome.usage.get("outputTokens", 0)
     state["toolCalls"] += counted.tool_calls
     if outcome.pending:
@@ -936,8 +986,23 @@ async def _delegate(sub: SubAgent, ctx: RunContext[TurnDeps], task: str) -> str:
         waiting = {**state, "conversation": outcome.conversation}
         raise ApprovalRequired(metadata={"subagent": waiting, "pending": [asdict(p) for p in outcome.pending]})
     await deps.emit(SubagentCompleted(**totals(sub, call_id, state)))
-    await deps.emit(ToolExecutionComplete.of(call_id, sub.name, value=outcome.output or ""))
-    return outcome.output or ""
+    reply: Any = outcome.output or ""
+    if parent is not None:
+        reply = await _post_tool_call(parent, sub.name, call_id, arguments, reply, is_error=False)
+        if isinstance(reply, ToolDenied):
+            await deps.emit(ToolExecutionComplete.of(call_id, sub.name, error=reply.message))
+            return reply
+        reply = as_text(reply)
+    await deps.emit(ToolExecutionComplete.of(call_id, sub.name, value=reply))
+    return str(reply)
+
+
+def _failure(sub: SubAgent, error: TurnError) -> str:
+    """What the parent's model reads of a sub-agent's turn that failed; a policy's deny says which and why."""
+    if isinstance(error, TurnBlocked):
+        said = error.error
+        return f"The sub-agent {sub.name} was stopped by its policy at {said['point']}: {said['message']}"
+    return f"The sub-agent {sub.name} failed: {error.message}"
 
 
 class _EventTranslator:

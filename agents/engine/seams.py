@@ -93,7 +93,8 @@ class OutputHeld(Exception):
         self.blocked, self.content, self.conversation = blocked, content, conversation
 
 
-def _text(content: Any) -> str:
+def as_text(content: Any) -> str:
+    """A message's (or a verdict's) content as text: JSON when it is not a string."""
     return content if isinstance(content, str) else json.dumps(content, default=str)
 
 
@@ -108,7 +109,7 @@ def generic_messages(messages: list[ModelMessage]) -> tuple[list[dict[str, Any]]
                 if isinstance(part, SystemPromptPart):
                     out.append({"role": "system", "content": part.content})
                 elif isinstance(part, UserPromptPart):
-                    out.append({"role": "user", "content": _text(part.content)})
+                    out.append({"role": "user", "content": as_text(part.content)})
                 elif isinstance(part, ToolReturnPart):
                     out.append(
                         {
@@ -145,7 +146,7 @@ def rewrite_messages(
         content = new.get("content") if isinstance(new, dict) else None
         if content == old.get("content"):
             continue
-        text = _text(content) if content is not None else ""
+        text = as_text(content) if content is not None else ""
         message = rewritten[i]
         if j == -1:
             assert isinstance(message, ModelResponse)
@@ -172,7 +173,7 @@ def rewrite_response(response: ModelResponse, after: Any) -> ModelResponse:
     parts: list[Any] = []
     text = after.get("content")
     if text is not None and text != "":
-        parts.append(TextPart(_text(text)))
+        parts.append(TextPart(as_text(text)))
     for part in response.parts:
         if isinstance(part, TextPart):
             continue

@@ -28,12 +28,14 @@ class Emit(Protocol):
 
 @dataclass(frozen=True)
 class SubAgent:
-    """What a turn needs of one sub-agent, resolved before the turn (`agents.subagents.subagents_for`)."""
+    """What a turn needs of one sub-agent, resolved before the turn (`agents.prepare.subagents_for`)."""
 
     name: str
     display_name: str
     description: str
     content: DefinitionContent
+    # Its version's number (its policies' contexts name it; `content.hooks` is that version's declaration).
+    version: int
     connections: Mapping[str, ConnectionSpec]
     instructions: str
     rules: Sequence[Any] = ()
