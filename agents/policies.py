@@ -15,9 +15,7 @@ database: the caller resolves connections and hands in the operator's decisions.
 import asyncio
 import copy
 import hashlib
-import hmac
 import json
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -57,7 +55,6 @@ RESOLVER = "airlock-inbox"
 # Where an escalation waits for an operator; elsewhere it is a deny.
 LIFTABLE = ("pre_tool_call", "output")
 FRAMEWORK = "airlock"
-SIGNATURE_HEADER = "X-Airlock-Signature"
 
 Emit = Callable[[Payload], Awaitable[None]]
 
@@ -197,10 +194,6 @@ def webhook_config(config: Mapping[str, Any]) -> tuple[str, float]:
     return connection, timeout_ms / 1000
 
 
-def sign(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
 class WebhookBinding:
     """An `airlock.webhook` binding: POSTs the context to the connection's URL, signed with its secret, and
     reads the verdict; a timeout, a non-2xx answer or a body that is not a verdict fails closed."""
@@ -210,10 +203,7 @@ class WebhookBinding:
 
     async def intercept(self, context: dict[str, Any]) -> Any:
         body = json.dumps(context, separators=(",", ":")).encode()
-        headers = {"Content-Type": "application/json"}
-        secret = os.environ.get(self.spec.secret_env, "") if self.spec.secret_env else ""
-        if secret:
-            headers[SIGNATURE_HEADER] = sign(secret, body)
+        headers = self.spec.webhook_headers(body)
         async with asyncio.timeout(self.timeout), httpx2.AsyncClient() as client:
             response = await client.post(self.spec.url, content=body, headers=headers)
         response.raise_for_status()

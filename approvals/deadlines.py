@@ -1,14 +1,22 @@
 """Request deadlines: a periodic sweep closes overdue requests `expired` and lets their runs go on
-(`approvals.answers.expire_due`).
+(`approvals.answers.expire_due`); beside it, the e-mail digests that are due go out (`approvals.digests`).
 
 The sweep is one loop per serving process (started by `manage.py serve`) or the `sweep_deadlines`
-command; every closing is a conditional update, so several sweepers never close a request twice.
+command; every closing is a conditional update, so several sweepers never close a request twice (and a
+digest's is too: several never send the same digest).
 """
 
 from approvals.answers import expire_due
+from approvals.digests import send_digests
 from console.periodic import start_periodic
 
 
 def start_sweeper(every_seconds: float) -> None:
     """Run the sweep every `every_seconds` in a daemon thread of this process (once per process)."""
     start_periodic("deadlines", every_seconds, expire_due)
+
+
+def start_digests(every_seconds: float) -> None:
+    """Send the digests that are due every `every_seconds` in a daemon thread of this process (once per
+    process)."""
+    start_periodic("digests", every_seconds, send_digests)

@@ -59,6 +59,20 @@ def groups_of(membership: Membership) -> set[str]:
     return set(groups.values_list("name", flat=True))
 
 
+class Digest(models.Model):
+    """A member's opt-in to e-mail digests (SPEC section 11): requests of the tenant they may answer that have
+    waited longer than `after_minutes`, at most one e-mail every `after_minutes` (approvals/digests.py)."""
+
+    membership = models.OneToOneField(Membership, on_delete=models.CASCADE, related_name="digest")
+    after_minutes = models.PositiveIntegerField()
+    # Requests opened up to here were old enough for a digest already sent: none is listed twice.
+    through = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"digest of {self.membership} after {self.after_minutes} min"
+
+
 @receiver(pre_save, sender=AgentVersion)
 def _refuse_unknown_groups(sender: type[AgentVersion], instance: AgentVersion, **kwargs: Any) -> None:
     """Every save of a definition (API, form, rollback) names only groups the tenant has. A receiver because

@@ -3,7 +3,8 @@
 A push is rendered and JSON-encoded once per role variant (answer buttons or not), never once per socket,
 and carries the tenant's members as read when it leaves: each consumer finds its user in that list, sends
 its variant's text as it is, and closes itself when its user is no longer a member. Domain code calls these
-functions, never the channel layer directly.
+functions, never the channel layer directly. A request opened or closed is also announced to the tenant's
+webhook (approvals/webhooks.py), off this thread.
 """
 
 import json
@@ -14,6 +15,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
+from approvals import webhooks
 from approvals.models import ApproverGroup, PendingRequest
 from console.models import ROLE_RANK, Membership, Role
 
@@ -87,6 +89,7 @@ def notify_requests_opened(requests: list[PendingRequest]) -> None:
     if not requests:
         return
     tenant_id = requests[0].tenant_id
+    webhooks.announce(webhooks.OPENED, tenant_id, [r.id for r in requests])
     pending = pending_count(tenant_id)
     by_group: dict[str, list[PendingRequest]] = {}
     for request in requests:
@@ -110,6 +113,7 @@ def notify_requests_closed(tenant_id: int, request_ids: list[str]) -> None:
     """Answered or terminated requests: every open inbox drops them."""
     if not request_ids:
         return
+    webhooks.announce(webhooks.CLOSED, tenant_id, request_ids)
     _push(tenant_id, {"type": "requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)})
 
 

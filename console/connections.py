@@ -6,10 +6,16 @@ This module holds what needs no database: the kinds, the frozen settings a turn 
 (`ConnectionSpec`) and the connections every tenant has. The stored ones are `console.models.Connection`.
 """
 
+import hashlib
+import hmac
+import os
 import sys
 from dataclasses import dataclass
 
 ENV_NAME = r"^[A-Z_][A-Z0-9_]{0,127}$"
+
+# The header of a webhook POST (policy verdicts, request events) carrying the body's HMAC-SHA256.
+SIGNATURE_HEADER = "X-Airlock-Signature"
 
 MODEL_KINDS = frozenset({"scripted", "openai", "anthropic"})
 
@@ -27,6 +33,16 @@ class ConnectionSpec:
     env: tuple[str, ...] = ()
     url: str = ""
     secret_env: str = ""
+
+    def webhook_headers(self, body: bytes) -> dict[str, str]:
+        """The headers of a JSON POST of `body` to this webhook: signed (`sha256=<hex HMAC-SHA256 of the body>`)
+        with the secret in the connection's variable, read now so a rotated secret applies at once; unsigned
+        when the variable is unset or empty."""
+        headers = {"Content-Type": "application/json"}
+        secret = os.environ.get(self.secret_env, "") if self.secret_env else ""
+        if secret:
+            headers[SIGNATURE_HEADER] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        return headers
 
 
 # Every tenant has these; an installation cannot define a connection of the same name.

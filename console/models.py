@@ -18,6 +18,11 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=63, unique=True, validators=[validate_slug])
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+    # Where the tenant's request events go (SPEC section 11, approvals/webhooks.py): a webhook connection of the
+    # installation granted to the tenant, chosen by its admins on the Tenant page.
+    request_webhook = models.ForeignKey(
+        "Connection", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     def __str__(self) -> str:
         return self.slug
@@ -100,7 +105,7 @@ class ConnectionKind(models.TextChoices):
     OPENAI = "openai", "OpenAI-compatible model provider"
     ANTHROPIC = "anthropic", "Anthropic model provider"
     MCP = "mcp", "MCP server"
-    WEBHOOK = "webhook", "Policy webhook"
+    WEBHOOK = "webhook", "Webhook (policy verdicts, request events)"
 
 
 _env_name = RegexValidator(ENV_NAME, "the name of an environment variable: capitals, digits and _")
@@ -139,7 +144,8 @@ class ConnectionQuerySet(models.QuerySet["Connection"]):
 
 
 class Connection(models.Model):
-    """A model provider, MCP server or policy webhook the installation runs for its tenants."""
+    """A model provider, MCP server or webhook (policy verdicts, request events) the installation runs for its
+    tenants."""
 
     name = models.SlugField(max_length=63, unique=True, validators=[validate_slug])
     kind = models.CharField(max_length=16, choices=ConnectionKind.choices)

@@ -199,6 +199,11 @@ else:
     MAIL_OPTIONS = {}
 MAILERS = {"default": {"BACKEND": MAIL_BACKEND, "OPTIONS": MAIL_OPTIONS}}
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "airlock@localhost")
+# The console's address as its users reach it: the links in e-mails (digests) start with it.
+CONSOLE_URL = env_url("CONSOLE_URL", "http://127.0.0.1:8000", schemes=("http", "https")).rstrip("/")
+# How often `manage.py serve` sends the e-mail digests that are due (0: never; then `manage.py send_digests
+# --every N`). Each member still gets at most one every N minutes, the N they chose.
+DIGEST_SWEEP_SECONDS = env_int("DIGEST_SWEEP_SECONDS", 60)
 
 SESSION_COOKIE_HTTPONLY = True
 # Every script and style comes from the console's own static files (no CDN: it works offline); nothing inline

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import views
+from console import tenant_views, views
 from console.api import api
 from console.login import LoginView
 
@@ -14,7 +14,18 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("tenant/", views.switch_tenant, name="switch_tenant"),
+    path("tenant/", tenant_views.tenant_page, name="tenant"),
+    path("tenant/switch/", views.switch_tenant, name="switch_tenant"),
+    path("tenant/webhook/", tenant_views.choose_webhook, name="tenant_webhook"),
+    path("tenant/groups/", tenant_views.create_group, name="tenant_group_create"),
+    path("tenant/groups/<int:group_id>/members/", tenant_views.add_member, name="tenant_group_add"),
+    path(
+        "tenant/groups/<int:group_id>/members/<int:user_id>/remove/",
+        tenant_views.remove_member,
+        name="tenant_group_remove",
+    ),
+    path("tenant/groups/<int:group_id>/delete/", tenant_views.delete_group, name="tenant_group_delete"),
+    path("notifications/", tenant_views.notifications, name="notifications"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke_token"),
     path("agents/", include("agents.urls")),

@@ -25,7 +25,7 @@ def session_cookie(username: str, tenant: Tenant | None = None) -> bytes:
     client = Client()
     assert client.login(username=username, password=PASSWORD)
     if tenant is not None:
-        assert client.post("/tenant/", {"tenant": tenant.pk}).status_code == 302
+        assert client.post("/tenant/switch/", {"tenant": tenant.pk}).status_code == 302
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 

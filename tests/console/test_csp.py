@@ -17,6 +17,11 @@ from tests.helpers import EMAIL, call_line, make_agent, run_ok
 NOT_PAGES = {
     "logout",
     "switch_tenant",
+    "tenant_webhook",
+    "tenant_group_create",
+    "tenant_group_add",
+    "tenant_group_remove",
+    "tenant_group_delete",
     "revoke_token",
     "agents:rollback",
     "agents:delete",
@@ -61,6 +66,8 @@ def pages(admin) -> list[str]:
         f"/runs/{asked['runId']}/",
         "/audit/",
         "/tokens/",
+        "/tenant/",
+        "/notifications/",
     ]
 
 

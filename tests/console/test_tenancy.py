@@ -60,7 +60,7 @@ def test_it_offers_the_tenant_switch_to_a_member_of_two_tenants(member_of_both, 
 
 def test_it_switches_to_another_tenant_of_the_user(member_of_both, globex):
     client = member_of_both.client
-    response = client.post("/tenant/", {"tenant": globex.pk})
+    response = client.post("/tenant/switch/", {"tenant": globex.pk})
     assert response.status_code == 302
     assert response["Location"] == "/"
     page = client.get("/").content.decode()
@@ -73,35 +73,35 @@ def test_it_switches_to_another_tenant_of_the_user(member_of_both, globex):
 
 def test_it_switches_back(member_of_both, acme, globex):
     client = member_of_both.client
-    client.post("/tenant/", {"tenant": globex.pk})
-    client.post("/tenant/", {"tenant": acme.pk})
+    client.post("/tenant/switch/", {"tenant": globex.pk})
+    client.post("/tenant/switch/", {"tenant": acme.pk})
     assert b"<h1>Acme</h1>" in client.get("/").content
 
 
 def test_it_will_not_switch_to_a_tenant_the_user_is_not_in(admin, globex):
-    response = admin.client.post("/tenant/", {"tenant": globex.pk})
+    response = admin.client.post("/tenant/switch/", {"tenant": globex.pk})
     assert response.status_code == 404
     assert b"<h1>Acme</h1>" in admin.client.get("/").content
 
 
 @pytest.mark.parametrize("tenant", ["", "globex", "1.5", "999999", "9" * 30])
 def test_it_answers_404_to_a_switch_to_no_tenant(admin, tenant):
-    assert admin.client.post("/tenant/", {"tenant": tenant}).status_code == 404
+    assert admin.client.post("/tenant/switch/", {"tenant": tenant}).status_code == 404
 
 
 def test_it_switches_tenants_only_by_post(member_of_both):
-    assert member_of_both.client.get("/tenant/").status_code == 405
+    assert member_of_both.client.get("/tenant/switch/").status_code == 405
 
 
 def test_it_asks_anonymous_visitors_to_log_in_before_switching(globex):
-    response = Client().post("/tenant/", {"tenant": globex.pk})
+    response = Client().post("/tenant/switch/", {"tenant": globex.pk})
     assert response.status_code == 302
     assert response["Location"].startswith("/login/")
 
 
 def test_it_falls_back_to_a_remaining_tenant_after_losing_a_membership(member_of_both, globex):
     client = member_of_both.client
-    client.post("/tenant/", {"tenant": globex.pk})
+    client.post("/tenant/switch/", {"tenant": globex.pk})
     Membership.objects.filter(user=member_of_both.user, tenant=globex).delete()
     page = client.get("/").content.decode()
     assert "<h1>Acme</h1>" in page

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 import console.asgi  # noqa: F401  (loaded here, before tune_collector(), so the freeze covers it)
 from agents.queue import WorkerPool, start_keeper
-from approvals.deadlines import start_sweeper
+from approvals.deadlines import start_digests, start_sweeper
 
 
 def tune_collector() -> None:
@@ -20,7 +20,10 @@ def tune_collector() -> None:
 
 
 class Command(BaseCommand):
-    help = "Serve the console with daphne; this process also sweeps request deadlines and works queued runs."
+    help = (
+        "Serve the console with daphne; this process also sweeps request deadlines, sends the e-mail digests"
+        " and works queued runs."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
@@ -29,6 +32,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
         if settings.DEADLINE_SWEEP_SECONDS:
             start_sweeper(settings.DEADLINE_SWEEP_SECONDS)
+        if settings.DIGEST_SWEEP_SECONDS:
+            start_digests(settings.DIGEST_SWEEP_SECONDS)
         # The keeper renews the leases of the turns this process runs (and reclaims lost ones); the
         # worker threads make the one-command default work queued runs without a second process.
         start_keeper()

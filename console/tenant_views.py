@@ -1,0 +1,232 @@
+"""The Tenant page (admins): where the tenant's request events go (a webhook connection granted to it) and its
+approver groups (SPEC section 11); and the Notifications page, where every member opts in to e-mail digests.
+
+Each form posts to its own address and comes back to the page (with the form's errors and a 400 when refused).
+"""
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.db.models import F
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agents.definitions import SLUG
+from agents.models import AgentVersion
+from approvals.digests import MOST_MINUTES
+from approvals.models import ApproverGroup, Digest, PendingRequest
+from console.models import Connection, ConnectionKind, Tenant
+from console.tenancy import ConsoleRequest, role_required
+
+User = get_user_model()
+
+
+class WebhookForm(forms.Form):
+    connection = forms.ModelChoiceField(
+        queryset=Connection.objects.none(),
+        required=False,
+        empty_label="None: send no request events",
+        label="Webhook connection",
+        help_text="Connections are the installation's: ask its operators for one if the list is empty.",
+    )
+
+    def __init__(self, tenant: Tenant, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Only webhooks granted to the tenant: any other (or a made-up id) is "not one of the available choices".
+        granted = Connection.objects.granted_to(tenant).filter(kind=ConnectionKind.WEBHOOK).order_by("name")
+        self.fields["connection"].queryset = granted  # type: ignore[attr-defined]
+
+
+class GroupForm(forms.Form):
+    name = forms.RegexField(
+        regex=SLUG,
+        max_length=63,
+        label="New group",
+        help_text='Lowercase letters, digits, - and _; a definition routes to it with "approvers": "name".',
+        error_messages={"invalid": "Use lowercase letters, digits, - and _ only."},
+    )
+
+    def __init__(self, tenant: Tenant, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tenant = tenant
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        if ApproverGroup.objects.filter(tenant=self.tenant, name=name).exists():
+            raise forms.ValidationError(f"There is a group named {name} already.")
+        return name
+
+
+class MemberForm(forms.Form):
+    user = forms.ModelChoiceField(queryset=User.objects.none(), label="Add a member", empty_label="Choose a member")
+
+    def __init__(self, group: ApproverGroup, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Members of the tenant only, and not those in the group already.
+        candidates = User.objects.filter(memberships__tenant_id=group.tenant_id).exclude(approver_groups=group)
+        self.fields["user"].queryset = candidates.order_by("username")  # type: ignore[attr-defined]
+        self.fields["user"].label_from_instance = lambda user: user.username  # type: ignore[attr-defined]
+        self.prefix = f"group-{group.pk}"
+
+
+class DigestForm(forms.Form):
+    enabled = forms.BooleanField(required=False, label="E-mail me a digest of requests waiting for an answer")
+    after_minutes = forms.IntegerField(
+        min_value=1,
+        max_value=MOST_MINUTES,
+        initial=30,
+        label="Waiting longer than (minutes)",
+        help_text="At most one e-mail every this many minutes; each request in one digest at most.",
+    )
+    email = forms.EmailField(required=False, label="Send it to")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("enabled") and not cleaned.get("email"):
+            self.add_error("email", "An address is needed to send the digest to.")
+        return cleaned
+
+
+def routes_by_group(tenant: Tenant) -> dict[str, list[str]]:
+    """Group name -> the tenant's live agents whose current definition routes requests to it."""
+    current = AgentVersion.objects.filter(
+        agent__tenant=tenant, agent__deleted_at__isnull=True, number=F("agent__current_version")
+    ).select_related("agent")
+    routes: dict[str, list[str]] = {}
+    for version in current.order_by("agent__name"):
+        for group in sorted(set(version.definition.approver_groups.values())):
+            routes.setdefault(group, []).append(version.agent.name)
+    return routes
+
+
+def _group(request: ConsoleRequest, group_id: int) -> ApproverGroup:
+    group = ApproverGroup.objects.filter(pk=group_id, tenant=request.tenant).first()
+    if group is None:
+        raise Http404("No such group in this tenant.")
+    return group
+
+
+def _tenant_page(
+    request: ConsoleRequest,
+    *,
+    status: int = 200,
+    webhook_form: WebhookForm | None = None,
+    group_form: GroupForm | None = None,
+    member_form: MemberForm | None = None,
+) -> HttpResponse:
+    """The page, with the unbound forms except the one given (bound, with its errors)."""
+    tenant = request.tenant
+    routes = routes_by_group(tenant)
+    groups = []
+    for group in ApproverGroup.objects.filter(tenant=tenant).prefetch_related("members"):
+        form = member_form if member_form is not None and member_form.prefix == f"group-{group.pk}" else None
+        groups.append({"group": group, "routed_by": routes.get(group.name, []), "form": form or MemberForm(group)})
+    context = {
+        "webhook_form": webhook_form or WebhookForm(tenant, initial={"connection": tenant.request_webhook_id}),
+        "webhook": tenant.request_webhook,
+        "group_form": group_form or GroupForm(tenant),
+        "groups": groups,
+    }
+    return render(request, "console/tenant.html", context, status=status)
+
+
+@role_required("admin")
+@require_GET
+def tenant_page(request: ConsoleRequest) -> HttpResponse:
+    return _tenant_page(request)
+
+
+@role_required("admin")
+@require_POST
+def choose_webhook(request: ConsoleRequest) -> HttpResponse:
+    form = WebhookForm(request.tenant, request.POST)
+    if not form.is_valid():
+        return _tenant_page(request, status=400, webhook_form=form)
+    tenant = request.tenant
+    tenant.request_webhook = form.cleaned_data["connection"]
+    tenant.save(update_fields=["request_webhook"])
+    chosen = tenant.request_webhook
+    messages.success(request, f"Request events go to {chosen.name}." if chosen else "No request events are sent.")
+    return redirect("tenant")
+
+
+@role_required("admin")
+@require_POST
+def create_group(request: ConsoleRequest) -> HttpResponse:
+    form = GroupForm(request.tenant, request.POST)
+    if not form.is_valid():
+        return _tenant_page(request, status=400, group_form=form)
+    ApproverGroup.objects.create(tenant=request.tenant, name=form.cleaned_data["name"])
+    messages.success(request, f"Group {form.cleaned_data['name']} created; add its members below.")
+    return redirect("tenant")
+
+
+@role_required("admin")
+@require_POST
+def add_member(request: ConsoleRequest, group_id: int) -> HttpResponse:
+    group = _group(request, group_id)
+    form = MemberForm(group, request.POST)
+    if not form.is_valid():
+        return _tenant_page(request, status=400, member_form=form)
+    group.members.add(form.cleaned_data["user"])
+    messages.success(request, f"{form.cleaned_data['user'].username} added to {group.name}.")
+    return redirect("tenant")
+
+
+@role_required("admin")
+@require_POST
+def remove_member(request: ConsoleRequest, group_id: int, user_id: int) -> HttpResponse:
+    group = _group(request, group_id)
+    member = group.members.filter(pk=user_id).first()
+    if member is None:
+        raise Http404("No such member of the group.")
+    group.members.remove(member)
+    messages.success(request, f"{member.username} removed from {group.name}.")
+    return redirect("tenant")
+
+
+@role_required("admin")
+@require_POST
+def delete_group(request: ConsoleRequest, group_id: int) -> HttpResponse:
+    group = _group(request, group_id)
+    routed_by = routes_by_group(request.tenant).get(group.name, [])
+    waiting = PendingRequest.objects.open().filter(tenant=request.tenant, approvers=group.name).count()
+    if routed_by or waiting:
+        reasons = [f"the definitions of {', '.join(routed_by)} route requests to it"] if routed_by else []
+        reasons += [f"{waiting} open request{'s' if waiting != 1 else ''} wait for its members"] if waiting else []
+        messages.error(request, f"Group {group.name} is not deleted: {' and '.join(reasons)}.")
+        return redirect("tenant")
+    group.delete()
+    messages.success(request, f"Group {group.name} deleted.")
+    return redirect("tenant")
+
+
+@role_required("reader")
+@require_http_methods(["GET", "POST"])
+def notifications(request: ConsoleRequest) -> HttpResponse:
+    """The member's own e-mail digest for the current tenant: on or off, after how many minutes, where to."""
+    digest = Digest.objects.filter(membership=request.membership).first()
+    initial = {"enabled": digest is not None, "after_minutes": digest.after_minutes if digest else 30}
+    form = DigestForm(request.POST or None, initial={**initial, "email": request.membership.user.email})
+    if request.method == "POST" and form.is_valid():
+        messages.success(request, _save_digest(request, form.cleaned_data))
+        return redirect("notifications")
+    status = 400 if form.is_bound else 200
+    return render(request, "console/notifications.html", {"form": form, "digest": digest}, status=status)
+
+
+def _save_digest(request: ConsoleRequest, wanted: dict[str, Any]) -> str:
+    """Opt the member in or out as `wanted`; what to tell them."""
+    if not wanted["enabled"]:
+        Digest.objects.filter(membership=request.membership).delete()
+        return "No more digests from this tenant."
+    user = request.membership.user
+    if user.email != wanted["email"]:
+        user.email = wanted["email"]
+        user.save(update_fields=["email"])
+    minutes = wanted["after_minutes"]
+    Digest.objects.update_or_create(membership=request.membership, defaults={"after_minutes": minutes})
+    return f"Digests of requests waiting longer than {minutes} minutes go to {user.email}."

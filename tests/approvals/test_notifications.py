@@ -1,0 +1,312 @@
+"""Notifications (SPEC section 11): the tenant's webhook receives `request.opened` / `request.closed`, signed,
+off the answer path (a real HTTP server on loopback receives them); members who opted in get e-mail digests
+of the requests waiting longer than their minutes that they may answer."""
+
+import hashlib
+import hmac
+import json
+import logging
+import queue
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.core import mail
+from django.core.management import call_command
+from django.utils import timezone
+
+from agents.models import Run
+from agents.queue import cancel
+from approvals import webhooks
+from approvals.answers import expire_due
+from approvals.digests import send_digests
+from approvals.models import ApproverGroup, Digest, PendingRequest
+from tests.conftest import grant, make_persona
+from tests.helpers import ask_to_send, make_agent
+
+SECRET = "s3cret-for-the-events"
+
+
+class Receiver:
+    """A webhook receiver on loopback: records each POST (headers, body) and answers the next of `statuses`
+    (then 200), after `delay` seconds."""
+
+    def __init__(self, statuses: tuple[int, ...] = (), delay: float = 0) -> None:
+        self.posts: queue.Queue[tuple[dict[str, str], bytes]] = queue.Queue()
+        statuses_left = list(statuses)
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.posts.put((dict(self.headers), body))
+                time.sleep(delay)
+                self.send_response(statuses_left.pop(0) if statuses_left else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/events"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def next_event(self, timeout: float = 5) -> dict[str, Any]:
+        """The next event POSTed, its signature checked."""
+        headers, body = self.posts.get(timeout=timeout)
+        assert headers["Content-Type"] == "application/json"
+        expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(headers["X-Airlock-Signature"], expected)
+        return json.loads(body)
+
+
+@pytest.fixture
+def receivers() -> Iterator[list[Receiver]]:
+    """The receivers a test starts, closed after it."""
+    started: list[Receiver] = []
+    yield started
+    for receiver in started:
+        receiver.close()
+
+
+def start(receivers: list[Receiver], *statuses: int, delay: float = 0) -> Receiver:
+    receiver = Receiver(statuses, delay)
+    receivers.append(receiver)
+    return receiver
+
+
+@pytest.fixture
+def receiver(acme, receivers, monkeypatch) -> Receiver:
+    """The receiver of acme's request events."""
+    monkeypatch.setenv("AIRLOCK_EVENTS_SECRET", SECRET)
+    monkeypatch.setattr(webhooks, "RETRY_DELAYS", (0.05, 0.05))
+    receiver = start(receivers)
+    acme.request_webhook = grant("events", "webhook", acme, url=receiver.url, secret_env="AIRLOCK_EVENTS_SECRET")
+    acme.save()
+    return receiver
+
+
+def test_it_posts_signed_events_when_a_request_opens_and_when_it_is_answered(
+    admin, operator, receiver, django_capture_on_commit_callbacks
+):
+    make_agent(admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        asked = ask_to_send(admin)
+    opened = receiver.next_event()
+    request = PendingRequest.objects.get()
+    assert opened["type"] == "request.opened"
+    assert opened["tenant"] == "acme"
+    assert opened["request"] == {
+        "requestId": str(request.id),
+        "runId": asked["runId"],
+        "sessionId": "s1",
+        "agent": "assistant",
+        "kind": "approval",
+        "toolName": "send_email",
+        "approvers": None,
+        "status": "pending",
+        "approved": None,
+        "answeredBy": None,
+        "answeredVia": None,
+        "closedBy": None,
+        "openedAt": request.opened_at.isoformat(),
+        "expiresAt": None,
+        "answeredAt": None,
+        "closedAt": None,
+    }
+
+    answer = {"requestId": str(request.id), "approved": False, "reason": "not today"}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert operator.api("POST", f"/api/runs/{asked['runId']}/responses", answer).json()["status"] == "accepted"
+    closed = receiver.next_event()
+    assert closed["type"] == "request.closed"
+    assert closed["id"] != opened["id"]
+    request.refresh_from_db()
+    assert closed["request"] | {"openedAt": None} == opened["request"] | {
+        "status": "answered",
+        "approved": False,
+        "answeredBy": "otto",
+        "answeredVia": "api",
+        "openedAt": None,
+        "answeredAt": request.answered_at.isoformat(),
+        "closedAt": request.answered_at.isoformat(),
+    }
+
+
+def test_it_says_how_a_request_closed_without_an_answer(admin, receiver, django_capture_on_commit_callbacks):
+    make_agent(admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        asked = ask_to_send(admin, session="s1")
+        PendingRequest.objects.update(expires_at=timezone.now())
+        expire_due(timezone.now() + timedelta(seconds=1))
+    assert [receiver.next_event()["type"] for _ in range(2)] == ["request.opened", "request.closed"]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        second = ask_to_send(admin, session="s2")
+        assert cancel(Run.objects.get(id=second["runId"]), admin.user) == "cancelled"
+    receiver.next_event()
+    closed = receiver.next_event()
+    assert (closed["request"]["runId"], closed["request"]["status"]) == (second["runId"], "cancelled")
+    assert closed["request"]["closedBy"] == "ada"
+    assert closed["request"]["answeredBy"] is None
+    assert asked["runId"] != second["runId"]
+
+
+def test_a_slow_receiver_never_slows_the_answer(
+    admin, operator, acme, receiver, receivers, django_capture_on_commit_callbacks
+):
+    slow = start(receivers, delay=2)
+    acme.request_webhook.url = slow.url
+    acme.request_webhook.save()
+    make_agent(admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        asked = ask_to_send(admin)
+    answer = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True}
+
+    started = time.monotonic()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = operator.api("POST", f"/api/runs/{asked['runId']}/responses", answer)
+    assert time.monotonic() - started < 1.5
+    assert response.json()["status"] == "accepted"
+    assert slow.next_event(timeout=10)["type"] == "request.opened"
+    assert slow.next_event(timeout=10)["type"] == "request.closed"
+
+
+def test_it_tries_again_after_a_failure_and_logs_what_it_gives_up(
+    admin, acme, receiver, receivers, caplog, django_capture_on_commit_callbacks
+):
+    flaky = start(receivers, 500, 503)
+    acme.request_webhook.url = flaky.url
+    acme.request_webhook.save()
+    make_agent(admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        ask_to_send(admin, session="s1")
+    attempts = [flaky.next_event() for _ in range(3)]
+    assert len({event["id"] for event in attempts}) == 1  # the same event, the third time accepted
+
+    acme.request_webhook.url = "http://127.0.0.1:9/closed-port"
+    acme.request_webhook.save()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="approvals.webhooks"):
+        with django_capture_on_commit_callbacks(execute=True):
+            ask_to_send(admin, session="s2")  # the caller sees nothing of the failures
+        deadline = time.monotonic() + 5
+        while "given up" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "given up" in caplog.text
+    assert caplog.text.count("failed (attempt") == 3
+
+
+def test_it_sends_nothing_to_a_webhook_no_longer_granted(
+    admin, acme, globex, receiver, django_capture_on_commit_callbacks
+):
+    make_agent(admin)
+    hook = acme.request_webhook
+    hook.tenants.set([globex])  # the installation took the grant back
+    with django_capture_on_commit_callbacks(execute=True):
+        ask_to_send(admin, session="revoked")
+    hook.tenants.set([acme])
+    with django_capture_on_commit_callbacks(execute=True):
+        ask_to_send(admin, session="granted")
+    # The sender keeps the order: had the first been sent, it would come first.
+    assert receiver.next_event()["request"]["sessionId"] == "granted"
+
+
+# --- digests -------------------------------------------------------------------------------------
+
+
+def opt_in(persona, minutes: int = 10) -> Digest:
+    persona.user.email = f"{persona.user.username}@example.com"
+    persona.user.save()
+    return Digest.objects.create(membership=persona.membership, after_minutes=minutes)
+
+
+def waited(minutes: int, session: str, persona) -> PendingRequest:
+    asked = ask_to_send(persona, session=session)
+    request = PendingRequest.objects.get(id=asked["pendingRequests"][0]["requestId"])
+    request.opened_at = timezone.now() - timedelta(minutes=minutes)
+    request.save(update_fields=["opened_at"])
+    return request
+
+
+def test_a_digest_lists_what_waited_longer_than_the_members_minutes_once(admin, operator):
+    make_agent(admin)
+    old = waited(11, "s1", admin)
+    waited(5, "s2", admin)  # not long enough yet
+    opt_in(operator, minutes=10)
+
+    assert send_digests() == 1
+    [sent] = mail.outbox
+    assert sent.to == ["otto@example.com"]
+    assert sent.subject == "[Airlock] 1 request waiting in Acme"
+    assert f"http://127.0.0.1:8000/inbox/?agent=assistant#request-{old.id}" in sent.body
+    assert "assistant: send_email" in sent.body
+    assert send_digests() == 0  # at most one every 10 minutes
+
+    later = timezone.now() + timedelta(minutes=10)
+    assert send_digests(later) == 1
+    assert f"#request-{old.id}" not in mail.outbox[1].body  # in one digest only
+    assert "1 request in Acme has waited longer than 10 minutes" in mail.outbox[1].body
+    assert send_digests(later + timedelta(minutes=30)) == 0  # nothing new
+
+
+def test_a_digest_lists_only_what_the_member_may_answer(admin, operator, reader, acme):
+    group = ApproverGroup.objects.create(tenant=acme, name="finance")
+    make_agent(admin, tools=[{"name": "send_email", "approval": "always", "approvers": "finance"}])
+    stranger = make_persona("sam", acme, "operator")
+    waited(20, "s1", admin)
+    group.members.add(operator.user)
+    for persona in (admin, operator, reader, stranger):
+        opt_in(persona)
+
+    assert send_digests() == 2
+    assert sorted(message.to[0] for message in mail.outbox) == ["ada@example.com", "otto@example.com"]
+
+
+def test_a_digest_goes_out_over_smtp(admin, operator, settings):
+    """A real SMTP exchange on loopback (a few lines of socketserver: no SMTP package is installed)."""
+    received: queue.Queue[bytes] = queue.Queue()
+
+    class Sink(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            self.wfile.write(b"220 sink\r\n")
+            while line := self.rfile.readline():
+                if line.upper().startswith(b"DATA"):
+                    self.wfile.write(b"354 go on\r\n")
+                    received.put(b"".join(iter(self.rfile.readline, b".\r\n")))
+                self.wfile.write(b"221 bye\r\n" if line.upper().startswith(b"QUIT") else b"250 ok\r\n")
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    backend = "django.core.mail.backends.smtp.EmailBackend"
+    settings.MAILERS = {
+        "default": {"BACKEND": backend, "OPTIONS": {"host": "127.0.0.1", "port": server.server_address[1]}}
+    }
+    make_agent(admin)
+    waited(30, "s1", admin)
+    opt_in(operator)
+
+    assert send_digests() == 1
+    message = received.get(timeout=5).decode()
+    assert "Subject: [Airlock] 1 request waiting in Acme" in message
+    assert "To: otto@example.com" in message
+    server.shutdown()
+    server.server_close()
+
+
+def test_send_digests_sends_what_is_due(admin, operator):
+    make_agent(admin)
+    waited(15, "s1", admin)
+    opt_in(operator)
+    call_command("send_digests")
+    assert len(mail.outbox) == 1
