@@ -566,7 +566,7 @@ async def run_turn(
         for bridge in bridges
     ]
     if subagents:
-        mcp_toolsets.append(_subagent_toolset(subagents, scope))
+        mcp_toolsets.append(_subagent_toolset(subagents, scope, stream))
     async with contextlib.AsyncExitStack() as stack:
         for bridge in bridges:
             stack.push_async_callback(bridge.close)
@@ -909,12 +909,13 @@ def _pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
     return pending
 
 
-def _subagent_toolset(subagents: Mapping[str, SubAgent], scope: PolicyScope) -> FunctionToolset[TurnDeps]:
-    """Each sub-agent as a tool `name(task)` (SPEC section 10; agents/engine/subagents.py)."""
+def _subagent_toolset(subagents: Mapping[str, SubAgent], scope: PolicyScope, stream: bool) -> FunctionToolset[TurnDeps]:
+    """Each sub-agent as a tool `name(task)` (SPEC section 10; agents/engine/subagents.py); with `stream` (someone
+    watches the parent's turn) their replies stream too."""
 
     def tool(sub: SubAgent) -> Tool[TurnDeps]:
         async def delegate(ctx: RunContext[TurnDeps], task: str) -> str | ToolDenied:
-            return await _delegate(sub, scope, ctx, task)
+            return await _delegate(sub, scope, stream, ctx, task)
 
         description = f"Ask the sub-agent {sub.display_name} to do a task; it answers with its result."
         return Tool(delegate, name=sub.name, description=f"{description} {sub.description}".strip())
@@ -922,7 +923,9 @@ def _subagent_toolset(subagents: Mapping[str, SubAgent], scope: PolicyScope) -> 
     return FunctionToolset([tool(sub) for sub in subagents.values()])
 
 
-async def _delegate(sub: SubAgent, scope: PolicyScope, ctx: RunContext[TurnDeps], task: str) -> str | ToolDenied:
+async def _delegate(
+    sub: SubAgent, scope: PolicyScope, stream: bool, ctx: RunContext[TurnDeps], task: str
+) -> str | ToolDenied:
     """A sub-agent's turn inside the parent's call: started, or resumed with the answers it waited for.
 
     The parent's policies see the call as any tool's: `pre_tool_call` on `{task}` when it starts (a resumed
@@ -965,7 +968,7 @@ async def _delegate(sub: SubAgent, scope: PolicyScope, ctx: RunContext[TurnDeps]
             answers=answers,
             rules=sub.rules,
             emit=counted,
-            stream=False,
+            stream=stream,
             version=sub.version,
             scope=scope.within(state["agentId"]),
             subagents=sub.subagents,

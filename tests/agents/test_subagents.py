@@ -7,10 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.core import mail
+from django.test import AsyncClient
 
 from agents.models import Agent
 from approvals.models import Rule
+from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401
 from tests.helpers import EMAIL, assert_problem, call_line, make_agent, run_ok, run_queued, snapshot
 
 RESEARCHER = {
@@ -58,6 +61,25 @@ def test_a_sub_agent_runs_inside_the_parents_turn(operator, parent):
     assert completed["data"]["totalToolCalls"] == 1 and completed["data"]["totalTokens"] > 0
     calls = [e["data"] for e in events if e["type"] == "tool.execution_start" and "agentId" not in e]
     assert [c["toolName"] for c in calls] == ["researcher"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_a_watched_run_streams_the_sub_agents_reply_as_it_comes(operator, researcher):
+    await sync_to_async(make_agent)(operator, subAgents=["researcher"])
+    task = "please say these several words back"
+    response = await AsyncClient().post(
+        "/api/agents/assistant/runs",
+        json.dumps({"message": delegate(task)}),
+        content_type="application/json",
+        headers=sse_headers(operator),
+    )
+    streamed = frames(await read_stream(response))
+
+    deltas = [f["data"] for f in streamed if f["event"] == "assistant.message_delta" and "agentId" in f["data"]]
+    assert len(deltas) > 1
+    assert "".join(d["data"]["deltaContent"] for d in deltas) == f"You said: {task}"
+    assert streamed[-1]["data"]["output"] == f"researcher: You said: {task}"
 
 
 def test_a_sub_agents_approval_pauses_the_parent_and_its_answer_resumes_it(operator, parent):

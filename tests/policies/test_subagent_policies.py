@@ -14,7 +14,7 @@ from approvals.models import PendingRequest, RequestStatus
 from tests.agents.test_subagents import RESEARCHER, delegate
 from tests.conftest import Persona
 from tests.helpers import call_line, make_agent, run_ok, run_queued, stored_events
-from tests.policies.test_policies_api import CARD, TOOLS, events_of, mail
+from tests.policies.test_policies_api import CARD, TOOLS, events_of, hold_hooks, mail
 
 DELEGATION_MANIFEST = """\
 agent_control_specification_version: "0.4.0-alpha.1"
@@ -212,6 +212,21 @@ def test_an_escalation_inside_the_sub_agent_is_answered_in_the_inbox_and_resumes
     assert verdicts(continued.id) == []
 
 
+def test_an_answer_the_sub_agent_holds_at_output_is_released_from_the_inbox(admin, operator):
+    researcher_with(admin, hold_hooks(), tools=TOOLS)
+    make_agent(admin, subAgents=["researcher"])
+    asked = run_ok(admin, {"message": delegate("the salary is 5"), "sessionId": "s1"})
+
+    assert asked["status"] == "awaiting_approval", asked
+    [request] = asked["pendingRequests"]
+    assert request["toolName"] is None and request["policy"]["reason"] == "mentions_salary"
+    response = operator.client.post(f"/inbox/{request['requestId']}/answer/", {"decision": "approve"})
+    assert response.status_code == 302
+    continued = run_queued(Run.objects.get(previous_run_id=asked["runId"]).id)
+
+    assert (continued.status, continued.output) == (RunStatus.COMPLETED, "researcher: You said: the salary is 5")
+
+
 def test_shadow_mode_inside_the_sub_agent_records_and_enforces_nothing(admin):
     researcher_with(admin, starter_hooks("evaluate_only"), tools=TOOLS)
     make_agent(admin, subAgents=["researcher"])
@@ -286,6 +301,15 @@ def test_the_parents_escalation_of_the_delegation_waits_in_the_inbox(admin, oper
         "subagent.completed",
     ]
     assert not PendingRequest.objects.filter(status=RequestStatus.PENDING).exists()
+
+
+def test_a_manifest_that_does_not_list_the_sub_agent_denies_the_delegation(admin):
+    researcher_with(admin, None, tools=TOOLS)
+    make_agent(admin, subAgents=["researcher"], hooks=starter_hooks())
+    result = run_ok(admin, {"message": delegate(call_line("get_time"))})
+
+    assert result["output"].startswith("researcher denied: "), result
+    assert "subagent.started" not in [e.type for e in stored_events(result["runId"])]
 
 
 def test_a_sub_agent_without_hooks_under_a_parent_without_hooks_records_nothing(admin):
