@@ -8,9 +8,11 @@ from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.models import Agent
+from agents.models import Agent, Run
+from console.dashboard import AGENTS_SHOWN, chart, days, oldest_waiting, recent_trouble
 from console.models import ApiToken, Membership
 from console.tenancy import SESSION_KEY, ConsoleRequest, role_required
 
@@ -21,9 +23,20 @@ HEALTHZ_TIMEOUT_SECONDS = 2
 @role_required("reader")
 @require_GET
 def dashboard(request: ConsoleRequest) -> HttpResponse:
-    tenant = request.tenant
-    agents = Agent.objects.live().filter(tenant=tenant)
-    return render(request, "console/dashboard.html", {"agent_count": agents.count(), "agents": agents[:10]})
+    """The first look: what waits longest, what went wrong lately, and the last 14 days as a chart."""
+    tenant, now = request.tenant, timezone.now()
+    agents = list(Agent.objects.live().filter(tenant=tenant).order_by("name")[: AGENTS_SHOWN + 1])
+    chart_days = days(tenant, timezone.localdate(now))
+    context = {
+        "agents": agents[:AGENTS_SHOWN],
+        "more_agents": len(agents) > AGENTS_SHOWN,
+        "has_runs": Run.objects.filter(tenant=tenant).exists() if agents else False,
+        "waiting": oldest_waiting(request.membership),
+        "trouble": recent_trouble(tenant, now),
+        "days": chart_days,
+        "chart": chart(chart_days),
+    }
+    return render(request, "console/dashboard.html", context)
 
 
 class SwitchTenantForm(forms.Form):

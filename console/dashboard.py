@@ -1,0 +1,240 @@
+"""What the dashboard shows (SPEC section 6): the oldest waiting requests, recent failed and blocked runs,
+and the last 14 days of requests and decisions as a server-rendered SVG chart
+(templates/console/dashboard_chart.html draws what `chart()` measures).
+
+Every number is read by a bounded number of queries, whatever the tenant's history: the chart reads one
+count per day and, for the decision times, only the rows that are a day's median or 90th percentile
+(window functions, on SQLite and PostgreSQL alike).
+"""
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber, TruncDate
+from django.utils import timezone
+
+from agents.models import Run, RunStatus
+from agents.run_views import duration
+from approvals.models import PendingRequest, groups_of
+from console.models import Membership, Tenant
+
+AGENTS_SHOWN = 8
+WAITING_SHOWN = 6
+TROUBLE_SHOWN = 8
+TROUBLE_WINDOW = timedelta(days=7)
+CHART_DAYS = 14
+
+
+def oldest_waiting(membership: Membership) -> list[PendingRequest]:
+    """The tenant's oldest open requests (the first cards of the inbox), each marked whether the member
+    may answer it."""
+    requests = list(
+        PendingRequest.objects.open()
+        .filter(tenant_id=membership.tenant_id)
+        .select_related("agent", "claimed_by")
+        .order_by("opened_at", "id")[:WAITING_SHOWN]
+    )
+    groups = groups_of(membership) if any(r.approvers for r in requests) else set()
+    for pending in requests:
+        pending.answerable = pending.answerable_by(membership, groups)  # type: ignore[attr-defined]
+    return requests
+
+
+def recent_trouble(tenant: Tenant, now: datetime) -> list[Run]:
+    """The tenant's runs that failed or were blocked by a policy in the last seven days, newest first."""
+    runs = Run.objects.filter(
+        tenant=tenant, status__in=(RunStatus.FAILED, RunStatus.BLOCKED), created_at__gte=now - TROUBLE_WINDOW
+    )
+    return list(runs.select_related("agent").order_by("-created_at", "-pk")[:TROUBLE_SHOWN])
+
+
+@dataclass
+class Day:
+    """One day of the chart: the requests opened that day, and how long the decisions made that day took."""
+
+    day: date
+    opened: int = 0
+    decided: int = 0
+    median: timedelta | None = None
+    p90: timedelta | None = None
+
+    @property
+    def median_text(self) -> str:
+        return _spoken(self.median)
+
+    @property
+    def p90_text(self) -> str:
+        return _spoken(self.p90)
+
+
+def _spoken(span: timedelta | None) -> str:
+    """A decision time as the run pages write durations ("2 h 10 min"); empty when there is none."""
+    anchor = datetime.min
+    return duration(anchor, anchor + span) if span is not None else ""
+
+
+def days(tenant: Tenant, today: date) -> list[Day]:
+    """The last `CHART_DAYS` days up to `today` (the current time zone's days), oldest first; a day with
+    nothing is there with zeros. Two queries."""
+    zone = timezone.get_current_timezone()
+    first = today - timedelta(days=CHART_DAYS - 1)
+    since = timezone.make_aware(datetime.combine(first, datetime.min.time()), zone)
+    by_day = {first + timedelta(days=n): Day(first + timedelta(days=n)) for n in range(CHART_DAYS)}
+    requests = PendingRequest.objects.filter(tenant=tenant)
+    opened = requests.filter(opened_at__gte=since).values(day=TruncDate("opened_at", tzinfo=zone))
+    for row in opened.annotate(n=Count("id")).order_by():
+        if row["day"] in by_day:
+            by_day[row["day"]].opened = row["n"]
+    picks: dict[date, dict[str, list[timedelta]]] = {}
+    for pick in _percentile_rows(requests.filter(answered_at__gte=since), zone):
+        if pick["day"] not in by_day:
+            continue
+        by_day[pick["day"]].decided = pick["n"]
+        at = picks.setdefault(pick["day"], {"median": [], "p90": []})
+        if 0 <= pick["median_pick"] <= 2:
+            at["median"].append(pick["waited"])
+        if 0 <= pick["p90_pick"] <= 9:
+            at["p90"].append(pick["waited"])
+    for day, at in picks.items():
+        by_day[day].median = sum(at["median"], timedelta()) / len(at["median"])
+        by_day[day].p90 = at["p90"][0]
+    return list(by_day.values())
+
+
+def _percentile_rows(decided: QuerySet[PendingRequest], zone: Any) -> Iterable[Mapping[str, Any]]:
+    """Of each day's decisions (answered_at - opened_at, by the day answered), only the rows that are its
+    median (the middle one, or the two middle ones) or its 90th percentile (nearest rank), with the day's
+    count: for a day of n decisions ranked 1..n, rank r is a median row when 2r - n is 0, 1 or 2, and the
+    90th percentile when r = ceil(0.9 n), i.e. 0 <= 10r - 9n <= 9."""
+    waited = ExpressionWrapper(F("answered_at") - F("opened_at"), output_field=DurationField())
+    day = TruncDate("answered_at", tzinfo=zone)
+    ranked = decided.annotate(
+        day=day,
+        waited=waited,
+        rank=Window(RowNumber(), partition_by=[day], order_by=[waited.asc(), F("id").asc()]),
+        n=Window(Count("id"), partition_by=[day]),
+    ).annotate(median_pick=2 * F("rank") - F("n"), p90_pick=10 * F("rank") - 9 * F("n"))
+    wanted = Q(median_pick__gte=0, median_pick__lte=2) | Q(p90_pick__gte=0, p90_pick__lte=9)
+    return ranked.filter(wanted).values("day", "waited", "n", "median_pick", "p90_pick").order_by()
+
+
+# The chart's drawing area, in the SVG's own units (the viewBox; the browser scales it to the page).
+WIDTH, HEIGHT = 720, 270
+LEFT, RIGHT, TOP, BOTTOM = 46, 58, 14, 40
+PLOT_WIDTH, PLOT_HEIGHT = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+# A duration axis counts in the largest unit that keeps its longest value at least 2 (87 minutes, not 1.45 h).
+UNITS = (("hours", 3600), ("minutes", 60), ("seconds", 1))
+
+
+@dataclass
+class Tick:
+    y: float
+    label: str
+
+
+@dataclass
+class Column:
+    day: Day
+    x: float
+    bar_x: float
+    bar_y: float
+    bar_height: float
+    label: str
+    odd: bool  # every other day label, hidden on a narrow screen
+
+
+@dataclass
+class Line:
+    """A decision-time line: a path through the days that have a value, a new segment after each gap,
+    and its points (a day between two gaps has no segment to show it)."""
+
+    path: str = ""
+    points: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class Chart:
+    columns: list[Column]
+    bar_width: float
+    count_ticks: list[Tick]
+    time_ticks: list[Tick]
+    time_unit: str
+    median: Line
+    p90: Line
+    width: int = WIDTH
+    height: int = HEIGHT
+    left: int = LEFT
+    right: int = WIDTH - RIGHT
+    top: int = TOP
+    bottom: int = HEIGHT - BOTTOM
+
+
+def chart(chart_days: list[Day]) -> Chart:
+    """Where each bar, point and tick goes: bars of requests opened (left axis), lines of the median and
+    90th-percentile decision time (right axis)."""
+    slot = PLOT_WIDTH / len(chart_days)
+    bar_width = round(slot * 0.6, 1)
+    count_top, count_step = _scale(max(d.opened for d in chart_days))
+    longest = max((d.p90 or timedelta()).total_seconds() for d in chart_days)
+    unit, per = next(((u, s) for u, s in UNITS if longest >= 2 * s), UNITS[-1])
+    time_top, time_step = _scale(longest / per)
+    columns = []
+    for n, day in enumerate(chart_days):
+        x = round(LEFT + slot * (n + 0.5), 1)
+        bar_y = _y(day.opened, count_top)
+        # The month is named where the chart starts and where a new month begins; other days by number.
+        label = f"{day.day.day} {day.day:%b}" if n == 0 or day.day.day == 1 else str(day.day.day)
+        columns.append(
+            Column(day, x, round(x - bar_width / 2, 1), bar_y, round(TOP + PLOT_HEIGHT - bar_y, 1), label, n % 2 == 1)
+        )
+
+    def line(values: list[timedelta | None]) -> Line:
+        drawn, joined = Line(), False
+        for column, value in zip(columns, values, strict=True):
+            if value is None:
+                joined = False
+                continue
+            point = (column.x, _y(value.total_seconds() / per, time_top))
+            drawn.points.append(point)
+            drawn.path += f"{' L' if joined else ' M'}{point[0]},{point[1]}"
+            joined = True
+        drawn.path = drawn.path.strip()
+        return drawn
+
+    return Chart(
+        columns=columns,
+        bar_width=bar_width,
+        count_ticks=[Tick(_y(v, count_top), _number(v)) for v in _steps(count_top, count_step)],
+        time_ticks=[Tick(_y(v, time_top), _number(v)) for v in _steps(time_top, time_step)],
+        time_unit=unit,
+        median=line([d.median for d in chart_days]),
+        p90=line([d.p90 for d in chart_days]),
+    )
+
+
+def _y(value: float, top: float) -> float:
+    return round(TOP + PLOT_HEIGHT * (1 - value / top), 1)
+
+
+def _scale(largest: float) -> tuple[float, float]:
+    """A top value and step for an axis showing 0..`largest` in about four steps of 1, 2 or 5 times a power of ten."""
+    if largest <= 0:
+        return 4, 1
+    rough = largest / 4
+    power = 10 ** math.floor(math.log10(rough))
+    step = next(s * power for s in (1, 2, 5, 10) if s * power >= rough)
+    if step < 1 and largest >= 1:
+        step = 1
+    return step * math.ceil(largest / step), step
+
+
+def _steps(top: float, step: float) -> list[float]:
+    return [step * n for n in range(round(top / step) + 1)]
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
