@@ -12,9 +12,9 @@ from agents.models import Agent, Event, Run, RunStatus
 from agents.starter_policy import starter_hooks
 from approvals.models import PendingRequest, RequestStatus
 from tests.agents.test_subagents import RESEARCHER, delegate
-from tests.conftest import Persona
+from tests.conftest import Persona, grant
 from tests.helpers import call_line, make_agent, run_ok, run_queued, stored_events
-from tests.policies.test_policies_api import CARD, TOOLS, events_of, hold_hooks, mail
+from tests.policies.test_policies_api import CARD, TOOLS, events_of, hold_hooks, mail, webhook_hooks
 
 DELEGATION_MANIFEST = """\
 agent_control_specification_version: "0.4.0-alpha.1"
@@ -318,3 +318,19 @@ def test_a_sub_agent_without_hooks_under_a_parent_without_hooks_records_nothing(
     result = run_ok(admin, {"message": delegate(call_line("get_time"))})
     assert result["output"].startswith("researcher: get_time: ")
     assert records(admin, result["runId"]) == []
+
+
+def test_a_sub_agent_whose_policies_cannot_run_fails_the_call(admin, acme):
+    # Its policy webhook connection was granted when it was saved, and withdrawn since: nothing of it runs.
+    connection = grant("policyd", "webhook", acme, url="http://127.0.0.1:9/verdict")
+    researcher_with(admin, webhook_hooks(), tools=TOOLS)
+    make_agent(admin, subAgents=["researcher"])
+    connection.tenants.set([])
+
+    result = run_ok(admin, {"message": delegate(mail("ada@example.com"))})
+
+    assert result["status"] == "completed", result
+    assert result["output"].startswith("researcher failed: The sub-agent researcher failed: The policies of researcher")
+    assert outbox.outbox == []
+    [failed] = events_of(result, "subagent.failed")
+    assert failed["error"].startswith("policy_unavailable: ")
