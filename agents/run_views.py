@@ -1,5 +1,6 @@
 """Console pages for run history: the list with filters and a run's detail with its timeline."""
 
+import itertools
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from agents.lanes import LANE_PATTERN
 from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Session
 from agents.prepare import RunRejected
 from agents.replay import prepare_replay, start_replay
-from approvals.models import PendingRequest, RequestStatus
+from approvals.models import TERMINAL, PendingRequest, RequestStatus
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.tenancy import ConsoleRequest, role_required
 
@@ -480,6 +481,8 @@ class TimelineEntry:
     verdict: PolicyVerdict | None = None
     # A sub-agent's event: the sub-agent's name (the page nests it under the call that runs it).
     subagent: str | None = None
+    # The time since the event before (the first: since the run was created), as "+1.2 s".
+    since: str = ""
 
     @classmethod
     def of(cls, event: Event) -> "TimelineEntry":
@@ -501,9 +504,13 @@ class TimelineEntry:
         return self.event.type.split(".", 1)[0].replace("_", "-")
 
 
-def timeline(events: list[Event]) -> list[TimelineEntry]:
-    """A run's stored events for the page; each policy verdict is paired with the event it led to."""
+def timeline(events: list[Event], since: datetime) -> list[TimelineEntry]:
+    """A run's stored events for the page, each with the time since the one before (the first: since `since`);
+    each policy verdict is paired with the event it led to."""
     entries = [TimelineEntry.of(event) for event in events]
+    for entry in entries:
+        entry.since = f"+{duration(since, entry.event.timestamp)}"
+        since = max(since, entry.event.timestamp)
     names: dict[str, str] = {}
     for entry in entries:
         data = entry.event.data if isinstance(entry.event.data, dict) else {}
@@ -521,14 +528,35 @@ def timeline(events: list[Event]) -> list[TimelineEntry]:
 
 
 @dataclass
+class Gap:
+    """The time between two turns of a session: a wait for people when the earlier turn asked (`who` answered,
+    or what closed its requests), else the time before the next message."""
+
+    took: str
+    waited: bool
+    who: list[str] = field(default_factory=list)
+    closed: list[str] = field(default_factory=list)
+    # The session's last turn still waits: `took` runs until now.
+    still: bool = False
+
+
+@dataclass
 class SessionTurn:
     """One turn of a session on the run page's timeline: its run (with the checkpoint its end recorded, none
-    while it waits in the queue or runs), the requests it opened, and the forks made at its checkpoint."""
+    while it waits in the queue or runs, or without a session), its number, the requests it opened, the forks
+    made at its checkpoint, its events (None: too far from the run viewed, read on its own page) and the gap
+    before it."""
 
     run: Run
+    number: int = 1
+    viewed: bool = False
     asked: list[PendingRequest] = field(default_factory=list)
     # Sessions forked at this turn's checkpoint, each with `latest_run_id` (None: no run of its own yet).
     branches: list[Session] = field(default_factory=list)
+    entries: list[TimelineEntry] | None = None
+    # The time since the turn before; for the last turn while it still waits, the time since it asked.
+    gap: Gap | None = None
+    waiting: Gap | None = None
 
     @property
     def checkpoint(self) -> Checkpoint | None:
@@ -538,22 +566,69 @@ class SessionTurn:
     def summary(self) -> str:
         return RunRow(self.run).summary
 
+    @property
+    def duration(self) -> str:
+        return RunRow(self.run).duration
+
+    @property
+    def anchor(self) -> str:
+        """The prefix of its events' ids; the run viewed keeps `event-<sequence>`, as before sessions showed."""
+        return "event-" if self.viewed else f"turn-{self.number}-event-"
+
 
 # What the timeline reads of a run and of its checkpoint (not the conversation it stores).
 TURN_FIELDS = (
-    *("id", "status", "created_at", "message", "session_id", "version__number"),
+    *("id", "status", "created_at", "finished_at", "message", "session_id", "error", "version__number"),
     *(f"checkpoint__{name}" for name in ("id", "number", "run_id", "status", "created_at")),
 )
 
+# A turn's events are on the run page within this many turns of the run viewed; the others, on their own page.
+TURNS_AROUND = 12
 
-def session_turns(session: Session) -> list[SessionTurn]:
-    """The session's turns, oldest first, in three queries whatever their number: the runs with their
-    checkpoints, the requests they opened, and the forks made at any of their checkpoints."""
-    runs = session.runs.select_related("version", "checkpoint").only(*TURN_FIELDS).order_by("created_at", "pk")
-    turns = {run.id: SessionTurn(run) for run in runs}
+
+def _event_count(*types: str) -> Subquery:
+    counted = Event.objects.filter(run=OuterRef("pk"), type__in=types).order_by().values("run")
+    return Subquery(counted.annotate(n=Count("pk")).values("n"))
+
+
+def session_turns(session: Session | None, viewed: Run) -> list[SessionTurn]:
+    """The turns of the session of `viewed` (`viewed` alone without one), oldest first, with their model calls
+    and tool calls counted, the gaps between them, and the events of those near `viewed`; five queries whatever
+    their number: the runs with their checkpoints and counts, the requests they opened, the forks made at
+    any of their checkpoints, and the events."""
+    runs = Run.objects.filter(session=session) if session is not None else Run.objects.filter(pk=viewed.pk)
+    runs = runs.select_related("version", "checkpoint").only(*TURN_FIELDS).order_by("created_at", "pk")
+    counted = runs.annotate(
+        model_calls=_event_count(EventType.ASSISTANT_USAGE),
+        tool_calls=_event_count(EventType.TOOL_EXECUTION_START, EventType.EXTERNAL_TOOL_REQUESTED),
+    )
+    turns = {run.id: SessionTurn(run) for run in counted}
+    ordered = list(turns.values())
+    for index, turn in enumerate(ordered):
+        turn.number = turn.checkpoint.number if turn.checkpoint is not None else index + 1
+        turn.viewed = turn.run.pk == viewed.pk
+    if session is not None:
+        _read_requests_and_forks(session, turns)
+    at = next(index for index, turn in enumerate(ordered) if turn.viewed)
+    near = {turn.run.pk: turn for turn in ordered[max(at - TURNS_AROUND, 0) : at + TURNS_AROUND + 1]}
+    events: dict[uuid.UUID, list[Event]] = {run_id: [] for run_id in near}
+    for event in Event.objects.filter(run__in=list(near)).order_by("run", "sequence"):
+        events[event.run_id].append(event)
+    for run_id, turn in near.items():
+        turn.entries = timeline(events[run_id], since=turn.run.created_at)
+    for before, turn in itertools.pairwise(ordered):
+        turn.gap = _gap(before, turn.run.created_at)
+    last = ordered[-1]
+    if last.run.status in AWAITING and any(pending.status == RequestStatus.PENDING for pending in last.asked):
+        last.waiting = _gap(last, timezone.now(), still=True)
+    return ordered
+
+
+def _read_requests_and_forks(session: Session, turns: dict[uuid.UUID, SessionTurn]) -> None:
     # A fork's copies of the requests open where it started belong to the original's runs: none of its own.
-    asked = session.requests.filter(run__session=session).only("id", "run_id", "kind", "tool_name", "message", "status")
-    for pending in asked.order_by("opened_at", "id"):
+    asked = session.requests.filter(run__session=session).select_related("answered_by")
+    shown = ("id", "run_id", "kind", "tool_name", "message", "status", "answered_by__username", "approvers")
+    for pending in asked.only(*shown).order_by("opened_at", "id"):
         turns[pending.run_id].asked.append(pending)
     latest = Run.objects.filter(session=OuterRef("pk")).order_by("-created_at", "-pk").values("id")[:1]
     forks = Session.objects.filter(tenant=session.tenant_id, forked_from_session=session).annotate(
@@ -565,14 +640,25 @@ def session_turns(session: Session) -> list[SessionTurn]:
     for turn in turns.values():
         if turn.checkpoint is not None:
             turn.branches = at_checkpoint.get(turn.checkpoint.id, [])
-    return list(turns.values())
+
+
+def _gap(before: SessionTurn, until: datetime, still: bool = False) -> Gap:
+    """The time after the turn `before` until `until`: when it asked, who answered and what closed unanswered."""
+    took = duration(before.run.finished_at or before.run.created_at, until) or "0 ms"
+    if before.run.status not in AWAITING:
+        return Gap(took, waited=False)
+    who = list(dict.fromkeys(p.answered_by.username for p in before.asked if p.answered_by is not None))
+    closed = list(dict.fromkeys(p.get_status_display().lower() for p in before.asked if p.status in TERMINAL))
+    return Gap(took, waited=True, who=who, closed=closed, still=still)
 
 
 @role_required("reader")
 @require_GET
 def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED, among=with_afterwards(Run.objects.all()))
-    events = list(run.events.order_by("sequence"))
+    turns = session_turns(run.session, run)
+    [viewed] = [turn for turn in turns if turn.viewed]
+    events = [entry.event for entry in viewed.entries or []]
     context = {
         "run": run,
         "row": RunRow(run),
@@ -581,9 +667,8 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         "next_runs": Run.objects.filter(tenant=run.tenant_id, previous_run=run, session=run.session_id).order_by(
             "created_at"
         ),
-        "turns": session_turns(run.session) if run.session else [],
+        "turns": turns,
         "forked_from": fork_origin(run.session) if run.session else None,
-        "timeline": timeline(events),
         "replay_of": replay_of(run, events),
         # The Replay button's version picker, for admins.
         "versions": list(run.agent.versions.order_by("-number").values_list("number", flat=True))

@@ -14,6 +14,7 @@ from agents.models import Agent, Checkpoint, Run
 from agents.run_views import duration
 from approvals.answers import claim
 from approvals.models import PendingRequest
+from tests.agents.test_session_timeline import turns_of
 from tests.conftest import Persona
 from tests.helpers import ask_to_send, run_ok, run_queued, snapshot
 
@@ -68,7 +69,7 @@ def listed(persona: Persona, query: str = "") -> str:
 
 def messages(html: str) -> list[str]:
     """The message column of a runs table, top to bottom (a row per session or run without a session)."""
-    return re.findall(r'<td class="message"[^>]*>(.*?)</td>', html)
+    return re.findall(r'<td class="message">(.*?)</td>', html)
 
 
 def row_count(html: str) -> int:
@@ -93,7 +94,7 @@ def test_it_shows_the_columns_of_a_run(admin, helper):
     assert "s-cols" in html
     assert '<span class="pill status-completed">completed</span>' in html
     assert admin.user.username in html
-    assert re.search(r"<td class=\"num\" data-label=\"Duration\">[0-9.]+ m?s</td>", html), "the duration"
+    assert re.search(r"<td class=\"num duration\">[0-9.]+ m?s</td>", html), "the duration"
 
 
 def test_it_lists_the_newest_run_first(admin, helper):
@@ -245,9 +246,7 @@ def test_it_links_the_session_chain_both_ways(admin, helper):
     assert f'<a href="/runs/{denied["runId"]}/" rel="next">' in first
     second = admin.client.get(f"/runs/{denied['runId']}/").content.decode()
     assert f'<a href="/runs/{asked["runId"]}/" rel="prev">' in second
-    session_runs = re.search(r'<ol class="session-runs">.*?</ol>', second, re.DOTALL)
-    assert session_runs, second
-    items = re.findall(r"<li.*?</li>", session_runs.group(0), re.DOTALL)
+    items = turns_of(second)
     assert len(items) == 2
     assert f'href="/runs/{asked["runId"]}/"' in items[0] and "call send_email" in items[0]
     assert 'aria-current="true"' in items[1] and "this run" in items[1]
@@ -411,9 +410,9 @@ def rows_of(html: str) -> list[str]:
     return re.findall(r'<tbody class="(?:session-group|single)">.*?</tbody>', html, re.DOTALL)
 
 
-def cell(row: str, label: str) -> str:
-    """A cell of a row, as text."""
-    match = re.search(rf'<td[^>]* data-label="{label}">(.*?)</td>', row, re.DOTALL)
+def cell(row: str, column: str) -> str:
+    """A cell of a row, by its column's class, as text."""
+    match = re.search(rf'<td class="(?:num )?{column}">(.*?)</td>', row, re.DOTALL)
     assert match, row
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", match.group(1))).strip()
 
@@ -428,12 +427,12 @@ def test_it_lists_a_row_per_session_with_its_latest_state_and_its_runs_folded(op
 
     [single, session] = rows_of(listed(operator))
 
-    assert "no session here" in cell(single, "Message") and cell(single, "Turns") == "—"
+    assert "no session here" in cell(single, "message") and cell(single, "turns") == "—"
     assert f'href="/runs/{one_off["runId"]}/"' in single and "<details" not in single
     # The session's row is its latest run: its state, its message, and the session's number of turns.
-    assert cell(session, "Status") == "completed" and cell(session, "Message") == "and now?"
-    assert cell(session, "Turns") == "3" and cell(session, "Session") == "s1"
-    assert f'<td class="when" data-label="Last activity"><a href="/runs/{said["runId"]}/"' in session
+    assert cell(session, "status") == "completed" and cell(session, "message") == "and now?"
+    assert cell(session, "turns") == "3" and cell(session, "session") == "s1"
+    assert f'<td class="when"><a href="/runs/{said["runId"]}/"' in session
     # Unfolded (a <details>, no JavaScript needed): the session's runs, newest first, with what happened after each.
     folded = re.search(r"<details>\s*<summary>Its 3 turns</summary>(.*?)</details>", session, re.DOTALL)
     assert folded, session
@@ -450,9 +449,9 @@ def test_a_waiting_session_says_what_it_waits_on_and_who_claimed_it(operator, as
 
     [done, waiting] = rows_of(listed(operator))
 
-    assert cell(waiting, "Status") == "awaiting approval waits on approval of send_email (claimed by otto)"
+    assert cell(waiting, "status") == "awaiting approval waits on approval of send_email (claimed by otto)"
     assert "waits on" not in done
-    assert [cell(row, "Session") for row in rows_of(listed(operator, "?status=awaiting_approval"))] == ["s1"]
+    assert [cell(row, "session") for row in rows_of(listed(operator, "?status=awaiting_approval"))] == ["s1"]
 
 
 def test_a_session_is_listed_when_any_of_its_runs_is_picked_and_shows_its_state_now(operator, assistant):
@@ -463,7 +462,7 @@ def test_a_session_is_listed_when_any_of_its_runs_is_picked_and_shows_its_state_
 
     [row] = rows_of(listed(operator, "?status=failed"))
 
-    assert cell(row, "Session") == "s1" and cell(row, "Status") == "completed" and cell(row, "Message") == "second"
+    assert cell(row, "session") == "s1" and cell(row, "status") == "completed" and cell(row, "message") == "second"
     assert "<summary>1 of its 2 turns picked by the filters</summary>" in row
     folded = re.search(r"<details>.*?</details>", row, re.DOTALL)
     assert folded and "first" in folded.group(0) and "second" not in folded.group(0)
@@ -479,7 +478,7 @@ def test_a_forked_session_says_where_it_was_forked_from(operator, assistant):
     fork = operator.api("POST", f"/api/runs/{asked['runId']}/responses", body).json()
     run_queued(fork["continuationRunId"])
 
-    rows = {cell(row, "Session").split(" ")[0][:8]: row for row in rows_of(listed(operator))}
+    rows = {cell(row, "session").split(" ")[0][:8]: row for row in rows_of(listed(operator))}
 
     forked = rows[fork["sessionId"][:8]]
     assert f'forked from <a href="/runs/{asked["runId"]}/">s1 at turn 1</a>' in forked
@@ -495,8 +494,8 @@ def test_it_pages_rows_not_runs(operator, assistant, monkeypatch):
     first = operator.client.get("/runs/").content.decode()
     second = operator.client.get("/runs/?page=2").content.decode()
 
-    assert [cell(row, "Message") for row in rows_of(first)] == ["c two", "b two"]
-    assert [cell(row, "Message") for row in rows_of(second)] == ["a two"]
+    assert [cell(row, "message") for row in rows_of(first)] == ["c two", "b two"]
+    assert [cell(row, "message") for row in rows_of(second)] == ["a two"]
     assert "3–3 of 3 rows · page 2 of 2" in second
 
 

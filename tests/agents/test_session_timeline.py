@@ -48,11 +48,17 @@ def page(persona: Persona, path: str) -> str:
     return response.content.decode()
 
 
-def turns_of(html: str) -> list[str]:
-    """The items of the run page's session timeline, oldest first."""
-    found = re.search(r'<ol class="session-runs">(.*?)</ol>', html, re.DOTALL)
+def timeline_items(html: str) -> list[str]:
+    """The items of the run page's session timeline, oldest first: its turns (each with its events, what it
+    asked and its branches) and the gaps between them."""
+    found = re.search(r'<ol class="session-runs">(.*)</ol>\s*</section>', html, re.DOTALL)
     assert found, html
-    return re.findall(r"<li.*?</li>", found.group(1), re.DOTALL)
+    return [item for item in re.split(r'(?=<li class="(?:session-turn|gap)\b)', found.group(1)) if item.strip()]
+
+
+def turns_of(html: str) -> list[str]:
+    """The turns of the run page's session timeline, oldest first."""
+    return [item for item in timeline_items(html) if item.startswith('<li class="session-turn')]
 
 
 @pytest.fixture
@@ -264,3 +270,75 @@ def test_the_trial_page_shows_nothing_of_another_tenants_session(outsider, forke
     assert articles(html) == {} and "Which colour?" not in html and "Forked from" not in html
     fork = trial(outsider, forked["fork"])
     assert articles(fork) == {} and "ask_user: blue" not in fork and "Forked from" not in fork
+
+
+# --- the run page's one timeline of the session (issue 16, item 2) -------------------------------------------
+
+
+def text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).strip()
+
+
+def summary_of(turn: str) -> str:
+    found = re.search(r"<summary[^>]*>(.*?)</summary>", turn, re.DOTALL)
+    assert found, turn
+    return text(found.group(1))
+
+
+def test_every_turn_is_folded_with_its_events_and_the_run_viewed_is_open(operator, asker):
+    said = run_ok(operator, {"message": "hello", "sessionId": "s1"})
+    asked = ask(operator)
+    run_queued(respond(operator, asked, text="red")["continuationRunId"])
+
+    first, viewed, last = turns_of(page(operator, f"/runs/{asked['runId']}/"))
+
+    assert "<details open>" in viewed and "<details>" in first and "<details>" in last
+    turn_one = r"Turn 1 \d\d:\d\d:\d\d completed [0-9.]+ m?s 1 model call · 0 tool calls v1 hello"
+    assert re.fullmatch(turn_one, summary_of(first))
+    assert re.fullmatch(r"Turn 2 .* awaiting input .* 1 model call · 0 tool calls v1 this run", summary_of(viewed))
+    assert re.fullmatch(r"Turn 3 .* completed .* · 1 tool call v1 answers only", summary_of(last)), "ask_user ran"
+    # Inside, the events (the run viewed keeps its anchors) with the time since the one before, and the total.
+    assert 'id="event-1"' in viewed and 'id="turn-1-event-1"' in first and 'id="event-1"' not in first + last
+    since = re.findall(r'<span class="since" title="since the event before">\+([0-9.]+ m?s)</span>', first)
+    assert len(since) == len(re.findall(r'<li class="event ', first)) > 3
+    assert re.search(r"Turn total: <strong>[0-9.]+ m?s</strong>", first)
+    assert f'<a href="/runs/{said["runId"]}/" title="hello">Open this run</a>' in first
+
+
+def test_the_wait_between_a_turn_that_asked_and_its_continuation_is_a_gap_naming_who_answered(operator, asker):
+    run_ok(operator, {"message": "hello", "sessionId": "s1"})
+    asked = ask(operator)
+    red = run_queued(respond(operator, asked, text="red")["continuationRunId"])
+    still = ask(operator)
+
+    items = [text(item) for item in timeline_items(page(operator, f"/runs/{red.id}/"))]
+
+    gaps = [item for item in items if not item.startswith("Turn")]
+    assert len(items) == 8 and len(gaps) == 4
+    assert re.fullmatch(r"[0-9.]+ m?s later", gaps[0])
+    assert re.fullmatch(r"waited [0-9.]+ m?s for otto", gaps[1])
+    assert re.fullmatch(r"[0-9.]+ m?s later", gaps[2])
+    assert re.fullmatch(r"waiting [0-9.]+ m?s so far", gaps[3]), "the last turn still waits"
+    respond(operator, still, text="blue")
+    assert "so far" not in page(operator, f"/runs/{red.id}/")
+
+
+def test_a_run_without_a_session_is_a_timeline_of_one_turn(operator, asker):
+    one_off = run_ok(operator, {"message": "hello"})
+
+    html = page(operator, f"/runs/{one_off['runId']}/")
+
+    [turn] = turns_of(html)
+    assert "<h2>Timeline</h2>" in html and "<details open>" in turn and 'id="event-1"' in turn
+    assert not [item for item in timeline_items(html) if item.startswith('<li class="gap')]
+
+
+def test_turns_far_from_the_run_viewed_link_to_their_own_page(operator, asker, monkeypatch):
+    monkeypatch.setattr("agents.run_views.TURNS_AROUND", 1)
+    runs = [run_ok(operator, {"message": f"turn {n}", "sessionId": "s1"})["runId"] for n in range(4)]
+
+    turns = turns_of(page(operator, f"/runs/{runs[0]}/"))
+
+    assert ["event-1" in turn for turn in turns] == [True, True, False, False]
+    assert f'its events are on <a href="/runs/{runs[3]}/#timeline">its own page</a>' in turns[3]
+    assert "1 model call" in summary_of(turns[3])
