@@ -12,6 +12,7 @@ notification that a receiver can always reconcile with `GET /api/requests`; a pr
 events it had not delivered yet (docs/architecture.md, "Notifications").
 """
 
+import atexit
 import heapq
 import itertools
 import json
@@ -42,6 +43,8 @@ RETRY_DELAYS = (1.0, 5.0)
 # Events waiting in this process beyond this many are dropped (and logged): a receiver that is down must not
 # grow the console's memory without bound.
 QUEUE_SIZE = 1000
+# A process that ends (a one-off `sweep_deadlines`, `run_worker --batch`) waits this long for its events.
+EXIT_WAIT_SECONDS = 5.0
 
 
 def _iso(moment: Any) -> str | None:
@@ -154,7 +157,7 @@ def deliver(delivery: Delivery) -> bool:
 
 class Sender:
     """One daemon thread per process delivering events in order, with retries after a pause; started by the
-    first event."""
+    first event. A process that exits waits a little for the events still on their way (`wait`)."""
 
     def __init__(self, size: int = QUEUE_SIZE) -> None:
         self._queue: queue.Queue[Delivery] = queue.Queue(size)
@@ -162,16 +165,33 @@ class Sender:
         self._order = itertools.count()
         self._started = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._unsettled = 0  # events submitted and neither delivered nor given up
+        self._settled = threading.Condition()
 
     def submit(self, delivery: Delivery) -> None:
         with self._started:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="airlock-webhooks", daemon=True)
                 self._thread.start()
+                atexit.register(self.wait, EXIT_WAIT_SECONDS)
         try:
             self._queue.put_nowait(delivery)
         except queue.Full:
             logger.error("Request event %s dropped: %s events wait already", delivery.event_id, self._queue.maxsize)
+            return
+        with self._settled:
+            self._unsettled += 1
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until every event submitted here is delivered or given up, at most `timeout` seconds; True when
+        none is left."""
+        with self._settled:
+            return self._settled.wait_for(lambda: self._unsettled == 0, timeout)
+
+    def _settle(self) -> None:
+        with self._settled:
+            self._unsettled -= 1
+            self._settled.notify_all()
 
     def _next(self) -> Delivery | None:
         """A retry that is due, else the next new event (waiting until the next retry is due)."""
@@ -186,12 +206,16 @@ class Sender:
     def _loop(self) -> None:
         while True:
             delivery = self._next()
-            if delivery is None or deliver(delivery):
+            if delivery is None:
                 continue
-            if delivery.attempt > len(RETRY_DELAYS):
+            if deliver(delivery):
+                self._settle()
+            elif delivery.attempt > len(RETRY_DELAYS):
                 logger.error("Request event %s to webhook %s given up", delivery.event_id, delivery.spec.name)
+                self._settle()
             elif len(self._retries) >= self._queue.maxsize:
                 logger.error("Request event %s dropped: too many events wait for a retry", delivery.event_id)
+                self._settle()
             else:
                 due = time.monotonic() + RETRY_DELAYS[delivery.attempt - 1]
                 heapq.heappush(self._retries, (due, next(self._order), replace(delivery, attempt=delivery.attempt + 1)))

@@ -65,5 +65,7 @@ def prepare(admin: Api, operator: Api, prefix: str = "walk", name: str | None = 
         ConsolePage("run", f"/runs/{waiting['runId']}/"),
         ConsolePage("audit", "/audit/"),
         ConsolePage("tokens", "/tokens/"),
+        ConsolePage("tenant", "/tenant/"),
+        ConsolePage("notifications", "/notifications/"),
         ConsolePage("not-found", "/no-such-page/"),
     ]
