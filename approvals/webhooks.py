@@ -58,9 +58,12 @@ def _username(user: Any) -> str | None:
 def request_event(event_type: str, request: PendingRequest) -> dict[str, Any]:
     """The JSON of one event (docs/architecture.md, "Notifications", documents the shape)."""
     answer = request.answer if isinstance(request.answer, dict) else None
-    # An answer stored from the inbox closes the request for the people waiting on it, before a run carries it.
-    status = RequestStatus.ANSWERED if answer is not None else RequestStatus(request.status)
+    status = RequestStatus(request.status)
+    if status == RequestStatus.PENDING and answer is not None:
+        # An answer stored from the inbox closes the request for the people waiting on it, before a run carries it.
+        status = RequestStatus.ANSWERED
     approved = answer.get("approved") if answer is not None else None
+    closed_at = request.closed_at if status in TERMINAL else request.answered_at
     return {
         "id": str(uuid.uuid4()),
         "type": event_type,
@@ -82,7 +85,7 @@ def request_event(event_type: str, request: PendingRequest) -> dict[str, Any]:
             "openedAt": _iso(request.opened_at),
             "expiresAt": _iso(request.expires_at),
             "answeredAt": _iso(request.answered_at),
-            "closedAt": _iso(request.closed_at if status != RequestStatus.ANSWERED else request.answered_at),
+            "closedAt": _iso(closed_at if status != RequestStatus.PENDING else None),
         },
     }
 
@@ -114,8 +117,6 @@ def _announce(event_type: str, tenant_id: int, ids: list[Any]) -> None:
             "tenant", "session", "agent", "answered_by", "closed_by"
         )
         for request in requests:
-            if event_type == CLOSED and request.status in TERMINAL and request.answer is not None:
-                continue  # answered, and announced then, before a cancel or a deletion closed it uncarried
             event = request_event(event_type, request)
             SENDER.submit(Delivery(spec, json.dumps(event, separators=(",", ":")).encode(), event["id"]))
     except Exception:

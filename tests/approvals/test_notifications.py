@@ -27,7 +27,7 @@ from approvals.answers import expire_due
 from approvals.digests import send_digests
 from approvals.models import ApproverGroup, Digest, PendingRequest
 from tests.conftest import grant, make_persona
-from tests.helpers import ask_to_send, make_agent
+from tests.helpers import EMAIL, ask_to_send, call_line, make_agent, run_ok
 
 SECRET = "s3cret-for-the-events"
 
@@ -160,6 +160,33 @@ def test_it_says_how_a_request_closed_without_an_answer(admin, receiver, django_
     assert closed["request"]["closedBy"] == "ada"
     assert closed["request"]["answeredBy"] is None
     assert asked["runId"] != second["runId"]
+
+
+def test_an_answer_a_cancel_voids_before_a_run_carried_it_closes_the_request_again(
+    admin, operator, receiver, django_capture_on_commit_callbacks
+):
+    make_agent(admin)
+    two_calls = f"{call_line('send_email', EMAIL)}\n{call_line('get_user_location', {})}"
+    with django_capture_on_commit_callbacks(execute=True):
+        asked = run_ok(admin, {"message": two_calls, "sessionId": "s1"})
+    assert [receiver.next_event()["type"] for _ in range(2)] == ["request.opened"] * 2
+    approval = next(r["requestId"] for r in asked["pendingRequests"] if r["kind"] == "approval")
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = {"requestId": approval, "approved": True}
+        assert operator.api("POST", f"/api/runs/{asked['runId']}/responses", answer).json()["status"] == "accepted"
+    answered = receiver.next_event()["request"]
+    assert (answered["requestId"], answered["status"], answered["answeredBy"]) == (approval, "answered", "otto")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert cancel(Run.objects.get(id=asked["runId"]), admin.user) == "cancelled"
+    closed = {event["request"]["requestId"]: event["request"] for event in (receiver.next_event() for _ in range(2))}
+    location = str(PendingRequest.objects.get(kind="client_tool").pk)
+    assert {rid: request["status"] for rid, request in closed.items()} == {approval: "cancelled", location: "cancelled"}
+    assert (closed[approval]["answeredBy"], closed[approval]["approved"], closed[approval]["closedBy"]) == (
+        "otto",
+        True,
+        "ada",
+    )
 
 
 def test_a_slow_receiver_never_slows_the_answer(
