@@ -1,10 +1,10 @@
 """What the dashboard shows (SPEC section 6): the oldest waiting requests, recent failed and blocked runs,
-and the last 14 days of requests and decisions as a server-rendered SVG chart
-(templates/console/dashboard_chart.html draws what `chart()` measures).
+and the last 14 days of requests and decisions as an SVG chart drawn on the server
+(templates/console/dashboard.html draws what `chart()` measures; no script, no library).
 
-Every number is read by a bounded number of queries, whatever the tenant's history: the chart reads one
-count per day and, for the decision times, only the rows that are a day's median or 90th percentile
-(window functions, on SQLite and PostgreSQL alike).
+Every number is read by a bounded number of queries, whatever the tenant's history: the chart reads the
+requests opened per day in one query and, in a second, only the decisions that are a day's median or 90th
+percentile (window functions, on SQLite and PostgreSQL alike).
 """
 
 import math
@@ -73,7 +73,7 @@ class Day:
 
 def _spoken(span: timedelta | None) -> str:
     """A decision time as the run pages write durations ("2 h 10 min"); empty when there is none."""
-    anchor = datetime.min
+    anchor = datetime.min  # duration() measures between two times
     return duration(anchor, anchor + span) if span is not None else ""
 
 
@@ -165,6 +165,7 @@ class Chart:
     time_unit: str
     median: Line
     p90: Line
+    empty: bool = False  # nothing opened nor decided in the whole period: no chart to draw
     width: int = WIDTH
     height: int = HEIGHT
     left: int = LEFT
@@ -213,6 +214,7 @@ def chart(chart_days: list[Day]) -> Chart:
         time_unit=unit,
         median=line([d.median for d in chart_days]),
         p90=line([d.p90 for d in chart_days]),
+        empty=not any(d.opened or d.decided for d in chart_days),
     )
 
 
@@ -228,7 +230,7 @@ def _scale(largest: float) -> tuple[float, float]:
     power = 10 ** math.floor(math.log10(rough))
     step = next(s * power for s in (1, 2, 5, 10) if s * power >= rough)
     if step < 1 and largest >= 1:
-        step = 1
+        step = 1  # whole steps from 1 up: 0, 1, 2 requests, never 0.5
     return step * math.ceil(largest / step), step
 
 

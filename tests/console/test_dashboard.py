@@ -275,7 +275,10 @@ def test_it_says_when_nothing_failed(admin, agent):
 
 
 def test_without_agents_it_asks_an_admin_to_create_one(admin, operator, reader):
-    assert '<a class="button" href="/agents/new/">Create an agent</a>' in page(admin)
+    html = page(admin)
+    assert '<a class="button" href="/agents/new/">Create an agent</a>' in html
+    assert "Nothing is waiting." in html and "No request was opened or decided in the last 14 days." in html
+    assert "<svg" not in html
     for persona in (operator, reader):
         html = page(persona)
         assert "No agents yet" in html and "An admin of Acme creates the agents" in html
