@@ -178,6 +178,9 @@ if "pytest" in sys.modules:
     # Unit tests render pages whatever an earlier collectstatic left in STATIC_ROOT: plain names. (The browser
     # tests' server is a process of its own, without pytest: it links the hashed names, as production does.)
     STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+    # Every test Client builds its own middleware chain, and whitenoise scanned STATIC_ROOT (760 files) in each
+    # one: 0.26 s a client, over a third of the unit tests' time. Found per request instead.
+    WHITENOISE_AUTOREFRESH = True
 
 # With DEBUG on, mail goes to files in the data folder; in production it goes out over SMTP
 # (a file backend there would drop every email, and `check --deploy` refuses it). MAIL_BACKEND overrides.
