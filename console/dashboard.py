@@ -172,6 +172,7 @@ class Chart:
     right: int = WIDTH - RIGHT
     top: int = TOP
     bottom: int = HEIGHT - BOTTOM
+    middle: int = TOP + PLOT_HEIGHT // 2  # where the axis titles are centred
 
 
 def chart(chart_days: list[Day]) -> Chart:
