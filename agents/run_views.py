@@ -142,10 +142,10 @@ class RunRow:
     @property
     def forked_from(self) -> ForkOrigin | None:
         """Where the run's session was forked from, when `_shown` read it and it is a fork."""
-        run = self.run
-        if getattr(run, "fork_turn", None) is None or run.fork_tenant != run.tenant_id:
+        turn = getattr(self.run, "fork_turn", None)
+        if turn is None or getattr(self.run, "fork_tenant", None) != self.run.tenant_id:
             return None
-        return ForkOrigin(run.fork_key, run.fork_turn, run.fork_run)
+        return ForkOrigin(str(getattr(self.run, "fork_key", "")), turn, getattr(self.run, "fork_run", None))
 
 
 def duration(start: datetime, end: datetime | None) -> str:
@@ -210,8 +210,8 @@ def session_rows(tenant: Any, picked: QuerySet[Run], page_number: str | None) ->
     rows = picked.filter(Q(session=None) | ~Exists(newer)).annotate(
         latest_id=Subquery(latest), turns=_count(Run.objects.all()), picked=_count(picked)
     )
-    rows = rows.order_by("-created_at", "-pk").values("pk", "session_id", "latest_id", "turns", "picked")
-    page = Paginator(rows, RUNS_PER_PAGE).get_page(page_number)
+    keys = rows.order_by("-created_at", "-pk").values("pk", "session_id", "latest_id", "turns", "picked")
+    page = Paginator(keys, RUNS_PER_PAGE).get_page(page_number)
     shown = {
         run.pk: run
         for run in _shown(Run.objects.filter(tenant=tenant, pk__in=[r["latest_id"] or r["pk"] for r in page]))
@@ -226,6 +226,7 @@ def session_rows(tenant: Any, picked: QuerySet[Run], page_number: str | None) ->
             rank=Window(RowNumber(), partition_by=[F("session")], order_by=order)
         )
         for run in newest.filter(rank__lte=RUNS_PER_SESSION).order_by("-created_at", "-pk"):
+            assert run.session_id is not None  # `unfolded` holds sessions only
             sessions[run.session_id].runs.append(RunRow(run))
     waiting = [row.run.pk for row in sessions.values() if getattr(row.run, "still_waiting", False)]
     if waiting:

@@ -2,6 +2,7 @@
 turns as a timeline, forks as branches linked both ways; the trial page offers to continue a waiting run on
 another version and to answer an earlier turn differently, which forks the session."""
 
+import json
 import re
 from typing import Any
 
@@ -342,3 +343,19 @@ def test_turns_far_from_the_run_viewed_link_to_their_own_page(operator, asker, m
     assert ["event-1" in turn for turn in turns] == [True, True, False, False]
     assert f'its events are on <a href="/runs/{runs[3]}/#timeline">its own page</a>' in turns[3]
     assert "1 model call" in summary_of(turns[3])
+
+
+def test_a_sub_agents_events_stay_nested_in_their_turn(admin, operator):
+    researcher = {"name": "researcher", "tools": [{"name": "get_time"}], "clientTools": [], "parameters": []}
+    make_agent(admin, **researcher, instructionsByCulture={})
+    make_agent(admin, subAgents=["researcher"])
+    task = json.dumps({"task": call_line("get_time")})
+    delegated = run_ok(operator, {"message": f"call researcher {task}", "sessionId": "s1"})
+    later = run_ok(operator, {"message": "thanks", "sessionId": "s1"})
+
+    first, _ = turns_of(page(operator, f"/runs/{later['runId']}/"))
+
+    nested = re.findall(r'<li class="event ev-[\w-]+ nested" id="turn-1-event-\d+">.*?</li>', first, re.DOTALL)
+    assert nested and all('<span class="subagent" title="An event of the sub-agent researcher">' in e for e in nested)
+    assert "<code>get_time</code>" in "".join(nested)
+    assert 'id="event-' not in first and delegated["status"] == "completed"
