@@ -485,6 +485,17 @@ def test_a_forked_session_says_where_it_was_forked_from(operator, assistant):
     assert "forked from" not in rows["s1"]
 
 
+def test_a_deleted_session_keeps_its_row_and_says_so(operator, assistant):
+    run_ok(operator, {"message": "before", "sessionId": "s1"})
+    assert operator.api("DELETE", "/api/sessions/s1").status_code == 204
+    run_ok(operator, {"message": "a new session, the same key", "sessionId": "s1"})
+
+    newer, deleted = rows_of(listed(operator))
+
+    assert cell(newer, "session") == "s1" and cell(deleted, "session") == "s1 (deleted)"
+    assert cell(deleted, "message") == "before"
+
+
 def test_it_pages_rows_not_runs(operator, assistant, monkeypatch):
     monkeypatch.setattr("agents.run_views.RUNS_PER_PAGE", 2)
     for session in ("a", "b", "c"):
