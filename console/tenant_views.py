@@ -81,7 +81,11 @@ class DigestForm(forms.Form):
         label="Waiting longer than (minutes)",
         help_text="At most one e-mail every this many minutes; each request in one digest at most.",
     )
-    email = forms.EmailField(required=False, label="Send it to")
+    email = forms.EmailField(
+        required=False,
+        label="Send it to",
+        widget=forms.TextInput(attrs={"autocomplete": "email", "inputmode": "email"}),
+    )
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -229,4 +233,4 @@ def _save_digest(request: ConsoleRequest, wanted: dict[str, Any]) -> str:
         user.save(update_fields=["email"])
     minutes = wanted["after_minutes"]
     Digest.objects.update_or_create(membership=request.membership, defaults={"after_minutes": minutes})
-    return f"Digests of requests waiting longer than {minutes} minutes go to {user.email}."
+    return f"Digests of requests waiting longer than {minutes} minute{'s' if minutes != 1 else ''} go to {user.email}."

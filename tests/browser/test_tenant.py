@@ -27,11 +27,10 @@ def test_an_admin_manages_a_group_on_a_phone(
     page.get_by_role("button", name="Create group").click()
     expect(page.get_by_text(f"Group {name} created")).to_be_visible()
 
-    group = page.locator("section.group", has=page.get_by_role("heading", name=name))
+    group = page.get_by_role("region", name=name, exact=True)
     group.get_by_label("Add a member").select_option(label="otto")
     group.get_by_role("button", name="Add").click()
     expect(page.get_by_text(f"otto added to {name}.")).to_be_visible()
-    group = page.locator("section.group", has=page.get_by_role("heading", name=name))
     expect(group.get_by_role("button", name=f"Remove otto from {name}")).to_be_visible()
 
     assert overflow(page)[0] <= PHONE["width"], overflow(page)
@@ -39,9 +38,7 @@ def test_an_admin_manages_a_group_on_a_phone(
 
     group.get_by_role("button", name=f"Remove otto from {name}").click()
     expect(page.get_by_text(f"otto removed from {name}.")).to_be_visible()
-    page.locator("section.group", has=page.get_by_role("heading", name=name)).get_by_role(
-        "button", name=f"Delete group {name}"
-    ).click()
+    group.get_by_role("button", name=f"Delete group {name}").click()
     expect(page.get_by_text(f"Group {name} deleted.")).to_be_visible()
 
 
