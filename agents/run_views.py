@@ -9,7 +9,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.db.models import Count, Exists, F, Min, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import RowNumber
 from django.http import HttpResponse
@@ -30,6 +30,7 @@ from agents.prepare import RunRejected
 from agents.replay import prepare_replay, start_replay
 from approvals.models import TERMINAL, PendingRequest, RequestStatus
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
+from console.models import Tenant
 from console.tenancy import ConsoleRequest, role_required
 
 FAILED_WINDOW = timedelta(hours=24)
@@ -200,7 +201,7 @@ def _count(runs: QuerySet[Run]) -> Subquery:
     )
 
 
-def session_rows(tenant: Any, picked: QuerySet[Run], page_number: str | None) -> tuple[Any, list[Any]]:
+def session_rows(tenant: Tenant, picked: QuerySet[Run], page_number: str | None) -> tuple[Page, list[RunRow]]:
     """The list's page of rows: a session holding a picked run (by its newest picked run), or a picked run
     without a session; newest first. A fixed number of queries whatever the page holds."""
     newer = picked.filter(session=OuterRef("session")).filter(
@@ -248,7 +249,7 @@ def run_list(request: ConsoleRequest) -> HttpResponse:
     picked = filters.apply(Run.objects.filter(tenant=tenant))
     if filters.one_session:
         page = Paginator(_shown(picked).order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
-        rows: list[Any] = [RunRow(run) for run in page]
+        rows = [RunRow(run) for run in page]
     else:
         page, rows = session_rows(tenant, picked, request.GET.get("page"))
     context = {"filters": filters, "page": page, "rows": rows, **jobs_context(tenant)}
