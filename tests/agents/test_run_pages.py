@@ -13,7 +13,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Checkpoint, Run
 from agents.run_views import duration
 from approvals.answers import claim
-from approvals.models import PendingRequest
+from approvals.models import ApproverGroup, PendingRequest
 from tests.agents.test_session_timeline import turns_of
 from tests.conftest import Persona
 from tests.helpers import ask_to_send, run_ok, run_queued, snapshot
@@ -452,6 +452,17 @@ def test_a_waiting_session_says_what_it_waits_on_and_who_claimed_it(operator, as
     assert cell(waiting, "status") == "awaiting approval waits on approval of send_email (claimed by otto)"
     assert "waits on" not in done
     assert [cell(row, "session") for row in rows_of(listed(operator, "?status=awaiting_approval"))] == ["s1"]
+
+
+def test_a_routed_request_says_which_group_it_waits_for(admin, operator, acme):
+    ApproverGroup.objects.create(tenant=acme, name="finance")
+    tools = [{"name": "send_email", "approval": "always", "approvers": "finance"}]
+    Agent.create(acme, DefinitionContent.model_validate({"name": "mailer", "tools": tools}), admin.user)
+    start(operator, {"message": SEND_EMAIL, "sessionId": "s1"}, agent="mailer")
+
+    [row] = rows_of(listed(operator))
+
+    assert cell(row, "status") == "awaiting approval waits on approval of send_email for finance"
 
 
 def test_a_session_is_listed_when_any_of_its_runs_is_picked_and_shows_its_state_now(operator, assistant):
