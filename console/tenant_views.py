@@ -18,6 +18,7 @@ from agents.definitions import SLUG
 from agents.models import AgentVersion
 from approvals.digests import MOST_MINUTES
 from approvals.models import ApproverGroup, Digest, PendingRequest
+from approvals.webhooks import webhook_of
 from console.models import Connection, ConnectionKind, Tenant
 from console.tenancy import ConsoleRequest, role_required
 
@@ -131,6 +132,7 @@ def _tenant_page(
     context = {
         "webhook_form": webhook_form or WebhookForm(tenant, initial={"connection": tenant.request_webhook_id}),
         "webhook": tenant.request_webhook,
+        "webhook_granted": webhook_of(tenant.pk) is not None,
         "group_form": group_form or GroupForm(tenant),
         "groups": groups,
     }

@@ -58,7 +58,12 @@ def test_it_offers_and_saves_only_webhooks_granted_to_the_tenant(admin, acme, gl
     acme.refresh_from_db()
     assert acme.request_webhook == mine
     assert "Request events go to events." in admin.client.get("/tenant/").content.decode()
-    admin.client.post("/tenant/webhook/", {"connection": everyones.pk})
+    mine.tenants.set([])  # the installation took the grant back
+    page = admin.client.get("/tenant/").content.decode()
+    assert "events</strong>, no longer granted to Acme: nothing is sent" in page
+    assert admin.client.post("/tenant/webhook/", {"connection": everyones.pk}).status_code == 302
+    acme.refresh_from_db()
+    assert acme.request_webhook == everyones
     admin.client.post("/tenant/webhook/", {"connection": ""})
     acme.refresh_from_db()
     assert acme.request_webhook is None
