@@ -1,26 +1,29 @@
 """The trial-run page: try an agent turn by turn, answering what it asks for inline.
 
 The page posts each turn to the run API (`Accept: text/event-stream`) from static/console/trial.js,
-shows the reply as it streams, then swaps in the server-rendered turn (with its answer forms).
+shows the reply as it streams, then swaps in the server-rendered turn. What a turn asks is answered with the
+inbox card's widget (templates/approvals/answer_form.html, posted to the inbox's answer view): each answer is
+stored at once, and the continuation the last one starts streams in through the session's stream.
 
-An earlier turn that asked something can be answered differently: its form posts to the respond API with
-that turn's checkpoint, which forks the session (SPEC section 9), and the page goes on in the fork.
+An earlier turn that asked something can be answered differently: its widgets post that turn's checkpoint,
+which forks the session (SPEC section 9), and the page goes on in the fork.
 """
 
 import json
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from urllib.parse import urlencode
 
 from django.http import HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from agents.checkpoints import checkpoints_of, fork_origin
 from agents.getters import get_run_for
 from agents.models import Agent, AgentVersion, Checkpoint, Run, Session
-from agents.schema_forms import schema_fields
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.models import PendingRequest, RequestStatus
 from console.tenancy import ConsoleRequest, role_required
 
 
@@ -45,15 +48,20 @@ class TrialTurn:
 
 def _for_form(pending: PendingRequest) -> PendingRequest:
     pending.arguments_json = json.dumps(pending.arguments, indent=2, ensure_ascii=False)  # type: ignore[attr-defined]
-    pending.fields = schema_fields(pending.requested_schema) if pending.kind == RequestKind.INPUT else []  # type: ignore[attr-defined]
     return pending
+
+
+def _back(agent: Agent, version: int, session_key: str) -> str:
+    """The trial page of a session: where an answer posted without JavaScript comes back to."""
+    return f"{reverse('trial')}?{urlencode({'agent': agent.name, 'version': version, 'session': session_key})}"
 
 
 def _turns(session: Session, runs: list[Run], versions: list[AgentVersion], current: int) -> list[TrialTurn]:
     """The turns of `runs` (all of `session`'s, or the one just run), in three queries however many there are:
     the session's requests, the answers the runs carried, the session's checkpoints (without their history).
     `versions` are the agent's, `current` the number of its current one."""
-    by_id = {pending.id: _for_form(pending) for pending in session.requests.order_by("opened_at", "id")}
+    requests = session.requests.select_related("run__version").order_by("opened_at", "id")
+    by_id = {pending.id: _for_form(pending) for pending in requests}
     opened: dict[uuid.UUID, list[PendingRequest]] = defaultdict(list)
     for pending in by_id.values():  # a fork's copies belong to the original's runs: none of the fork's turns
         opened[pending.run_id].append(pending)
@@ -99,7 +107,8 @@ def trial(request: ConsoleRequest) -> HttpResponse:
             turns = _turns(session, runs, versions, agent.current_version)
             # A fork waits on its copies of the requests open where it started (asked by the original's runs)
             # until they are all answered.
-            copies = session.requests.open().exclude(run__session=session).order_by("opened_at", "id")
+            copies = session.requests.open().exclude(run__session=session).select_related("run__version")
+            copies = copies.order_by("opened_at", "id")
             waiting = [_for_form(pending) for pending in copies]
         context.update(
             versions=versions,
@@ -109,6 +118,9 @@ def trial(request: ConsoleRequest) -> HttpResponse:
             turns=turns,
             forked_from=fork_origin(session) if session is not None else None,
             waiting=waiting,
+            back=_back(agent, version.number, session_key),
+            # A session with a turn or a request follows its stream from the start (a fork's continuation too).
+            live=session is not None,
         )
     return render(request, "agents/trial.html", context)
 
@@ -119,4 +131,5 @@ def trial_turn(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, "agent", "version", "session")
     versions = list(run.agent.versions.all())
     turns = _turns(run.session, [run], versions, run.agent.current_version) if run.session else [TrialTurn(run)]
-    return render(request, "agents/trial.html#turn", {"turn": turns[0], "agent": run.agent})
+    back = _back(run.agent, run.version.number, run.session.key) if run.session else None
+    return render(request, "agents/trial.html#turn", {"turn": turns[0], "agent": run.agent, "back": back})

@@ -30,6 +30,11 @@ def _chosen(message: str) -> dict[str, str]:
 class AnswerForm(forms.Form):
     """What the forms of every kind share: the request they answer and the `Response` they give."""
 
+    # Where the continuation goes (SPEC section 9), posted by the trial page: the version it runs on (the agent
+    # was edited since the turn ran), the checkpoint the answer is given at (an earlier one forks the session).
+    definition_version = forms.IntegerField(required=False, min_value=1)
+    checkpoint = forms.UUIDField(required=False)
+
     def __init__(self, pending: PendingRequest, data: Any) -> None:
         super().__init__(data)
         self.pending = pending
@@ -52,8 +57,13 @@ class AnswerForm(forms.Form):
         """Build the `Response` (`cleaned_data["response"]`) unless an error was found already."""
         if self.errors:
             return
+        where: dict[str, Any] = {"definitionVersion": self.cleaned_data.get("definition_version")}
+        if self.cleaned_data.get("checkpoint"):
+            where["checkpointId"] = str(self.cleaned_data["checkpoint"])
         try:
-            self.cleaned_data["response"] = Response.model_validate({"requestId": str(self.pending.id), **answer})
+            self.cleaned_data["response"] = Response.model_validate(
+                {"requestId": str(self.pending.id), **where, **answer}
+            )
         except ValidationError as error:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}" for e in error.errors())
             self.add_error(None, f"Not a valid answer: {problems}")

@@ -7,13 +7,14 @@ and without JavaScript (a normal POST, then a redirect to the inbox with a messa
 
 import uuid
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django import forms
 from django.contrib import messages
 from django.db.models import QuerySet
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
@@ -145,8 +146,10 @@ def _summary(pending: PendingRequest, response: Response, outcome: Outcome) -> s
         done += " and remembered the rule" if response.remember else ""
     elif pending.kind == RequestKind.CLIENT_TOOL:
         done = f"Sent the {'error' if response.error_message else 'result'} of {pending.tool_name}"
-    else:
+    elif pending.kind == RequestKind.INPUT:
         done = f"Answered {pending.tool_name} ({response.action})"
+    else:  # a question, a plan, a continuation
+        done = f"Answered {pending.tool_name or 'the request'}"
     return done + (". The run continues." if outcome.continuation_run_id else ".")
 
 
@@ -168,12 +171,15 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         else:
             if outcome.status != "accepted":
                 error, closed = outcome.message, outcome.status in _CLOSED
+    forked = outcome.session_id if error is None and outcome.forked_from else None
     if not request.htmx:
         if error:
             messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {error}")
         else:
             messages.success(request, _summary(pending, response, outcome))
-        return redirect("inbox")
+        return _back(request, forked)
+    if forked:  # the trial page goes on in the fork
+        return trigger_client_event(HttpResponse(""), "airlock:forked", {"sessionId": forked})
     if error is None:
         return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
     context = {
@@ -184,6 +190,19 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         "closed": closed,
     }
     return render(request, "approvals/request.html", {**context, "posted": request.POST})
+
+
+def _back(request: ConsoleRequest, forked: str | None) -> HttpResponse:
+    """Where an answer posted without JavaScript returns: the page its form names (`next`: the trial page), in
+    the fork's session when the answer forked one; else the inbox."""
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return redirect("inbox")
+    if forked:
+        address = urlsplit(back)
+        query = {**{k: v[-1] for k, v in parse_qs(address.query).items()}, "session": forked}
+        back = address._replace(query=urlencode(query)).geturl()
+    return redirect(back)
 
 
 @role_required("operator")

@@ -1,5 +1,5 @@
 // The trial-run page: each turn goes to the run API as an event stream; the reply is shown as it
-// streams, then the server-rendered turn (with its answer forms) replaces it.
+// streams, then the server-rendered turn (with the inbox's answer widget for what it asks) replaces it.
 (function () {
   "use strict";
   // Another agent starts at its current version.
@@ -106,9 +106,7 @@
   // While a turn runs, the send buttons are disabled (a second turn would be refused anyway).
   function setBusy(on) {
     progress.hidden = !on;
-    document
-      .querySelectorAll('#send, form[data-answers] button[type="submit"], form[data-fork] button[type="submit"]')
-      .forEach((b) => (b.disabled = on));
+    document.getElementById("send").disabled = on;
   }
 
   async function runTurn(body, userText) {
@@ -133,11 +131,6 @@
       });
       if (!response.ok) throw new Error(await problemOf(response));
       if (empty) empty.remove();
-      // An answer that continued on another version: the session's next turns run that one too.
-      if (body.definitionVersion) {
-        settings.dataset.version = String(body.definitionVersion);
-        if (versionSelect) versionSelect.value = settings.dataset.version;
-      }
       conversation.append(turn);
       // Keep the session in the address, so a reload shows the conversation again.
       const address = new URL(location.href);
@@ -190,153 +183,8 @@
     if (await runTurn(body, message)) messageForm.message.value = "";
   });
 
-  // One fieldset's answer as [the run request's list it goes in, the answer]; `fail` marks what is wrong.
-  function answerOf(box, fail) {
-    const requestId = box.dataset.requestId;
-    if (box.dataset.kind === "approval") {
-      const approved = box.querySelector(`input[name="decision-${requestId}"]:checked`).value === "approve";
-      const answer = { requestId, approved, reason: box.querySelector('[name="reason"]').value || null };
-      const override = box.querySelector('[name="override"]');
-      const remember = box.querySelector('[name="remember"]');
-      if (override && approved && override.value.trim() !== override.dataset.original.trim()) {
-        try {
-          answer.overrideArguments = JSON.parse(override.value);
-        } catch (error) {
-          fail(`The edited arguments are not valid JSON: ${error.message}`);
-        }
-      }
-      answer.remember = Boolean(remember && approved && remember.checked);
-      answer.rememberArgumentsOnly = answer.remember && box.querySelector('[name="remember-args"]').checked;
-      if (remember && !approved && remember.checked) fail("A denial cannot be remembered.");
-      return ["approvals", answer];
-    } else if (box.dataset.kind === "question") {
-      const typed = box.querySelector('[name="text"]');
-      const chosen = box.querySelector(`input[name="choice-${requestId}"]:checked`);
-      const text = (typed && typed.value.trim()) || (chosen && chosen.value) || "";
-      if (!text) fail("Choose an answer or write one.");
-      return ["answers", { requestId, text }];
-    } else if (box.dataset.kind === "plan") {
-      const approved = box.querySelector(`input[name="decision-${requestId}"]:checked`).value === "approve";
-      const text = box.querySelector('[name="text"]').value.trim();
-      if (!approved && !text) fail("Say what to revise.");
-      return ["answers", approved ? { requestId, approved } : { requestId, approved, text }];
-    } else if (box.dataset.kind === "continuation") {
-      const approved = box.querySelector(`input[name="decision-${requestId}"]:checked`).value === "continue";
-      return ["answers", { requestId, approved }];
-    } else if (box.dataset.kind === "client_tool") {
-      const raw = box.querySelector('[name="result"]').value.trim();
-      const error = box.querySelector('[name="error"]').value.trim();
-      const outcome = box.querySelector('[name="outcome"]').value;
-      const answer = { callId: box.dataset.callId };
-      if (outcome) answer.outcome = outcome;
-      if (outcome === "background") {
-        if (raw || error) fail("A call running in the background takes no result or error yet.");
-      } else if (outcome === "rejected" && !error) fail("Say why the client refuses.");
-      else if (error) answer.errorMessage = error;
-      else if (!raw) fail("Give a result or an error message.");
-      else {
-        try {
-          answer.result = JSON.parse(raw);
-        } catch {
-          answer.result = raw;
-        }
-      }
-      return ["toolResults", answer];
-    } else {
-      const action = box.querySelector('[name="action"]').value;
-      const content = {};
-      box.querySelectorAll("[data-field]").forEach((field) => {
-        const name = field.dataset.field;
-        const input = field.querySelector(`[name="field-${name}"]`);
-        if (field.dataset.input === "checkbox") content[name] = input.checked;
-        else if (input.value === "") {
-          if (action === "accept" && field.hasAttribute("data-required")) fail("This field is required.", name);
-        } else if (field.dataset.input === "number" || field.dataset.input === "integer") {
-          const number = Number(input.value);
-          if (field.dataset.input === "integer" && !Number.isInteger(number)) fail("Give a whole number.", name);
-          content[name] = number;
-        } else if (field.dataset.input === "json") {
-          try {
-            content[name] = JSON.parse(input.value);
-          } catch {
-            fail("Not valid JSON.", name);
-          }
-        } else content[name] = input.value;
-      });
-      return ["inputResponses", action === "accept" ? { requestId, action, content } : { requestId, action }];
-    }
-  }
-
-  // The answers of a form, each with its fieldset; null when one is not valid (the errors are shown).
-  function formAnswers(form) {
-    const given = [];
-    let valid = true;
-    form.querySelectorAll("[data-error], [data-error-for]").forEach((p) => (p.textContent = ""));
-    form.querySelectorAll("fieldset.request").forEach((box) => {
-      const fail = (message, field) => {
-        valid = false;
-        const target = field ? box.querySelector(`[data-error-for="${field}"]`) : box.querySelector("[data-error]");
-        target.textContent = message;
-      };
-      const [list, answer] = answerOf(box, fail);
-      given.push({ box, list, answer });
-    });
-    return valid ? given : null;
-  }
-
-  // The next turn's body: the answers in the lists of the run request, and the version to continue on.
-  function collectAnswers(form) {
-    const given = formAnswers(form);
-    if (!given) return null;
-    const body = { approvals: [], toolResults: [], inputResponses: [], answers: [] };
-    given.forEach(({ list, answer }) => body[list].push(answer));
-    const version = form.querySelector('[name="definition-version"]');
-    if (version) body.definitionVersion = Number(version.value);
-    return body;
-  }
-
-  // Answer one request through the respond API (SPEC section 9); anything but `accepted` is an error here.
-  async function respond(runId, body) {
-    const response = await fetch(`/api/runs/${encodeURIComponent(runId)}/responses`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
-      body: JSON.stringify(body),
-    });
-    if (!response.ok) throw new Error(await problemOf(response));
-    const outcome = await response.json();
-    if (outcome.status !== "accepted") throw new Error(`${outcome.status}: ${outcome.message}`);
-    return outcome;
-  }
-
-  // A run request's answer as the respond API takes it: one request, named by its id.
-  function responseOf(box, answer) {
-    const fields = { ...answer, requestId: box.dataset.requestId };
-    delete fields.callId;
-    return fields;
-  }
-
-  // The fork's copy of the request a fieldset shows (a fork copies every request open where it starts).
-  function copyOf(box, pending, used) {
-    return pending.find(
-      (p) =>
-        !used.has(p.requestId) &&
-        p.kind === box.dataset.kind &&
-        (p.callId || "") === box.dataset.callId &&
-        (p.toolName || "") === box.dataset.tool,
-    );
-  }
-
-  // Wait (a while) for a queued continuation to end, so the fork's page shows what it did.
-  async function ended(runId) {
-    const deadline = Date.now() + 30000;
-    while (Date.now() < deadline) {
-      const response = await fetch(`/api/runs/${encodeURIComponent(runId)}`, { headers: { Accept: "application/json" } });
-      if (!response.ok || !["queued", "running"].includes((await response.json()).status)) return;
-      await new Promise((resolve) => setTimeout(resolve, 300));
-    }
-  }
-
-  function forkAddress(sessionKey, version) {
+  // The trial page of a session, at a version.
+  function sessionAddress(sessionKey, version) {
     const address = new URL("/trial/", location.href);
     address.searchParams.set("agent", settings.dataset.agent);
     address.searchParams.set("version", String(version));
@@ -344,68 +192,48 @@
     return address.href;
   }
 
-  // "Answer differently (fork)": the first answer goes to the respond API at the turn's checkpoint, which
-  // forks the session; the other requests open there are answered on the fork's copies. Then on to the fork.
-  async function fork(form) {
-    const given = formAnswers(form);
-    if (!given || busy) return;
-    const error = form.querySelector("[data-fork-error]");
-    const version = form.querySelector('[name="definition-version"]');
-    const chosen = version ? { definitionVersion: Number(version.value) } : {};
-    let forked = null;
-    busy = true;
-    setBusy(true);
-    error.textContent = "";
-    form.querySelector("[data-fork-progress]").hidden = false;
-    try {
-      const [first, ...rest] = given;
-      const body = { ...responseOf(first.box, first.answer), ...chosen, checkpointId: form.dataset.checkpoint };
-      forked = await respond(first.box.dataset.runId, body);
-      let continuation = forked.continuationRunId;
-      if (rest.length) {
-        const response = await fetch(`/api/sessions/${encodeURIComponent(forked.sessionId)}/state`, {
-          headers: { Accept: "application/json" },
-        });
-        if (!response.ok) throw new Error(await problemOf(response));
-        const pending = (await response.json()).pendingRequests;
-        const used = new Set([forked.requestId]);
-        for (const { box, answer } of rest) {
-          const copy = copyOf(box, pending, used);
-          if (!copy) throw new Error(`The fork has no copy of the request ${box.dataset.requestId}.`);
-          used.add(copy.requestId);
-          const outcome = await respond(box.dataset.runId, { ...responseOf(box, answer), ...chosen, requestId: copy.requestId });
-          continuation = outcome.continuationRunId || continuation;
-        }
-      }
-      if (continuation) await ended(continuation);
-      location.assign(forkAddress(forked.sessionId, chosen.definitionVersion || settings.dataset.version));
-    } catch (failure) {
-      error.textContent = failure.message;
-      if (forked) {
-        // The fork exists: what is left to answer waits on its page.
-        const link = el("a", null, " Open the fork");
-        link.href = forkAddress(forked.sessionId, chosen.definitionVersion || settings.dataset.version);
-        error.append(link);
-      }
-    } finally {
-      form.querySelector("[data-fork-progress]").hidden = true;
-      busy = false;
-      setBusy(false);
-    }
+  // What the inbox's answer view said about a refused answer, read from the card it sent back: the card's
+  // message, and each field's beside the widget's own input. A request closed meanwhile loses its form.
+  function refused(widget, form, html) {
+    const card = new DOMParser().parseFromString(html, "text/html");
+    widget.querySelector("[data-card-error]").textContent = card.querySelector("[data-card-error]")?.textContent || "";
+    card.querySelectorAll("[data-error-for]").forEach((said) => {
+      const mine = form.querySelector(`[data-error-for="${CSS.escape(said.dataset.errorFor)}"]`);
+      if (mine) mine.textContent = said.textContent;
+    });
+    if (card.querySelector("[data-dismiss]")) form.remove();
   }
 
+  // An answer, given with the inbox card's widget: posted to the inbox's answer view as htmx posts it, and
+  // stored at once. The session's stream then says who answered (answeredElsewhere below) and brings the
+  // continuation the last answer of the turn starts; an answer at an earlier turn goes on in its fork.
   conversation.addEventListener("submit", async (event) => {
-    const forking = event.target.closest("form[data-fork]");
-    const form = event.target.closest("form[data-answers]");
-    if (!forking && !form) return;
+    const form = event.target.closest("form[data-answer-form]");
+    if (!form) return;
     event.preventDefault();
-    if (forking) {
-      await fork(forking);
-      return;
+    const widget = form.closest(".request-widget");
+    const body = new FormData(form, event.submitter);
+    const buttons = form.querySelectorAll("button");
+    widget.querySelector("[data-card-error]").textContent = "";
+    form.querySelectorAll("[data-error-for]").forEach((p) => (p.textContent = ""));
+    buttons.forEach((b) => (b.disabled = true));
+    try {
+      const response = await fetch(form.action, { method: "POST", body, headers: { "HX-Request": "true" } });
+      if (!response.ok) throw new Error(`The answer was not sent (${response.status} ${response.statusText}).`);
+      const html = await response.text();
+      if (html.trim()) return refused(widget, form, html);
+      const version = body.get("definition_version") || settings.dataset.version;
+      const forked = JSON.parse(response.headers.get("HX-Trigger") || "{}")["airlock:forked"];
+      if (forked) return location.assign(sessionAddress(forked.sessionId, version));
+      // An answer that continues on another version: the session's next turns run that one too.
+      settings.dataset.version = String(version);
+      if (versionSelect) versionSelect.value = settings.dataset.version;
+      form.replaceWith(el("p", "answered-here muted", "Sent: the agent goes on once every request of the turn is answered."));
+    } catch (error) {
+      widget.querySelector("[data-card-error]").textContent = error.message;
+    } finally {
+      buttons.forEach((b) => (b.disabled = false));
     }
-    const body = collectAnswers(form);
-    if (!body) return;
-    if (await runTurn(body, null)) form.remove();
   });
 
   // Live: the session's stream brings what happens away from this page (an answer from the inbox, the
@@ -423,20 +251,20 @@
     if (page.ok) turn.outerHTML = await page.text();
   }
 
+  // The widgets of the requests still open (an earlier turn's, answered differently in a fork, are not).
+  const openWidgets = (within) => [...within.querySelectorAll(".request-widget")].filter((w) => !w.closest("[data-fork]"));
+
   function answeredElsewhere(envelope) {
     const data = envelope.data;
-    const form = conversation.querySelector("form[data-answers]");
-    const box = form && [...form.querySelectorAll("fieldset.request")].find((f) => f.dataset.requestId === data.requestId);
-    if (!box || busy) return;
+    const box = openWidgets(conversation).find((w) => w.dataset.requestId === data.requestId);
+    if (!box) return;
+    const turn = box.closest(".turn");
     const how = data.closed ? `Closed: ${data.closed.kind}` : (data.result && WORDS[data.result.kind]) || "Answered";
     const when = new Date(envelope.timestamp).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
     const note = el("p", "answered-elsewhere muted", `${how}${data.answeredBy ? ` by ${data.answeredBy}` : ""} · ${when}`);
     box.replaceWith(note);
-    if (!form.querySelector("fieldset.request")) {
-      form.querySelector('button[type="submit"]')?.remove();
-      const waiting = form.closest(".turn")?.querySelector(".reply.muted");
-      if (waiting) waiting.textContent = "Answered: the conversation goes on below.";
-    }
+    const waiting = turn && !openWidgets(turn).length && turn.querySelector(".reply.muted");
+    if (waiting) waiting.textContent = "Answered: the conversation goes on below.";
   }
 
   function followSession() {
@@ -476,6 +304,6 @@
     }
   }
 
-  if (known.size) followSession();
+  if (known.size || "live" in conversation.dataset) followSession();
   conversation.addEventListener("airlock:turn", followSession);
 })();

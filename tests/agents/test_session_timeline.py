@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Checkpoint
 from tests.conftest import Persona
-from tests.helpers import ASSISTANT, call_line, make_agent, run_ok, run_queued
+from tests.helpers import ASSISTANT, call_line, drain_queued, make_agent, run_ok, run_queued
 
 COLOR = call_line("ask_user", {"question": "Which colour?", "choices": ["red", "blue"]})
 NAME = call_line("ask_user", {"question": "What is your name?"})
@@ -183,13 +183,13 @@ def test_the_trial_page_offers_to_answer_an_earlier_turn_that_asked_differently(
 
     fork = turns[asked["runId"]]
     assert "<summary>Answer differently (fork)</summary>" in fork
-    assert f'data-fork data-checkpoint="{checkpoint_of(asked["runId"]).id}"' in fork
-    assert f'data-request-id="{request_id}"' in fork and f'data-run-id="{asked["runId"]}"' in fork
-    assert 'value="red"' in fork and 'value="blue"' in fork
+    assert f'<input type="hidden" name="checkpoint" value="{checkpoint_of(asked["runId"]).id}">' in fork
+    assert f'data-request-id="{request_id}"' in fork and f'action="/inbox/{request_id}/answer/"' in fork
+    assert '<button name="choice" value="red">red</button>' in fork and 'value="blue"' in fork
     assert "Asked <code>ask_user</code>: “Which colour?” · answered" in fork
     # The turn that asked nothing cannot be forked (the API forks only through an answer), nor the latest.
     assert "data-fork" not in turns[said["runId"]] + turns[str(red.id)]
-    assert "data-answers" not in "".join(turns.values())  # nothing waits
+    assert "Waiting for your answer" not in "".join(turns.values())  # nothing waits
 
 
 def test_the_fork_trial_page_shows_its_own_turns_and_where_it_came_from(operator, forked):
@@ -215,12 +215,15 @@ def test_the_fork_trial_page_asks_what_was_left_open_where_it_started(operator, 
     waiting = articles(trial(operator, outcome["sessionId"]))["waiting"]
 
     assert "What is your name?" in waiting and "Which colour?" not in waiting
-    assert "data-answers" in waiting
     [copy] = re.findall(r'data-request-id="([^"]+)"', waiting)
     assert copy != asked["pendingRequests"][1]["requestId"]  # the fork's copy, not the original
-    # The form sends the fork's next turn with the answer, as the trial page sends any.
-    body = {"sessionId": outcome["sessionId"], "answers": [{"requestId": copy, "text": "Grace"}]}
-    assert run_ok(operator, body)["output"] == "ask_user: blue\nask_user: Grace"
+    assert f'action="/inbox/{copy}/answer/"' in waiting
+    # Its widget answers the copy as the inbox does, which starts the fork's continuation.
+    answer = {"text": "Grace", "decision": "answer"}
+    answered = operator.client.post(f"/inbox/{copy}/answer/", answer, HTTP_HX_REQUEST="true")
+    assert answered.status_code == 200 and answered.content == b""
+    drain_queued()
+    assert "ask_user: blue<br>ask_user: Grace" in trial(operator, outcome["sessionId"])
     assert "fork-waiting" not in trial(operator, outcome["sessionId"])
 
 

@@ -1,11 +1,17 @@
 """The trial page's turn fragment (`/trial/turns/<id>/`, swapped in after each streamed turn): an
-operator gets the turn with its answer forms; a reader is refused, another tenant's member finds nothing."""
+operator gets the turn with its answer widgets; a reader is refused, another tenant's member finds nothing.
+The widgets are the inbox card's, posted to the inbox's answer view: without JavaScript the answer comes back
+to the trial page, and an earlier turn's widget forks the session."""
 
+import json
+import re
 import uuid
 
 import pytest
 
-from tests.helpers import EMAIL, ask_to_send, make_agent
+from agents.models import Checkpoint, Session
+from approvals.models import PendingRequest
+from tests.helpers import EMAIL, ask_to_send, drain_queued, make_agent
 
 
 @pytest.fixture
@@ -25,7 +31,7 @@ def test_it_serves_an_operator_the_turn_with_its_answer_form(operator, asked):
     assert status == 200
     assert f'id="turn-{asked["runId"]}"' in html
     assert f'data-request-id="{asked["pendingRequests"][0]["requestId"]}"' in html
-    assert "<legend>Approve <code>send_email</code>?</legend>" in html
+    assert "Approve <code>send_email</code>?</h2>" in html
     assert EMAIL["to"] in html
     assert "<html" not in html  # the fragment only
 
@@ -60,3 +66,73 @@ def test_it_sends_a_visitor_to_log_in(client, asked):
 
     assert response.status_code == 302
     assert response["Location"].startswith("/login/")
+
+
+# --- answering with the inbox's widget --------------------------------------------------------------
+
+
+def test_the_turn_answers_with_the_inbox_cards_widget(operator, asked):
+    rid = asked["pendingRequests"][0]["requestId"]
+
+    html = turn_page(operator.client, asked["runId"])[1]
+
+    form = re.search(r'<form class="answer" method="post" action="/inbox/([0-9a-f-]+)/answer/".*?</form>', html, re.S)
+    assert form is not None and form.group(1) == rid
+    widget = form.group(0)
+    assert 'name="csrfmiddlewaretoken"' in widget
+    back = "/trial/?agent=assistant&amp;version=1&amp;session=trial-1"
+    assert f'<input type="hidden" name="next" value="{back}">' in widget
+    assert '<button name="decision" value="approve">Approve</button>' in widget
+    assert '<button name="decision" value="deny" class="danger">Deny</button>' in widget
+    assert "Don't ask again for this tool" in widget
+    assert "Edit arguments before approving" in widget
+    assert "Send answers" not in html and 'type="radio"' not in html
+
+
+def test_an_answer_without_javascript_comes_back_to_the_trial_page(operator, asked):
+    rid = asked["pendingRequests"][0]["requestId"]
+    back = "/trial/?agent=assistant&version=1&session=trial-1"
+
+    response = operator.client.post(f"/inbox/{rid}/answer/", {"decision": "deny", "reason": "no", "next": back})
+
+    assert response.status_code == 302 and response["Location"] == back
+    assert PendingRequest.objects.get(id=rid).answer["approved"] is False
+    drain_queued()
+    page = operator.client.get(back).content.decode()
+    assert "send_email denied: no" in page
+    assert "Waiting for your answer" not in page  # only the fork's widget is left, to answer differently
+    assert page.count(f'action="/inbox/{rid}/answer/"') == page.count('name="checkpoint"') == 1
+
+
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/trial/", "//evil.example/", "javascript:alert(1)"])
+def test_it_returns_to_no_other_site(operator, asked, elsewhere):
+    rid = asked["pendingRequests"][0]["requestId"]
+
+    response = operator.client.post(f"/inbox/{rid}/answer/", {"decision": "approve", "next": elsewhere})
+
+    assert response.status_code == 302 and response["Location"] == "/inbox/"
+
+
+def test_an_earlier_turns_widget_forks_the_session(operator, asked):
+    rid = asked["pendingRequests"][0]["requestId"]
+    operator.client.post(f"/inbox/{rid}/answer/", {"decision": "approve"})
+    drain_queued()
+    checkpoint = Checkpoint.objects.get(run_id=asked["runId"])
+    html = turn_page(operator.client, asked["runId"])[1]
+    assert "Answer differently (fork)" in html
+    assert f'<input type="hidden" name="checkpoint" value="{checkpoint.id}">' in html
+
+    denial = {"decision": "deny", "reason": "not now", "checkpoint": checkpoint.id}
+    forked = operator.client.post(f"/inbox/{rid}/answer/", denial, HTTP_HX_REQUEST="true")
+
+    fork = Session.objects.get(forked_from_session=checkpoint.session)
+    assert forked.status_code == 200 and forked.content == b""
+    assert json.loads(forked["HX-Trigger"]) == {"airlock:forked": {"sessionId": fork.key}}
+    assert PendingRequest.objects.get(id=rid).answer["approved"] is True  # the original keeps its answer
+
+    back = "/trial/?agent=assistant&version=1&session=trial-1"
+    again = operator.client.post(
+        f"/inbox/{rid}/answer/", {"decision": "approve", "checkpoint": checkpoint.id, "next": back}
+    )
+    second = Session.objects.filter(forked_from_session=checkpoint.session).exclude(pk=fork.pk).get()
+    assert again["Location"] == f"/trial/?agent=assistant&version=1&session={second.key}"

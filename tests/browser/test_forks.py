@@ -1,6 +1,7 @@
 """Forks in a real browser (issue 14): a run asks a question with choices, an operator answers it from the
 inbox, the trial page shows the continuation; then the operator forks the session from that first turn on
-the trial page and answers differently. Each session keeps its own answer, and both run pages show the branch.
+the trial page and answers differently (the choice's button of the inbox's widget). Each session keeps its own
+answer, and both run pages show the branch.
 """
 
 import re
@@ -45,7 +46,7 @@ def test_an_operator_forks_a_session_at_its_first_turn_and_answers_its_question_
     page.goto(f"/trial/?agent={agent}")
     page.get_by_label("Message").fill(COLOR)
     page.locator("#send").click()
-    expect(page.locator("form[data-answers]")).to_contain_text("Which colour?")
+    expect(page.locator(".request-widget")).to_contain_text("Which colour?")
     session = page.locator("#session-key").inner_text()
     asked = page.locator(".turn").first.get_attribute("data-run")
     page.goto("/inbox/")
@@ -57,16 +58,15 @@ def test_an_operator_forks_a_session_at_its_first_turn_and_answers_its_question_
     page.goto(f"/trial/?agent={agent}&session={session}")
     until_shown(page, "ask_user: red")
     expect(page.locator(".turn")).to_have_count(2)
-    expect(page.locator("form[data-answers]")).to_have_count(0)
+    expect(page.locator(".answers:not([data-fork]) .request-widget")).to_have_count(0)
 
-    # Back to the first turn: answer "blue" instead, in a fork of the session.
+    # Back to the first turn: answer "blue" instead, in a fork of the session (its choice button forks).
     first = page.locator(f"#turn-{asked}")
     first.get_by_text("Answer differently (fork)").click()
-    forking = first.locator("form[data-fork]")
+    forking = first.locator("[data-fork]")
     expect(forking).to_contain_text("Which colour?")
-    forking.get_by_label("blue").check()
     page.screenshot(path="/tmp/airlock-fork-form.png", full_page=True)
-    forking.get_by_role("button", name="Fork with this answer").click()
+    forking.get_by_role("button", name="blue", exact=True).click()
     page.wait_for_url(re.compile(r"/trial/\?.*session=(?!" + re.escape(session) + ")"))
     [fork] = re.findall(r"session=([^&]+)", page.url)
     until_shown(page, "ask_user: blue")
@@ -108,18 +108,18 @@ def test_an_answer_continues_on_the_version_the_agent_was_edited_to_while_the_ru
     page.goto(f"/trial/?agent={agent}")
     page.get_by_label("Message").fill(COLOR)
     page.locator("#send").click()
-    expect(page.locator("form[data-answers]")).to_contain_text("Which colour?")
+    expect(page.locator(".request-widget")).to_contain_text("Which colour?")
     expect(page.get_by_label("Continue on")).to_have_count(0)
 
     status, body = api["ada"]("PUT", f"/api/agents/{agent}", {**definition, "instructions": "Version two."})
     assert status == 200, body
     page.reload()
-    answers = page.locator("form[data-answers]")
-    expect(answers.get_by_label("Continue on")).to_have_value("1")
-    answers.get_by_label("Continue on").select_option(label="v2 (current)")
+    widget = page.locator(".request-widget")
+    expect(widget.get_by_label("Continue on")).to_have_value("1")
+    widget.get_by_label("Continue on").select_option(label="v2 (current)")
     page.screenshot(path="/tmp/airlock-continue-on.png", full_page=True)
-    answers.get_by_role("button", name="Send answers").click()
-    expect(page.locator(".turn").last).to_contain_text("ask_user: red")
+    widget.get_by_role("button", name="red", exact=True).click()
+    expect(page.locator(".turn").last).to_contain_text("ask_user: red", timeout=15000)
 
     # The continuation ran on v2, and so does the session's next turn.
     expect(page.locator("#version-select")).to_have_value("2")
@@ -148,13 +148,19 @@ def test_a_fork_answers_every_request_open_at_its_turn(api: dict[str, Api], sign
     page.goto(f"/trial/?agent={agent}&session={session}")
     until_shown(page, "ask_user: Ada")
 
+    # The first answer forks; the fork's copy of the other request waits on the fork's page.
     first = page.locator(f"#turn-{asked['runId']}")
     first.get_by_text("Answer differently (fork)").click()
-    forking = first.locator("form[data-fork]")
-    forking.get_by_label("blue").check()
-    forking.get_by_label("Your answer").fill("Grace")
-    forking.get_by_role("button", name="Fork with this answer").click()
+    forking = first.locator("[data-fork]")
+    expect(forking).to_contain_text("The other requests open there wait in the new session.")
+    forking.get_by_role("button", name="blue", exact=True).click()
     page.wait_for_url(re.compile(r"/trial/\?.*session=(?!" + re.escape(session) + ")"))
+    waiting = page.locator("#fork-waiting .request-widget")
+    expect(waiting).to_have_count(1)
+    expect(waiting).to_contain_text("What is your name?")
+    waiting.get_by_label("Your answer").fill("Grace")
+    waiting.get_by_role("button", name="Send answer").click()
     until_shown(page, "ask_user: Grace")
     expect(page.locator(".turn").last).to_contain_text("ask_user: blue")
+    page.reload()
     expect(page.locator("#fork-waiting")).to_have_count(0)

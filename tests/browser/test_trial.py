@@ -1,10 +1,14 @@
-"""The trial-run page in a real browser: a streamed turn, an inline approval, the next turn."""
+"""The trial-run page in a real browser: a streamed turn, what it asks answered with the inbox card's widget
+(each button answers at once, the continuation streams in), the next turn; at 1366 and 390 px wide nothing
+scrolls sideways and axe-core finds no serious or critical violation."""
 
 import json
 from uuid import uuid4
 
 import pytest
 from playwright.sync_api import Page, expect
+
+from tests.browser.test_a11y import axe_source, violations  # noqa: F401 (axe_source is a fixture)
 
 pytestmark = pytest.mark.browser
 
@@ -41,18 +45,20 @@ def test_it_runs_an_approval_round_trip_turn_by_turn(logged_in: Page) -> None:
     expect(page.locator(".turn").last).to_contain_text("You help the ops team.")
 
     send(page, SEND)
-    answers = page.locator("form[data-answers]")
-    expect(answers).to_contain_text("Approve send_email?")
+    widget = page.locator(".request-widget")
+    expect(widget).to_contain_text("Approve send_email?")
     expect(page.locator(".turn").last).to_contain_text("Awaiting Approval")
-    answers.get_by_label("Deny").check()
-    answers.get_by_label("Reason").fill("not during the freeze")
-    answers.get_by_role("button", name="Send answers").click()
-    expect(page.locator(".turn").last).to_contain_text("send_email denied: not during the freeze")
-    expect(page.locator("form[data-answers]")).to_have_count(0)
+    widget.get_by_label("Reason").fill("not during the freeze")
+    widget.get_by_role("button", name="Deny", exact=True).click()
+    # The answer is stored at once, as from the inbox; the continuation streams in through the session stream.
+    expect(page.locator(".turn").last).to_contain_text("send_email denied: not during the freeze", timeout=15000)
+    expect(page.locator(".answered-elsewhere")).to_contain_text("Denied by")
+    expect(page.locator(".request-widget")).to_have_count(0)
 
     send(page, SEND)
-    page.locator("form[data-answers]").get_by_role("button", name="Send answers").click()
-    expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com")
+    page.locator(".request-widget").get_by_role("button", name="Approve", exact=True).click()
+    expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com", timeout=15000)
+    expect(page.locator(".turn").last).to_contain_text("Completed")
     page.screenshot(path="/tmp/airlock-trial.png", full_page=True)
 
     # The conversation survives a reload: the session is in the address.
@@ -67,7 +73,7 @@ def test_it_keeps_the_message_and_shows_the_error_when_a_turn_is_refused(logged_
     create_agent(page, name)
     page.goto(f"/trial/?agent={name}")
     send(page, SEND)
-    expect(page.locator("form[data-answers]")).to_be_visible()
+    expect(page.locator(".request-widget")).to_be_visible()
     # A new message while the approval is open is refused by the API (409 pending_requests).
     send(page, "something else")
     expect(page.locator("#send-error")).to_contain_text("unanswered requests")
@@ -89,26 +95,26 @@ def test_it_answers_a_question_a_plan_and_a_refused_client_tool(logged_in: Page)
     page.goto(f"/trial/?agent={name}")
 
     send(page, 'call ask_user {"question": "Which colour?", "choices": ["red", "blue"]}')
-    answers = page.locator("form[data-answers]")
-    expect(answers).to_contain_text("Which colour?")
-    answers.get_by_label("blue").check()
-    answers.get_by_role("button", name="Send answers").click()
-    expect(page.locator(".turn").last).to_contain_text("ask_user: blue")
+    widget = page.locator(".request-widget")
+    expect(widget).to_contain_text("Which colour?")
+    widget.get_by_role("button", name="blue", exact=True).click()
+    expect(page.locator(".turn").last).to_contain_text("ask_user: blue", timeout=15000)
+    expect(page.locator(".request-widget")).to_have_count(0)
 
     send(page, 'call propose_plan {"steps": ["Read the logs", "Restart"]}')
-    answers = page.locator("form[data-answers]")
-    expect(answers.locator(".plan-steps li")).to_have_count(2)
-    answers.get_by_label("Send back to revise").check()
-    answers.get_by_label("What to revise").fill("Check the disk first")
-    answers.get_by_role("button", name="Send answers").click()
-    expect(page.locator(".turn").last).to_contain_text("propose_plan: revise: Check the disk first")
+    widget = page.locator(".request-widget")
+    expect(widget.locator(".plan-steps li")).to_have_count(2)
+    widget.get_by_role("button", name="Send back to revise").click()
+    expect(widget.locator("[data-card-error]")).to_have_text("Say what to revise.")  # the inbox's own check
+    widget.get_by_label("What to revise").fill("Check the disk first")
+    widget.get_by_role("button", name="Send back to revise").click()
+    expect(page.locator(".turn").last).to_contain_text("propose_plan: revise: Check the disk first", timeout=15000)
 
     send(page, "call get_user_location")
-    answers = page.locator("form[data-answers]")
-    answers.get_by_label("Outcome").select_option("rejected")
-    answers.get_by_label("…or an error message, or why the client refuses").fill("The user said no")
-    answers.get_by_role("button", name="Send answers").click()
-    expect(page.locator(".turn").last).to_contain_text("get_user_location rejected: The user said no")
+    widget = page.locator(".request-widget")
+    widget.get_by_label("…or an error message, or why the client refuses").fill("The user said no")
+    widget.get_by_role("button", name="Refuse to run it").click()
+    expect(page.locator(".turn").last).to_contain_text("get_user_location rejected: The user said no", timeout=15000)
 
 
 def test_the_trial_page_follows_an_answer_given_in_the_inbox(logged_in: Page, sign_in, acme_team) -> None:
@@ -120,15 +126,41 @@ def test_the_trial_page_follows_an_answer_given_in_the_inbox(logged_in: Page, si
     send(page, "echo instructions")  # the session exists: the page follows its stream from here on
     expect(page.locator(".turn").last).to_contain_text("You help the ops team.")
     send(page, SEND)
-    form = page.locator("form[data-answers]")
-    expect(form).to_contain_text("Approve send_email?")
-    rid = form.locator("fieldset.request").get_attribute("data-request-id")
+    widget = page.locator(".request-widget")
+    expect(widget).to_contain_text("Approve send_email?")
+    rid = widget.get_attribute("data-request-id")
 
     inbox = sign_in("otto")
     inbox.goto("/inbox/")
     inbox.locator(f"#request-{rid}").get_by_role("button", name="Approve", exact=True).click()
 
     expect(page.locator(".answered-elsewhere")).to_contain_text("Approved by otto")
-    expect(page.locator(f'fieldset.request[data-request-id="{rid}"]')).to_have_count(0)
+    expect(page.locator(f'.request-widget[data-request-id="{rid}"]')).to_have_count(0)
     expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com", timeout=15000)
     expect(page.locator(".turn").last).to_contain_text("Completed")
+
+
+@pytest.mark.parametrize("width", [1366, 390])
+def test_the_widgets_fit_and_pass_axe(width: int, logged_in: Page, axe_source: str) -> None:  # noqa: F811
+    page, name = logged_in, f"asker-{uuid4().hex[:6]}"
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
+    definition = {
+        "name": name,
+        "tools": [{"name": "send_email", "approval": "always"}, {"name": "ask_user"}],
+        "clientTools": [{"name": "get_user_location"}],
+    }
+    response = page.request.post(
+        "/api/agents", data=json.dumps(definition), headers={"Content-Type": "application/json", "X-CSRFToken": csrf}
+    )
+    assert response.status == 201, response.text()
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"/trial/?agent={name}")
+
+    # Three requests at once: an approval, a question with choices, a client tool.
+    colour = 'call ask_user {"question": "Which colour?", "choices": ["red", "blue"]}'
+    send(page, f"{SEND}\n{colour}\ncall get_user_location")
+    expect(page.locator(".request-widget")).to_have_count(3)
+    page.locator(".request-widget summary", has_text="Edit arguments before approving").click()
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert violations(page, axe_source) == []
+    page.screenshot(path=f"/tmp/airlock-trial-widgets-{width}.png", full_page=True)
