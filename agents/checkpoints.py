@@ -8,9 +8,9 @@ full copy itself when the history before it changed (the previous checkpoint's d
 start of the conversation) and every `FULL_COPY_EVERY` checkpoints, so rebuilding a conversation
 (`conversation_at`) reads a bounded chain, in one query.
 
-A fork (`fork`) is a new session whose conversation is a checkpoint's, with copies of the requests that were
-open at that checkpoint: an answer given at an earlier checkpoint goes on from there, and the original
-session is never touched.
+A fork (`branch`) is a new session whose conversation is a checkpoint's, with copies of the requests that were
+open at that checkpoint: an answer given at an earlier checkpoint goes on from there (`fork`), and so does an
+operator's next message after "Fork from here" on an earlier turn; the original session is never touched.
 """
 
 import hashlib
@@ -171,22 +171,16 @@ class Forked:
     waiting: list[PendingRequest]
 
 
-def fork(
-    checkpoint: Checkpoint,
-    copies: list[PendingRequest],
-    answered: PendingRequest,
-    answer: dict[str, Any],
-    user: Any,
-    via: str,
-    now: datetime,
-) -> Forked | None:
+def branch(checkpoint: Checkpoint, copies: list[PendingRequest]) -> Session | None:
     """A new session (its key a new UUID) that starts from `checkpoint`: its conversation, its run as the
-    last one (the continuation's previous run, version, lane and parameters), and `copies` (of
-    `request_copies`) as its requests, `answered` holding `answer`. Nothing of the original changes, and
-    nothing of the fork exists until all of it does. None when the session or its agent was deleted.
+    last one (the next run's previous run, version, lane and parameters), and `copies` (of `request_copies`:
+    the requests open there, none when it waited on nothing) as its requests. Nothing of the original changes,
+    and nothing of the new session exists until all of it does. None when the session or its agent was deleted.
 
-    The original session's row is locked while the fork is made, as the deletions lock it: a deletion
-    running now either comes first (no fork) or sees the fork's requests and closes them too."""
+    Both ways to fork make their session here: an answer given at an earlier checkpoint (`fork`) and "Fork from
+    here" on an earlier turn (`agents.run_views.run_fork`). The original session's row is locked meanwhile, as
+    the deletions lock it: a deletion running now either comes first (no fork) or sees the fork's requests and
+    closes them too."""
     origin = checkpoint.session
     assert checkpoint.run is not None, "a fork needs the run its checkpoint ended"
     with transaction.atomic():
@@ -202,10 +196,27 @@ def fork(
             forked_from_session=origin,
             forked_from_checkpoint=checkpoint,
         )
-        answered.answer, answered.answered_by, answered.answered_at, answered.answered_via = answer, user, now, via
         for copy in copies:
             copy.session = session
         PendingRequest.objects.bulk_create(copies)
+    return session
+
+
+def fork(
+    checkpoint: Checkpoint,
+    copies: list[PendingRequest],
+    answered: PendingRequest,
+    answer: dict[str, Any],
+    user: Any,
+    via: str,
+    now: datetime,
+) -> Forked | None:
+    """The session `branch` makes from `checkpoint` with `copies`, `answered` (one of them) holding `answer`.
+    None when the session or its agent was deleted."""
+    answered.answer, answered.answered_by, answered.answered_at, answered.answered_via = answer, user, now, via
+    session = branch(checkpoint, copies)
+    if session is None:
+        return None
     return Forked(session, answered, [c for c in copies if c is not answered])
 
 

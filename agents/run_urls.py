@@ -13,4 +13,5 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", run_views.run_detail, name="run"),
     path("runs/<uuid:run_id>/cancel/", run_views.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/replay/", run_views.run_replay, name="run_replay"),
+    path("runs/<uuid:run_id>/fork/", run_views.run_fork, name="run_fork"),
 ]

@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
@@ -14,6 +15,7 @@ from django.db.models import Count, Exists, F, Min, OuterRef, Q, QuerySet, Subqu
 from django.db.models.functions import RowNumber
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -21,7 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from agents import queue
-from agents.checkpoints import ForkOrigin, fork_origin
+from agents.checkpoints import ForkOrigin, branch, fork_origin, request_copies
 from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
@@ -29,6 +31,7 @@ from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Se
 from agents.prepare import RunRejected
 from agents.replay import prepare_replay, start_replay
 from approvals.models import TERMINAL, PendingRequest, RequestStatus
+from approvals.push import notify_requests_opened
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.models import Tenant
 from console.tenancy import ConsoleRequest, role_required
@@ -337,6 +340,30 @@ def run_replay(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     return redirect("run", run_id=started.run.id)
 
 
+@role_required("operator")
+@require_POST
+def run_fork(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Fork the run's session from this turn (SPEC section 9, without an answer): a new session whose
+    conversation is the one the turn's checkpoint holds, with copies of the requests open there; the page goes
+    on in it on the trial page, where the next message continues from that point. The original is untouched."""
+    run = get_run_for(request, run_id, "agent")
+    checkpoint = Checkpoint.objects.select_related("session", "run", "version").filter(run=run).first()
+    if checkpoint is None:
+        messages.error(request, "This turn has not ended in a session: there is no point to fork it from.")
+        return redirect("run", run_id=run.id)
+    if not Checkpoint.objects.filter(session=checkpoint.session_id, number__gt=checkpoint.number).exists():
+        messages.error(request, "This is the session's latest turn: its next message goes on from here, no fork.")
+        return redirect("run", run_id=run.id)
+    copies = list(request_copies(checkpoint, timezone.now()).values())
+    session = branch(checkpoint, copies)
+    if session is None:
+        messages.error(request, "The session or its agent was deleted: nothing to fork.")
+        return redirect("run", run_id=run.id)
+    notify_requests_opened(copies)
+    messages.success(request, f"Forked at turn {checkpoint.number}: the next message continues from there.")
+    return redirect(f"{reverse('trial')}?{urlencode({'agent': run.agent.name, 'session': session.key})}")
+
+
 def replay_of(run: Run, events: list[Event]) -> Run | None:
     """The run this one replays (`replayOf` in its `run.started`), when it is one, of the same tenant."""
     started = next((event for event in events if event.type == EventType.RUN_STARTED), None)
@@ -555,6 +582,8 @@ class SessionTurn:
     asked: list[PendingRequest] = field(default_factory=list)
     # Sessions forked at this turn's checkpoint, each with `latest_run_id` (None: no run of its own yet).
     branches: list[Session] = field(default_factory=list)
+    # An ended turn before the live session's latest: "Fork from here" makes a new session from its checkpoint.
+    forkable: bool = False
     entries: list[TimelineEntry] | None = None
     # The time since the turn before; for the last turn while it still waits, the time since it asked.
     gap: Gap | None = None
@@ -611,6 +640,10 @@ def session_turns(session: Session | None, viewed: Run) -> list[SessionTurn]:
         turn.viewed = turn.run.pk == viewed.pk
     if session is not None:
         _read_requests_and_forks(session, turns)
+        latest = max((turn.checkpoint.number for turn in ordered if turn.checkpoint is not None), default=0)
+        for turn in ordered:
+            ended = turn.checkpoint is not None and turn.checkpoint.number < latest
+            turn.forkable = ended and session.deleted_at is None
     at = next(index for index, turn in enumerate(ordered) if turn.viewed)
     near = {turn.run.pk: turn for turn in ordered[max(at - TURNS_AROUND, 0) : at + TURNS_AROUND + 1]}
     events: dict[uuid.UUID, list[Event]] = {run_id: [] for run_id in near}
