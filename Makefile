@@ -40,14 +40,19 @@ browser:
 
 test: setup browser test-sqlite test-postgres
 
+# pytest-xdist: a worker per core, each with its own test database (and, for the browser and process tests,
+# its own servers). PYTEST_WORKERS=0 runs the suite in this one process.
+PYTEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS)
+
 test-sqlite:
-	$(PY) -m pytest
+	$(PYTEST)
 
 # The same suite on PostgreSQL (browser tests run on SQLite only: they prove the UI, not the database).
 # Under CI the pass is never skipped: PostgreSQL down is a failure that names it.
 test-postgres:
 	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then \
-		DATABASE_URL=$(PG_TEST_URL) $(PY) -m pytest -m "not browser and not processes"; \
+		DATABASE_URL=$(PG_TEST_URL) $(PYTEST) -m "not browser and not processes"; \
 	elif [ -n "$$CI" ]; then echo "PostgreSQL is not running on 127.0.0.1:5432: the PostgreSQL pass cannot run (CI)"; exit 1; \
 	else echo "PostgreSQL is not running on 127.0.0.1:5432: skipped the PostgreSQL pass"; fi
 

@@ -22,10 +22,14 @@ for _alias in connections:
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """On SQLite the test database is a file in WAL mode, as the product runs it. Django's default, a
     shared-cache in-memory database, locks whole tables: a test thread reading a run while a turn's
-    thread writes it failed at once with "database table is locked" instead of waiting its timeout."""
+    thread writes it failed at once with "database table is locked" instead of waiting its timeout.
+    Under pytest-xdist each worker has its own database (PostgreSQL: `test_airlock_gw0`, … by the suffix
+    fixture; SQLite: each worker's own temporary folder)."""
     settings = connections.settings["default"]
     if settings["ENGINE"] == "django.db.backends.sqlite3":
         settings.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")

@@ -1,13 +1,10 @@
-"""A real Airlock server (daphne on a free port, its own SQLite file in a temporary folder) and a headless
-Chromium page driving it through Playwright's sync API.
+"""A real Airlock server (daphne on a free port, its own SQLite file in a temporary folder: a
+tests/processes/cluster.py installation) and a headless Chromium page driving it through Playwright's sync API.
 
 Browser tests talk to the server over HTTP only: they must not use pytest-django's `db` fixture, whose
 test database the server process never sees.
 """
 
-import os
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
 
-from tests.processes.cluster import PYTHON, ROOT, free_port, healthy, manage
+from tests.processes.cluster import PASSWORD, manage, new_cluster
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -41,42 +38,15 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data_dir = tmp_path_factory.mktemp("airlock-data")
-    env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "DEBUG": "1"}
-    # The server must use the temporary SQLite file and its in-memory channel layer, whatever the shell says.
-    for name in ("DATABASE_URL", "REDIS_URL"):
-        env.pop(name, None)
-    password = "browser-tests-only-7f3a"
-    manage(env, "migrate", "--noinput")
-    manage(env, "collectstatic", "--noinput")
-    manage(env, "create_tenant", "acme", "--name", "Acme")
-    manage(env, "create_user", "ada", "--tenant", "acme", "--role", "admin", "--password", password)
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with (data_dir / "daphne.log").open("w") as log:
-        process = subprocess.Popen(
-            # `serve` as `make run` starts it: daphne plus the in-process queue worker.
-            [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while not healthy(url):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the server did not start:\n" + (data_dir / "daphne.log").read_text())
-                time.sleep(0.2)
-            yield Server(url, "ada", password, env)
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    # The server uses its temporary SQLite file and in-memory channel layer, whatever the shell says.
+    cluster = new_cluster(tmp_path_factory.mktemp("airlock-data"))
+    cluster.manage("collectstatic", "--noinput")
+    try:
+        # `serve` as `make run` starts it: daphne plus the in-process queue worker.
+        console = cluster.serve(WORKER_THREADS="4")
+        yield Server(console.url, "ada", PASSWORD, cluster.env)
+    finally:
+        cluster.stop_all()
 
 
 @pytest.hookimpl(wrapper=True)

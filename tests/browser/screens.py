@@ -6,17 +6,14 @@ and photographs each page with Chromium: as the admin, then the reader's 403 on 
 """
 
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
 
 from tests.browser.conftest import CHROMIUM_ARGS
 from tests.browser.console_pages import ConsolePage, prepare
-from tests.processes.cluster import PYTHON, ROOT, Api, free_port, healthy, manage
+from tests.processes.cluster import ROOT, Api, Cluster, manage
 
 OUT = ROOT / "docs" / "screens"
 WIDTHS = {1366: 900, 390: 844}
@@ -79,27 +76,13 @@ def main() -> None:
         for command in (["migrate", "--noinput"], ["collectstatic", "--noinput"], ["seed_demo"]):
             manage(env, *command)
         tokens = {name: manage(env, "create_token", name, "--tenant", "demo").strip() for name in ("admin", "operator")}
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        with (Path(data) / "serve.log").open("w") as log:
-            server = subprocess.Popen(
-                [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                deadline = time.monotonic() + 60
-                while not healthy(url):
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        sys.exit("the console did not start:\n" + (Path(data) / "serve.log").read_text())
-                    time.sleep(0.2)
-                pages = prepare(Api(url, tokens["admin"]), Api(url, tokens["operator"]), name="weekly-report")
-                taken = photograph(url, pages)
-            finally:
-                server.terminate()
-                server.wait(timeout=10)
+        cluster = Cluster(env, Path(data))
+        try:
+            url = cluster.serve(WORKER_THREADS="4").url
+            pages = prepare(Api(url, tokens["admin"]), Api(url, tokens["operator"]), name="weekly-report")
+            taken = photograph(url, pages)
+        finally:
+            cluster.stop_all()
     print(f"{len(taken)} screenshots in {OUT.relative_to(ROOT)}/")
 
 

@@ -1,5 +1,8 @@
-"""axe-core (from the npm registry: tests/browser/axe.py) on every console page, for an admin, an operator and a
-reader, at desktop and phone widths: no serious or critical violation."""
+"""Every console page walked once per role (admin, operator, reader) and width (1366 and 390 px), checking on
+each what it must hold: no serious or critical violation of axe-core (from the npm registry:
+tests/browser/axe.py), nothing wider than a phone's screen at 390 px (tests/browser/test_layout.py has the
+menu and login checks), and for the admin a cold load under 150 KB (tests/browser/test_weight.py has the
+cache checks)."""
 
 import os
 from collections.abc import Callable
@@ -12,12 +15,15 @@ from playwright.sync_api import Page
 from tests.browser.axe import AxeUnavailable, fetch
 from tests.browser.conftest import Server
 from tests.browser.console_pages import ConsolePage, prepare
+from tests.browser.test_layout import PHONE, overflow
+from tests.browser.test_weight import load
 from tests.processes.cluster import Api
 
 pytestmark = pytest.mark.browser
 
 LOGINS = {"admin": "ada", "operator": "otto", "reader": "rita"}
 BLOCKING = ("serious", "critical")
+BUDGET = 150_000  # bytes a page may take cold: HTML, CSS, JS, images, as sent over the wire
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +38,7 @@ def axe_source() -> str:
 
 @pytest.fixture(scope="module")
 def pages(server: Server, acme_team: dict[str, str]) -> list[ConsolePage]:
-    return prepare(Api(server.url, acme_team["ada"]), Api(server.url, acme_team["otto"]), prefix="a11y")
+    return prepare(Api(server.url, acme_team["ada"]), Api(server.url, acme_team["otto"]), prefix="walk")
 
 
 def violations(page: Page, axe_source: str) -> list[dict[str, Any]]:
@@ -53,34 +59,57 @@ def violations(page: Page, axe_source: str) -> list[dict[str, Any]]:
     ]
 
 
-def walk(page: Page, paths: list[str], axe_source: str) -> dict[str, list[dict[str, Any]]]:
-    failures = {}
-    for path in paths:
-        response = page.goto(path)
-        assert response is not None and response.status in (200, 403, 404), path
-        page.wait_for_load_state("networkidle")
-        if found := violations(page, axe_source):
-            failures[path] = found
-    return failures
-
-
 @pytest.mark.parametrize("width", [1366, 390])
 @pytest.mark.parametrize("role", LOGINS)
-def test_it_finds_no_serious_violation_on_any_page(
+def test_every_page_is_accessible_fits_and_stays_light(
     role: str, width: int, pages: list[ConsolePage], sign_in: Callable[[str], Page], axe_source: str
 ) -> None:
+    """One walk per role and width checks each page for what it must hold: no serious or critical axe-core
+    violation; at 390 px nothing wider than the screen; for the admin at 1366 px, under 150 KB cold."""
     page = sign_in(LOGINS[role])
     page.set_viewport_size({"width": width, "height": 900})
-    failures = walk(page, [p.path for p in pages], axe_source)
-    if width == 390:  # the folded menu, opened
+    weigh = role == "admin" and width == 1366
+    if weigh:
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+    failures: dict[str, dict[str, object]] = {}
+    for console_page in [*pages, ConsolePage("login", "/login/")] if weigh else pages:
+        loaded = load(page, console_page.path)
+        kinds, weight = {request.resource_type for request, _ in loaded}, sum(size for _, size in loaded)
+        found: dict[str, object] = {}
+        document = [request.response() for request, _ in loaded if request.resource_type == "document"][-1]
+        if document is None or document.status not in (200, 403, 404):
+            found["status"] = document and document.status
+        if axe := violations(page, axe_source):
+            found["axe"] = axe
+        if width == PHONE["width"] and (wide := overflow(page))[0] > width:
+            found["wider than the screen"] = wide
+        if weigh and (weight >= BUDGET or not {"document", "stylesheet", "script"} <= kinds):
+            found["cold weight"] = (weight, sorted(kinds))
+        if found:
+            failures[console_page.path] = found
+    if width == PHONE["width"]:  # the folded menu, opened
         page.get_by_role("button", name="Menu").click()
-        if found := violations(page, axe_source):
-            failures["(menu open)"] = found
-    assert failures == {}, f"axe-core violations for the {role} at {width} px: {failures}"
+        if axe := violations(page, axe_source):
+            failures["(menu open)"] = {"axe": axe}
+    assert failures == {}, f"for the {role} at {width} px: {failures}"
+
+
+def test_it_shows_the_trial_message_box_first_on_a_phone(
+    pages: list[ConsolePage], sign_in: Callable[[str], Page]
+) -> None:
+    page = sign_in("otto")
+    page.set_viewport_size(PHONE)
+    page.goto(next(p.path for p in pages if p.name == "trial"))
+    message, settings = page.get_by_label("Message", exact=True), page.locator("#trial-settings")
+    assert message.bounding_box()["y"] < settings.bounding_box()["y"]  # type: ignore[index]
+    assert message.bounding_box()["y"] < PHONE["height"] * 2  # type: ignore[index]
 
 
 def test_it_finds_no_serious_violation_on_the_login_page(page: Page, axe_source: str) -> None:
-    assert walk(page, ["/login/"], axe_source) == {}
+    page.goto("/login/")
+    assert violations(page, axe_source) == []
 
 
 def test_it_would_notice_a_violation(logged_in: Page, axe_source: str) -> None:

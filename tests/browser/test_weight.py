@@ -1,24 +1,14 @@
-"""What a console page costs to load: under 150 KB cold (HTML, CSS, JS, images, as sent over the wire), and
-its static files under hashed names with a far-future cache, so the next page loads none of them again."""
+"""A console page's static files come under hashed names with a far-future cache, so the next page loads none
+of them again. (That every page loads under 150 KB cold is checked by the walks of tests/browser/test_a11y.py.)"""
 
 from collections.abc import Callable
 
 import pytest
 from playwright.sync_api import Page, Request
 
-from tests.browser.conftest import Server
-from tests.browser.console_pages import ConsolePage, prepare
-from tests.processes.cluster import Api
-
 pytestmark = pytest.mark.browser
 
-BUDGET = 150_000  # bytes
 FAR_FUTURE = 365 * 24 * 3600
-
-
-@pytest.fixture(scope="module")
-def pages(server: Server, acme_team: dict[str, str]) -> list[ConsolePage]:
-    return prepare(Api(server.url, acme_team["ada"]), Api(server.url, acme_team["otto"]), prefix="weight")
 
 
 def load(page: Page, path: str) -> list[tuple[Request, int]]:
@@ -38,27 +28,7 @@ def load(page: Page, path: str) -> list[tuple[Request, int]]:
     return loaded
 
 
-def test_it_loads_every_console_page_under_150_kb_cold(
-    pages: list[ConsolePage], sign_in: Callable[[str], Page]
-) -> None:
-    page = sign_in("ada")
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("Network.enable")
-    cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
-    heavy = {}
-    for console_page in [*pages, ConsolePage("login", "/login/")]:
-        loaded = load(page, console_page.path)
-        kinds = {request.resource_type for request, _ in loaded}
-        assert {"document", "stylesheet", "script"} <= kinds, (console_page.path, kinds)
-        total = sum(size for _, size in loaded)
-        if total >= BUDGET:
-            heavy[console_page.path] = {request.url: size for request, size in loaded}
-    assert heavy == {}, f"pages of {BUDGET} bytes or more: {heavy}"
-
-
-def test_it_serves_static_files_under_hashed_names_for_a_year(
-    pages: list[ConsolePage], sign_in: Callable[[str], Page]
-) -> None:
+def test_it_serves_static_files_under_hashed_names_for_a_year(sign_in: Callable[[str], Page]) -> None:
     page = sign_in("ada")
     static = [request for request, _ in load(page, "/inbox/") if "/static/" in request.url]
     assert len(static) >= 3
