@@ -234,7 +234,7 @@ def test_the_trial_page_offers_to_continue_on_the_current_version_once_the_agent
     asker.append_version(DefinitionContent.model_validate({**asker.current.content, "instructions": "v2"}), admin.user)
     waiting = articles(trial(operator, "s1"))[asked["runId"]]
 
-    select = re.search(r'<select id="continue-on-[^"]+" name="definition-version">(.*?)</select>', waiting, re.DOTALL)
+    select = re.search(r'<select id="continue-on-[^"]+" name="definition_version">(.*?)</select>', waiting, re.DOTALL)
     assert select, waiting
     assert re.findall(r"<option.*?</option>", select.group(1)) == [
         '<option value="2">v2 (current)</option>',
@@ -247,7 +247,7 @@ def test_a_fork_of_a_turn_of_an_older_version_may_continue_on_another(admin, ope
 
     fork = articles(trial(operator, "s1"))[forked["asked"]]
 
-    assert 'name="definition-version"' in fork and '<option value="2">v2 (current)</option>' in fork
+    assert 'name="definition_version"' in fork and '<option value="2">v2 (current)</option>' in fork
 
 
 def test_the_trial_page_asks_as_many_queries_for_one_turn_as_for_many(operator, asker):
