@@ -136,7 +136,7 @@ class InboxResolver:
 # Where a point's Rego runs (SPEC section 8: the event loop never waits on a slow policy). A point is evaluated on a
 # worker thread until the median of its last MEASURED evaluations took under INLINE_BOUND seconds (wall time), then
 # on the event loop, where it stays while that median does; one evaluation over SLOW seconds (a slow policy, not a
-# busy machine's pause) sends it back to the thread until MEASURED more were timed there.
+# busy machine's pause) sends it back to the thread until MEASURED more under SLOW were timed there.
 INLINE_BOUND = 0.001
 SLOW = 0.02
 MEASURED = 8
@@ -147,7 +147,8 @@ class AcsPolicy:
     where each of its points is evaluated now (see INLINE_BOUND). The thread costs a hop each way per
     evaluation (about 1 ms a point on a busy 2-core machine, against 0.2-0.5 ms for a starter-sized query), so
     the loop waits only on points measured sub-millisecond: a point that turns slower waits there at most
-    MEASURED // 2 times in a row before the median sends it back, and once for an evaluation over SLOW."""
+    MEASURED // 2 times in a row before the median sends it back; one evaluation over SLOW sends it back at once,
+    for its next MEASURED evaluations at least."""
 
     def __init__(self, policy: ActivatedPolicy) -> None:
         self.policy = policy
@@ -168,7 +169,8 @@ class AcsPolicy:
         took = time.perf_counter() - started
         if took > SLOW:
             self.times[point].clear()
-        self.times[point].append(took)
+        else:
+            self.times[point].append(took)
         return verdict
 
 
