@@ -164,3 +164,47 @@ def test_a_fork_answers_every_request_open_at_its_turn(api: dict[str, Api], sign
     expect(page.locator(".turn").last).to_contain_text("ask_user: blue")
     page.reload()
     expect(page.locator("#fork-waiting")).to_have_count(0)
+
+
+def test_an_operator_forks_a_session_from_a_turn_that_asked_nothing_on_the_run_page(
+    api: dict[str, Api], sign_in: Callable[[str], Page]
+) -> None:
+    agent, session = f"clock-{uuid4().hex[:6]}", uuid4().hex
+    status, body = api["ada"]("POST", "/api/agents", {"name": agent, "tools": [{"name": "get_time"}]})
+    assert status == 201, body
+    ran = []
+    for n in (1, 2, 3):
+        message = {"message": f"call get_time\nturn {n}", "sessionId": session}
+        status, result = api["otto"]("POST", f"/api/agents/{agent}/runs", message)
+        assert status == 200 and result["status"] == "completed", result
+        ran.append(result["runId"])
+    page = sign_in("otto")
+
+    # On the latest turn's page, every earlier turn offers "Fork from here"; the operator forks at turn 1.
+    page.goto(f"/runs/{ran[2]}/")
+    turns = page.locator(".session-runs > li.session-turn")
+    expect(turns).to_have_count(3)
+    expect(page.locator("form.fork-turn")).to_have_count(2)  # in turns 1 and 2, folded
+    turns.first.locator("summary").click()
+    page.screenshot(path="/tmp/airlock-fork-from-here.png", full_page=True)
+    turns.first.get_by_role("button", name="Fork from here").click()
+    page.wait_for_url(re.compile(r"/trial/\?.*session=(?!" + re.escape(session) + ")"))
+    [fork] = re.findall(r"session=([^&]+)", page.url)
+    expect(page.locator(".forked-from")).to_contain_text(f"Forked from session {session} at turn 1")
+    expect(page.locator(".turn")).to_have_count(0)
+
+    # The next message goes on from turn 1: one tool call in its history, so the model numbers this one call_2.
+    page.get_by_label("Message").fill("call get_time\nin the fork")
+    page.locator("#send").click()
+    expect(page.locator(".turn").last).to_contain_text("get_time: ", timeout=15000)
+    page.screenshot(path="/tmp/airlock-fork-from-here-trial.png", full_page=True)
+    page.locator(".turn").last.get_by_role("link", name="run details").click()
+    expect(page.locator(".forked-from")).to_contain_text(f"Forked from session {session} at turn 1")
+    expect(page.locator(".session-runs > li.current")).to_contain_text("call call_2")
+    expect(page.locator("form.fork-turn")).to_have_count(0)  # its only turn is its latest
+
+    # The original keeps its three turns, and its first shows the branch.
+    page.goto(f"/runs/{ran[2]}/")
+    expect(turns).to_have_count(3)
+    expect(turns.first).to_contain_text(f"branch: session {fork}")
+    expect(page.get_by_text("in the fork")).to_have_count(0)
