@@ -12,6 +12,7 @@ which forks the session (SPEC section 9), and the page goes on in the fork.
 import json
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
@@ -23,7 +24,8 @@ from django.views.decorators.http import require_GET
 from agents.checkpoints import checkpoints_of, fork_origin
 from agents.getters import get_run_for
 from agents.models import Agent, AgentVersion, Checkpoint, Run, Session
-from approvals.models import PendingRequest, RequestStatus
+from approvals.models import PendingRequest, RequestStatus, groups_of
+from console.models import Membership
 from console.tenancy import ConsoleRequest, role_required
 
 
@@ -51,17 +53,30 @@ def _for_form(pending: PendingRequest) -> PendingRequest:
     return pending
 
 
+def _mark_answerable(membership: Membership, requests: Iterable[PendingRequest]) -> None:
+    """Which requests the member may answer here; a request routed to a group of others shows whom it waits for
+    (SPEC section 11). The member's groups are read only when a request is routed."""
+    listed = list(requests)
+    groups = groups_of(membership) if any(pending.approvers for pending in listed) else set()
+    for pending in listed:
+        pending.answerable = pending.answerable_by(membership, groups)  # type: ignore[attr-defined]
+
+
 def _back(agent: Agent, version: int, session_key: str) -> str:
     """The trial page of a session: where an answer posted without JavaScript comes back to."""
     return f"{reverse('trial')}?{urlencode({'agent': agent.name, 'version': version, 'session': session_key})}"
 
 
-def _turns(session: Session, runs: list[Run], versions: list[AgentVersion], current: int) -> list[TrialTurn]:
-    """The turns of `runs` (all of `session`'s, or the one just run), in three queries however many there are:
-    the session's requests, the answers the runs carried, the session's checkpoints (without their history).
-    `versions` are the agent's, `current` the number of its current one."""
+def _turns(
+    membership: Membership, session: Session, runs: list[Run], versions: list[AgentVersion], current: int
+) -> list[TrialTurn]:
+    """The turns of `runs` (all of `session`'s, or the one just run), in three queries however many there are
+    (four when a request is routed to a group): the session's requests, the answers the runs carried, the
+    session's checkpoints (without their history). `versions` are the agent's, `current` the number of its
+    current one."""
     requests = session.requests.select_related("run__version").order_by("opened_at", "id")
     by_id = {pending.id: _for_form(pending) for pending in requests}
+    _mark_answerable(membership, by_id.values())
     opened: dict[uuid.UUID, list[PendingRequest]] = defaultdict(list)
     for pending in by_id.values():  # a fork's copies belong to the original's runs: none of the fork's turns
         opened[pending.run_id].append(pending)
@@ -104,12 +119,13 @@ def trial(request: ConsoleRequest) -> HttpResponse:
         waiting: list[PendingRequest] = []
         if session is not None:
             runs = list(session.runs.select_related("version", "agent").order_by("created_at", "pk"))
-            turns = _turns(session, runs, versions, agent.current_version)
+            turns = _turns(request.membership, session, runs, versions, agent.current_version)
             # A fork waits on its copies of the requests open where it started (asked by the original's runs)
             # until they are all answered.
             copies = session.requests.open().exclude(run__session=session).select_related("run__version")
             copies = copies.order_by("opened_at", "id")
             waiting = [_for_form(pending) for pending in copies]
+            _mark_answerable(request.membership, waiting)
         context.update(
             versions=versions,
             version=version,
@@ -130,6 +146,10 @@ def trial(request: ConsoleRequest) -> HttpResponse:
 def trial_turn(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, "agent", "version", "session")
     versions = list(run.agent.versions.all())
-    turns = _turns(run.session, [run], versions, run.agent.current_version) if run.session else [TrialTurn(run)]
+    turns = (
+        _turns(request.membership, run.session, [run], versions, run.agent.current_version)
+        if run.session
+        else [TrialTurn(run)]
+    )
     back = _back(run.agent, run.version.number, run.session.key) if run.session else None
     return render(request, "agents/trial.html#turn", {"turn": turns[0], "agent": run.agent, "back": back})

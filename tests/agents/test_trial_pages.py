@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from agents.models import Checkpoint, Session
-from approvals.models import PendingRequest
+from approvals.models import ApproverGroup, PendingRequest
 from tests.helpers import EMAIL, ask_to_send, drain_queued, make_agent
 
 
@@ -136,3 +136,16 @@ def test_an_earlier_turns_widget_forks_the_session(operator, asked):
     )
     second = Session.objects.filter(forked_from_session=checkpoint.session).exclude(pk=fork.pk).get()
     assert again["Location"] == f"/trial/?agent=assistant&version=1&session={second.key}"
+
+
+def test_a_request_routed_to_a_group_of_others_waits_for_them_without_a_widget(admin, operator, acme):
+    ApproverGroup.objects.create(tenant=acme, name="finance")
+    tools = [{"name": "send_email", "approval": "always", "approvers": "finance"}]
+    make_agent(admin, tools=tools)
+    asked = ask_to_send(operator, "trial-1")
+
+    html = turn_page(operator.client, asked["runId"])[1]
+
+    assert "For <strong>finance</strong>: waiting for one of its members (or an admin) to answer." in html
+    assert "data-answer-form" not in html
+    assert "data-answer-form" in turn_page(admin.client, asked["runId"])[1]
