@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django import forms
 from django.contrib import messages
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -77,6 +78,24 @@ def _open_requests(tenant: Tenant) -> QuerySet[PendingRequest]:
     )
 
 
+def _open_tools(tenant: Tenant) -> list[str]:
+    """The tool names of the tenant's open requests, in order, for the filter's datalist. A skip scan: one
+    probe of the `request_open_tool` index per name (the next name after the last), where `DISTINCT` read
+    an index entry per open request (10,000 waiting: 7 to 15 ms against 0.4; bench/README.md, inbox_scale)."""
+    names = PendingRequest.objects.open().filter(tenant=tenant).order_by().values("tool_name")
+    sql, params = names.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE tools(name) AS ("
+            f" SELECT (SELECT min(o.tool_name) FROM ({sql}) AS o)"
+            f" UNION ALL SELECT (SELECT min(o.tool_name) FROM ({sql}) AS o WHERE o.tool_name > tools.name)"
+            " FROM tools WHERE tools.name IS NOT NULL"
+            ") SELECT name FROM tools WHERE name IS NOT NULL",
+            [*params, *params],
+        )
+        return [name for (name,) in cursor.fetchall()]
+
+
 def _with_batches(requests: list[PendingRequest]) -> list[PendingRequest]:
     """Mark the first card of each run with several approval requests listed: its batch bar goes before it."""
     by_run: dict[uuid.UUID, list[PendingRequest]] = {}
@@ -117,8 +136,7 @@ def inbox(request: ConsoleRequest) -> HttpResponse:
     context = {"filters": filters, "requests": requests, "page": page}
     if request.htmx and not request.htmx.history_restore_request:
         return render(request, "approvals/inbox.html#requests", context)
-    tools = _open_requests(tenant).order_by("tool_name").values_list("tool_name", flat=True).distinct()
-    context["tools"] = list(tools)
+    context["tools"] = _open_tools(tenant)
     return render(request, "approvals/inbox.html", context)
 
 

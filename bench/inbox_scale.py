@@ -8,9 +8,11 @@ they belong to (one per hundred requests) with `bulk_create`. When the database 
 counts it is reused as it is (after `migrate`), otherwise it is dropped and seeded again.
 
 Measured in process with `django.test.Client` (an operator logged in, the whole middleware stack):
-server time per request and the number of SQL queries (`CaptureQueriesContext`), after a warm-up.
+server time per request and the number of SQL queries (`CaptureQueriesContext`), after a warm-up; the four
+sides (two endpoints, two tenants) take turns request by request.
 
-Target: each under 50 ms (median) and at most 10 queries, the same count for both tenants.
+Targets: each under 50 ms (median) and at most 10 queries, the same count for both tenants; the inbox page
+at the big tenant within 1.1x of the small one and at most 3x the API's pending list (issue 17).
 
 Usage: .venv/bin/python bench/inbox_scale.py [--rows 1000000] [--pending 10000] [--requests 40] [--reseed]
 """
@@ -38,6 +40,8 @@ from bench.common import (
 
 DATABASE = "airlock_bench_inbox"
 REQUESTS_PER_RUN = 100
+GROWTH = 1.1  # the inbox page at the big tenant against the small one (medians)
+OVER_API = 3.0  # the inbox page against the pending list of the API, same tenant
 
 # One request row per generate_series value g (0 .. rows-1) of one tenant; the last `pending` are open.
 # Of the closed ones: 90% answered, then expired, cancelled, abandoned.
@@ -45,7 +49,7 @@ INSERT_REQUESTS = """
 INSERT INTO {table} (
     id, tenant_id, agent_id, session_id, run_id, kind, tool_name, call_id, arguments, message,
     requested_schema, engine_state, status, opened_at, expires_at, closed_at, answer, answered_by_id,
-    answered_at, answered_via, answered_in_id
+    answered_at, answered_via, answered_in_id, approvers
 )
 SELECT
     gen_random_uuid(), %(tenant)s, %(agent)s, r.session_id, r.id,
@@ -65,7 +69,7 @@ SELECT
     CASE WHEN g < %(closed)s AND g %% 100 < 90 THEN %(user)s END,
     CASE WHEN g < %(closed)s AND g %% 100 < 90 THEN now() - make_interval(secs => (%(rows)s - g) * 2 - 60) END,
     CASE WHEN g < %(closed)s AND g %% 100 < 90 THEN 'inbox' ELSE '' END,
-    NULL
+    NULL, ''
 FROM generate_series(0, %(rows)s - 1) AS g
 JOIN bench_runs AS r ON r.n = g %% %(runs)s
 """
@@ -160,27 +164,35 @@ def prepare(rows: int, pending: int, reseed: bool) -> tuple[str, bool]:
     return pg_database(DATABASE, fresh=True), True
 
 
-def timed(client: Any, path: str, count: int) -> dict[str, Any]:
+def timed(sides: dict[tuple[str, str], tuple[Any, str]], count: int) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each side (a client and a path) `count` times after 3 warm-up rounds, one request of each side per
+    round: load on this shared machine that comes and goes weighs on every side alike."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    times, queries, status = [], [], 0
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in sides}
+    queries: dict[tuple[str, str], list[int]] = {key: [] for key in sides}
+    last: dict[tuple[str, str], Any] = {}
     for n in range(count + 3):
-        with CaptureQueriesContext(connection) as captured:
-            start = time.perf_counter()
-            response = client.get(path)
-            elapsed = time.perf_counter() - start
-        status = response.status_code
-        if n >= 3:  # warm-up: the first requests compile templates and fill caches
-            times.append(elapsed)
-            queries.append(len(captured.captured_queries))
-    assert status == 200, f"{path} answered {status}"
+        for key, (client, path) in sides.items():
+            with CaptureQueriesContext(connection) as captured:
+                start = time.perf_counter()
+                response = client.get(path)
+                elapsed = time.perf_counter() - start
+            assert response.status_code == 200, f"{path} answered {response.status_code}"
+            last[key] = (response, captured)
+            if n >= 3:  # warm-up: the first requests compile templates and fill caches
+                times[key].append(elapsed)
+                queries[key].append(len(captured.captured_queries))
     return {
-        "median": median(times) * 1000,
-        "p99": percentile(times, 99) * 1000,
-        "queries": max(queries),
-        "bytes": len(response.content),
-        "sql": [q["sql"] for q in captured.captured_queries],
+        key: {
+            "median": median(times[key]) * 1000,
+            "p99": percentile(times[key], 99) * 1000,
+            "queries": max(queries[key]),
+            "bytes": len(last[key][0].content),
+            "sql": [q["sql"] for q in last[key][1].captured_queries],
+        }
+        for key in sides
     }
 
 
@@ -211,13 +223,13 @@ def main() -> None:
             seed_seconds = time.perf_counter() - seed_started
         counts = {slug: tenant_counts(slug) for slug in ("bench", "small")}
         database = database_label()
-        results: dict[tuple[str, str], dict[str, Any]] = {}
         pages = {"inbox page": reverse("inbox"), "GET /api/requests?status=pending": "/api/requests?status=pending"}
+        clients = {}
         for slug in ("bench", "small"):
-            client = Client()
-            client.force_login(User.objects.get(username=f"{slug}-operator"))
-            for label, path in pages.items():
-                results[(label, slug)] = timed(client, path, args.requests)
+            clients[slug] = Client()
+            clients[slug].force_login(User.objects.get(username=f"{slug}-operator"))
+        sides = {(label, slug): (clients[slug], path) for slug in clients for label, path in pages.items()}
+        results = timed(sides, args.requests)
         connections.close_all()
 
     seeded = f"seeded in {seed_seconds:.0f} s" if seed_seconds else "reused, already seeded"
@@ -246,6 +258,16 @@ def main() -> None:
             f"({big['median']:.1f} ms, {big['queries']} queries at {counts['bench'][0]:,} rows; "
             f"{small['median']:.1f} ms, {small['queries']} queries at {counts['small'][0]:,})"
         )
+    inbox, api = (results[(label, "bench")]["median"] for label in pages)
+    grown = inbox / results[("inbox page", "small")]["median"]
+    print(
+        f"Target (issue 17): inbox page at {counts['bench'][0]:,} rows at most {GROWTH:.1f}x the page at "
+        f"{counts['small'][0]:,} rows — {grown:.2f}x: {verdict(grown <= GROWTH)}"
+    )
+    print(
+        f"Target (issue 17): inbox page at most {OVER_API:.0f}x `GET /api/requests?status=pending` on the same data "
+        f"— {inbox:.1f} ms against {api:.1f} ms, {inbox / api:.2f}x: {verdict(inbox / api <= OVER_API)}"
+    )
     if args.show_sql:
         for (label, slug), r in results.items():
             print(f"\n{label} ({slug}):", *(f"  {sql[:300]}" for sql in r["sql"]), sep="\n", file=sys.stderr)
