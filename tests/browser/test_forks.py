@@ -84,13 +84,13 @@ def test_an_operator_forks_a_session_at_its_first_turn_and_answers_its_question_
 
     # Both run pages show the branch: the original's first turn leads to the fork, the fork's back to that turn.
     page.goto(f"/runs/{asked}/")
-    turns = page.locator(".session-runs > li")
+    turns = page.locator(".session-runs > li.session-turn")  # between them, the gap the answer took
     expect(turns).to_have_count(2)
     expect(turns.first).to_contain_text(f"branch: session {fork}")
     page.screenshot(path="/tmp/airlock-fork-original-run.png", full_page=True)
     turns.first.get_by_role("link", name=f"session {fork}").click()
     expect(page.locator(".forked-from")).to_contain_text(f"Forked from session {session} at turn 1")
-    expect(page.locator(".session-runs > li")).to_have_count(1)
+    expect(page.locator(".session-runs > li.session-turn")).to_have_count(1)
     expect(page.locator(".session-runs > li.current")).to_contain_text("this run")
     page.screenshot(path="/tmp/airlock-fork-run.png", full_page=True)
     page.locator(".forked-from").get_by_role("link", name="turn 1").click()
