@@ -6,7 +6,8 @@ inbox card's widget (templates/approvals/answer_form.html, posted to the inbox's
 stored at once, and the continuation the last one starts streams in through the session's stream.
 
 An earlier turn that asked something can be answered differently: its widgets post that turn's checkpoint,
-which forks the session (SPEC section 9), and the page goes on in the fork.
+which forks the session (SPEC section 9), and the page goes on in the fork. Any earlier turn can be forked
+without an answer too ("Fork from here"): the next message in the fork continues from that turn.
 """
 
 import json
@@ -41,6 +42,8 @@ class TrialTurn:
     # An earlier turn that asked: its checkpoint and the requests open there, which a fork answers again.
     checkpoint: Checkpoint | None = None
     fork_requests: list[PendingRequest] = field(default_factory=list)
+    # Any earlier ended turn: "Fork from here" starts a new session from its checkpoint (`run_views.run_fork`).
+    forkable: bool = False
 
     @property
     def id_prefix(self) -> str:
@@ -92,7 +95,8 @@ def _turns(
         waiting = [r for r in opened[run.id] if r.status == RequestStatus.PENDING and r.answer is None]
         turn = TrialTurn(run, carried[run.id], opened[run.id], waiting)
         checkpoint = at_run.get(run.id)
-        if checkpoint is not None and checkpoint.number < latest and checkpoint.open_requests:
+        turn.forkable = checkpoint is not None and checkpoint.number < latest
+        if turn.forkable and checkpoint is not None and checkpoint.open_requests:
             turn.checkpoint = checkpoint
             turn.fork_requests = [by_id[uuid.UUID(i)] for i in checkpoint.open_requests if uuid.UUID(i) in by_id]
         # Either answer goes on, unless it names another, with the version this turn ran (SPEC section 9).

@@ -163,6 +163,17 @@ def test_the_run_page_offers_fork_from_here_on_every_ended_turn_but_the_latest(o
     assert "Fork from here" not in reader.client.get(f"/runs/{turns[0]}/").content.decode()
 
 
+def test_the_trial_page_offers_fork_from_here_on_every_earlier_turn(operator, turns):
+    page = operator.client.get("/trial/?agent=assistant&session=s1").content.decode()
+
+    actions = re.findall(r'<form method="post" action="(/runs/[^"]+/fork/)" class="fork-turn">', page)
+    assert actions == [f"/runs/{turns[0]}/fork/", f"/runs/{turns[1]}/fork/"]
+    fork = fork_at(operator, turns[1])
+    run_ok(operator, {"message": "hello", "sessionId": fork.key})
+    in_the_fork = operator.client.get(f"/trial/?agent=assistant&session={fork.key}").content.decode()
+    assert "You said: hello" in in_the_fork and 'class="fork-turn"' not in in_the_fork  # its one turn is its latest
+
+
 def test_the_fork_shows_as_a_branch_on_the_run_page_and_the_trial_page(operator, turns):
     fork = fork_at(operator, turns[0])
     after = run_ok(operator, {"message": "hello", "sessionId": fork.key})
