@@ -11,7 +11,7 @@ import pytest
 
 from agents.models import Checkpoint, Session
 from approvals.models import ApproverGroup, PendingRequest
-from tests.helpers import EMAIL, ask_to_send, drain_queued, make_agent
+from tests.helpers import EMAIL, ask_for_a_day, ask_to_send, drain_queued, make_agent
 
 
 @pytest.fixture
@@ -149,3 +149,21 @@ def test_a_request_routed_to_a_group_of_others_waits_for_them_without_a_widget(a
     assert "For <strong>finance</strong>: waiting for one of its members (or an admin) to answer." in html
     assert "data-answer-form" not in html
     assert "data-answer-form" in turn_page(admin.client, asked["runId"])[1]
+
+
+def test_an_elicitation_is_answered_with_the_form_its_schema_generates(operator, asked):
+    day = ask_for_a_day(asked)
+
+    html = turn_page(operator.client, asked["runId"])[1]
+
+    assert f'<input id="f-{day.id}-day" name="field-day" type="text"' in html
+    assert '<button name="action" value="accept">Accept</button>' in html
+    # What trial.js shows in the widget: the card's message the answer view sends back, nothing stored.
+    refused = operator.client.post(f"/inbox/{day.id}/answer/", {"action": "accept"}, HTTP_HX_REQUEST="true")
+    assert "does not fit the requested schema: (content): &#x27;day&#x27; is a required property" in refused.text
+    assert PendingRequest.objects.get(id=day.id).answer is None
+    accepted = operator.client.post(
+        f"/inbox/{day.id}/answer/", {"action": "accept", "field-day": "Monday"}, HTTP_HX_REQUEST="true"
+    )
+    assert accepted.content == b""
+    assert PendingRequest.objects.get(id=day.id).answer["content"] == {"day": "Monday"}
