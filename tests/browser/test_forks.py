@@ -208,3 +208,11 @@ def test_an_operator_forks_a_session_from_a_turn_that_asked_nothing_on_the_run_p
     expect(turns).to_have_count(3)
     expect(turns.first).to_contain_text(f"branch: session {fork}")
     expect(page.get_by_text("in the fork")).to_have_count(0)
+
+    # The original's trial page offers the same beside its earlier turns: forking at turn 2 goes on there.
+    page.goto(f"/trial/?agent={agent}&session={session}")
+    expect(page.locator(".turn")).to_have_count(3)
+    expect(page.get_by_role("button", name="Fork from here")).to_have_count(2)
+    page.locator(f"#turn-{ran[1]}").get_by_role("button", name="Fork from here").click()
+    page.wait_for_url(re.compile(r"/trial/\?.*session=(?!" + re.escape(session) + "|" + re.escape(fork) + ")"))
+    expect(page.locator(".forked-from")).to_contain_text(f"Forked from session {session} at turn 2")
