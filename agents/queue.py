@@ -4,9 +4,10 @@
   what its turn needs (`queued_input`: instructions, documents, answers) and puts a task on the lane's
   queue: Django's tasks framework with the django-tasks-db backend, a row in the same database and
   transaction.
-- A `WorkerPool` (threads of `manage.py serve`, or `manage.py run_worker`) claims tasks one at a time
-  under one lock, so a lane never runs more turns at once than its limit (`RUN_LANES`) over all
-  workers; the claim marks the run `running` with a lease.
+- A `WorkerPool` (threads of `manage.py serve`, or `manage.py run_worker`) has one claimer thread that
+  claims for all its idle threads in one transaction (`claim_batch`: `SKIP LOCKED`, each lane counted
+  under its own lock), so a lane never runs more turns at once than its limit (`RUN_LANES`) over all
+  workers; the claim marks each run `running` with a lease held by the thread that runs it.
 - The keeper (one thread per process that runs turns) renews the leases of the turns running here
   every second, writes the events of long turns as they come, cancels turns whose cancel was asked
   in another process, and reclaims runs whose lease ran out (their process died): queued again when
@@ -17,6 +18,7 @@
 import logging
 import threading
 from datetime import timedelta
+from queue import Empty, SimpleQueue
 from typing import Any
 
 from django.conf import settings
@@ -176,35 +178,88 @@ def cancel(run: Run, user: Any = None) -> str | None:
 # --- claiming and the worker pool -----------------------------------------------------------------
 
 
-def _serialize_claims() -> None:
-    """One claim at a time over all workers (SQLite's exclusive transaction does it there)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('airlock.claim'))")
-
-
 _CLAIMING = threading.Lock()
+
+
+def _queue_limit(name: str) -> int:
+    """The limit of the lane a task queue carries (`queue_name` shortens long lane names)."""
+    return next((limit for lane, limit in settings.RUN_LANES.items() if queue_name(lane) == name), lane_limit(name))
+
+
+def _room(lanes: list[str] | None) -> dict[str, int]:
+    """Free turns per task queue of the lanes that have running runs (the others have their whole limit)."""
+    busy = Run.objects.filter(status=RunStatus.RUNNING).exclude(task_id="")
+    if lanes is not None:
+        busy = busy.filter(lane__in=lanes)
+    counts = busy.values("lane").annotate(n=Count("id"))
+    return {queue_name(row["lane"]): lane_limit(row["lane"]) - row["n"] for row in counts}
+
+
+def _lock_queues(names: set[str], wait: bool) -> set[str]:
+    """PostgreSQL: claimers of the same lanes take turns counting them (SQLite's exclusive transaction
+    already does); claimers of other lanes go on, and the ready tasks are shared out by SKIP LOCKED.
+    Without `wait`, a lane another claimer holds is left for the next round; which lanes are held now."""
+    if connection.vendor != "postgresql":
+        return names
+    held = set()
+    with connection.cursor() as cursor:
+        for name in sorted(names):  # waiting in one order everywhere: no deadlock between two claimers
+            key = f"airlock.lane:{name}"
+            if wait:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [key])
+            else:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [key])
+                if not cursor.fetchone()[0]:
+                    continue
+            held.add(name)
+    return held
+
+
+def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[DBTaskResult]:
+    """Take up to one ready task per worker, of lanes below their limit, in one transaction; the run of
+    the i-th task taken is marked running under a lease held by `worker_ids[i]`."""
+    tasks = DBTaskResult.objects.ready().filter(backend_name="default", task_path=execute_queued.module_path)
+    if lanes is not None:
+        tasks = tasks.filter(queue_name__in=[queue_name(lane) for lane in lanes])
+    # Claimers of one process take turns before asking the database: on SQLite, threads that collide
+    # on its lock back off in sleeps of many milliseconds.
+    claimed: list[DBTaskResult] = []
+    with _CLAIMING, exclusive_transaction(tasks.db):
+        room, held, passed = _room(lanes), set[str](), set[str]()
+        while len(claimed) < len(worker_ids):
+            # Lanes found full are left out, so each pass looks further down the queue.
+            skip = passed | {name for name, free in room.items() if free <= 0}
+            wanted = len(worker_ids) - len(claimed)
+            ready = list(tasks.exclude(queue_name__in=skip).select_for_update(skip_locked=True)[:wanted])
+            if not ready:
+                break
+            new = {db_task.queue_name for db_task in ready} - held
+            # The first pass waits for its lanes; later ones (their locks after it) take only free ones.
+            locked = _lock_queues(new, wait=not held)
+            held |= locked
+            passed |= new - locked
+            if locked:
+                room = _room(lanes)  # counted again under the lanes' locks: another claimer may have taken some
+            for db_task in ready:
+                if db_task.queue_name not in held:
+                    continue
+                free = room.get(db_task.queue_name, _queue_limit(db_task.queue_name))
+                room[db_task.queue_name] = free - 1
+                if free <= 0:
+                    continue
+                worker_id = worker_ids[len(claimed)]
+                db_task.claim(worker_id)
+                Run.objects.filter(id=db_task.args_kwargs["args"][0], status=RunStatus.QUEUED).update(
+                    status=RunStatus.RUNNING, attempts=F("attempts") + 1, **lease(worker_id)
+                )
+                claimed.append(db_task)
+    return claimed
 
 
 def claim(worker_id: str, lanes: list[str] | None = None) -> DBTaskResult | None:
     """Take the next ready task of a lane below its limit and mark its run running under a lease."""
-    tasks = DBTaskResult.objects.ready().filter(backend_name="default", task_path=execute_queued.module_path)
-    if lanes is not None:
-        tasks = tasks.filter(queue_name__in=[queue_name(lane) for lane in lanes])
-    # The threads of one process take turns before asking the database: on SQLite, threads that
-    # collide on its lock back off in sleeps of many milliseconds.
-    with _CLAIMING, exclusive_transaction(tasks.db):
-        _serialize_claims()
-        busy = Run.objects.filter(status=RunStatus.RUNNING).exclude(task_id="").values("lane").annotate(n=Count("id"))
-        full = [queue_name(row["lane"]) for row in busy if row["n"] >= lane_limit(row["lane"])]
-        db_task = tasks.exclude(queue_name__in=full).get_locked()
-        if db_task is None:
-            return None
-        db_task.claim(worker_id)
-        Run.objects.filter(id=db_task.args_kwargs["args"][0], status=RunStatus.QUEUED).update(
-            status=RunStatus.RUNNING, attempts=F("attempts") + 1, **lease(worker_id)
-        )
-    return db_task
+    claimed = claim_batch([worker_id], lanes)
+    return claimed[0] if claimed else None
 
 
 def _runner(worker_id: str) -> Worker:
@@ -241,14 +296,19 @@ def wake_workers() -> None:
 
 
 class WorkerPool:
-    """Threads that claim and run queued runs of `lanes` (None: every lane)."""
+    """Threads that run queued runs of `lanes` (None: every lane), and one claimer thread that claims
+    for all the idle ones at once (`claim_batch`): on SQLite the threads never collide claiming, on
+    PostgreSQL a pool of N threads claims up to N tasks in one transaction."""
 
     def __init__(self, threads: int, lanes: list[str] | None = None, poll: float | None = None) -> None:
         self.threads, self.lanes = threads, lanes
         self.poll = settings.WORKER_POLL_SECONDS if poll is None else poll
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self._idle: SimpleQueue[int] = SimpleQueue()
+        self._given: list[SimpleQueue[DBTaskResult | None]] = [SimpleQueue() for _ in range(threads)]
         self._threads: list[threading.Thread] = []
+        self._claimer: threading.Thread | None = None
 
     def start(self) -> "WorkerPool":
         start_keeper()
@@ -257,37 +317,64 @@ class WorkerPool:
             thread = threading.Thread(target=self._work, args=(index,), name=f"airlock-worker-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        self._claimer = threading.Thread(target=self._claim, name="airlock-claimer", daemon=True)
+        self._claimer.start()
         return self
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming; wait for the turns running now to end."""
         self.stopping.set()
         self.wake.set()
+        if self._claimer is not None:
+            self._claimer.join(timeout)
+        for given in self._given:
+            given.put(None)
         for thread in self._threads:
             thread.join(timeout)
         if self in _POOLS:
             _POOLS.remove(self)
 
-    def _work(self, index: int) -> None:
-        worker_id = f"{PROCESS_ID}:{index}"
-        runner = _runner(worker_id)
+    def _worker_id(self, index: int) -> str:
+        return f"{PROCESS_ID}:{index}"
+
+    def _claim(self) -> None:
+        """Claim for every idle worker thread at once; hand each task to its thread."""
         while not self.stopping.is_set():
+            try:
+                idle = [self._idle.get(timeout=self.poll)]
+            except Empty:
+                continue
+            while not self._idle.empty():
+                idle.append(self._idle.get())
             close_old_connections()
             try:
-                db_task = claim(worker_id, self.lanes)
+                claimed = claim_batch([self._worker_id(index) for index in idle], self.lanes)
             except OperationalError as error:
                 if not is_locked_database_exception(error):
-                    logger.exception("claiming a queued run failed; trying again shortly")
-                db_task = None
+                    logger.exception("claiming queued runs failed; trying again shortly")
+                claimed = []
             except Exception:
-                logger.exception("claiming a queued run failed; trying again shortly")
-                db_task = None
-            if db_task is not None:
-                runner.run_task(db_task)
-                continue
+                logger.exception("claiming queued runs failed; trying again shortly")
+                claimed = []
+            for index, db_task in zip(idle[: len(claimed)], claimed, strict=True):
+                self._given[index].put(db_task)
+            for index in idle[len(claimed) :]:
+                self._idle.put(index)
+            if not claimed:  # nothing ready (or every lane full): wait for a new run or the next poll
+                close_old_connections()
+                self.wake.wait(self.poll)
+                self.wake.clear()
+        close_old_connections()
+
+    def _work(self, index: int) -> None:
+        runner = _runner(self._worker_id(index))
+        while True:
+            self._idle.put(index)
+            db_task = self._given[index].get()
+            if db_task is None:
+                break
+            runner.run_task(db_task)
             close_old_connections()
-            self.wake.wait(self.poll)
-            self.wake.clear()
         close_old_connections()
 
 

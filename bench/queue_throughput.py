@@ -1,12 +1,15 @@
-"""Queued-run throughput per worker process, with the scripted model.
+"""Queued-run throughput per worker process, with the scripted model, against the bare turn.
 
 N runs of the one-tool turn (`call get_time`) are queued (as `Prefer: respond-async` queues them, without
-the HTTP request), then one `manage.py run_worker` process works them. Throughput counts from the first
-finished run to the last, so the worker's start-up is left out. Each configuration (database, worker
-threads) runs in a child process of its own with a fresh database.
+the HTTP request), then `manage.py run_worker` processes work them. Throughput counts from the first
+finished run to the last, so the workers' start-up is left out. Each configuration (database, worker
+processes and threads) runs in a child process of its own with a fresh database; right before it, another
+child times the same turn on bare pydantic-ai (bench/turn_overhead.py's `Bare`, median of BARE_TURNS):
+the floor its ratio is taken against, measured under the same load.
 
 Usage: .venv/bin/python bench/queue_throughput.py [--runs 400]
-Target: at least 100 runs/s per worker process.
+Targets (issue 17): one worker process (1 thread) at least 0.7x the bare turn rate; 4 threads never slower
+than 1 (within 5%: same-code runs move more than that here); two PostgreSQL worker processes at least 1.7x one.
 """
 
 import argparse
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -30,11 +34,23 @@ from bench.common import (
     verdict,
 )
 
-TARGET = 100.0
+PER_PROCESS = 0.7  # runs/s of one worker process (1 thread) against bare turns/s
+THREADS_NOT_SLOWER = 0.95  # 4 threads against 1 thread
+SCALE_OUT = 1.7  # two PostgreSQL worker processes against one
+BARE_TURNS = 200
+CONFIGS = [("sqlite", 1, 1), ("sqlite", 1, 4), ("postgresql", 1, 1), ("postgresql", 1, 4), ("postgresql", 2, 1)]
 AGENT = {"name": "clock", "tools": [{"name": "get_time", "approval": "never"}]}
 
 
-def one(database: str, threads: int, runs: int) -> dict[str, object]:
+def bare() -> float:
+    """Turns per second of the bare pydantic-ai turn (1 / median), in this process (a child of `main`)."""
+    from bench.turn_overhead import Bare
+
+    times = Bare().turns(BARE_TURNS)
+    return 1 / sorted(times)[len(times) // 2]
+
+
+def one(database: str, processes: int, threads: int, runs: int) -> dict[str, object]:
     """Measure one configuration in this process (a child of `main`)."""
     with scratch_dir("airlock-queue-bench-") as data:
         url = pg_database("airlock_bench_queue", fresh=True) if database == "postgresql" else None
@@ -54,27 +70,33 @@ def one(database: str, threads: int, runs: int) -> dict[str, object]:
             start_queued(prepare_run(persona["tenant"], version, RunRequest(message="call get_time")), persona["user"])
         log = data / "worker.log"
         with log.open("w") as out:
-            worker = subprocess.Popen(
-                [sys.executable, "manage.py", "run_worker", "--threads", str(threads)],
-                cwd=ROOT,
-                env={**env, "WORKER_POLL_SECONDS": "0.05"},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            workers = [
+                subprocess.Popen(
+                    [sys.executable, "manage.py", "run_worker", "--threads", str(threads)],
+                    cwd=ROOT,
+                    env={**env, "WORKER_POLL_SECONDS": "0.05"},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+                for _ in range(processes)
+            ]
         try:
             deadline = time.monotonic() + 300
             while Run.objects.filter(finished_at__isnull=True).exists():
-                if worker.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the worker stopped or stalled: {log.read_text()[-2000:]}")
+                if any(worker.poll() is not None for worker in workers) or time.monotonic() > deadline:
+                    raise RuntimeError(f"a worker stopped or stalled: {log.read_text()[-2000:]}")
                 time.sleep(0.2)
         finally:
-            worker.terminate()
-            worker.wait(30)
+            for worker in workers:
+                worker.terminate()
+            for worker in workers:
+                worker.wait(30)
         span = Run.objects.aggregate(first=Min("finished_at"), last=Max("finished_at"))
         seconds = (span["last"] - span["first"]).total_seconds()
         completed = Run.objects.filter(status="completed").count()
         return {
             "database": database_label(),
+            "processes": processes,
             "threads": threads,
             "runs": runs,
             "completed": completed,
@@ -82,36 +104,62 @@ def one(database: str, threads: int, runs: int) -> dict[str, object]:
         }
 
 
+def child(*args: str) -> str:
+    """The last line a child of this script printed."""
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=400)
-    parser.add_argument("--one", nargs=2, metavar=("DATABASE", "THREADS"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=3, metavar=("DATABASE", "PROCESSES", "THREADS"), help=argparse.SUPPRESS)
+    parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(one(args.one[0], int(args.one[1]), args.runs)))
+    if args.bare:
+        print(bare())
         return
-    rows = []
-    for database in ("sqlite", "postgresql"):
-        for threads in (1, 4):
-            child = subprocess.run(
-                [sys.executable, __file__, "--runs", str(args.runs), "--one", database, str(threads)],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            rows.append(json.loads(child.stdout.strip().splitlines()[-1]))
-    best = max(float(row["per_second"]) for row in rows)  # type: ignore[arg-type]
+    if args.one:
+        print(json.dumps(one(args.one[0], int(args.one[1]), int(args.one[2]), args.runs)))
+        return
+    rows: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for database, processes, threads in CONFIGS:
+        floor = float(child("--bare"))
+        row = json.loads(child("--runs", str(args.runs), "--one", database, str(processes), str(threads)))
+        rows[(database, processes, threads)] = {**row, "bare": floor, "ratio": row["per_second"] / floor}
     print("### Queued-run throughput per worker process (scripted model, one-tool turn)\n")
-    print(f"{python_line()}; one `run_worker` process; runs queued before it starts.\n")
-    print("| database | worker threads | runs | completed | runs/s |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['database']} | {row['threads']} | {row['runs']} | {row['completed']} | {row['per_second']:.1f} |"
-        )
     print(
-        f"\nTarget: at least {TARGET:.0f} runs/s per worker process — "
-        f"best {best:.1f} runs/s: {verdict(best >= TARGET)}."
+        f"{python_line()}; `run_worker` processes started once the runs are queued; the floor is the bare "
+        f"pydantic-ai turn (median of {BARE_TURNS}) timed right before each line.\n"
+    )
+    print("| database | worker processes | threads each | runs | completed | runs/s | bare turns/s | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows.values():
+        print(
+            f"| {row['database']} | {row['processes']} | {row['threads']} | {row['runs']} | {row['completed']} "
+            f"| {row['per_second']:.1f} | {row['bare']:.1f} | {row['ratio']:.2f}x |"
+        )
+    print()
+    for database in ("sqlite", "postgresql"):
+        one_thread, four = rows[(database, 1, 1)], rows[(database, 1, 4)]
+        label = one_thread["database"]
+        print(
+            f"Target: one worker process (1 thread) on {label} at least {PER_PROCESS}x the bare turn rate — "
+            f"{one_thread['per_second']:.1f} runs/s against {one_thread['bare']:.1f} turns/s, "
+            f"{one_thread['ratio']:.2f}x: {verdict(one_thread['ratio'] >= PER_PROCESS)}."
+        )
+        threads = four["ratio"] / one_thread["ratio"]
+        print(
+            f"Target: 4 threads on {label} never slower than 1 (at least {THREADS_NOT_SLOWER}x, ratios to their "
+            f"floors) — {four['per_second']:.1f} against {one_thread['per_second']:.1f} runs/s, "
+            f"{threads:.2f}x: {verdict(threads >= THREADS_NOT_SLOWER)}."
+        )
+    two, single = rows[("postgresql", 2, 1)], rows[("postgresql", 1, 1)]
+    scale = two["ratio"] / single["ratio"]
+    print(
+        f"Target: two worker processes on {single['database']} at least {SCALE_OUT}x one — "
+        f"{two['per_second']:.1f} against {single['per_second']:.1f} runs/s, {scale:.2f}x (ratios to their "
+        f"floors): {verdict(scale >= SCALE_OUT)}."
     )
 
 

@@ -163,6 +163,26 @@ def test_it_holds_a_lane_to_its_limit_over_all_workers(operator, assistant, sett
     assert Run.objects.get(id=second["runId"]).status == RunStatus.COMPLETED
 
 
+def test_a_batch_claim_takes_one_task_per_worker_within_the_lanes_limits(operator, assistant, settings):
+    settings.RUN_LANES = {"slow": 1, "long-" + "x" * 40: 1}
+    slow = [queue_run(operator, {"message": f"slow {n}", "lane": "slow"})["runId"] for n in range(3)]
+    long = [queue_run(operator, {"message": f"long {n}", "lane": "long-" + "x" * 40})["runId"] for n in range(2)]
+    fast = [queue_run(operator, {"message": f"fast {n}", "lane": "fast"})["runId"] for n in range(2)]
+
+    taken = queue.claim_batch(["worker-a", "worker-b", "worker-c", "worker-d", "worker-e"])
+
+    # One of each limited lane, both of the other: four tasks for five workers, in queue order.
+    assert [task.args_kwargs["args"][0] for task in taken] == [slow[0], long[0], *fast]
+    for task, worker_id in zip(taken, ["worker-a", "worker-b", "worker-c", "worker-d"], strict=True):
+        run_id = task.args_kwargs["args"][0]
+        assert task.worker_ids == [worker_id]
+        assert Run.objects.filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id, attempts=1).exists()
+    assert queue.claim_batch(["worker-f", "worker-g"]) == []
+    assert set(Run.objects.filter(status=RunStatus.QUEUED).values_list("id", flat=True)) == {
+        Run.objects.get(id=run_id).id for run_id in [*slow[1:], *long[1:]]
+    }
+
+
 def test_a_worker_of_some_lanes_leaves_the_others_alone(operator, assistant):
     mine = queue_run(operator, {"message": "mine", "lane": "reports"})
     theirs = queue_run(operator, {"message": "theirs"})
