@@ -8,10 +8,17 @@ import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Page
 
 AXE_VERSION = "4.14.1"
 ROOT = Path(__file__).resolve().parents[2]
 AXE_FILE = ROOT / ".tools" / f"axe-core-{AXE_VERSION}" / "axe.min.js"
+
+
+# The impacts a console page may not have.
+BLOCKING = ("serious", "critical")
 
 
 class AxeUnavailable(Exception):
@@ -43,6 +50,25 @@ def fetch() -> Path:
             partial.write_bytes(bundle.read())
         partial.replace(AXE_FILE)  # whole or not at all: a test running beside this one never reads half a file
     return AXE_FILE
+
+
+def violations(page: Page, axe_source: str) -> list[dict[str, Any]]:
+    """axe-core's serious and critical violations on the page as it stands (injected through the DevTools
+    protocol, which the page's Content-Security-Policy does not govern). `axe_source`: the browser tests'
+    fixture of that name (tests/browser/conftest.py)."""
+    if not page.evaluate("typeof window.axe === 'object'"):
+        page.evaluate(axe_source)
+    found = page.evaluate("axe.run(document, {resultTypes: ['violations']}).then((r) => r.violations)")
+    return [
+        {
+            "rule": v["id"],
+            "impact": v["impact"],
+            "help": v["help"],
+            "where": [" ".join(node["target"]) for node in v["nodes"][:5]],
+        }
+        for v in found
+        if v["impact"] in BLOCKING
+    ]
 
 
 if __name__ == "__main__":

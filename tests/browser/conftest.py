@@ -5,14 +5,16 @@ Browser tests talk to the server over HTTP only: they must not use pytest-django
 test database the server process never sees.
 """
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, sync_playwright
 
-from tests.processes.cluster import PASSWORD, manage, new_cluster
+from tests.browser.axe import AxeUnavailable, fetch
+from tests.processes.cluster import PASSWORD, manage, manage_all, new_cluster
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -149,8 +151,57 @@ def sign_in(browser: Browser, server: Server) -> Iterator[Callable[[str], Page]]
 
 
 @pytest.fixture(scope="session")
+def axe_source() -> str:
+    """axe-core's browser bundle (tests/browser/axe.py), for `tests.browser.axe.violations`."""
+    try:
+        return fetch().read_text()
+    except AxeUnavailable as unavailable:
+        if os.environ.get("CI"):
+            pytest.fail(f"axe-core is needed under CI: {unavailable}")
+        pytest.skip(f"axe-core could not be fetched (npm or its registry unreachable): {unavailable}")
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def overflow(page: Page) -> tuple[int, list[str]]:
+    """The document's scroll width, and the elements sticking out of the viewport (to say what to fix)."""
+    width = page.evaluate("document.documentElement.scrollWidth")
+    culprits = page.evaluate(
+        """() => [...document.querySelectorAll("body *")]
+          .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 0.5)
+          .filter((el) => !el.closest("[data-scrolls]") && getComputedStyle(el).position !== "absolute")
+          .slice(0, 8).map((el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+            + (el.className && typeof el.className === "string" ? "." + el.className.split(" ").join(".") : ""))"""
+    )
+    return width, culprits
+
+
+def load(page: Page, path: str) -> list[tuple[Request, int]]:
+    """Go to `path`: the page's requests (the websocket aside) and the bytes each took on the wire, headers
+    included."""
+    loaded: list[tuple[Request, int]] = []
+
+    def count(request: Request) -> None:
+        sizes = request.sizes()
+        loaded.append((request, sizes["responseBodySize"] + sizes["responseHeadersSize"]))
+
+    page.on("requestfinished", count)
+    try:
+        page.goto(path)
+        page.wait_for_load_state("networkidle")
+    finally:
+        page.remove_listener("requestfinished", count)
+    return loaded
+
+
+@pytest.fixture(scope="session")
 def acme_team(server: Server) -> dict[str, str]:
     """An operator "otto" and a reader "rita" next to the admin "ada" in tenant acme; each one's API token."""
-    for username, role in (("otto", "operator"), ("rita", "reader")):
-        server.manage("create_user", username, "--tenant", "acme", "--role", role, "--password", server.password)
-    return {name: server.manage("create_token", name, "--tenant", "acme").strip() for name in ("ada", "otto", "rita")}
+    users = [
+        ["create_user", name, "--tenant", "acme", "--role", role, "--password", server.password]
+        for name, role in (("otto", "operator"), ("rita", "reader"))
+    ]
+    names = ("ada", "otto", "rita")
+    tokens = manage_all(server.env, *users, *[["create_token", name, "--tenant", "acme"] for name in names])
+    return {name: token.strip() for name, token in zip(names, tokens[len(users) :], strict=True)}

@@ -9,8 +9,8 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.axe import violations
 from tests.browser.conftest import Server
-from tests.browser.test_a11y import axe_source, violations  # noqa: F401 (axe_source: a fixture)
 from tests.processes.cluster import Api
 
 pytestmark = pytest.mark.browser
@@ -39,7 +39,7 @@ def activity(server: Server, acme_team: dict[str, str]) -> str:
 def test_it_shows_the_dashboard_on_a_wide_and_a_narrow_screen(
     activity: str,
     sign_in: Callable[[str], Page],
-    axe_source: str,  # noqa: F811 (the fixture imported above)
+    axe_source: str,
 ) -> None:
     for username in ("ada", "rita"):
         page = sign_in(username)

@@ -1,5 +1,5 @@
 """The console at 390 px wide (a phone): the menu folds behind a button and opens, the login page fits. (Every
-other page is checked for sideways scrolling by the walks of tests/browser/test_a11y.py, which also check that
+other page is checked for sideways scrolling by the walks of tests/browser/test_pages.py, which also check that
 the trial page shows its message box before the settings.)"""
 
 from collections.abc import Callable
@@ -7,22 +7,9 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.conftest import PHONE, overflow
+
 pytestmark = pytest.mark.browser
-
-PHONE = {"width": 390, "height": 844}
-
-
-def overflow(page: Page) -> tuple[int, list[str]]:
-    """The document's scroll width, and the elements sticking out of the viewport (to say what to fix)."""
-    width = page.evaluate("document.documentElement.scrollWidth")
-    culprits = page.evaluate(
-        """() => [...document.querySelectorAll("body *")]
-          .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 0.5)
-          .filter((el) => !el.closest("[data-scrolls]") && getComputedStyle(el).position !== "absolute")
-          .slice(0, 8).map((el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
-            + (el.className && typeof el.className === "string" ? "." + el.className.split(" ").join(".") : ""))"""
-    )
-    return width, culprits
 
 
 def test_it_fits_the_login_page_into_390_px(page: Page) -> None:

@@ -11,8 +11,8 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.axe import violations
 from tests.browser.conftest import Server
-from tests.browser.test_a11y import axe_source, violations  # noqa: F401 (axe_source is a fixture)
 from tests.processes.cluster import Api
 
 pytestmark = pytest.mark.browser
@@ -54,7 +54,7 @@ def test_the_runs_list_and_the_run_page_fit_and_pass_axe(
     width: int,
     story: dict[str, str],
     sign_in: Callable[[str], Page],
-    axe_source: str,  # noqa: F811
+    axe_source: str,
 ) -> None:
     page = sign_in("ada")
     page.set_viewport_size({"width": width, "height": 900})

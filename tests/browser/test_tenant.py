@@ -8,8 +8,8 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.test_a11y import axe_source, violations  # noqa: F401  (the fixture, and the check)
-from tests.browser.test_layout import PHONE, overflow
+from tests.browser.axe import violations
+from tests.browser.conftest import PHONE, overflow
 
 pytestmark = pytest.mark.browser
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.browser
 def test_an_admin_manages_a_group_on_a_phone(
     acme_team: dict[str, str],
     sign_in: Callable[[str], Page],
-    axe_source: str,  # noqa: F811
+    axe_source: str,
 ) -> None:
     page = sign_in("ada")
     page.set_viewport_size(PHONE)
@@ -45,7 +45,7 @@ def test_an_admin_manages_a_group_on_a_phone(
 def test_a_reader_opts_in_to_digests_on_a_phone(
     acme_team: dict[str, str],
     sign_in: Callable[[str], Page],
-    axe_source: str,  # noqa: F811
+    axe_source: str,
 ) -> None:
     page = sign_in("rita")
     page.set_viewport_size(PHONE)

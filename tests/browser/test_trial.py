@@ -8,7 +8,7 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.test_a11y import axe_source, violations  # noqa: F401 (axe_source is a fixture)
+from tests.browser.axe import violations
 
 pytestmark = pytest.mark.browser
 
@@ -141,7 +141,7 @@ def test_the_trial_page_follows_an_answer_given_in_the_inbox(logged_in: Page, si
 
 
 @pytest.mark.parametrize("width", [1366, 390])
-def test_the_widgets_fit_and_pass_axe(width: int, logged_in: Page, axe_source: str) -> None:  # noqa: F811
+def test_the_widgets_fit_and_pass_axe(width: int, logged_in: Page, axe_source: str) -> None:
     page, name = logged_in, f"asker-{uuid4().hex[:6]}"
     csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
     definition = {

@@ -1,31 +1,16 @@
 """A console page's static files come under hashed names with a far-future cache, so the next page loads none
-of them again. (That every page loads under 150 KB cold is checked by the walks of tests/browser/test_a11y.py.)"""
+of them again. (That every page loads under 150 KB cold is checked by the walks of tests/browser/test_pages.py.)"""
 
 from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import Page, Request
+from playwright.sync_api import Page
+
+from tests.browser.conftest import load
 
 pytestmark = pytest.mark.browser
 
 FAR_FUTURE = 365 * 24 * 3600
-
-
-def load(page: Page, path: str) -> list[tuple[Request, int]]:
-    """The page's requests (the websocket aside) and the bytes each took on the wire, headers included."""
-    loaded: list[tuple[Request, int]] = []
-
-    def count(request: Request) -> None:
-        sizes = request.sizes()
-        loaded.append((request, sizes["responseBodySize"] + sizes["responseHeadersSize"]))
-
-    page.on("requestfinished", count)
-    try:
-        page.goto(path)
-        page.wait_for_load_state("networkidle")
-    finally:
-        page.remove_listener("requestfinished", count)
-    return loaded
 
 
 def test_it_serves_static_files_under_hashed_names_for_a_year(sign_in: Callable[[str], Page]) -> None:

@@ -4,59 +4,25 @@ tests/browser/axe.py), nothing wider than a phone's screen at 390 px (tests/brow
 menu and login checks), and for the admin a cold load under 150 KB (tests/browser/test_weight.py has the
 cache checks)."""
 
-import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser.axe import AxeUnavailable, fetch
-from tests.browser.conftest import Server
+from tests.browser.axe import violations
+from tests.browser.conftest import PHONE, Server, load, overflow
 from tests.browser.console_pages import ConsolePage, prepare
-from tests.browser.test_layout import PHONE, overflow
-from tests.browser.test_weight import load
 from tests.processes.cluster import Api
 
 pytestmark = pytest.mark.browser
 
 LOGINS = {"admin": "ada", "operator": "otto", "reader": "rita"}
-BLOCKING = ("serious", "critical")
 BUDGET = 150_000  # bytes a page may take cold: HTML, CSS, JS, images, as sent over the wire
-
-
-@pytest.fixture(scope="session")
-def axe_source() -> str:
-    try:
-        return Path(fetch()).read_text()
-    except AxeUnavailable as unavailable:
-        if os.environ.get("CI"):
-            pytest.fail(f"axe-core is needed under CI: {unavailable}")
-        pytest.skip(f"axe-core could not be fetched (npm or its registry unreachable): {unavailable}")
 
 
 @pytest.fixture(scope="module")
 def pages(server: Server, acme_team: dict[str, str]) -> list[ConsolePage]:
     return prepare(Api(server.url, acme_team["ada"]), Api(server.url, acme_team["otto"]), prefix="walk")
-
-
-def violations(page: Page, axe_source: str) -> list[dict[str, Any]]:
-    """axe-core's serious and critical violations on the page as it stands (injected through the DevTools
-    protocol, which the page's Content-Security-Policy does not govern)."""
-    if not page.evaluate("typeof window.axe === 'object'"):
-        page.evaluate(axe_source)
-    found = page.evaluate("axe.run(document, {resultTypes: ['violations']}).then((r) => r.violations)")
-    return [
-        {
-            "rule": v["id"],
-            "impact": v["impact"],
-            "help": v["help"],
-            "where": [" ".join(node["target"]) for node in v["nodes"][:5]],
-        }
-        for v in found
-        if v["impact"] in BLOCKING
-    ]
 
 
 @pytest.mark.parametrize("width", [1366, 390])
