@@ -177,9 +177,9 @@ def overflow(page: Page) -> tuple[int, list[str]]:
     return width, culprits
 
 
-def load(page: Page, path: str) -> list[tuple[Request, int]]:
-    """Go to `path`: the page's requests (the websocket aside) and the bytes each took on the wire, headers
-    included."""
+def load(page: Page, path: str) -> tuple[int | None, list[tuple[Request, int]]]:
+    """Go to `path`: its status, and the page's requests (the websocket aside) with the bytes each took on the
+    wire, headers included."""
     loaded: list[tuple[Request, int]] = []
 
     def count(request: Request) -> None:
@@ -188,11 +188,11 @@ def load(page: Page, path: str) -> list[tuple[Request, int]]:
 
     page.on("requestfinished", count)
     try:
-        page.goto(path)
+        response = page.goto(path)
         page.wait_for_load_state("networkidle")
     finally:
         page.remove_listener("requestfinished", count)
-    return loaded
+    return response and response.status, loaded
 
 
 @pytest.fixture(scope="session")

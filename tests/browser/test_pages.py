@@ -41,12 +41,11 @@ def test_every_page_is_accessible_fits_and_stays_light(
         cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
     failures: dict[str, dict[str, object]] = {}
     for console_page in [*pages, ConsolePage("login", "/login/")] if weigh else pages:
-        loaded = load(page, console_page.path)
+        status, loaded = load(page, console_page.path)
         kinds, weight = {request.resource_type for request, _ in loaded}, sum(size for _, size in loaded)
         found: dict[str, object] = {}
-        document = [request.response() for request, _ in loaded if request.resource_type == "document"][-1]
-        if document is None or document.status not in (200, 403, 404):
-            found["status"] = document and document.status
+        if status not in (200, 403, 404):
+            found["status"] = status
         if axe := violations(page, axe_source):
             found["axe"] = axe
         if width == PHONE["width"] and (wide := overflow(page))[0] > width:

@@ -15,7 +15,7 @@ FAR_FUTURE = 365 * 24 * 3600
 
 def test_it_serves_static_files_under_hashed_names_for_a_year(sign_in: Callable[[str], Page]) -> None:
     page = sign_in("ada")
-    static = [request for request, _ in load(page, "/inbox/") if "/static/" in request.url]
+    static = [request for request, _ in load(page, "/inbox/")[1] if "/static/" in request.url]
     assert len(static) >= 3
     for request in static:
         response = request.response()
@@ -28,7 +28,7 @@ def test_it_serves_static_files_under_hashed_names_for_a_year(sign_in: Callable[
         assert max_age >= FAR_FUTURE and "immutable" in cache, (request.url, cache)
 
     # The next page takes them from the browser's cache: only its HTML comes over the network.
-    again = load(page, "/rules/")
+    again = load(page, "/rules/")[1]
     seen = {request.url for request in static}
     fetched = [request.url for request, size in again if request.url in seen and size > 0]
     assert fetched == []

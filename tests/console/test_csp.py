@@ -28,6 +28,7 @@ NOT_PAGES = {
     "agents:row",
     "agents:starter_policy",
     "run_cancel",
+    "run_fork",
     "run_replay",
     "jobs",
     "trial_turn",

@@ -339,7 +339,7 @@ class Policyd(BaseHTTPRequestHandler):
         if context["interception_point"] == "pre_tool_call" and name in ("send_email", "get_user_location"):
             verdict = {"decision": "deny", "reason": "no_mail", "message": "The webhook says no mail."}
         if context["interception_point"] == "pre_tool_call" and name == "get_time":
-            time.sleep(1.5)
+            time.sleep(2.0)
         payload = json.dumps(verdict).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -367,7 +367,7 @@ def webhook_hooks() -> dict[str, Any]:
     return {
         "declaration": "agent-hooks-declaration/1.0",
         "bindings": [
-            {"id": "policyd", "kind": "airlock.webhook", "config": {"connection": "policyd", "timeoutMs": 500}}
+            {"id": "policyd", "kind": "airlock.webhook", "config": {"connection": "policyd", "timeoutMs": 1000}}
         ],
     }
 
