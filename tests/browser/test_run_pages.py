@@ -46,7 +46,7 @@ def story(server: Server, acme_team: dict[str, str]) -> dict[str, str]:
     last = ada.ok("POST", runs, {"message": "thanks, " + "that is all " * 12, "sessionId": session})
     ada.ok("POST", runs, {"message": f"call send_email {json.dumps(email)}", "sessionId": uuid4().hex})
     ada.ok("POST", runs, {"message": "no session for this one"})
-    return {"asked": asked["runId"], "last": last["runId"], "session": session}
+    return {"asked": asked["runId"], "last": last["runId"], "session": session, "agent": agent}
 
 
 @pytest.mark.parametrize("width", [1366, 390])
@@ -59,7 +59,7 @@ def test_the_runs_list_and_the_run_page_fit_and_pass_axe(
     page = sign_in("ada")
     page.set_viewport_size({"width": width, "height": 900})
 
-    page.goto("/runs/")
+    page.goto(f"/runs/?agent={story['agent']}")  # other tests' runs share the server
     row = page.locator("tbody.session-group", has_text=story["session"][:20])
     expect(row.locator("td.turns")).to_have_text("4")
     row.locator("summary").click()
@@ -79,3 +79,29 @@ def test_the_runs_list_and_the_run_page_fit_and_pass_axe(
     expect(turns.nth(2).locator(".timeline .event").first).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     assert violations(page, axe_source) == []
+
+
+def test_the_run_page_of_a_waiting_run_follows_its_session(
+    server: Server, acme_team: dict[str, str], sign_in: Callable[[str], Page]
+) -> None:
+    """Issue 16, item 1: the run page of a waiting run shows the answer and the continuation when someone
+    answers elsewhere (here the respond API, as another operator would), without a reload."""
+    ada, otto = Api(server.url, acme_team["ada"]), Api(server.url, acme_team["otto"])
+    agent = f"follower-{uuid4().hex[:6]}"
+    ada.ok("POST", "/api/agents", {"name": agent, "tools": [{"name": "send_email", "approval": "always"}]})
+    email = {"to": "ops@example.com", "subject": "Live", "body": "Follow me."}
+    message = {"message": f"call send_email {json.dumps(email)}", "sessionId": uuid4().hex}
+    asked = ada.ok("POST", f"/api/agents/{agent}/runs", message)
+    page = sign_in("ada")
+    page.goto(f"/runs/{asked['runId']}/")
+    expect(page.locator("#run-headline .pill")).to_have_text("awaiting approval")
+    expect(page.locator(".session-runs > li.session-turn")).to_have_count(1)
+    page.locator("#turn-1 > details > summary").click()  # the reader folds the turn they look at
+
+    answer = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True}
+    otto.ok("POST", f"/api/runs/{asked['runId']}/responses", answer)
+
+    expect(page.locator(".session-runs > li.session-turn")).to_have_count(2)
+    expect(page.locator("#turn-2 .pill")).to_have_text("completed")
+    expect(page.locator("#run-headline")).to_contain_text("answered by otto")
+    expect(page.locator("#turn-1 > details")).not_to_have_attribute("open", "")  # folded as the reader left it
