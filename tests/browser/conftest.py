@@ -11,10 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, expect, sync_playwright
 
 from tests.browser.axe import AxeUnavailable, fetch
 from tests.processes.cluster import PASSWORD, manage, manage_all, new_cluster
+
+# An assertion waits as long as an action (the contexts' default): on two cores shared by two test workers, a
+# server, Chromium and a websocket's first sync can take longer than Playwright's 5 s.
+expect.set_options(timeout=10_000)
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
