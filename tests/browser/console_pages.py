@@ -59,7 +59,8 @@ def prepare(admin: Api, operator: Api, prefix: str = "walk", name: str | None = 
         ConsolePage("versions", f"/agents/{name}/versions/"),
         ConsolePage("diff", f"/agents/{name}/diff/?a=1&b=2"),
         ConsolePage("trial", f"/trial/?agent={name}&session={session}"),
-        ConsolePage("inbox", "/inbox/"),
+        # The agent's own requests: other tests' cards on a shared server would weigh on the page.
+        ConsolePage("inbox", f"/inbox/?agent={name}"),
         ConsolePage("rules", "/rules/"),
         ConsolePage("runs", "/runs/"),
         ConsolePage("run", f"/runs/{waiting['runId']}/"),
