@@ -27,7 +27,7 @@ from agents.checkpoints import ForkOrigin, branch, fork_origin, request_copies
 from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
-from agents.models import AWAITING, FINISHED, Agent, Checkpoint, Event, Run, RunStatus, Session
+from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Session
 from agents.prepare import RunRejected
 from agents.replay import prepare_replay, start_replay
 from approvals.models import TERMINAL, PendingRequest, RequestStatus
@@ -716,6 +716,6 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         # While the session's latest turn has not ended, the page follows the session stream (run_live.js).
         "follow": run.session is not None
         and run.session.deleted_at is None
-        and (turns[-1].run.status not in FINISHED or turns[-1].run.status in AWAITING),
+        and turns[-1].run.status in (RunStatus.QUEUED, RunStatus.RUNNING, *AWAITING),
     }
     return render(request, "agents/run_detail.html", context)
