@@ -157,11 +157,13 @@ class AcsPolicy:
         # measurement only moves a point later).
         self.times: dict[str, deque[float]] = {point: deque(maxlen=MEASURED) for point in self.points}
 
-    async def evaluate(self, point: str, context: dict[str, Any]) -> Verdict:
+    def evaluate(self, point: str, context: dict[str, Any]) -> Verdict | Awaitable[Verdict]:
+        """The verdict at once when `point` is measured quick (the emitter then needs no task and no timeout
+        wait for it), else an awaitable of it on a worker thread (the emitter's timeout applies)."""
         times = self.times[point]
         if len(times) == MEASURED and sorted(times)[MEASURED // 2] < INLINE_BOUND:
             return self._timed(point, context)
-        return await asyncio.to_thread(self._timed, point, context)
+        return asyncio.to_thread(self._timed, point, context)
 
     def _timed(self, point: str, context: dict[str, Any]) -> Verdict:
         started = time.perf_counter()
@@ -203,21 +205,25 @@ def _acs_sources(config: Mapping[str, Any]) -> tuple[str, dict[str, dict[str, st
     return manifest, modules
 
 
+ALLOW = Verdict.allow()
+
+
 class AcsBinding:
     """An `airlock.acs` binding: points its manifest does not govern allow (the declaration binds every point);
-    the rest are evaluated by its policy, on a worker thread unless measured quick (AcsPolicy)."""
+    the rest are evaluated by its policy, on a worker thread unless measured quick (AcsPolicy). It answers
+    synchronously when it can: the emitter awaits (in a task, under its timeout) only an awaitable."""
 
     def __init__(self, policy: AcsPolicy, name: str) -> None:
         self.policy, self.name = policy, name
 
-    async def intercept(self, context: dict[str, Any]) -> Verdict:
+    def intercept(self, context: dict[str, Any]) -> Verdict | Awaitable[Verdict]:
         point = context["interception_point"]
         if point not in self.policy.points:
-            return Verdict.allow()
-        return await self.policy.evaluate(point, context)
+            return ALLOW
+        return self.policy.evaluate(point, context)
 
 
-def acs_binding(config: Mapping[str, Any], binding: Any) -> Any:  # an AcsBinding (async: not the SDK's type)
+def acs_binding(config: Mapping[str, Any], binding: Any) -> Any:  # an AcsBinding (sync or async: not the SDK's type)
     manifest, modules = _acs_sources(config)
     return AcsBinding(_activated(manifest, json.dumps(modules, sort_keys=True)), binding.id)
 
@@ -349,13 +355,19 @@ def _binding_of(record: InterceptionRecord) -> str | None:
 @dataclass
 class TurnPolicies:
     """The emitter of one turn, with what it needs to report: `emit` (the run's events), `records` (every
-    interception record, in order, on the wire) and the operator's decisions in `resolver`."""
+    interception record, in order, on the wire) and the operator's decisions in `resolver`. `surface`: the
+    points the declaration selected (all eight unless its `surface` names fewer); the others are not emitted."""
 
     emitter: InterceptionEmitter
     builder: AgentContextBuilder
     resolver: InboxResolver
     emit: Emit
     records: list[dict[str, Any]] = field(default_factory=list)
+    surface: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        declared = self.emitter.declaration
+        self.surface = frozenset(declared.surface["interception_points"] if declared is not None else POINTS)
 
     @classmethod
     def build(
@@ -395,8 +407,11 @@ class TurnPolicies:
 
     async def check(self, context: dict[str, Any]) -> Any:
         """Emit `context`; the target to go on with, or PolicyBlocked. In evaluate_only the original target
-        always goes on (verdicts are recorded, not enforced)."""
+        always goes on (verdicts are recorded, not enforced). A point outside the declared surface goes on
+        unchecked: the declaration says the host does not emit it."""
         point, target = context["interception_point"], context["target"]
+        if point not in self.surface:
+            return target
         original = copy.deepcopy(target) if not self.enforced else None
         try:
             outcome = await self.emitter.emit(context)

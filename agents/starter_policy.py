@@ -7,6 +7,9 @@ that shows each verdict kind on the tools every tenant has. The agent editor off
   escalates to an operator, a subject in capitals is rewritten (transform), a body over 2,000 characters
   is allowed with a warning;
 - `output`: card numbers are redacted (transform).
+
+Its `surface` leaves out the model points (it governs none of them), so a turn under it emits six points,
+not eight, and its model calls pay nothing for policies.
 """
 
 import copy
@@ -53,6 +56,10 @@ intervention_points:
       id: mail
       query: data.airlock.mail.output_verdict
 """
+
+# The lifecycle floor (agent_startup, input, output, agent_shutdown) and the tool points, in pairs (agent-hooks
+# 0.1 section 3.2).
+SURFACE = ["agent_startup", "input", "pre_tool_call", "post_tool_call", "output", "agent_shutdown"]
 
 REGO = r"""package airlock.mail
 
@@ -133,6 +140,8 @@ def starter_hooks(mode: str = "enforce", tools: Sequence[str] = ()) -> dict[str,
         {
             "declaration": "agent-hooks-declaration/1.0",
             "configuration": {"mode": mode, "approval": {"resolver": "airlock-inbox"}},
+            # The points its manifest governs need no model calls: the model points are not emitted at all.
+            "surface": {"interception_points": SURFACE, "capabilities": ["host_declaration", "tool_calls"]},
             "bindings": [
                 {
                     "id": "mail-guard",

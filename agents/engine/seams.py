@@ -185,15 +185,16 @@ def rewrite_response(response: ModelResponse, after: Any) -> ModelResponse:
 
 @dataclass
 class PolicyCapability(AbstractCapability[Any]):
-    """`pre_model_call` and `post_model_call` around every model request; `output` on the final answer
-    (a response with text and no tool calls), so history, output and events only hold verdicted text. Part of
-    an agent whose definition has hooks; the turn's emitter is in its deps (`policies`)."""
+    """`pre_model_call` and `post_model_call` around every model request (when the declaration's surface has
+    them); `output` on the final answer (a response with text and no tool calls), so history, output and events
+    only hold verdicted text. Part of an agent whose definition has hooks; the turn's emitter is in its deps
+    (`policies`)."""
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         policies: TurnPolicies | None = ctx.deps.policies
-        if policies is None:
+        if policies is None or "pre_model_call" not in policies.surface:
             return request_context
         messages, where = generic_messages(request_context.messages)
         tools = [
@@ -216,17 +217,18 @@ class PolicyCapability(AbstractCapability[Any]):
         policies: TurnPolicies | None = ctx.deps.policies
         if policies is None:
             return response
-        target = response_target(response)
-        context = policies.builder.post_model_call(
-            model_id=_model_id(request_context),
-            content=target["content"],
-            tool_calls=target["tool_calls"],
-            finish_reason=target["finish_reason"],
-        )
-        before = context["target"]
-        after = await policies.check(context)
-        if after is not before:
-            response = rewrite_response(response, after)
+        if "post_model_call" in policies.surface:
+            target = response_target(response)
+            context = policies.builder.post_model_call(
+                model_id=_model_id(request_context),
+                content=target["content"],
+                tool_calls=target["tool_calls"],
+                finish_reason=target["finish_reason"],
+            )
+            before = context["target"]
+            after = await policies.check(context)
+            if after is not before:
+                response = rewrite_response(response, after)
         if response.tool_calls or not response.text:
             return response
         try:

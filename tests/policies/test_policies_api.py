@@ -87,7 +87,8 @@ def test_a_transform_rewrites_the_arguments_the_tool_runs_with(admin):
 
 
 def test_records_list_every_emission_in_order(admin, outsider):
-    guarded(admin)
+    every_point = {key: value for key, value in starter_hooks().items() if key != "surface"}
+    guarded(admin, every_point)
     result = run_ok(admin, {"message": call_line("get_time")})
 
     response = admin.api("GET", f"/api/runs/{result['runId']}/records")
@@ -107,6 +108,24 @@ def test_records_list_every_emission_in_order(admin, outsider):
     ]
     assert [r["sequence"] for r in response.json()["items"]] == list(range(10))
     assert_problem(outsider.api("GET", f"/api/runs/{result['runId']}/records"), 404, "run_not_found")
+
+
+def test_points_outside_the_declared_surface_are_not_emitted(admin):
+    """The starter's surface leaves the model points out: its turns record six points, the model calls none."""
+    guarded(admin, name="starter")
+    result = run_ok(admin, {"message": call_line("get_time")}, "starter")
+
+    items = admin.api("GET", f"/api/runs/{result['runId']}/records").json()["items"]
+    assert [record["interception_point"] for record in items] == [
+        "agent_startup",
+        "input",
+        "pre_tool_call",
+        "post_tool_call",
+        "output",
+        "agent_shutdown",
+    ]
+    assert [record["sequence"] for record in items] == list(range(6))
+    assert result["output"].startswith("get_time: ")
 
 
 def test_a_turn_without_hooks_has_no_records(admin):
