@@ -82,8 +82,10 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
             await self._leave()
 
     async def console_membership_changed(self, event: dict[str, Any]) -> None:
-        if event["user_id"] == self.user_id:
-            await self._still_member()
+        """Still a member: a heartbeat, on which the inbox reads its cards again (the role or the groups that
+        decide which cards this user may answer may have changed); else the socket closes."""
+        if event["user_id"] == self.user_id and await self._still_member():
+            await self.send_json({"type": "heartbeat", "pending": await self._pending()})
 
     async def _still_member(self) -> bool:
         """Re-read the membership; a removed member's socket is closed."""

@@ -59,8 +59,9 @@
     });
   }
 
-  // After a (re)connect, pushes may have been missed: ask for the list again (the current filters) and
-  // merge it in, keeping the cards already shown (and whatever is typed into them) in place.
+  // After a (re)connect, pushes may have been missed, and after a membership change the reader may answer
+  // other cards: ask for the list again (the current filters) and merge it in, keeping the cards already
+  // shown (and whatever is typed into them) in place unless whether the reader may answer them changed.
   function refresh() {
     const query = new URLSearchParams(activeFilters()).toString();
     htmx.ajax("GET", list.dataset.url + (query ? `?${query}` : ""), {
@@ -76,7 +77,13 @@
     // Walk the wanted order; a card already in its place (bars aside) is not moved, so it keeps its focus.
     let next = cards()[0] || null;
     wanted.forEach((card) => {
-      const shown = document.getElementById(card.id);
+      let shown = document.getElementById(card.id);
+      if (shown && shown.hasAttribute("data-answerable") !== card.hasAttribute("data-answerable")) {
+        // The reader's role or groups changed: the card comes again, with its forms or without them.
+        if (shown === next) next = nextCard(shown);
+        shown.remove();
+        shown = null;
+      }
       if (shown && shown === next) {
         next = nextCard(shown);
         return;

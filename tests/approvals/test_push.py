@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from approvals.answers import expire_due
+from approvals.models import ApproverGroup
 from approvals.push import tenant_group
 from console.asgi import application
 from console.models import Membership
@@ -295,6 +296,7 @@ async def test_it_sends_the_reader_card_once_a_members_role_drops_to_reader(oper
     operator.membership.role = "reader"
 
     await sync_to_async(operator.membership.save)()
+    assert await ws.receive_json_from(timeout=5) == {"type": "heartbeat", "pending": 0}  # the inbox reads again
 
     await ask(admin)
     pushed = await opened(ws)
@@ -308,10 +310,25 @@ async def test_it_sends_the_operator_card_once_a_reader_is_promoted(reader, oper
     reader.membership.role = "operator"
 
     await sync_to_async(reader.membership.save)()
+    assert await ws.receive_json_from(timeout=5) == {"type": "heartbeat", "pending": 0}
 
     await ask(operator)
     assert APPROVE_BUTTON in (await opened(ws))["html"]
     await close_all(ws)
+
+
+async def test_joining_or_leaving_an_approver_group_makes_that_members_inbox_read_again(operator, reader):
+    """The cards routed to the group change hands: the member's consoles get a heartbeat (the inbox reads its
+    list again and swaps the cards whose forms come or go); the other members' consoles get nothing."""
+    ws, bystander = await connect(operator), await connect(reader)
+    group = await sync_to_async(ApproverGroup.objects.create)(tenant=operator.tenant, name="finance")
+
+    await sync_to_async(group.members.add)(operator.user)
+    assert await ws.receive_json_from(timeout=5) == {"type": "heartbeat", "pending": 0}
+    await sync_to_async(operator.user.approver_groups.remove)(group)  # from the user's side too
+    assert await ws.receive_json_from(timeout=5) == {"type": "heartbeat", "pending": 0}
+    await assert_nothing_pushed(operator.tenant.pk, bystander)
+    await close_all(ws, bystander)
 
 
 async def test_it_applies_a_change_made_without_signals_at_the_next_push(operator, admin, assistant):

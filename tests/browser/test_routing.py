@@ -1,5 +1,6 @@
 """Routing in real browsers: a request routed to a group reaches every inbox, live and on a reload, with its
-forms only for the group's members and admins; another operator sees it read-only, "for <group>"."""
+forms only for the group's members and admins; another operator sees it read-only, "for <group>", until an
+admin adds them to the group: then their open inbox shows its forms without a reload."""
 
 from collections.abc import Callable
 from uuid import uuid4
@@ -52,6 +53,14 @@ def test_a_group_routed_request_is_read_only_for_a_non_member(
     outsider_operator.wait_for_timeout(300)
     status, body = api["otto"]("GET", f"/api/requests/{rid}")
     assert (status, body["answered"]) == (200, False)
+
+    admin = sign_in("ada")
+    admin.goto("/tenant/")
+    section = admin.locator("section", has=admin.get_by_role("heading", name=group, exact=True))
+    section.get_by_label("Add a member").select_option(label="nell")
+    section.get_by_role("button", name=f"Add to {group}").click()
+    expect(admin.get_by_text(f"nell added to {group}.")).to_be_visible()
+    expect(theirs.get_by_role("button", name="Approve", exact=True)).to_be_visible()  # no reload
 
     member.locator(bar).get_by_role("button", name="Approve all").click()
     expect(theirs).to_have_count(0)
