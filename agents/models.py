@@ -232,6 +232,8 @@ class Run(models.Model):
     message = models.TextField(null=True, blank=True)
     culture = models.CharField(max_length=35, blank=True)
     parameters = models.JSONField(default=dict)
+    # The documents the run was given, `[[name, text], ...]` (attachments as their text), so a replay has them.
+    documents = models.JSONField(default=list, blank=True)
     output = models.TextField(null=True, blank=True)
     usage = models.JSONField(default=dict)
     error = models.JSONField(null=True, blank=True)

@@ -1,10 +1,10 @@
 """Replaying a run (SPEC section 10): a new sessionless run of the same agent with the run's message, bound
-parameter values and culture, on the run's definition version or another one (to compare versions),
-linked to the original by `replayOf` (in the new run's `run.started`).
+parameter values, culture and documents (`Run.documents`: attachments as the text the model read), on the
+run's definition version or another one (to compare versions), linked to the original by `replayOf` (in the
+new run's `run.started`).
 
-The documents are not replayed: a run keeps of its documents only their names and sizes
-(`document.attached`), not their content nor the attachments they came from. `omitted_documents` says
-which ones the replay runs without.
+Runs started before `Run.documents` kept of their documents only names and sizes (`document.attached`):
+`omitted_documents` says which ones the replay of such a run goes without.
 
 The replay is checked and run by the same machinery as any run request (`prepare_run`, `start_run`,
 `agents.queue.enqueue`); this module only builds the request and marks the run.
@@ -35,7 +35,7 @@ class ReplayRequest(WireModel):
 class Replay:
     original: Run
     prepared: PreparedRun
-    # The original's documents, `{name, size}`, which the replay runs without (their content is not kept).
+    # The documents of an original from before `Run.documents`, `{name, size}`: the replay runs without them.
     omitted_documents: list[dict[str, Any]]
 
 
@@ -61,8 +61,11 @@ def prepare_replay(original: Run, definition_version: int | None) -> Replay:
     )
     prepared = prepare_run(original.tenant, chosen, request)
     refuse_ungranted_connections(prepared)
-    documents = original.events.filter(type=EventType.DOCUMENT_ATTACHED).order_by("sequence")
-    omitted = [{"name": e.data.get("name"), "size": e.data.get("size")} for e in documents]
+    prepared.documents = [(name, text) for name, text in original.documents]
+    omitted: list[dict[str, Any]] = []
+    if not original.documents:
+        attached = original.events.filter(type=EventType.DOCUMENT_ATTACHED).order_by("sequence")
+        omitted = [{"name": e.data.get("name"), "size": e.data.get("size")} for e in attached]
     return Replay(original, prepared, omitted)
 
 

@@ -336,7 +336,7 @@ def run_replay(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     messages.success(request, f"Replaying the run's message on version {version}.")
     if replay.omitted_documents:
         names = ", ".join(str(d["name"]) for d in replay.omitted_documents)
-        messages.info(request, f"Documents are not kept, so not replayed: {names}.")
+        messages.info(request, f"This run is older than kept documents; replayed without: {names}.")
     return redirect("run", run_id=started.run.id)
 
 

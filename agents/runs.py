@@ -91,6 +91,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             message=request.message,
             culture=prepared.culture,
             parameters=prepared.bound,
+            documents=[list(document) for document in prepared.documents],
             created_by=_person(user),
             lane=request.lane or DEFAULT_LANE,
             **({} if queued else hold_here()),

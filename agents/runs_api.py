@@ -555,7 +555,8 @@ def upload_attachment(request: ConsoleRequest) -> Any:
 def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: ReplayRequest) -> Any:
     """Run the run's message again (SPEC section 10), admins only: a new sessionless run of the same agent with
     the same bound parameter values and culture, on the run's definition version or `definitionVersion`; its
-    result says `replayOf`. Documents are not kept, so not replayed (`omittedDocuments`). `Prefer:
+    result says `replayOf`; the run's documents go with it (`omittedDocuments`: those of a run from before they
+    were kept, which it goes without). `Prefer:
     respond-async` queues it (202)."""
     membership = require_role(request, "admin")
     original = get_run_for(request, run_id, "tenant", "agent", "version__agent")

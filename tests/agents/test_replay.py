@@ -5,9 +5,9 @@ result links the original (`replayOf`)."""
 from typing import Any
 
 from agents.definitions import DefinitionContent
-from agents.models import Agent, Event, Run, RunStatus
+from agents.models import Agent, Attachment, Event, Run, RunStatus
 from tests.conftest import Persona
-from tests.helpers import ASSISTANT, ask_to_send, assert_problem, drain_queued, run_ok, snapshot
+from tests.helpers import ASSISTANT, ask_to_send, assert_problem, drain_queued, run_ok, snapshot, upload
 
 ECHO = "echo instructions"
 
@@ -90,10 +90,31 @@ def test_it_queues_a_replay_when_asked_to(operator, admin, assistant):
     assert Event.objects.get(run=run, type="run.started").data["replayOf"] == original["runId"]
 
 
-def test_it_replays_without_the_documents_it_no_longer_has(operator, admin, assistant):
-    documents = [{"name": "plan.md", "content": "# Plan"}]
-    original = run_ok(operator, {"message": "echo documents", "documents": documents})
-    assert original["output"] == "plan.md"
+def test_it_replays_the_documents_and_attachments_the_run_was_given(operator, admin, assistant, media):
+    attachment = upload(operator, "plan.md", b"# Plan").json()
+    original = run_ok(
+        operator,
+        {
+            "message": "echo documents",
+            "documents": [{"name": "a.txt", "content": "a"}],
+            "attachmentIds": [attachment["id"]],
+        },
+    )
+    assert original["output"] == "a.txt\nplan.md"
+    Attachment.objects.all().delete()  # the replay reads what the run kept, not the upload
+
+    replayed = replay_ok(admin, original["runId"])
+
+    assert replayed["omittedDocuments"] == []
+    assert replayed["output"] == "a.txt\nplan.md"
+    assert Run.objects.get(id=replayed["runId"]).documents == [["a.txt", "a"], ["plan.md", "# Plan"]]
+    attached = Event.objects.filter(run_id=replayed["runId"], type="document.attached").order_by("sequence")
+    assert [e.data for e in attached] == [{"name": "a.txt", "size": 1}, {"name": "plan.md", "size": 6}]
+
+
+def test_it_replays_a_run_from_before_documents_were_kept_without_them(operator, admin, assistant):
+    original = run_ok(operator, {"message": "echo documents", "documents": [{"name": "plan.md", "content": "# Plan"}]})
+    Run.objects.filter(id=original["runId"]).update(documents=[])  # as such a run was stored
 
     replayed = replay_ok(admin, original["runId"])
 
