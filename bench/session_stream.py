@@ -8,6 +8,9 @@ schedule the reply kept, through a bare Channels group to N bare SSE responses (
 Latency per delta: receive time minus the envelope's `timestamp` (set as the delta was emitted), this
 machine's clock on both sides. Clients are minimal asyncio readers that parse only the timestamp.
 
+At N = 1 the sides alternate over 5 rounds (one reader's figures move by tens of percent between replies) and
+each figure is the median of the rounds'.
+
 Target: at N = 1 and N = 100, the session stream's p50 and p99 per-delta latency within 1.3x of the bare
 stream's.
 
@@ -176,30 +179,40 @@ async def measure_bare(port: int, n: int, offsets: list[float]) -> Sink:
     return sink
 
 
+# One reader's figures move by tens of percent from one reply to the next on these machines: at N = 1 the sides
+# alternate over several rounds and each figure is the median of the rounds'.
+ROUNDS = {1: 5}
+
+
 @dataclass
 class Row:
     clients: int
     deltas: int
-    session: list[float]
-    bare: list[float]
+    session: list[list[float]]  # per round, the latencies of every delta to every reader
+    bare: list[list[float]]
     reply_seconds: float
+
+    def figure(self, side: list[list[float]], point: float) -> float:
+        """The median over the rounds of each round's `point` percentile, in ms."""
+        return median([percentile(latencies, point) for latencies in side]) * 1000
 
 
 def report(rows: list[Row], database: str, seconds: float) -> None:
     print("### Session stream: a 2,000-delta reply to N SSE readers\n")
     print(f"One daphne, in-memory channel layer, {database}; {python_line()}. Per-delta latency (receive time minus")
     print("the delta's emit time), all clients pooled; the floor is a bare Channels group fanning the same number")
-    print("of deltas, on the reply's own schedule, to bare SSE responses.\n")
-    print("| N | deltas | reply streamed in | session p50 | bare p50 | ratio | session p99 | bare p99 | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("of deltas, on the reply's own schedule, to bare SSE responses. Where rounds > 1 the sides alternated and")
+    print("each figure is the median of the rounds' figures.\n")
+    print("| N | rounds | deltas | reply streamed in | session p50 | bare p50 | ratio | session p99 | bare p99 | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     met = True
     for row in rows:
-        s50, b50 = median(row.session) * 1000, median(row.bare) * 1000
-        s99, b99 = percentile(row.session, 99) * 1000, percentile(row.bare, 99) * 1000
+        s50, b50 = row.figure(row.session, 50), row.figure(row.bare, 50)
+        s99, b99 = row.figure(row.session, 99), row.figure(row.bare, 99)
         r50, r99 = s50 / b50 if b50 else float("inf"), s99 / b99 if b99 else float("inf")
         met = met and r50 <= TARGET and r99 <= TARGET
         print(
-            f"| {row.clients} | {row.deltas} | {row.reply_seconds:.2f} s | {s50:.2f} ms | {b50:.2f} ms | {r50:.2f}x"
+            f"| {row.clients} | {len(row.session)} | {row.deltas} | {row.reply_seconds:.2f} s | {s50:.2f} ms | {b50:.2f} ms | {r50:.2f}x"
             f" | {s99:.2f} ms | {b99:.2f} ms | {r99:.2f}x |"
         )
     print(f"\nTarget: p50 and p99 within {TARGET}x of the bare stream at every N: {verdict(met)}.")
@@ -224,10 +237,15 @@ def main() -> None:
         rows = []
         with daphnes(env, 1, app="bench.stream_asgi:application") as [server]:
             for n in [int(c) for c in args.clients.split(",")]:
-                session, offsets = asyncio.run(measure_session(server.port, seeded["token"], n, args.words))
-                bare = asyncio.run(measure_bare(server.port, n, offsets))
-                rows.append(Row(n, session.expected, session.latencies, bare.latencies, offsets[-1]))
-                print(f"  N={n}: {session.expected} deltas", file=sys.stderr)
+                row = Row(n, 0, [], [], 0.0)
+                for _ in range(ROUNDS.get(n, 1)):
+                    session, offsets = asyncio.run(measure_session(server.port, seeded["token"], n, args.words))
+                    bare = asyncio.run(measure_bare(server.port, n, offsets))
+                    row.session.append(session.latencies)
+                    row.bare.append(bare.latencies)
+                    row.deltas, row.reply_seconds = session.expected, offsets[-1]
+                rows.append(row)
+                print(f"  N={n}: {row.deltas} deltas, {len(row.session)} rounds", file=sys.stderr)
         from django.db import connections
 
         connections.close_all()
