@@ -154,6 +154,33 @@ def event_envelope(event: Event) -> dict[str, Any]:
     return envelope
 
 
+TITLE_LENGTH = 80
+
+
+def session_title(first: dict[str, Any]) -> dict[str, Any] | None:
+    """The ephemeral `session.title_changed` after `first`, the envelope of the user message that opened the
+    session (its first run's, not a sub-agent's task): the message's first line that has words, up to 80
+    characters. None when it has none. Dated and chained as that message, like `session_idle`."""
+    if first.get("agentId"):
+        return None
+    lines = (" ".join(line.split()) for line in str(first["data"].get("content") or "").splitlines())
+    title = next((line for line in lines if line), "")
+    if not title:
+        return None
+    if len(title) > TITLE_LENGTH:
+        title = title[: TITLE_LENGTH - 1].rstrip() + "…"
+    return {
+        "id": str(uuid.uuid4()),
+        "runId": first["runId"],
+        "sequence": first["sequence"],
+        "timestamp": first["timestamp"],
+        "parentId": first["id"],
+        "ephemeral": True,
+        "type": EventType.SESSION_TITLE_CHANGED,
+        "data": {"title": title},
+    }
+
+
 def session_idle(last: dict[str, Any]) -> dict[str, Any] | None:
     """The ephemeral `session.idle` after `last` (a stored event's envelope) when it ends a turn, else None:
     `aborted` when the turn was cancelled. It is dated and chained as the event that ended the turn, so a

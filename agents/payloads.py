@@ -50,6 +50,7 @@ class EventType(StrEnum):
     SESSION_LIMITS_EXHAUSTED_REQUESTED = "session_limits_exhausted.requested"
     SESSION_LIMITS_EXHAUSTED_COMPLETED = "session_limits_exhausted.completed"
     SESSION_IDLE = "session.idle"
+    SESSION_TITLE_CHANGED = "session.title_changed"
     SESSION_ERROR = "session.error"
     SUBAGENT_STARTED = "subagent.started"
     SUBAGENT_COMPLETED = "subagent.completed"
@@ -502,6 +503,14 @@ class SessionIdle(Payload):
     aborted: bool
 
 
+class SessionTitleChanged(Payload):
+    """The session's title: its first message's first line (agents.events.session_title)."""
+
+    type = EventType.SESSION_TITLE_CHANGED
+    ephemeral = True
+    title: str
+
+
 PAYLOADS: dict[str, type[Payload]] = {
     model.type: model
     for model in (
@@ -544,6 +553,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         SubagentCompleted,
         SubagentFailed,
         SessionIdle,
+        SessionTitleChanged,
     )
 }
 assert set(PAYLOADS) == set(EventType), set(EventType) ^ set(PAYLOADS)

@@ -18,7 +18,7 @@ from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
 from agents import checkpoints, deletion, live, queue
-from agents.events import EventType, event_envelope, session_idle
+from agents.events import EventType, event_envelope, session_idle, session_title
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
 from agents.payloads import event_schema
@@ -270,7 +270,8 @@ def session_events(request: ConsoleRequest, session_id: str) -> Any:
     created, each run's events in sequence. With `Accept: text/event-stream` they stream and the stream
     follows the session live: a later run (an answer's continuation) comes on the same connection, each turn
     that ends is followed by an ephemeral `session.idle` frame without an id (`{"aborted": true}` when the
-    turn was cancelled), and the stream ends once the session is deleted and its last turn has ended.
+    turn was cancelled), the session's first message by an ephemeral `session.title_changed` (`{"title"}`:
+    its first line), and the stream ends once the session is deleted and its last turn has ended.
 
     A frame's id is `<run>.<sequence>`: the index of the event's run among the session's runs (0 for the
     first, in creation order) and the event's sequence in that run. Frames come in the order of these pairs
@@ -371,6 +372,10 @@ class _SessionFollower:
     def deliver(self, position: SessionPosition, event: live.Published) -> Iterator[str]:
         yield _session_frame(event, position.cursor)
         self.after = position
+        if position.index == 0 and event.type == EventType.USER_MESSAGE:  # the session's first message names it
+            title = session_title(json.loads(event.encoded))
+            if title is not None:
+                yield _session_frame(live.Published.of(title), None)
         head = {"type": event.type, "runId": event.run_id, "sequence": event.sequence, "id": event.id}
         idle = session_idle({**head, "timestamp": event.timestamp})
         if idle is not None:

@@ -53,6 +53,7 @@ def test_the_schema_names_every_type_and_its_payload(operator):
         "tool.execution_progress",
         "tool.execution_partial_result",
         "session.idle",
+        "session.title_changed",
     }
     delta = schema["payloads"]["assistant.message_delta"]
     assert set(delta["required"]) == {"messageId", "deltaContent"}

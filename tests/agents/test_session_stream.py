@@ -12,7 +12,9 @@ from channels.testing import HttpCommunicator
 from django.db import connections
 from django.test import AsyncClient
 
+from agents.events import session_title
 from agents.models import Checkpoint, Event, RunStatus
+from agents.payloads import PAYLOADS
 from console.asgi import application
 from tests.conftest import Persona
 from tests.helpers import EMAIL, ask_to_send, assert_problem, call_line, run_ok, run_queued
@@ -208,7 +210,8 @@ async def test_it_follows_the_session_across_an_answer_on_one_connection(operato
         assert idle["data"]["runId"] == run_id
         assert (turn[-2]["event"], turn[-2]["data"]["runId"]) == (last, run_id)
         assert idle["data"]["parentId"] == turn[-2]["data"]["id"]
-    stored = asking[:-1] + continuing[:-1]
+    [title] = [f for f in asking + continuing if f["event"] == "session.title_changed"]
+    stored = [f for f in asking[:-1] + continuing[:-1] if f is not title]
     in_db = await sync_to_async(stored_in_order)("s1")
     # No gap, no duplicate: what streamed is every stored event of both runs, once, in order.
     assert [(f["data"]["runId"], f["data"]["sequence"], f["data"]["id"], f["event"]) for f in stored] == in_db
@@ -230,7 +233,7 @@ async def test_it_resumes_after_the_last_event_id_across_runs(operator, assistan
     await stream.close()
     assert [f["event"] for f in whole].count("session.idle") == 2
 
-    for cursor in (2, whole.index(next(f for f in whole if f.get("id") == "1.1"))):
+    for cursor in (whole.index(next(f for f in whole if f.get("id") == id)) for id in ("0.3", "1.1")):
         again = await open_stream(operator, **{"Last-Event-ID": whole[cursor]["id"]})
         rest = whole[cursor + 1 :]
         resumed = await again.take(len(rest))
@@ -245,6 +248,38 @@ async def test_it_resumes_after_the_last_event_id_across_runs(operator, assistan
     await again.close()
     assert {f["data"]["runId"] for f in next_turn} == {later["runId"]}
     assert next_turn[0]["id"] == "2.1"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_the_first_message_names_the_session_once(operator, assistant):
+    first = "  Plan   the launch \n\nwith the team, then mail them."
+    await sync_to_async(run_ok)(operator, {"message": first, "sessionId": "s1"})
+    await sync_to_async(run_ok)(operator, {"message": "And the budget?", "sessionId": "s1"})
+    stream = await open_stream(operator)
+    frames = await stream.turn() + await stream.turn()
+    await stream.close()
+
+    titled = [i for i, f in enumerate(frames) if f["event"] == "session.title_changed"]
+    assert len(titled) == 1
+    message, title = frames[titled[0] - 1], frames[titled[0]]
+    assert message["event"] == "user.message" and message["id"] == "0.2"
+    assert "id" not in title and title["data"]["ephemeral"] is True
+    assert title["data"]["data"] == {"title": "Plan the launch"}
+    assert title["data"]["parentId"] == message["data"]["id"]
+    assert PAYLOADS["session.title_changed"].model_validate(title["data"]["data"]).title == "Plan the launch"
+
+
+def test_a_title_is_the_first_line_with_words_cut_at_80_characters():
+    def title(content: str) -> str | None:
+        envelope = {"runId": "r", "sequence": 2, "timestamp": "t", "id": "e", "data": {"content": content}}
+        made = session_title(envelope)
+        return made and made["data"]["title"]
+
+    assert title("\n\n   \nhello  there\nsecond") == "hello there"
+    assert title("x" * 100) == "x" * 79 + "…"
+    assert title("   ") is None
+    assert session_title({"agentId": "researcher", "data": {"content": "a task"}}) is None  # a sub-agent's
 
 
 @pytest.mark.django_db(transaction=True)
