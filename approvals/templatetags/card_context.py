@@ -6,6 +6,7 @@ renders the card with nothing else.
 """
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from django import template
@@ -25,8 +26,10 @@ _MARKDOWN = MarkdownIt("commonmark", {"html": False}).disable("image")
 _MESSAGE_DEPTH = 20
 
 
+@lru_cache(maxsize=256)
 def render_markdown(text: str) -> SafeString:
-    """Markdown as HTML safe to put in a page: no raw HTML, no scriptable link, no image."""
+    """Markdown as HTML safe to put in a page: no raw HTML, no scriptable link, no image. Cached: a page of cards
+    shows the same few tool descriptions again and again."""
     return mark_safe(_MARKDOWN.render(text))  # markdown-it escapes all text and refuses raw HTML
 
 

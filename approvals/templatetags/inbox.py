@@ -11,10 +11,23 @@ from django import template
 
 from agents.engine import server_tool_schema
 from agents.schema_forms import SchemaField, schema_fields
+from approvals.cards import listed_card
 from approvals.kinds import KINDS, Kind
 from approvals.models import PendingRequest, RequestKind
 
 register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def card(context: template.Context, pending: PendingRequest) -> str:
+    """`pending`'s card in the inbox list (approvals/cards.py), `pending.answerable` saying whether the reader
+    may answer it."""
+    return listed_card(
+        pending,
+        can_answer=pending.answerable,  # type: ignore[attr-defined]  # set by the inbox view
+        user=context.get("user"),
+        csrf_token=context.get("csrf_token"),
+    )
 
 
 @register.filter

@@ -5,6 +5,8 @@ key/value table with the JSON editor one click away."""
 import json
 import re
 
+from django.test import Client
+
 from approvals.models import PendingRequest
 from approvals.push import render_request
 from tests.approvals.test_inbox_pages import ask, make_agent, request_id
@@ -80,3 +82,40 @@ def test_a_continuations_request_shows_the_message_that_started_the_session(oper
     later.save()
 
     assert "call send_email" in render_request(later, can_answer=True).split('class="asked-by"')[1]
+
+
+def test_the_list_keeps_each_card_yet_every_reader_gets_their_own_token_and_claim_button(operator, admin, reader):
+    """The list's cards are kept between pages (approvals/cards.py); what differs per reader and per response
+    is still theirs: the CSRF token of each form (the answer goes through with it), Claim or Release, the forms
+    or none."""
+    make_agent(admin)
+    rid = request_id(ask(operator))
+    strict = {}
+    for persona in (operator, admin, reader):
+        strict[persona.user.username] = client = Client(enforce_csrf_checks=True)
+        client.force_login(persona.user)
+    card = r'<article class="request-card.*?</article>'
+    pages = {
+        name: re.search(card, client.get("/inbox/").content.decode(), re.S).group(0) for name, client in strict.items()
+    }
+    assert "<form" not in pages["rita"] and "csrf" not in pages["rita"].replace("csrfmiddlewaretoken", "")
+    tokens = {
+        name: set(re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)) for name, html in pages.items()
+    }
+    assert len(tokens["otto"]) == len(tokens["ada"]) == 1 and tokens["otto"] != tokens["ada"]
+    assert all(re.fullmatch(r"[A-Za-z0-9]{64}", token) for token in tokens["otto"] | tokens["ada"])
+
+    assert (
+        strict["ada"]
+        .post(f"/inbox/{rid}/claim/", {"action": "claim", "csrfmiddlewaretoken": next(iter(tokens["ada"]))})
+        .status_code
+        == 302
+    )
+    theirs, mine = (strict[name].get("/inbox/").content.decode() for name in ("otto", "ada"))
+    assert "claimed by <strong>ada</strong>" in theirs and 'value="claim">Claim</button>' in theirs
+    assert "claimed by <strong>ada</strong>" in mine and 'value="release">Release</button>' in mine
+
+    [token] = re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', re.search(card, theirs, re.S).group(0))[:1]
+    approved = strict["otto"].post(f"/inbox/{rid}/answer/", {"decision": "approve", "csrfmiddlewaretoken": token})
+    assert approved.status_code == 302
+    assert PendingRequest.objects.get(id=rid).answer["approved"] is True
