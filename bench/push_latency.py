@@ -119,9 +119,11 @@ async def connect(
     for first in range(0, clients, WAVE):
         opening = []
         for index in range(first, min(clients, first + WAVE)):
-            port = servers[index % len(servers)].port
-            opening.append(open_websocket(port, "/ws/console/", headers, inbox.got))
-            opening.append(open_websocket(port, "/bench/ws/", headers, bare.got))
+            server = servers[index % len(servers)]
+            # Each console checks the handshake's Origin against its own (console/origins.py).
+            own = {**headers, "Origin": server.base}
+            opening.append(open_websocket(server.port, "/ws/console/", own, inbox.got))
+            opening.append(open_websocket(server.port, "/bench/ws/", own, bare.got))
         opened = await asyncio.gather(*opening, return_exceptions=True)
         sockets += [ws for ws in opened if isinstance(ws, RawWebSocket)]
         failed = [error for error in opened if isinstance(error, BaseException)]
