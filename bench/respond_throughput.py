@@ -17,8 +17,11 @@ The daphne process takes its PostgreSQL connections from the console's pool (con
 
 Target: at least 500 answers/s and 0 double resolutions.
 
+With `--daphnes N` (N > 1) N console processes share the Redis channel layer and the client pairs spread over
+them; `--json` prints only the figures bench/scale.py draws.
+
 Usage: .venv/bin/python bench/respond_throughput.py [--requests 1000] [--per-run 10] [--clients 8]
-       [--respond-async]
+       [--respond-async] [--daphnes 1] [--json]
 """
 
 import argparse
@@ -34,10 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (
     MAILER,
+    REDIS_SERVER,
     HttpConnection,
     bench_env,
     daphnes,
     database_label,
+    flush_redis,
     median,
     percentile,
     pg_database,
@@ -50,6 +55,7 @@ from bench.common import (
 )
 
 DATABASE = "airlock_bench_respond"
+REDIS_DB = f"{REDIS_SERVER}/8?socket_timeout=15"  # several daphnes share pushes through it
 
 
 @dataclass
@@ -124,14 +130,17 @@ async def answer_pair(
 
 
 async def hammer(
-    port: int, tokens: dict[str, str], requests: list[tuple[str, str]], clients: int, prefer_async: bool
+    ports: list[int], tokens: dict[str, str], requests: list[tuple[str, str]], clients: int, prefer_async: bool
 ) -> tuple[Tally, float]:
     work: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
     for item in requests:
         work.put_nowait(item)
     tally = Tally()
     start = time.perf_counter()
-    await asyncio.gather(*(answer_pair(port, tokens, work, tally, prefer_async) for _ in range(clients)))
+    # The pairs spread over the servers (a load balancer's round robin); a pair's two clients share one.
+    await asyncio.gather(
+        *(answer_pair(ports[n % len(ports)], tokens, work, tally, prefer_async) for n in range(clients))
+    )
     return tally, time.perf_counter() - start
 
 
@@ -180,25 +189,31 @@ def main() -> None:
     parser.add_argument("--per-run", type=int, default=10, help="approvals each seeded run asks for")
     parser.add_argument("--clients", type=int, default=8, help="client pairs (each request answered by both)")
     parser.add_argument("--respond-async", action="store_true", help="send `Prefer: respond-async` with answers")
+    parser.add_argument("--daphnes", type=int, default=1, help="console processes (more than one: the Redis layer)")
+    parser.add_argument("--json", action="store_true", help="print only a JSON line of the figures (bench/scale.py)")
     args = parser.parse_args()
     started = time.perf_counter()
     url = pg_database(DATABASE, fresh=False)
     with scratch_dir("airlock-respond-bench-") as data:
-        env = bench_env(data, database_url=url)
+        redis = REDIS_DB if args.daphnes > 1 else None
+        env = bench_env(data, database_url=url, redis_url=redis)
         setup_django(env)
         from django.core.management import call_command
         from django.db import connections
 
         call_command("migrate", verbosity=0)
         call_command("flush", verbosity=0, interactive=False)
+        if redis:
+            flush_redis(redis)
         database = database_label()
         runs = max(1, args.requests // args.per_run)
         seed_start = time.perf_counter()
         tokens, requests = seed(runs, args.per_run)
         seed_seconds = time.perf_counter() - seed_start
         connections.close_all()
-        with daphnes(env, 1) as servers:
-            tally, seconds = asyncio.run(hammer(servers[0].port, tokens, requests, args.clients, args.respond_async))
+        with daphnes(env, args.daphnes) as servers:
+            ports = [server.port for server in servers]
+            tally, seconds = asyncio.run(hammer(ports, tokens, requests, args.clients, args.respond_async))
             healthz = asyncio.run(floor(servers[0].port, 2 * args.clients))
             if tally.errors:
                 print(f"--- daphne log ---\n{servers[0].log_tail(80)}", file=sys.stderr)
@@ -209,11 +224,16 @@ def main() -> None:
     lost = len(requests) - len(tally.accepted)
     rate = len(requests) / seconds
     http_rate = (len(tally.latencies) + len(tally.errors)) / seconds
+    if args.json:
+        figures = {"daphnes": args.daphnes, "resolved_per_second": rate, "healthz_per_second": healthz}
+        print(json.dumps({**figures, "sound": doubles == 0 and lost == 0 and check["continued_twice"] == 0}))
+        return
     prefer = " --respond-async" if args.respond_async else ""
     command = f"respond_throughput.py --requests {args.requests} --per-run {args.per_run} --clients {args.clients}"
     print("### Answer throughput and races (c): `POST /api/runs/{runId}/responses`, every request answered twice\n")
     print(
-        f"`{command}{prefer}`: {database} (pooled connections), in-memory layer, one daphne; "
+        f"`{command}{prefer}`: {database} (pooled connections), "
+        f"{'in-memory layer, one daphne' if args.daphnes == 1 else f'Redis layer, {args.daphnes} daphnes'}; "
         f"{len(requests)} pending approvals in {runs} runs (seeded through the run API in {seed_seconds:.0f} s), "
         f"{args.clients} client pairs over loopback keep-alive HTTP, both clients of a pair answering the same "
         f"request at the same moment; {python_line()}; "
