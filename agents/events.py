@@ -169,16 +169,7 @@ def session_title(first: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if len(title) > TITLE_LENGTH:
         title = title[: TITLE_LENGTH - 1].rstrip() + "…"
-    return {
-        "id": str(uuid.uuid4()),
-        "runId": first["runId"],
-        "sequence": first["sequence"],
-        "timestamp": first["timestamp"],
-        "parentId": first["id"],
-        "ephemeral": True,
-        "type": EventType.SESSION_TITLE_CHANGED,
-        "data": {"title": title},
-    }
+    return _following(first, EventType.SESSION_TITLE_CHANGED, {"title": title})
 
 
 def session_idle(last: dict[str, Any]) -> dict[str, Any] | None:
@@ -187,13 +178,18 @@ def session_idle(last: dict[str, Any]) -> dict[str, Any] | None:
     replayed history reads as the live one did."""
     if last["type"] not in TURN_ENDS:
         return None
+    return _following(last, EventType.SESSION_IDLE, {"aborted": last["type"] == EventType.RUN_CANCELLED})
+
+
+def _following(event: dict[str, Any], kind: EventType, data: dict[str, Any]) -> dict[str, Any]:
+    """An ephemeral event the session stream adds after `event` (an envelope): dated and chained as it."""
     return {
         "id": str(uuid.uuid4()),
-        "runId": last["runId"],
-        "sequence": last["sequence"],
-        "timestamp": last["timestamp"],
-        "parentId": last["id"],
+        "runId": event["runId"],
+        "sequence": event["sequence"],
+        "timestamp": event["timestamp"],
+        "parentId": event["id"],
         "ephemeral": True,
-        "type": EventType.SESSION_IDLE,
-        "data": {"aborted": last["type"] == EventType.RUN_CANCELLED},
+        "type": kind,
+        "data": data,
     }
