@@ -383,10 +383,13 @@ class _SessionFollower:
 
     def live(self, event: live.Published) -> Iterator[str]:
         """A live event: delivered when it comes next (an ephemeral one: when the stream stands at the stored
-        event it follows), held when an event before it is missing, dropped when already delivered."""
+        event it follows), held when an event before it is missing (or its run is not known yet), dropped when
+        already delivered (an ephemeral one: when the stream is past the event it follows)."""
         run = self.runs.get(event.run_id)
         if event.ephemeral:
-            if not self.held and run is not None and (run[0], event.sequence) == self._at():
+            if self.held or run is None or (run[0], event.sequence) > self._at():
+                self.held.append(event)
+            elif (run[0], event.sequence) == self._at():
                 yield _session_frame(event, None)
             return
         if self.held or run is None:
@@ -406,6 +409,14 @@ class _SessionFollower:
         held, self.held = self.held, []
         for waiting, event in enumerate(held):
             run = self.runs.get(event.run_id)
+            if event.ephemeral:
+                place = (run[0], event.sequence) if run is not None else None
+                if place is None or place > self._at():
+                    self.held = held[waiting:]  # the event it follows has not come yet
+                    return
+                if place == self._at():
+                    yield _session_frame(event, None)
+                continue  # else the stream is past the event it followed: too late to show
             if run is not None and (run[0], event.sequence) <= self._at():
                 continue  # the database gave it already
             if run is None or not self._next(run[0], event.sequence):

@@ -341,3 +341,39 @@ async def test_it_stops_when_the_client_disconnects(operator, assistant):
     await asyncio.wait({client.future}, timeout=5)
     assert client.future.done()
     await client.wait()
+
+
+def test_a_delta_of_a_run_the_stream_does_not_know_yet_waits_for_it_instead_of_being_lost():
+    """A turn that does not stream reports its reply as one delta, in the first message the stream gets of that
+    run: it waits with the run's stored events until the database says where the run stands, then comes right
+    after the event it follows; a delta whose moment passed is dropped."""
+    from datetime import UTC, datetime
+
+    import console.urls  # noqa: F401  # the API's modules, loaded in their order (runs_api alone would be a cycle)
+    from agents import live
+    from agents.runs_api import SessionPosition, _SessionFollower
+
+    def published(run: str, sequence: int, kind: str, ephemeral: bool = False) -> live.Published:
+        envelope = {"runId": run, "sequence": sequence, "ephemeral": ephemeral, "type": kind, "id": f"{run}.{sequence}"}
+        return live.Published.of({**envelope, "timestamp": "t", "data": {}})
+
+    first, second = (datetime(2026, 12, 1, tzinfo=UTC), "a"), (datetime(2026, 12, 1, 0, 1, tzinfo=UTC), "b")
+    follower = _SessionFollower(SessionPosition(0, 4, first))  # type: ignore[arg-type]
+    follower.runs["a"] = (0, first)  # type: ignore[assignment]
+    arriving = [
+        published("b", 1, "run.started"),
+        published("b", 2, "assistant.turn_start"),
+        published("b", 2, "assistant.message_delta", ephemeral=True),
+        published("a", 3, "assistant.message_delta", ephemeral=True),  # after an event long delivered: too late
+    ]
+    assert [frame for event in arriving for frame in follower.live(event)] == []
+
+    follower.runs["b"] = (1, second)  # type: ignore[assignment]  # the database read: run b comes next
+    frames = list(follower.release_held())
+
+    assert [frame.split("\n")[:2] for frame in frames] == [
+        ["id: 1.1", "event: run.started"],
+        ["id: 1.2", "event: assistant.turn_start"],
+        ["event: assistant.message_delta", f"data: {arriving[2].encoded}"],
+    ]
+    assert follower.held == []

@@ -57,6 +57,13 @@ def test_an_operator_forks_a_session_at_its_first_turn_and_answers_its_question_
 
     page.goto(f"/trial/?agent={agent}&session={session}")
     until_shown(page, "ask_user: red")
+    # An earlier turn offers its fork on a page drawn once a later turn ended (a page opened while the
+    # continuation ran shows it streaming in and leaves the first turn as it was drawn): reload until then.
+    for _ in range(50):
+        if page.locator(f"#turn-{asked}").get_by_text("Answer differently (fork)").count():
+            break
+        page.wait_for_timeout(200)
+        page.reload()
     expect(page.locator(".turn")).to_have_count(2)
     expect(page.locator(".answers:not([data-fork]) .request-widget")).to_have_count(0)
 
