@@ -372,6 +372,7 @@ async def test_it_applies_a_role_change_once_it_is_committed(operator, admin, as
     assert (await ws.receive_json_from())["type"] == "heartbeat"
     release.set()
     await demoting
+    assert (await ws.receive_json_from(timeout=5))["type"] == "heartbeat"  # committed: the inbox reads again
 
     await ask(admin)
     pushed = await opened(ws)
