@@ -44,6 +44,9 @@ _DETACHED: set["asyncio.Future[None]"] = set()
 
 # How often a followed event stream (a run's, a session's) reads the database for what is new.
 FOLLOW_POLL_SECONDS = 0.2
+# After each look at the database, how long the stream waits for live events that came meanwhile (so that a
+# delta among them is placed between the stored events the database gave, not dropped as late).
+DRAIN_SECONDS = 0.002
 
 
 def _sse(envelope: dict[str, Any]) -> str:
@@ -338,6 +341,8 @@ async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncItera
         while True:
             fresh, over, runs = await sync_to_async(_session_events_after)(session_pk, follower.after)
             follower.runs.update(runs)
+            while (meanwhile := await subscription.receive(DRAIN_SECONDS)) is not None:
+                follower.held += meanwhile
             for position, envelope in fresh:
                 for frame in follower.deliver(position, live.Published.of(envelope)):
                     yield frame
@@ -372,6 +377,16 @@ class _SessionFollower:
     def deliver(self, position: SessionPosition, event: live.Published) -> Iterator[str]:
         yield _session_frame(event, position.cursor)
         self.after = position
+        if self.held:  # the ephemeral events held for this place come right after it; earlier ones are late
+            here, kept = (position.index, position.sequence), []
+            for waiting in self.held:
+                run = self.runs.get(waiting.run_id)
+                place = (run[0], waiting.sequence) if run is not None else None
+                if not waiting.ephemeral or place is None or place > here:
+                    kept.append(waiting)
+                elif place == here:
+                    yield _session_frame(waiting, None)
+            self.held = kept
         if position.index == 0 and event.type == EventType.USER_MESSAGE:  # the session's first message names it
             title = session_title(json.loads(event.encoded))
             if title is not None:
