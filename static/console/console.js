@@ -48,6 +48,9 @@
         document.querySelectorAll("[data-live-pending]").forEach((el) => (el.textContent = String(data.pending)));
         document.querySelectorAll(".badge[data-live-pending]").forEach((el) => el.classList.toggle("hot", data.pending > 0));
       }
+      // A page script that runs after the first heartbeat (deferred scripts can wait on their download while
+      // the socket opens) reads it here: inbox.js re-syncs its list on it.
+      if (data.type === "heartbeat") window.airlockHeartbeat = data;
       document.dispatchEvent(new CustomEvent("airlock:push", { detail: data }));
     });
     socket.addEventListener("close", () => {

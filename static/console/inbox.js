@@ -136,6 +136,8 @@
     }
     if (typeof push.pending === "number") setPending(push.pending);
   });
+  // The socket may have said its first heartbeat before this script ran (console.js opens it first): re-sync.
+  if (window.airlockHeartbeat) refresh();
 
   // "claimed by ada" on the card in every inbox; the claimer's own button offers the release.
   function showClaim(id, claimedBy, claimedAt) {
