@@ -13,7 +13,6 @@ without an answer too ("Fork from here"): the next message in the fork continues
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
@@ -25,7 +24,7 @@ from django.views.decorators.http import require_GET
 from agents.checkpoints import checkpoints_of, fork_origin
 from agents.getters import get_run_for
 from agents.models import Agent, AgentVersion, Checkpoint, Run, Session
-from approvals.models import PendingRequest, RequestStatus, groups_of
+from approvals.models import PendingRequest, RequestStatus, mark_answerable
 from console.models import Membership
 from console.tenancy import ConsoleRequest, role_required
 
@@ -56,15 +55,6 @@ def _for_form(pending: PendingRequest) -> PendingRequest:
     return pending
 
 
-def _mark_answerable(membership: Membership, requests: Iterable[PendingRequest]) -> None:
-    """Which requests the member may answer here; a request routed to a group of others shows whom it waits for
-    (SPEC section 11). The member's groups are read only when a request is routed."""
-    listed = list(requests)
-    groups = groups_of(membership) if any(pending.approvers for pending in listed) else set()
-    for pending in listed:
-        pending.answerable = pending.answerable_by(membership, groups)  # type: ignore[attr-defined]
-
-
 def _back(agent: Agent, version: int, session_key: str) -> str:
     """The trial page of a session: where an answer posted without JavaScript comes back to."""
     return f"{reverse('trial')}?{urlencode({'agent': agent.name, 'version': version, 'session': session_key})}"
@@ -79,7 +69,7 @@ def _turns(
     current one."""
     requests = session.requests.select_related("run__version").order_by("opened_at", "id")
     by_id = {pending.id: _for_form(pending) for pending in requests}
-    _mark_answerable(membership, by_id.values())
+    mark_answerable(membership, by_id.values())
     opened: dict[uuid.UUID, list[PendingRequest]] = defaultdict(list)
     for pending in by_id.values():  # a fork's copies belong to the original's runs: none of the fork's turns
         opened[pending.run_id].append(pending)
@@ -129,7 +119,7 @@ def trial(request: ConsoleRequest) -> HttpResponse:
             copies = session.requests.open().exclude(run__session=session).select_related("run__version")
             copies = copies.order_by("opened_at", "id")
             waiting = [_for_form(pending) for pending in copies]
-            _mark_answerable(request.membership, waiting)
+            mark_answerable(request.membership, waiting)
         context.update(
             versions=versions,
             version=version,

@@ -1,5 +1,5 @@
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +57,15 @@ def groups_of(membership: Membership) -> set[str]:
     """The names of the tenant's groups the member belongs to."""
     groups = ApproverGroup.objects.filter(tenant_id=membership.tenant_id, members=membership.user_id)
     return set(groups.values_list("name", flat=True))
+
+
+def mark_answerable(membership: Membership, requests: Iterable["PendingRequest"]) -> None:
+    """Set `answerable` on each request: whether the member may answer it (SPEC section 11). The member's groups
+    are read only when a request is routed to one."""
+    listed = list(requests)
+    groups = groups_of(membership) if any(pending.approvers for pending in listed) else set()
+    for pending in listed:
+        pending.answerable = pending.answerable_by(membership, groups)  # type: ignore[attr-defined]
 
 
 class Digest(models.Model):

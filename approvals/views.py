@@ -26,7 +26,7 @@ from agents.models import Agent
 from approvals.answers import ClaimRefused, Outcome, Response, ResponseRefused, claim, release, respond
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
-from approvals.models import PendingRequest, RequestKind, groups_of
+from approvals.models import PendingRequest, RequestKind, mark_answerable
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
 from console.tenancy import ConsoleRequest, role_required
@@ -123,9 +123,7 @@ def inbox(request: ConsoleRequest) -> HttpResponse:
     # One row past the page says whether another page follows: no count over the open requests.
     listed = list(filters.apply(_open_requests(tenant))[start : start + PAGE_SIZE + 1])
     requests = _with_batches(listed[:PAGE_SIZE])
-    groups = groups_of(request.membership)
-    for pending in requests:
-        pending.answerable = pending.answerable_by(request.membership, groups)  # type: ignore[attr-defined]
+    mark_answerable(request.membership, requests)
     page = {
         "number": number,
         "start": start + 1,

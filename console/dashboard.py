@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from agents.models import Run, RunStatus
 from agents.run_views import duration
-from approvals.models import PendingRequest, groups_of
+from approvals.models import PendingRequest, mark_answerable
 from console.models import Membership, Tenant
 
 AGENTS_SHOWN = 8
@@ -38,9 +38,7 @@ def oldest_waiting(membership: Membership) -> list[PendingRequest]:
         .select_related("agent", "claimed_by")
         .order_by("opened_at", "id")[:WAITING_SHOWN]
     )
-    groups = groups_of(membership) if any(r.approvers for r in requests) else set()
-    for pending in requests:
-        pending.answerable = pending.answerable_by(membership, groups)  # type: ignore[attr-defined]
+    mark_answerable(membership, requests)
     return requests
 
 
