@@ -374,14 +374,18 @@ class _SessionFollower:
         self.runs: RunPlaces = {}
         self.held: list[live.Published] = []
 
+    def _place(self, event: live.Published) -> tuple[int, int] | None:
+        """Where `event` sorts in the session (its run's index, its sequence); None while its run is not placed."""
+        run = self.runs.get(event.run_id)
+        return (run[0], event.sequence) if run is not None else None
+
     def deliver(self, position: SessionPosition, event: live.Published) -> Iterator[str]:
         yield _session_frame(event, position.cursor)
         self.after = position
         if self.held:  # the ephemeral events held for this place come right after it; earlier ones are late
             here, kept = (position.index, position.sequence), []
             for waiting in self.held:
-                run = self.runs.get(waiting.run_id)
-                place = (run[0], waiting.sequence) if run is not None else None
+                place = self._place(waiting)
                 if not waiting.ephemeral or place is None or place > here:
                     kept.append(waiting)
                 elif place == here:
@@ -402,9 +406,10 @@ class _SessionFollower:
         already delivered (an ephemeral one: when the stream is past the event it follows)."""
         run = self.runs.get(event.run_id)
         if event.ephemeral:
-            if self.held or run is None or (run[0], event.sequence) > self._at():
+            place = self._place(event)
+            if self.held or place is None or place > self._at():
                 self.held.append(event)
-            elif (run[0], event.sequence) == self._at():
+            elif place == self._at():
                 yield _session_frame(event, None)
             return
         if self.held or run is None:
@@ -425,7 +430,7 @@ class _SessionFollower:
         for waiting, event in enumerate(held):
             run = self.runs.get(event.run_id)
             if event.ephemeral:
-                place = (run[0], event.sequence) if run is not None else None
+                place = self._place(event)
                 if place is None or place > self._at():
                     self.held = held[waiting:]  # the event it follows has not come yet
                     return
