@@ -160,7 +160,7 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
         raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
     session = None
     if request.session_id:
-        session = Session.objects.live().filter(tenant=tenant, key=request.session_id).first()
+        session = Session.objects.live().select_related("last_run").filter(tenant=tenant, key=request.session_id).first()
         if session is not None and session.agent_id != agent.pk:
             raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
         if session is not None:
@@ -274,9 +274,15 @@ def refuse_if_busy_or_gone(session: Session) -> None:
 
 def _check_answers(prepared: PreparedRun) -> None:
     request, session = prepared.request, prepared.session
-    open_requests: dict[uuid.UUID, PendingRequest] = {}
+    # The session's requests no run has carried yet, in one query: open ones, and those closed without an
+    # answer (expired, cancelled) whose calls the turn must close; with who answered each stored answer,
+    # whom the events handing them to the engine name.
+    uncarried: list[PendingRequest] = []
     if session is not None:
-        open_requests = {r.id: r for r in session.requests.filter(status=RequestStatus.PENDING, answered_in=None)}
+        statuses = (RequestStatus.PENDING, RequestStatus.EXPIRED, RequestStatus.CANCELLED)
+        found = session.requests.filter(status__in=statuses, answered_in=None).select_related("answered_by")
+        uncarried = list(found)
+    open_requests = {r.id: r for r in uncarried if r.status == RequestStatus.PENDING}
     by_call = {r.call_id: r for r in open_requests.values()}
     approval_modes = {t.name: t.approval for t in prepared.version.definition.tools}
 
@@ -325,10 +331,7 @@ def _check_answers(prepared: PreparedRun) -> None:
             code = "invalid_input_content" if refused.code == "invalid_content" else refused.code
             raise RunRejected(400, code, refused.detail) from None
 
-    if session is not None:
-        prepared.terminated = list(
-            session.requests.filter(status__in=(RequestStatus.EXPIRED, RequestStatus.CANCELLED), answered_in=None)
-        )
+    prepared.terminated = [r for r in uncarried if r.status != RequestStatus.PENDING]
     stored = [r for r in open_requests.values() if r.answer is not None]
     prepared.stored_answers = stored
     unanswered = [r for r in open_requests.values() if r.id not in seen and r.answer is None]

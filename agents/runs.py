@@ -121,11 +121,14 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             _deliver_terminated(pending, run, answers, log)
         # Answers given in this request, then answers stored before (from the inbox): a request answered
         # or closed since prepare_run found it rejects the whole run, so a call is never answered twice.
-        carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
-        for pending, payload in carried:
+        for pending, payload in prepared.answered:
             if not pending.deliver_to(run, now, answer=payload, user=_person(user)):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
+        if not PendingRequest.deliver_stored(prepared.stored_answers, run, now):
+            detail = "A request whose stored answer this run carries was carried or closed meanwhile."
+            raise RunRejected(409, "already_answered", detail)
+        carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
         for pending, _ in carried:
             deliver(pending, answers, log)
         rules = active_rules(prepared.agent, prepared.version)

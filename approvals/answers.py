@@ -150,12 +150,12 @@ def _payload(pending: PendingRequest, response: Response) -> dict[str, Any] | Ou
     return stored
 
 
-def respond(membership: Membership, user: Any, run: Run, response: Response, *, via: str) -> Outcome:
-    """Answer one request of `run` (SPEC section 4, "Respond"). Raises PendingRequest.DoesNotExist for a
-    request this tenant's run never issued, ResponseRefused for a refused answer."""
-    pending = PendingRequest.objects.select_related("run__version", "session", "agent").get(
-        tenant=membership.tenant, run=run, id=response.request_id
-    )
+def respond(membership: Membership, user: Any, run_id: uuid.UUID, response: Response, *, via: str) -> Outcome:
+    """Answer one request of the run `run_id` (SPEC section 4, "Respond"). Raises PendingRequest.DoesNotExist
+    for a request this tenant's run never issued, ResponseRefused for a refused answer."""
+    # One query for all an answer reads; the session's conversation (a whole history) is not among it.
+    found = PendingRequest.objects.select_related("run__version", "session__agent", "session__tenant", "agent")
+    pending = found.defer("session__conversation").get(tenant=membership.tenant, run_id=run_id, id=response.request_id)
     rid = str(pending.id)
     refuse_unless_approver(membership, pending)
     if response.checkpoint_id is not None:
@@ -251,7 +251,7 @@ def continue_when_complete(user: Any, session: Session) -> Run | None:
         return None
     # The continuation runs the version that asked unless an answer named another (SPEC section 9), on its
     # lane (its parameters and culture repeat as well), through the queue: the answer returns at once.
-    asked = session.last_run
+    asked = Run.objects.select_related("version").filter(pk=session.last_run_id).first()
     given = [answer for answer in stored if isinstance(answer, dict)]
     chosen_version = next((a["definitionVersion"] for a in given if a.get("definitionVersion")), None)
     chosen_id = next((a["newRunId"] for a in given if a.get("newRunId")), None)

@@ -127,10 +127,10 @@ class RespondResult(Schema):
 def respond_to_request(request: ConsoleRequest, run_id: uuid.UUID, payload: Response) -> dict[str, Any]:
     """Answer one pending request of a run. The status says what became of the answer."""
     membership = require_role(request, "operator")
-    run = get_run_for(request, run_id)
     try:
-        outcome = respond(membership, membership.user, run, payload, via="api")
+        outcome = respond(membership, membership.user, run_id, payload, via="api")
     except PendingRequest.DoesNotExist:
+        get_run_for(request, run_id)  # a run not the tenant's is run_not_found
         raise ApiError(404, "request_not_found", f"The run {run_id} issued no request {payload.request_id}.") from None
     except ResponseRefused as refused:
         raise ApiError(refused.status, refused.code, refused.detail) from None

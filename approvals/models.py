@@ -204,31 +204,44 @@ class PendingRequest(models.Model):
             setattr(self, name, value)
         return True
 
-    def deliver_to(self, run: Run, now: datetime, *, answer: dict[str, Any] | None = None, user: Any = None) -> bool:
-        """Mark the request answered by `run`, which carries its answer to the engine: `answer` given in
-        that run request, else the one stored before (from the inbox). Only while the request is as the
-        run request found it: still open, and unanswered unless its answer came earlier; False when an
-        answer or a closing came in between (two operators, two turns at once)."""
+    def deliver_to(self, run: Run, now: datetime, answer: dict[str, Any], user: Any) -> bool:
+        """Mark the request answered by `run` with `answer`, given in that run request, while it is as the run
+        request found it: open and unanswered; False when an answer or a closing came in between (two
+        operators, two turns at once). Answers stored before are carried by `deliver_stored`."""
         changes: dict[str, Any] = {
             "status": RequestStatus.ANSWERED,
             "answered_in": run,
-            "closed_at": self.closed_at or now,
+            "answer": answer,
+            "answered_by": user,
+            "answered_at": now,
+            "answered_via": "run",
+            "closed_at": now,
         }
-        if answer is not None:
-            changes |= {
-                "answer": answer,
-                "answered_by": user,
-                "answered_at": now,
-                "answered_via": "run",
-                "closed_at": now,
-            }
         found = PendingRequest.objects.filter(
-            pk=self.pk, status=RequestStatus.PENDING, answered_in=None, answer__isnull=answer is not None
+            pk=self.pk, status=RequestStatus.PENDING, answered_in=None, answer__isnull=True
         )
         if not found.update(**changes):
             return False
         for name, value in changes.items():
             setattr(self, name, value)
+        return True
+
+    @staticmethod
+    def deliver_stored(requests: list["PendingRequest"], run: Run, now: datetime) -> bool:
+        """Mark the requests whose answers were stored before (inbox, respond API) answered by `run`, in one
+        conditional update while each is as it was found: open with its answer, carried by no run. False
+        when any was carried or closed in between (the caller's transaction then writes nothing)."""
+        if not requests:
+            return True
+        found = PendingRequest.objects.filter(
+            pk__in=[r.pk for r in requests], status=RequestStatus.PENDING, answered_in=None, answer__isnull=False
+        )
+        changes = {"status": RequestStatus.ANSWERED, "answered_in": run, "closed_at": now}
+        if found.update(**changes) != len(requests):
+            return False
+        for request in requests:
+            for name, value in changes.items():
+                setattr(request, name, value)
         return True
 
     def answerable_by(self, membership: Membership, groups: set[str] | None = None) -> bool:

@@ -181,7 +181,7 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
     else:
         response = form.cleaned_data["response"]
         try:
-            outcome = respond(membership, request.user, pending.run, response, via="inbox")
+            outcome = respond(membership, request.user, pending.run_id, response, via="inbox")
         except ResponseRefused as refused:
             error = refused.detail
         else:
@@ -268,7 +268,7 @@ def _answer_each(
     for pending in listed:
         response = Response(request_id=pending.id, approved=approved, reason=reason)
         try:
-            outcome = respond(membership, user, pending.run, response, via="inbox")
+            outcome = respond(membership, user, pending.run_id, response, via="inbox")
         except ResponseRefused as refused:
             problems.append(f"{pending.agent.name} · {pending.tool_name}: {refused.detail}")
             continue

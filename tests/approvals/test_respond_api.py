@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 from django.core import mail
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent, Run
 from approvals.models import PendingRequest, RequestStatus, Rule
@@ -561,6 +563,32 @@ def test_it_continues_when_the_last_of_parallel_requests_is_answered(operator, a
     assert [m.to for m in mail.outbox] == [["a@b.c"]]
     assert Run.objects.filter(previous_run_id=asked["runId"]).count() == 1
     assert operator.api("GET", "/api/requests").json()["items"] == []
+
+
+def _queries_of_each_answer(persona: Persona, session: str, count: int) -> list[int]:
+    """Ask for `count` approvals at once and approve them one by one: the queries each answer asked."""
+    lines = [f"call send_email {json.dumps({**EMAIL, 'subject': f's{n}'})}" for n in range(count)]
+    asked = ask(persona, "\n".join(lines), session)
+    counts = []
+    for index in range(count):
+        with CaptureQueriesContext(connection) as captured:
+            outcome = approve(persona, asked, index)
+        assert outcome["status"] == "accepted"
+        counts.append(len(captured))
+    assert outcome["continuationRunId"]
+    return counts
+
+
+def test_an_answer_asks_as_many_queries_for_ten_requests_as_for_two(operator, assistant):
+    """Neither a plain answer nor the one that starts the continuation reads or writes request by request
+    (the continuation read each answerer and updated each request on its own: 20 more queries for 10)."""
+    two = _queries_of_each_answer(operator, "two", 2)
+    ten = _queries_of_each_answer(operator, "ten", 10)
+
+    assert set(ten[:-1]) == {two[0]}
+    assert ten[-1] == two[-1]
+    drain_queued(2)
+    assert len(mail.outbox) == 12
 
 
 def test_it_continues_with_a_client_tool_result_and_an_approval_together(operator, assistant):
