@@ -160,7 +160,8 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
         raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
     session = None
     if request.session_id:
-        session = Session.objects.live().select_related("last_run").filter(tenant=tenant, key=request.session_id).first()
+        sessions = Session.objects.live().select_related("last_run")
+        session = sessions.filter(tenant=tenant, key=request.session_id).first()
         if session is not None and session.agent_id != agent.pk:
             raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
         if session is not None:
