@@ -281,8 +281,7 @@ def _check_answers(prepared: PreparedRun) -> None:
     uncarried: list[PendingRequest] = []
     if session is not None:
         statuses = (RequestStatus.PENDING, RequestStatus.EXPIRED, RequestStatus.CANCELLED)
-        found = session.requests.filter(status__in=statuses, answered_in=None).select_related("answered_by")
-        uncarried = list(found)
+        uncarried = list(session.requests.filter(status__in=statuses, answered_in=None).select_related("answered_by"))
     open_requests = {r.id: r for r in uncarried if r.status == RequestStatus.PENDING}
     by_call = {r.call_id: r for r in open_requests.values()}
     approval_modes = {t.name: t.approval for t in prepared.version.definition.tools}

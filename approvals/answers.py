@@ -251,7 +251,8 @@ def continue_when_complete(user: Any, session: Session) -> Run | None:
         return None
     # The continuation runs the version that asked unless an answer named another (SPEC section 9), on its
     # lane (its parameters and culture repeat as well), through the queue: the answer returns at once.
-    asked = Run.objects.select_related("version").filter(pk=session.last_run_id).first()
+    runs = Run.objects.select_related("version")
+    asked = runs.filter(pk=session.last_run_id).first() if session.last_run_id else None
     given = [answer for answer in stored if isinstance(answer, dict)]
     chosen_version = next((a["definitionVersion"] for a in given if a.get("definitionVersion")), None)
     chosen_id = next((a["newRunId"] for a in given if a.get("newRunId")), None)
