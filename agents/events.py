@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents import live
@@ -50,7 +50,13 @@ class EventLog:
 
     def flush(self) -> None:
         """Write the stored events not written yet (from any thread; the turn may go on meanwhile)."""
-        with self._flushing:
+        if self.flushed == len(self.stored):
+            return
+        # The write transaction first, then the log's lock, wherever the log is flushed from (the keeper, a tool
+        # about to run, the finishing turn inside its own transaction): on SQLite, a flusher holding the lock
+        # while waiting to write and one holding a write transaction while waiting for the lock each waited
+        # for the other until the database's timeout.
+        with transaction.atomic(savepoint=False), self._flushing:
             events = self.stored[self.flushed :]
             if events:
                 Event.objects.bulk_create(events)

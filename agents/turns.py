@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from agents.events import EventLog
@@ -83,11 +82,7 @@ def keep_held() -> None:
         lease_expires_at=timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
     )
     for entry in held.values():
-        # Its write transaction begun before the log's lock is taken, as a finishing turn does (`finish_run`
-        # flushes inside its transaction): waiting to write while holding the log's lock, the keeper and a
-        # turn finishing on SQLite each waited for the other until the database's timeout (20 s).
-        with transaction.atomic():
-            entry.log.flush()
+        entry.log.flush()
     for run_id in Run.objects.filter(id__in=held, cancel_requested=True).values_list("id", flat=True):
         cancel_here(run_id)
 
