@@ -241,4 +241,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # Django's own loggers are set to INFO by its defaults: without this, LOG_LEVEL=WARNING still printed (and
+    # paid for) two lines of django.tasks for every queued run.
+    "loggers": {"django": {"level": env_str("LOG_LEVEL", "INFO")}},
 }
