@@ -15,7 +15,9 @@ continued twice; the database is checked as well (each request answered once, on
 
 The daphne process takes its PostgreSQL connections from the console's pool (console/settings.py).
 
-Target: at least 500 answers/s and 0 double resolutions.
+Target: at least 500 answers/s and 0 double resolutions. Issue 17 (item 1) adds two, against the same
+server's floor: requests resolved per second at least 0.3x its `GET /healthz` rate, and the answers' p50
+under load at most 20x the `/healthz` p50 under the same number of connections.
 
 With `--daphnes N` (N > 1) N console processes share the Redis channel layer and the client pairs spread over
 them; `--json` prints only the figures bench/scale.py draws.
@@ -55,6 +57,8 @@ from bench.common import (
 )
 
 DATABASE = "airlock_bench_respond"
+HEALTHZ_SHARE = 0.3  # resolved requests per second against /healthz per second (issue 17 item 1)
+P50_OVER_HEALTHZ = 20  # answer p50 under load against /healthz p50 under load
 REDIS_DB = f"{REDIS_SERVER}/8?socket_timeout=15"  # several daphnes share pushes through it
 
 
@@ -144,10 +148,12 @@ async def hammer(
     return tally, time.perf_counter() - start
 
 
-async def floor(port: int, connections: int, count: int = 600) -> float:
+async def floor(port: int, connections: int, count: int = 1200) -> tuple[float, float]:
     """Requests per second of `GET /healthz` (one SELECT 1, one channel-layer round trip) over the same number
-    of keep-alive connections: what one daphne process serves at best on this machine."""
+    of keep-alive connections, and its p50 latency under that load: what one daphne process serves at best
+    on this machine."""
     left = count
+    latencies: list[float] = []
 
     async def worker() -> None:
         nonlocal left
@@ -155,13 +161,15 @@ async def floor(port: int, connections: int, count: int = 600) -> float:
         try:
             while left > 0:
                 left -= 1
+                start = time.perf_counter()
                 await connection.request("GET", "/healthz")
+                latencies.append(time.perf_counter() - start)
         finally:
             await connection.close()
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(connections)))
-    return count / (time.perf_counter() - start)
+    return count / (time.perf_counter() - start), median(latencies)
 
 
 def database_check(requests: list[tuple[str, str]]) -> dict[str, int]:
@@ -214,7 +222,7 @@ def main() -> None:
         with daphnes(env, args.daphnes) as servers:
             ports = [server.port for server in servers]
             tally, seconds = asyncio.run(hammer(ports, tokens, requests, args.clients, args.respond_async))
-            healthz = asyncio.run(floor(servers[0].port, 2 * args.clients))
+            healthz, healthz_p50 = asyncio.run(floor(servers[0].port, 2 * args.clients))
             if tally.errors:
                 print(f"--- daphne log ---\n{servers[0].log_tail(80)}", file=sys.stderr)
         check = database_check(requests)
@@ -243,7 +251,8 @@ def main() -> None:
     print(f"| requests resolved per second (distinct requests / wall) | {rate:.0f} |")
     print(f"| HTTP answers per second (both clients) | {http_rate:.0f} |")
     print(f"| wall time | {seconds:.2f} s |")
-    print(f"| for scale: `GET /healthz` per second, same server and connections | {healthz:.0f} |")
+    print(f"| floor: `GET /healthz` per second, same server and connections | {healthz:.0f} |")
+    print(f"| floor: `GET /healthz` p50 ms under that load | {healthz_p50 * 1000:.1f} |")
     if tally.latencies:
         p50, p99 = median(tally.latencies) * 1000, percentile(tally.latencies, 99) * 1000
         print(f"| one answer, p50 / p99 ms (all {len(tally.latencies)}) | {p50:.1f} / {p99:.1f} |")
@@ -271,6 +280,14 @@ def main() -> None:
         f"0 double resolutions — {verdict(sound)} ({doubles} doubles, {lost} lost, "
         f"{check['continued_twice']} double continuations)"
     )
+    if args.daphnes == 1 and tally.latencies:
+        share, slower = rate / healthz, median(tally.latencies) / healthz_p50
+        print(
+            f"Target (issue 17): requests resolved per second, continuations included, at least {HEALTHZ_SHARE}x the "
+            f"same server's `/healthz` rate — {rate:.0f} against {healthz:.0f}/s, {share:.2f}x: "
+            f"{verdict(share >= HEALTHZ_SHARE)}; answer p50 under this load at most {P50_OVER_HEALTHZ:.0f}x the "
+            f"`/healthz` p50 under its own — {slower:.1f}x: {verdict(slower <= P50_OVER_HEALTHZ)}."
+        )
 
 
 if __name__ == "__main__":
