@@ -44,8 +44,8 @@ _DETACHED: set["asyncio.Future[None]"] = set()
 
 # How often a followed event stream (a run's, a session's) reads the database for what is new.
 FOLLOW_POLL_SECONDS = 0.2
-# After each look at the database, how long the stream waits for live events that came meanwhile (so that a
-# delta among them is placed between the stored events the database gave, not dropped as late).
+# After each look at the database, how long in all the stream takes in live events that came meanwhile (so that
+# a delta among them is placed between the stored events the database gave, not dropped as late).
 DRAIN_SECONDS = 0.002
 
 
@@ -338,10 +338,14 @@ async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncItera
     async with live.Subscription(session_pk) as subscription:
         yield ": following\n\n"  # a comment: the response starts (its headers go out) before any event
         follower = _SessionFollower(after)
+        loop = asyncio.get_running_loop()
         while True:
             fresh, over, runs = await sync_to_async(_session_events_after)(session_pk, follower.after)
             follower.runs.update(runs)
-            while (meanwhile := await subscription.receive(DRAIN_SECONDS)) is not None:
+            # For DRAIN_SECONDS in all, not per message: a reply streaming a delta every moment never goes quiet
+            # that long, and its deltas were held until its turn ended.
+            drained = loop.time() + DRAIN_SECONDS
+            while (left := drained - loop.time()) > 0 and (meanwhile := await subscription.receive(left)) is not None:
                 follower.held += meanwhile
             for position, envelope in fresh:
                 for frame in follower.deliver(position, live.Published.of(envelope)):
@@ -350,7 +354,6 @@ async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncItera
                 yield frame
             if over:
                 return
-            loop = asyncio.get_running_loop()
             gap = bool(follower.held)  # still open after the database: it fills within a moment
             deadline = loop.time() + FOLLOW_POLL_SECONDS
             while (wait := deadline - loop.time() if gap else FOLLOW_POLL_SECONDS) > 0:

@@ -343,6 +343,62 @@ async def test_it_stops_when_the_client_disconnects(operator, assistant):
     await client.wait()
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_a_reply_that_streams_without_a_pause_reaches_the_stream_as_it_streams(operator, assistant):
+    """The stream reads the database when a run it does not know starts, then takes in the live events that
+    came meanwhile for a moment in all: a fast model's deltas, which never pause that long, were taken in until
+    the reply ended, and the reader got none of them while the turn streamed."""
+    from agents import live
+    from agents.models import Run, Session
+
+    await sync_to_async(run_ok)(operator, {"message": "hello", "sessionId": "s1"})
+    stream = await open_stream(operator)
+    await stream.turn()
+    session = await Session.objects.select_related("agent", "tenant").aget(key="s1")
+    first = await Run.objects.select_related("version").aget(session=session)
+    run = await Run.objects.acreate(
+        tenant=session.tenant, agent=session.agent, version=first.version, session=session, status=RunStatus.RUNNING
+    )
+    streaming = asyncio.Event()
+    streaming.set()
+
+    def envelope(kind: str, ephemeral: bool) -> dict[str, Any]:
+        return {
+            "id": f"{kind}-{ephemeral}",
+            "runId": str(run.id),
+            "sequence": 1,
+            "timestamp": "2026-12-01T00:00:00+00:00",
+            "parentId": None,
+            "ephemeral": ephemeral,
+            "type": kind,
+            "data": {"deltaContent": "word "} if ephemeral else {},
+        }
+
+    async def reply() -> None:
+        # The new run's first stored event (unknown to the stream: it reads the database), then its deltas.
+        await live.publish(session.pk, [envelope("run.started", False)])
+        deadline = asyncio.get_running_loop().time() + 5
+        while streaming.is_set() and asyncio.get_running_loop().time() < deadline:
+            await live.publish(session.pk, [envelope("assistant.message_delta", True)])
+            await asyncio.sleep(0)
+        streaming.clear()
+
+    replying = asyncio.create_task(reply())
+    try:
+        started = await stream.frame()
+        delta = await stream.frame()
+        still_streaming = streaming.is_set()
+    finally:
+        streaming.clear()
+        await replying
+        await stream.close()
+
+    assert (started["id"], started["event"]) == ("1.1", "run.started")
+    assert delta["event"] == "assistant.message_delta"
+    assert still_streaming, "the delta came only once the reply stopped"
+
+
 def test_a_delta_of_a_run_the_stream_does_not_know_yet_waits_for_it_instead_of_being_lost():
     """A turn that does not stream reports its reply as one delta, in the first message the stream gets of that
     run: it waits with the run's stored events until the database says where the run stands, then comes right
