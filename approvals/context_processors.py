@@ -4,13 +4,14 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from approvals.push import pending_count
+from approvals.push import pending_count, pending_label
 from console.tenancy import membership_of
 
 
 def pending_requests(request: HttpRequest) -> dict[str, Any]:
-    """The tenant's open request count, for the inbox badge in the navigation."""
+    """The tenant's open request count, for the inbox badge in the navigation (`pending_label` as it reads)."""
     membership = membership_of(request)
     if membership is None:
         return {}
-    return {"pending_count": pending_count(membership.tenant_id)}
+    count = pending_count(membership.tenant_id)
+    return {"pending_count": count, "pending_label": pending_label(count)}

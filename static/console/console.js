@@ -32,6 +32,10 @@
   });
 })();
 
+// A pending count as people read it: the console counts open requests up to 1000 (approvals/push.py,
+// PENDING_COUNTED), and a count past it reads "1000+".
+window.airlockPendingLabel = (count) => (count > 1000 ? "1000+" : String(count));
+
 // The websocket that keeps the pending count in the navigation bar current.
 (function () {
   "use strict";
@@ -45,7 +49,8 @@
     socket.addEventListener("message", (event) => {
       const data = JSON.parse(event.data);
       if (typeof data.pending === "number") {
-        document.querySelectorAll("[data-live-pending]").forEach((el) => (el.textContent = String(data.pending)));
+        const label = window.airlockPendingLabel(data.pending);
+        document.querySelectorAll("[data-live-pending]").forEach((el) => (el.textContent = label));
         document.querySelectorAll(".badge[data-live-pending]").forEach((el) => el.classList.toggle("hot", data.pending > 0));
       }
       // A page script that runs after the first heartbeat (deferred scripts can wait on their download while

@@ -36,7 +36,7 @@
   }
 
   function setPending(count) {
-    document.title = count > 0 ? `(${count}) ${TITLE}` : TITLE;
+    document.title = count > 0 ? `(${window.airlockPendingLabel(count)}) ${TITLE}` : TITLE;
   }
 
   // --- pushed cards -----------------------------------------------------------------------------

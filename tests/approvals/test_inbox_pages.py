@@ -89,6 +89,24 @@ def test_it_pages_the_open_requests_25_at_a_time_oldest_first(operator, mailer):
     assert "No open request on this page." in operator.client.get("/inbox/?page=9").content.decode()
 
 
+def test_a_backlog_past_the_counted_open_requests_reads_as_more(operator, mailer, monkeypatch):
+    """Open requests are counted up to PENDING_COUNTED (1000; 25 here), so the count costs the same however long
+    the backlog: past it the badge, the title and the page read "25+", and pushes carry one more than it."""
+    from approvals import push
+
+    monkeypatch.setattr(push, "PENDING_COUNTED", 25)
+    ask(operator, message="\n".join([SEND] * 25))
+    assert "<title>(25) Inbox" in operator.client.get("/inbox/").content.decode()
+    assert push.pending_count(operator.tenant.pk) == 25
+
+    ask(operator, message="\n".join([SEND] * 5), session="s2")
+    page = operator.client.get("/inbox/").content.decode()
+    assert "<title>(25+) Inbox" in page
+    assert "1–25 of 25+ ·" in page
+    assert re.search(r'id="pending-count" data-live-pending>25\+</span>', page)
+    assert push.pending_count(operator.tenant.pk) == 26
+
+
 def test_a_reconnecting_inbox_refreshes_the_page_it_shows(operator, mailer):
     asked = ask(operator, message="\n".join([SEND] * 30))
     ids = [r["requestId"] for r in asked["pendingRequests"]]
