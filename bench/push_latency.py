@@ -18,7 +18,7 @@ Targets: on one daphne the inbox stays within 1.2x of the bare broadcast at ever
 at 1000 clients the inbox p99 over two daphnes is at most 0.6x of the one-daphne bare p99 (same layer).
 
 Usage: .venv/bin/python bench/push_latency.py [--clients 1,50,200,1000] [--rounds 25] [--rounds-large 8]
-       [--rounds-small 200] [--shapes memory,redis,redis2] [--database-url postgres://...]
+       [--rounds-small 500] [--shapes memory,redis,redis2] [--database-url postgres://...]
 """
 
 import argparse
@@ -257,7 +257,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,50,200,1000")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--rounds-large", type=int, default=8, help="rounds at 500 clients and more")
-    parser.add_argument("--rounds-small", type=int, default=200, help="rounds below 10 clients")
+    parser.add_argument("--rounds-small", type=int, default=500, help="rounds below 10 clients")
     parser.add_argument("--shapes", default="memory,redis,redis2", help="any of memory, redis, redis2")
     parser.add_argument("--database-url", default=None, help="shared database (default: a temporary SQLite file)")
     args = parser.parse_args()
