@@ -126,7 +126,8 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": CHANNEL_CAPACITY}}
+        # Channels' in-memory layer, made safe to send to from the worker threads (console/layers.py).
+        "default": {"BACKEND": "console.layers.InMemoryChannelLayer", "CONFIG": {"capacity": CHANNEL_CAPACITY}}
     }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -100,7 +100,7 @@ def test_it_runs_embedded_on_sqlite_and_an_in_memory_layer_by_default(tmp_path):
     resolved = json.loads(result.stdout)
     assert resolved["database"] == "django.db.backends.sqlite3"
     assert resolved["name"] == str(tmp_path / "data" / "airlock.sqlite3")
-    assert resolved["layer"] == "channels.layers.InMemoryChannelLayer"
+    assert resolved["layer"] == "console.layers.InMemoryChannelLayer"
 
 
 def test_it_scales_out_on_postgresql_and_redis(tmp_path):
