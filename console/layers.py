@@ -10,6 +10,7 @@ connections).
 """
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from channels import layers
@@ -28,28 +29,17 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):
         return await super().receive(channel)
 
     async def send(self, channel: str, message: dict[str, Any]) -> None:
-        home = self._elsewhere()
-        if home is None:
-            await super().send(channel, message)
-        else:
-            await self._on(home, super().send(channel, message))
+        await self._on_consumers_loop(super().send(channel, message))
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
-        home = self._elsewhere()
-        if home is None:
-            await super().group_send(group, message)
-        else:
-            await self._on(home, super().group_send(group, message))
+        await self._on_consumers_loop(super().group_send(group, message))
 
-    def _elsewhere(self) -> asyncio.AbstractEventLoop | None:
-        """The consumers' loop when it runs and this is not it."""
+    async def _on_consumers_loop(self, operation: Coroutine[Any, Any, None]) -> None:
+        """Run `operation` here when this is the consumers' loop (or none runs), else hand it to theirs."""
         home = self.home
         if home is None or home.is_closed() or not home.is_running() or home is asyncio.get_running_loop():
-            return None
-        return home
-
-    @staticmethod
-    async def _on(home: asyncio.AbstractEventLoop, operation: Any) -> None:
+            await operation
+            return
         handed = asyncio.run_coroutine_threadsafe(operation, home)
         try:
             await asyncio.wait_for(asyncio.wrap_future(handed), HAND_OVER_SECONDS)
