@@ -4,14 +4,15 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from approvals.push import pending_count, pending_label
+from approvals import push
 from console.tenancy import membership_of
 
 
 def pending_requests(request: HttpRequest) -> dict[str, Any]:
-    """The tenant's open request count, for the inbox badge in the navigation (`pending_label` as it reads)."""
+    """The tenant's open request count, for the inbox badge in the navigation (`pending_label` as it reads; the
+    badge tells console.js `pending_counted`, where counting stops)."""
     membership = membership_of(request)
     if membership is None:
         return {}
-    count = pending_count(membership.tenant_id)
-    return {"pending_count": count, "pending_label": pending_label(count)}
+    count = push.pending_count(membership.tenant_id)
+    return {"pending_count": count, "pending_label": push.pending_label(count), "pending_counted": push.PENDING_COUNTED}

@@ -26,7 +26,7 @@ def tenant_group(tenant_id: int) -> str:
 
 # The open requests are counted up to this many; more read "1000+". Counting reads an index entry per open
 # request: uncapped, every page and every push cost more as the backlog grew (~2 ms at 10,000 open requests,
-# bench/inbox_scale.py). The console's scripts read a count past it the same way (static/console/console.js).
+# bench/inbox_scale.py). The navigation's badge gives it to the console's scripts (static/console/console.js).
 PENDING_COUNTED = 1000
 
 

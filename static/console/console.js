@@ -32,9 +32,13 @@
   });
 })();
 
-// A pending count as people read it: the console counts open requests up to 1000 (approvals/push.py,
-// PENDING_COUNTED), and a count past it reads "1000+".
-window.airlockPendingLabel = (count) => (count > 1000 ? "1000+" : String(count));
+// A pending count as people read it: past where the console stops counting (approvals/push.py, PENDING_COUNTED,
+// given on the navigation's badge) it reads "1000+".
+window.airlockPendingLabel = (count) => {
+  const badge = document.getElementById("pending-count");
+  const counted = badge ? Number(badge.dataset.pendingCounted) : Infinity;
+  return count > counted ? `${counted}+` : String(count);
+};
 
 // The websocket that keeps the pending count in the navigation bar current.
 (function () {
