@@ -30,7 +30,7 @@ from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
-from agents.engine import Answers, TurnError
+from agents.engine import Answers, TurnError, warm_engine
 from agents.events import EventLog
 from agents.lanes import queue_name
 from agents.models import AWAITING, Run, RunStatus
@@ -238,7 +238,7 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
             locked = _lock_queues(new, wait=not held)
             held |= locked
             passed |= new - locked
-            if locked:
+            if locked and connection.vendor == "postgresql":
                 room = _room(lanes)  # counted again under the lanes' locks: another claimer may have taken some
             for db_task in ready:
                 if db_task.queue_name not in held:
@@ -312,6 +312,7 @@ class WorkerPool:
 
     def start(self) -> "WorkerPool":
         start_keeper()
+        warm_engine()  # once here, not raced by every thread's first turn
         _POOLS.append(self)
         for index in range(self.threads):
             thread = threading.Thread(target=self._work, args=(index,), name=f"airlock-worker-{index}", daemon=True)

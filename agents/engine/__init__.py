@@ -51,6 +51,7 @@ from pydantic_ai import (
     WrapperToolset,
 )
 from pydantic_ai import exceptions as pai_errors
+from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_ai.models import Model
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -522,6 +523,13 @@ def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[T
             _AGENTS.clear()
         _AGENTS[key] = agent
     return agent
+
+
+def warm_engine() -> None:
+    """Build the conversation's serializers now. pydantic-ai defers them to their first use (~80 ms of
+    schema building), which every thread of a worker pool starting at once would do side by side."""
+    ConversationTypeAdapter.rebuild()
+    ModelMessagesTypeAdapter.rebuild()
 
 
 async def run_turn(
