@@ -88,6 +88,20 @@
     return problem.detail + (fields ? ` (${fields})` : "");
   }
 
+  // A message while requests of the session wait is refused (409 pending_requests): say so in the page's
+  // words and offer to send it anyway, which closes those requests unanswered (`abandonPending`).
+  function offerAbandon(body, userText) {
+    sendError.textContent = "This session still waits for answers above. Answer them first, or ";
+    const anyway = el("button", "link", "send anyway");
+    anyway.type = "button";
+    anyway.id = "send-anyway";
+    anyway.title = "Close the waiting requests unanswered and send this message";
+    anyway.addEventListener("click", async () => {
+      if (await runTurn({ ...body, abandonPending: true }, userText)) messageForm.message.value = "";
+    });
+    sendError.append(anyway, " (the waiting requests are closed unanswered).");
+  }
+
   function parseFrames(buffer, onFrame) {
     let index;
     while ((index = buffer.indexOf("\n\n")) >= 0) {
@@ -129,6 +143,13 @@
         headers: { "Content-Type": "application/json", Accept: "text/event-stream", "X-CSRFToken": csrf },
         body: JSON.stringify({ sessionId: settings.dataset.session, definitionVersion: Number(settings.dataset.version), ...body }),
       });
+      if (response.status === 409 && !body.abandonPending) {
+        const problem = await response.clone().json().catch(() => ({}));
+        if (problem.code === "pending_requests") {
+          offerAbandon(body, userText);
+          return false;
+        }
+      }
       if (!response.ok) throw new Error(await problemOf(response));
       if (empty) empty.remove();
       conversation.append(turn);

@@ -68,16 +68,30 @@ def test_it_runs_an_approval_round_trip_turn_by_turn(logged_in: Page) -> None:
     expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com")
 
 
-def test_it_keeps_the_message_and_shows_the_error_when_a_turn_is_refused(logged_in: Page) -> None:
+def test_a_message_while_requests_wait_is_kept_and_can_be_sent_anyway(logged_in: Page) -> None:
     page, name = logged_in, f"mailer-{uuid4().hex[:6]}"
     create_agent(page, name)
     page.goto(f"/trial/?agent={name}")
     send(page, SEND)
     expect(page.locator(".request-widget")).to_be_visible()
-    # A new message while the approval is open is refused by the API (409 pending_requests).
+    # A new message while the approval is open is refused by the API (409 pending_requests): the page says so
+    # in its own words, keeps the message, and offers to send it anyway.
     send(page, "something else")
-    expect(page.locator("#send-error")).to_contain_text("unanswered requests")
+    expect(page.locator("#send-error")).to_contain_text("This session still waits for answers above")
     expect(page.get_by_label("Message")).to_have_value("something else")
+    expect(page.locator(".turn")).to_have_count(1)
+    page.screenshot(path="/tmp/airlock-trial-refused.png")
+    # Sent anyway (`abandonPending`): the approval is closed unanswered and the message is the next turn.
+    page.locator("#send-anyway").click()
+    expect(page.locator(".turn").last).to_contain_text("You said: something else", timeout=15000)
+    expect(page.locator(".turn")).to_have_count(2)
+    expect(page.get_by_label("Message")).to_have_value("")
+    expect(page.locator("#send-error")).to_be_empty()
+    page.reload()
+    # The first turn's approval reads abandoned; it is answered now only in a fork, behind "Answer differently".
+    expect(page.locator(".turn").first).to_contain_text("to approve send_email · abandoned")
+    expect(page.locator(".request-widget")).to_be_hidden()
+    page.screenshot(path="/tmp/airlock-trial-abandoned.png", full_page=True)
 
 
 def test_it_answers_a_question_a_plan_and_a_refused_client_tool(logged_in: Page) -> None:
