@@ -4,7 +4,7 @@ from django.db import IntegrityError
 from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from ninja import Router, Schema, Status
-from pydantic import ConfigDict
+from pydantic import ConfigDict, StrictInt
 from pydantic.alias_generators import to_camel
 
 from agents import deletion
@@ -17,10 +17,20 @@ from console.tenancy import ConsoleRequest
 router = Router(tags=["agents"])
 
 
+# What a refused definition is told, by code (the field errors say where); connections' problems otherwise.
+_REFUSED = {
+    "unknown_group": "The definition routes requests to approver groups this tenant does not have.",
+    "unknown_subagent": "The definition names sub-agents that are not agents of this tenant.",
+    "subagent_cycle": "The definition's sub-agents lead back to the agent itself.",
+    "subagent_too_deep": "The definition's sub-agents call each other too deep.",
+}
+
+
 @api.exception_handler(ConnectionRefused)
 def _connection_refused(request: HttpRequest, exc: ConnectionRefused) -> HttpResponse:
     errors = [{"field": field, "message": message} for field, message in exc.errors.items()]
-    return problem(400, exc.code, "The definition names connections it cannot use.", errors=errors)
+    detail = _REFUSED.get(exc.code, "The definition names connections it cannot use.")
+    return problem(400, exc.code, detail, errors=errors)
 
 
 class AgentOut(DefinitionContent):
@@ -37,7 +47,7 @@ class VersionSummary(Schema):
 
 
 class RollbackIn(Schema):
-    version: int
+    version: StrictInt
 
 
 def _out(version: AgentVersion) -> AgentOut:

@@ -16,6 +16,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
     StringConstraints,
     ValidationError,
     ValidationInfo,
@@ -151,7 +153,7 @@ class KindRouting(WireModel):
 class Parameter(WireModel):
     name: str = Field(pattern=IDENTIFIER)
     kind: Literal["text", "number", "boolean"] = "text"
-    required: bool = False
+    required: StrictBool = False
     default: str | bool | int | float | None = None
     description: str = Field(default="", max_length=2000)
 
@@ -224,9 +226,9 @@ class DefinitionContent(WireModel):
     client_tools: Annotated[list[ClientTool], _unique("client tools")] = Field(default_factory=list)
     mcp_servers: Annotated[list[McpServer], _unique("MCP servers")] = Field(default_factory=list)
     parameters: Annotated[list[Parameter], _unique("parameters")] = Field(default_factory=list)
-    request_deadline_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
+    request_deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=30 * 24 * 3600)
     # A run that reaches this many model calls asks whether to go on (a `continuation` request).
-    max_model_calls: int = Field(default=25, ge=1, le=1000)
+    max_model_calls: StrictInt = Field(default=25, ge=1, le=1000)
     # An agent-hooks-declaration/1.0 document: the policies every turn passes (SPEC section 8).
     hooks: dict[str, Any] | None = None
     # Approver groups for policy escalations and request kinds (tools and servers name theirs in place).

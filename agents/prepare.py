@@ -4,13 +4,14 @@ session, the answers it carries, parameters, culture, documents and connections.
 """
 
 import logging
+import re
 import uuid
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Annotated, Any, Literal
 
 from django.db.models import Exists, F
-from pydantic import Field, StrictBool, field_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
 from agents.definitions import CULTURE, MAX_SUBAGENT_DEPTH, DefinitionContent, WireModel
@@ -77,6 +78,9 @@ PERSON_KINDS = {
 }
 
 
+SESSION_KEY = re.compile(r"[^/\x00-\x1f\x7f]+")
+
+
 class Document(WireModel):
     name: str = Field(min_length=1, max_length=255)
     content: str = Field(max_length=1_000_000)
@@ -93,9 +97,17 @@ class RunRequest(WireModel):
     tool_results: list[ToolResultAnswer] = Field(default_factory=list)
     input_responses: list[InputAnswer] = Field(default_factory=list)
     answers: list[PersonAnswer] = Field(default_factory=list)
-    abandon_pending: bool = False
-    definition_version: int | None = Field(default=None, ge=1)
+    abandon_pending: StrictBool = False
+    definition_version: StrictInt | None = Field(default=None, ge=1)
     lane: str | None = Field(default=None, pattern=LANE_PATTERN)
+
+    @field_validator("session_id")
+    @classmethod
+    def _session_id(cls, value: str | None) -> str | None:
+        # A session is addressed in paths (/api/sessions/{sessionId}/…).
+        if value is not None and not SESSION_KEY.fullmatch(value):
+            raise ValueError("a session id may not contain '/' or control characters")
+        return value
 
     @field_validator("culture")
     @classmethod
@@ -294,8 +306,13 @@ def _check_answers(prepared: PreparedRun) -> None:
             as_uuid = _as_uuid(request_id)
             found, lookup, named = open_requests.get(as_uuid) if as_uuid else None, {"id": as_uuid}, str(request_id)
         if found is None:
-            if session is not None and session.requests.filter(**lookup).exclude(status=RequestStatus.PENDING).exists():
+            closed = session.requests.filter(**lookup).exclude(status=RequestStatus.PENDING) if session else None
+            status = closed.values_list("status", flat=True).first() if closed is not None else None
+            if status == RequestStatus.ANSWERED:
                 raise RunRejected(409, "already_answered", f"The request {named} was answered before.")
+            if status is not None:
+                detail = f"The request {named} was closed ({status}): it takes no answer."
+                raise RunRejected(409, "request_closed", detail)
             raise RunRejected(400, "unknown_request", f"No pending request {named!r} in this session.")
         if found.kind not in ({kind} if isinstance(kind, str) else kind) or found.answer is not None:
             if found.answer is not None:

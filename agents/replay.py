@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from agents import queue
 from agents.definitions import WireModel
@@ -28,7 +28,7 @@ from agents.runs import StartedRun, start_run
 class ReplayRequest(WireModel):
     """The body of `POST /api/runs/{runId}/replay`: the version to replay on (the run's own by default)."""
 
-    definition_version: int | None = Field(default=None, ge=1)
+    definition_version: StrictInt | None = Field(default=None, ge=1)
 
 
 @dataclass

@@ -591,7 +591,7 @@ def upload_attachment(request: ConsoleRequest) -> Any:
 
 
 @router.post("/runs/{run_id}/replay", response={200: dict, 202: dict, 404: Problem, 409: Problem})
-def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: ReplayRequest) -> Any:
+def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: ReplayRequest | None = None) -> Any:
     """Run the run's message again (SPEC section 10), admins only: a new sessionless run of the same agent with
     the same bound parameter values and culture, on the run's definition version or `definitionVersion`; its
     result says `replayOf`; the run's documents go with it (`omittedDocuments`: those of a run from before they
@@ -601,7 +601,7 @@ def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: ReplayReques
     original = get_run_for(request, run_id, "tenant", "agent", "version__agent")
     queued = _prefers_async(request)
     try:
-        replay = prepare_replay(original, payload.definition_version)
+        replay = prepare_replay(original, payload.definition_version if payload else None)
         started = start_replay(replay, membership.user, queued=queued)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None

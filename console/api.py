@@ -140,10 +140,13 @@ def _is_json(content_type: str) -> bool:
 
 class JsonBody(Parser):
     """Reads a body as JSON only when its Content-Type says JSON (415 otherwise: a client must not get an
-    answer by accident), and says when it does not parse or nests too deep (400 `invalid_json`). Text no
-    database stores (NUL, unpaired surrogates) is refused in bodies and query parameters as invalid fields."""
+    answer by accident; an empty body is no fields), and says when it does not parse or nests too deep (400
+    `invalid_json`). Text no database stores (NUL, unpaired surrogates) is refused in bodies and query parameters
+    as invalid fields."""
 
     def parse_body(self, request: HttpRequest) -> DictStrAny:
+        if not request.body:
+            return {}  # no body is no fields (a route whose body is optional needs none), whatever the type says
         content_type = (request.content_type or "").lower()
         if not _is_json(content_type):
             sent = f"not {content_type}" if content_type else "with a Content-Type header"
@@ -302,7 +305,9 @@ def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
 
 @api.exception_handler(AuthenticationError)
 def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return problem(401, "unauthenticated", "Send a valid `Authorization: Bearer` token or log in.")
+    refused = problem(401, "unauthenticated", "Send a valid `Authorization: Bearer` token or log in.")
+    refused["WWW-Authenticate"] = 'Bearer realm="airlock"'  # what a 401 must name (RFC 9110, 11.6.1)
+    return refused
 
 
 @api.exception_handler(HttpError)

@@ -4,6 +4,8 @@ result links the original (`replayOf`)."""
 
 from typing import Any
 
+from django.test import Client
+
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Attachment, Event, Run, RunStatus
 from tests.conftest import Persona
@@ -213,3 +215,16 @@ def test_only_an_admin_replays_from_the_run_page_and_a_bad_version_changes_nothi
 def test_another_tenants_run_is_not_replayed(outsider, operator, assistant):
     original = in_turkish(operator)
     assert outsider.client.post(f"/runs/{original['runId']}/replay/", {"version": "1"}).status_code == 404
+
+
+def test_a_replay_needs_no_body(operator, admin, assistant):
+    original = in_turkish(operator)
+
+    # No body at all (as `curl -X POST` sends), not even the `{}` the contract's example would be.
+    response = Client().post(
+        f"/api/runs/{original['runId']}/replay", data=b"", content_type="", HTTP_AUTHORIZATION=f"Bearer {admin.token}"
+    )
+
+    assert response.status_code == 200, response.content
+    assert response.json()["replayOf"] == original["runId"]
+    assert response.json()["output"] == original["output"]

@@ -456,6 +456,13 @@ def test_it_refuses_to_remember_a_tool_that_asks_every_time(operator, admin):
         ({"message": "hi", "lane": "BAD LANE"}, "lane"),
         ({"message": "hi", "sessionId": ""}, "sessionId"),
         ({"message": "hi", "definitionVersion": 0}, "definitionVersion"),
+        # Read as given, not coerced: a boolean or a string is not a version, "yes" is not true.
+        ({"message": "hi", "definitionVersion": True}, "definitionVersion"),
+        ({"message": "hi", "definitionVersion": "1"}, "definitionVersion"),
+        ({"message": "hi", "sessionId": "s1", "abandonPending": "yes"}, "abandonPending"),
+        # A session is addressed in paths: a slash would make it unreachable.
+        ({"message": "hi", "sessionId": "a/b"}, "sessionId"),
+        ({"message": "hi", "sessionId": "a\nb"}, "sessionId"),
         ({"message": "hi", "attachmentIds": ["not-a-uuid"]}, "attachmentIds.0"),
         ({"message": "hi", "documents": [{"name": "", "content": "x"}]}, "documents.0.name"),
         ({"sessionId": "s1", "approvals": [{"requestId": str(uuid.UUID(int=1))}]}, "approvals.0.approved"),

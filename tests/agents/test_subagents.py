@@ -153,6 +153,7 @@ def test_saving_refuses_a_cycle_through_other_agents(admin, researcher, parent):
     response = admin.api("PUT", "/api/agents/researcher", {**RESEARCHER, "subAgents": ["assistant"]})
     problem = assert_problem(response, 400, "subagent_cycle")
     assert "researcher → assistant → researcher" in json.dumps(problem, ensure_ascii=False)
+    assert problem["detail"] == "The definition's sub-agents lead back to the agent itself."
     assert snapshot() == before
 
 
@@ -160,7 +161,7 @@ def test_saving_refuses_chains_deeper_than_three(admin):
     for name, calls in [("d4", []), ("d3", ["d4"]), ("d2", ["d3"]), ("d1", ["d2"])]:
         make_agent(admin, name=name, subAgents=calls, clientTools=[], parameters=[])
     response = admin.api("POST", "/api/agents", {"name": "top", "subAgents": ["d1"]})
-    assert_problem(response, 400, "subagent_too_deep")
+    assert "too deep" in assert_problem(response, 400, "subagent_too_deep")["detail"]
 
 
 def test_a_sub_agent_named_like_a_tool_is_refused(admin, researcher):

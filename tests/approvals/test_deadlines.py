@@ -150,7 +150,8 @@ def test_it_refuses_a_run_request_that_answers_an_expired_request(operator, assi
     )
 
     assert response.status_code == 409, response.content
-    assert response.json()["code"] == "already_answered"
+    assert response.json()["code"] == "request_closed"
+    assert "closed (expired)" in response.json()["detail"]
     assert snapshot() == before
 
 

@@ -43,7 +43,9 @@ def test_it_refuses_a_wrong_bearer_token(admin):
 
 
 def test_it_refuses_a_request_without_credentials():
-    assert_problem(Client().get("/api/agents"), 401, "unauthenticated")
+    response = Client().get("/api/agents")
+    assert_problem(response, 401, "unauthenticated")
+    assert response["WWW-Authenticate"] == 'Bearer realm="airlock"'
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer al_00000000_wrong", "Basic dXNlcjpwdw=="])
