@@ -239,7 +239,9 @@
     form.querySelectorAll("[data-error-for]").forEach((p) => (p.textContent = ""));
     buttons.forEach((b) => (b.disabled = true));
     try {
-      const response = await fetch(form.action, { method: "POST", body, headers: { "HX-Request": "true" } });
+      // getAttribute: an elicitation form has a field named "action" (accept, decline, cancel), which form.action
+      // would return instead of the address.
+      const response = await fetch(form.getAttribute("action"), { method: "POST", body, headers: { "HX-Request": "true" } });
       if (!response.ok) throw new Error(`The answer was not sent (${response.status} ${response.statusText}).`);
       const html = await response.text();
       if (html.trim()) return refused(widget, form, html);
@@ -323,6 +325,14 @@
     for (const kind of ["permission", "external_tool", "elicitation", "user_input", "exit_plan_mode", "session_limits_exhausted"]) {
       on(`${kind}.completed`, answeredElsewhere);
     }
+    // Closed unanswered (abandoned by a message sent anyway, the run cancelled from the inbox or its page, the
+    // deadline passed): the form gives way too; a cancelled turn is rendered again, with its new status.
+    on("request.terminated", (envelope) => {
+      const box = openWidgets(conversation).find((w) => w.dataset.requestId === envelope.data.requestId);
+      const turn = box && box.closest(".turn[data-run]");
+      answeredElsewhere({ ...envelope, data: { requestId: envelope.data.requestId, closed: { kind: envelope.data.kind } } });
+      if (turn && envelope.data.kind === "cancelled") rerender(turn, turn.dataset.run);
+    });
   }
 
   if (known.size || "live" in conversation.dataset) followSession();

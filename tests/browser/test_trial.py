@@ -87,6 +87,9 @@ def test_a_message_while_requests_wait_is_kept_and_can_be_sent_anyway(logged_in:
     expect(page.locator(".turn")).to_have_count(2)
     expect(page.get_by_label("Message")).to_have_value("")
     expect(page.locator("#send-error")).to_be_empty()
+    # The approval's form gives way at once: it can no longer be sent stale.
+    expect(page.locator(".answered-elsewhere")).to_contain_text("Closed: abandoned")
+    expect(page.locator(".request-widget")).to_have_count(0)
     page.reload()
     # The first turn's approval reads abandoned; it is answered now only in a fork, behind "Answer differently".
     expect(page.locator(".turn").first).to_contain_text("to approve send_email · abandoned")
@@ -152,6 +155,46 @@ def test_the_trial_page_follows_an_answer_given_in_the_inbox(logged_in: Page, si
     expect(page.locator(f'.request-widget[data-request-id="{rid}"]')).to_have_count(0)
     expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com", timeout=15000)
     expect(page.locator(".turn").last).to_contain_text("Completed")
+
+
+def test_it_answers_an_mcp_form(logged_in: Page) -> None:
+    """The elicitation form has a field named `action` (its accept, decline and cancel buttons): the answer goes
+    to the form's address all the same (`form.action` would be the field)."""
+    page, name = logged_in, f"booker-{uuid4().hex[:6]}"
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
+    definition = {"name": name, "mcpServers": [{"connection": "meetings"}]}
+    response = page.request.post(
+        "/api/agents", data=json.dumps(definition), headers={"Content-Type": "application/json", "X-CSRFToken": csrf}
+    )
+    assert response.status == 201, response.text()
+    page.goto(f"/trial/?agent={name}")
+
+    send(page, 'call book_meeting {"topic": "Standup"}')
+    widget = page.locator(".request-widget")
+    expect(widget).to_contain_text("Which day should I book?")
+    widget.get_by_label("Day").fill("Tuesday")
+    widget.get_by_role("button", name="Accept").click()
+
+    expect(page.locator(".turn").last).to_contain_text('book_meeting: Booked "Standup" on Tuesday', timeout=15000)
+    expect(page.locator(".request-widget")).to_have_count(0)
+
+
+def test_the_trial_page_follows_a_run_cancelled_in_the_inbox(logged_in: Page, sign_in, acme_team) -> None:
+    page, name = logged_in, f"mailer-{uuid4().hex[:6]}"
+    create_agent(page, name)
+    page.goto(f"/trial/?agent={name}")
+    send(page, SEND)
+    widget = page.locator(".request-widget")
+    expect(widget).to_contain_text("Approve send_email?")
+    rid = widget.get_attribute("data-request-id")
+
+    inbox = sign_in("otto")
+    inbox.goto("/inbox/")
+    inbox.once("dialog", lambda dialog: dialog.accept())
+    inbox.locator(f"#request-{rid}").get_by_role("button", name="Cancel the run").click()
+
+    expect(page.locator(".request-widget")).to_have_count(0)
+    expect(page.locator(".turn").last).to_contain_text("Cancelled", timeout=15000)
 
 
 @pytest.mark.parametrize("width", [1366, 390])
