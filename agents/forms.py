@@ -355,8 +355,8 @@ class DefinitionForm:
 
 
 _PATTERNS = {
-    SLUG: "Use lowercase letters, digits, - and _, starting with a letter or digit.",
-    IDENTIFIER: "Use letters, digits and _, not starting with a digit.",
+    SLUG: "Use lowercase letters, digits, - and _, starting with a letter or digit (at most 63).",
+    IDENTIFIER: "Use letters, digits and _, not starting with a digit (at most 64).",
     r"^[A-Za-z_][A-Za-z0-9_]{0,31}$": "Use letters, digits and _, not starting with a digit (at most 32).",
 }
 

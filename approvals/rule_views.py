@@ -16,7 +16,7 @@ from django.db.models import F, QuerySet
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from pydantic import ValidationError
 
@@ -250,8 +250,10 @@ def rule_list(request: ConsoleRequest) -> HttpResponse:
 
 
 @role_required("admin")
-@require_POST
+@require_http_methods(["GET", "POST"])
 def rule_create(request: ConsoleRequest) -> HttpResponse:
+    if request.method == "GET":  # the address a refused form leaves in the bar: the form is on the rules page
+        return redirect("rules")
     form = RuleForm(request.POST, _names(request)[0])
     if form.is_valid():
         assert form.wanted is not None
@@ -260,7 +262,10 @@ def rule_create(request: ConsoleRequest) -> HttpResponse:
         except RuleRefused as refused:
             form.place(refused.field, refused.detail)
         else:
-            messages.success(request, f"Created a rule: {rule.agent.name} may call {rule.tool_name} without asking.")
+            narrowed = " with these exact arguments" if rule.arguments_hash else ""
+            narrowed = " when its arguments meet the conditions" if rule.conditions else narrowed
+            done = f"Created a rule: {rule.agent.name} may call {rule.tool_name}{narrowed} without asking."
+            messages.success(request, done)
             return redirect("rules")
     return _page(request, form)
 

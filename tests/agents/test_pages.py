@@ -323,6 +323,13 @@ def test_it_shows_every_invalid_field_at_once(admin):
     assert "“abc” is not a number." in texts["parameters-00000001-default-error"]
     assert "Use letters, digits and _" in texts["parameters-00000002-name-error"]
     assert "Not a valid JSON Schema" in texts["client_tools-00000000-parameters-error"]
+
+
+def test_it_says_how_long_a_name_may_be(admin):
+    response = admin.client.post("/agents/new/", {**BASICS, "name": "b" * 64})
+
+    assert "(at most 63)" in read(response).texts["id_name-field"]
+    assert not Agent.objects.filter(name="b" * 64).exists()
     assert not Agent.objects.exists()
 
 

@@ -214,6 +214,16 @@ def test_it_creates_a_rule_with_conditions_in_the_posted_order(admin, mailer):
         {"argument": "amount", "operator": "lt", "value": 100},
         {"argument": "currency", "operator": "in", "value": ["EUR", "USD"]},
     ]
+    listed = admin.client.get("/rules/").content.decode()
+    assert "may call send_email when its arguments meet the conditions without asking" in listed
+
+
+def test_the_form_address_opened_again_leads_to_the_rules_page(admin, mailer):
+    # A refused form leaves /rules/new/ in the address bar; Enter there (a GET) used to be a blank 405.
+    response = admin.client.get("/rules/new/")
+
+    assert (response.status_code, response["Location"]) == (302, "/rules/")
+    assert not Rule.objects.exists()
 
 
 def test_it_ignores_the_inputs_of_the_scope_not_chosen(admin, mailer):

@@ -2,7 +2,9 @@
 other page is checked for sideways scrolling by the walks of tests/browser/test_pages.py, which also check that
 the trial page shows its message box before the settings.)"""
 
+import json
 from collections.abc import Callable
+from uuid import uuid4
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -41,3 +43,42 @@ def test_it_folds_the_menu_behind_a_button_on_a_phone(sign_in: Callable[[str], P
     page.keyboard.press("Escape")
     expect(menu.get_by_role("button", name="Log out")).to_be_hidden()
     expect(button).to_be_focused()
+
+
+def test_long_unbroken_words_do_not_widen_the_pages(logged_in: Page) -> None:
+    """A 63-character agent name, a 6,000-character condition value, a message of one long word: each wraps in
+    place, on a desktop and on a phone (they used to make the rules page 48,000 px wide and the inbox and the
+    dashboard wider than the phone)."""
+    page = logged_in
+    name = "l" + uuid4().hex[:6] + "o" * 56
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
+    headers = {"Content-Type": "application/json", "X-CSRFToken": csrf or ""}
+
+    def post(path: str, body: dict[str, object]) -> dict[str, object]:
+        response = page.request.post(path, data=json.dumps(body), headers=headers)
+        assert response.ok, response.text()
+        return response.json()
+
+    post("/api/agents", {"name": name, "tools": [{"name": "send_email", "approval": "always"}]})
+    value = "x" * 6000
+    condition = {"argument": "to", "operator": "equals", "value": value}
+    rule = post("/api/rules", {"agent": name, "toolName": "send_email", "conditions": [condition]})
+    word = "w" * 400
+    asked = post(
+        f"/api/agents/{name}/runs",
+        {
+            "message": f"call send_email {json.dumps({'to': word, 'subject': word, 'body': word})}\n{word}",
+            "sessionId": uuid4().hex,
+        },
+    )
+    assert asked["status"] == "awaiting_approval", asked
+    try:
+        for width, paths in [(1366, ["/rules/"]), (PHONE["width"], ["/rules/", "/inbox/", "/", f"/agents/{name}/"])]:
+            page.set_viewport_size({"width": width, "height": 844})
+            for path in paths:
+                page.goto(path)
+                scroll, culprits = overflow(page)
+                assert scroll <= width, (path, width, scroll, culprits)
+    finally:
+        page.request.post(f"/api/runs/{asked['runId']}/cancel", headers=headers)
+        page.request.delete(f"/api/rules/{rule['ruleId']}", headers=headers)
