@@ -717,5 +717,7 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         "follow": run.session is not None
         and run.session.deleted_at is None
         and turns[-1].run.status in (RunStatus.QUEUED, RunStatus.RUNNING, *AWAITING),
+        # A run without a session (a replay) follows its own stream until it ends.
+        "follow_run": run.session is None and run.status in (RunStatus.QUEUED, RunStatus.RUNNING),
     }
     return render(request, "agents/run_detail.html", context)

@@ -1,11 +1,15 @@
 // The run page follows its session while a turn of it has not ended (the session stream, SPEC section 10):
 // when a turn starts or ends, the headline and the timeline are read again from the server, the turns the
-// reader opened or closed kept as they were. The page without JavaScript shows the same, on reload.
+// reader opened or closed kept as they were. A run without a session (a replay) follows its own stream until
+// it ends. The page without JavaScript shows the same, on reload.
 (() => {
   "use strict";
   const timeline = document.getElementById("timeline");
-  if (!timeline || !timeline.dataset.session || !window.EventSource) return;
-  const source = new EventSource(`/api/sessions/${encodeURIComponent(timeline.dataset.session)}/events`);
+  if (!timeline || !window.EventSource) return;
+  const { session, run } = timeline.dataset;
+  if (!session && !run) return;
+  const source = new EventSource(
+    session ? `/api/sessions/${encodeURIComponent(session)}/events` : `/api/runs/${encodeURIComponent(run)}/events`);
   let timer;
 
   async function refresh() {
@@ -24,7 +28,8 @@
       if (details) details.open = open;
     }
     // Everything has ended: nothing more to follow.
-    if (!fresh.getElementById("timeline")?.dataset.session) source.close();
+    const next = fresh.getElementById("timeline")?.dataset || {};
+    if (!next.session && !next.run) source.close();
   }
 
   const soon = () => {
@@ -33,4 +38,9 @@
   };
   source.addEventListener("run.started", soon);
   source.addEventListener("session.idle", soon);
+  // The run's own stream ends with `done`: read the page once more, and do not let EventSource reconnect.
+  source.addEventListener("done", () => {
+    source.close();
+    refresh();
+  });
 })();

@@ -105,3 +105,22 @@ def test_the_run_page_of_a_waiting_run_follows_its_session(
     expect(page.locator("#turn-2 .pill")).to_have_text("completed")
     expect(page.locator("#run-headline")).to_contain_text("answered by otto")
     expect(page.locator("#turn-1 > details")).not_to_have_attribute("open", "")  # folded as the reader left it
+
+
+def test_a_replayed_run_page_follows_the_replay_to_its_end(
+    server: Server, acme_team: dict[str, str], sign_in: Callable[[str], Page]
+) -> None:
+    """A replay has no session: its page follows the run's own stream and shows it finished without a reload
+    (it used to stay at "running" with only run.started)."""
+    ada = Api(server.url, acme_team["ada"])
+    agent = f"replayer-{uuid4().hex[:6]}"
+    ada.ok("POST", "/api/agents", {"name": agent, "tools": [{"name": "get_time"}]})
+    original = ada.ok("POST", f"/api/agents/{agent}/runs", {"message": "call get_time"})
+    page = sign_in("ada")
+    page.goto(f"/runs/{original['runId']}/")
+
+    page.get_by_role("button", name="Replay", exact=True).click()
+
+    expect(page.locator("#replay-title")).to_contain_text("Replay of")
+    expect(page.locator("#run-headline .pill")).to_have_text("completed", timeout=15000)
+    expect(page.locator("#timeline")).to_contain_text("run.completed")
