@@ -18,7 +18,7 @@
     const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
     const folded = new Map([...timeline.querySelectorAll("li.session-turn[id] > details")].map(
       (details) => [details.parentElement.id, details.open]));
-    for (const id of ["run-headline", "timeline"]) {
+    for (const id of ["run-headline", "run-requests", "timeline"]) {
       const now = document.getElementById(id);
       const next = fresh.getElementById(id);
       if (now && next) now.replaceChildren(...next.childNodes);

@@ -104,6 +104,8 @@ def test_the_run_page_of_a_waiting_run_follows_its_session(
     expect(page.locator(".session-runs > li.session-turn")).to_have_count(2)
     expect(page.locator("#turn-2 .pill")).to_have_text("completed")
     expect(page.locator("#run-headline")).to_contain_text("answered by otto")
+    expect(page.locator("#run-requests")).to_contain_text("otto")  # the table of its requests too
+    expect(page.locator("#run-requests")).not_to_contain_text("pending")
     expect(page.locator("#turn-1 > details")).not_to_have_attribute("open", "")  # folded as the reader left it
 
 
