@@ -101,10 +101,10 @@ def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
 
 async def _stream(started: StartedRun) -> AsyncIterator[str]:
     arrivals: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    sent = 0
+    sent, last = 0, None
     for event in started.log.stored:
-        sent = event.sequence
-        yield _sse(event_envelope(event))
+        sent, last = event.sequence, event_envelope(event)
+        yield _sse(last)
 
     async def listener(envelope: dict[str, Any]) -> None:
         await arrivals.put(envelope)
@@ -118,14 +118,16 @@ async def _stream(started: StartedRun) -> AsyncIterator[str]:
             if getter in done:
                 envelope = getter.result()
                 if not envelope["ephemeral"]:
-                    sent = envelope["sequence"]
+                    sent, last = envelope["sequence"], envelope
                 yield _sse(envelope)
             else:
                 getter.cancel()
         opened = await sync_to_async(finish_run)(started, task.result())
         for event in started.log.stored:
             if event.sequence > sent:
-                yield _sse(event_envelope(event))
+                last = event_envelope(event)
+                yield _sse(last)
+        yield _idle(last)
         result = await sync_to_async(run_result)(started.run, opened)
         yield f"event: done\ndata: {json.dumps(result)}\n\n"
     except (asyncio.CancelledError, GeneratorExit):
@@ -202,17 +204,29 @@ def run_events(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
 
 async def _follow(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
     """Stored events after `after`, polling until the run has finished."""
+    last = None
     while True:
         events, status = await sync_to_async(_events_after)(run_id, after)
         for event in events:
-            after = event.sequence
-            yield _sse(event_envelope(event))
+            after, last = event.sequence, event_envelope(event)
+            yield _sse(last)
         if status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+            if last is None and after:  # resumed after the run's end: the turn's close still ends the stream
+                ended = await sync_to_async(Event.objects.filter(run_id=run_id, sequence=after).first)()
+                last = event_envelope(ended) if ended is not None else None
+            yield _idle(last)
             run = await sync_to_async(Run.objects.select_related("agent", "version", "session").get)(id=run_id)
             result = await sync_to_async(run_result)(run)
             yield f"event: done\ndata: {json.dumps(result)}\n\n"
             return
         await asyncio.sleep(FOLLOW_POLL_SECONDS)
+
+
+def _idle(last: dict[str, Any] | None) -> str:
+    """`session.idle` after the turn's last event, when it ended the turn (SPEC section 10: it closes every
+    turn's stream); nothing otherwise."""
+    idle = session_idle(last) if last is not None else None
+    return _sse(idle) if idle is not None else ""
 
 
 def _events_after(run_id: uuid.UUID, after: int) -> tuple[list[Event], str]:

@@ -212,7 +212,10 @@ async def test_it_streams_a_run_with_deltas_and_ends_with_the_result(operator, a
     assert len(deltas) > 1
     assert all("id" not in f and f["data"]["ephemeral"] is True for f in deltas)
     assert "".join(f["data"]["data"]["deltaContent"] for f in deltas) == result["output"]
-    stored = [f for f in streamed[:-1] if f["event"] != "assistant.message_delta"]
+    # The turn's close ends the stream before the result (SPEC section 10), ephemeral like the deltas.
+    assert streamed[-2]["event"] == "session.idle" and "id" not in streamed[-2]
+    assert streamed[-2]["data"]["data"] == {"aborted": False}
+    stored = [f for f in streamed[:-2] if f["event"] != "assistant.message_delta"]
     assert [f["id"] for f in stored] == list(range(1, len(stored) + 1))
     assert all(f["id"] == f["data"]["sequence"] and f["event"] == f["data"]["type"] for f in stored)
     assert stored[0]["event"] == "run.started"
@@ -241,11 +244,11 @@ async def test_it_streams_a_run_that_waits(operator, assistant):
 
     streamed = frames(await read_stream(response))
 
-    assert [f["event"] for f in streamed[-3:]] == ["permission.requested", "run.awaiting", "done"]
+    assert [f["event"] for f in streamed[-4:]] == ["permission.requested", "run.awaiting", "session.idle", "done"]
     result = streamed[-1]["data"]
     assert result["status"] == "awaiting_approval"
     assert [p["toolName"] for p in result["pendingRequests"]] == ["send_email"]
-    assert streamed[-3]["data"]["data"]["requestId"] == result["pendingRequests"][0]["requestId"]
+    assert streamed[-4]["data"]["data"]["requestId"] == result["pendingRequests"][0]["requestId"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -279,9 +282,9 @@ async def test_it_resumes_the_event_stream_after_the_last_event_id(operator, ass
     )
 
     streamed = frames(await read_stream(response))
-    assert [(f["id"], f["event"]) for f in streamed[:-1]] == stored[3:]
+    assert [(f["id"], f["event"]) for f in streamed[:-2]] == stored[3:]
     assert streamed[0]["id"] == 4
-    assert streamed[-1]["event"] == "done"
+    assert [f["event"] for f in streamed[-2:]] == ["session.idle", "done"]
     assert streamed[-1]["data"]["runId"] == result["runId"]
     assert streamed[-1]["data"]["output"] == "You said: hello"
 
@@ -295,8 +298,8 @@ async def test_it_streams_every_stored_event_without_a_last_event_id(operator, a
 
     streamed = frames(await read_stream(response))
     count = await sync_to_async(Event.objects.filter(run_id=result["runId"]).count)()
-    assert [f["id"] for f in streamed[:-1]] == list(range(1, count + 1))
-    assert streamed[-1]["event"] == "done"
+    assert [f["id"] for f in streamed[:-2]] == list(range(1, count + 1))
+    assert [f["event"] for f in streamed[-2:]] == ["session.idle", "done"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -308,3 +311,18 @@ async def test_it_hides_the_event_stream_from_an_outsider(operator, outsider, as
 
     assert response.status_code == 404
     assert await sync_to_async(Run.objects.count)() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_a_stream_resumed_after_the_end_still_closes_with_session_idle(operator, assistant):
+    result = await sync_to_async(run_ok)(operator, {"message": "hello"})
+    count = await sync_to_async(Event.objects.filter(run_id=result["runId"]).count)()
+
+    response = await AsyncClient().get(
+        f"/api/runs/{result['runId']}/events", headers=sse_headers(operator, **{"Last-Event-ID": str(count)})
+    )
+
+    streamed = frames(await read_stream(response))
+    assert [f["event"] for f in streamed] == ["session.idle", "done"]
+    assert streamed[0]["data"]["sequence"] == count
