@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from jsonschema import Draft202012Validator
 
-from agents.engine import Answers
+from agents.engine import Answers, server_tool_schema
 from agents.events import EventLog
 from agents.models import Agent, RunStatus
 from agents.payloads import (
@@ -149,6 +149,14 @@ class Approval(Kind):
             raise AnswerRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
         if wire.get("remember") and self._mode(pending, modes) == "every_time":
             raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
+        override = wire.get("overrideArguments")
+        if override is not None and any(t.name == pending.tool_name for t in pending.run.version.definition.tools):
+            # A server tool's parameters are known here (an MCP tool's live on its server): arguments that do not
+            # fit them are refused now, not handed to the tool to fail with.
+            problems = schema_problems(server_tool_schema(pending.tool_name), override)
+            if problems:
+                detail = f"The arguments do not fit the parameters of {pending.tool_name}: {problems}"
+                raise AnswerRefused("invalid_content", detail)
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"approved": value} if isinstance(value, bool) else None

@@ -113,7 +113,7 @@ async def test_a_follower_sees_a_queued_run_through_to_its_end(operator, assista
 
     streamed = frames(await asyncio.wait_for(reading, 10))
     assert [f["event"] for f in streamed][:2] == ["run.started", "user.message"]
-    assert [f["event"] for f in streamed][-2:] == ["run.completed", "done"]
+    assert [f["event"] for f in streamed][-3:] == ["run.completed", "session.idle", "done"]
     assert streamed[-1]["data"]["output"] == "You said: hello"
 
 

@@ -244,6 +244,21 @@ def test_it_approves_the_edited_arguments(operator, mailer):
     assert [m.to for m in mail.outbox] == [["ops@example.com"]]
 
 
+def test_it_refuses_edited_arguments_that_do_not_fit_the_tool(operator, mailer):
+    asked = ask(operator)
+    before = snapshot()
+
+    response = answer(
+        operator, request_id(asked), {"decision": "approve", "arguments": json.dumps({"to": 5})}, htmx=True
+    )
+
+    html = response.content.decode()
+    assert "The arguments do not fit the parameters of send_email" in html
+    assert "to: 5 is not of type" in html and "&#x27;subject&#x27; is a required property" in html
+    assert snapshot() == before
+    assert PendingRequest.objects.get(id=request_id(asked)).answer is None
+
+
 def test_it_sends_no_override_when_the_arguments_are_left_as_they_were(operator, mailer):
     asked = ask(operator)
 

@@ -717,3 +717,16 @@ def test_it_remembers_an_approval_and_the_next_identical_call_does_not_ask(opera
     # Only the exact arguments were remembered: another recipient still asks.
     other = run_ok(operator, {"message": f"call send_email {json.dumps({**EMAIL, 'to': 'x@y.z'})}", "sessionId": "s3"})
     assert other["status"] == "awaiting_approval"
+
+
+def test_it_refuses_override_arguments_that_do_not_fit_a_server_tool(operator, assistant):
+    asked = ask(operator)
+    before = snapshot()
+
+    outcome = respond_ok(
+        operator, asked["runId"], {"requestId": request_id(asked), "approved": True, "overrideArguments": {"to": 5}}
+    )
+
+    assert outcome["status"] == "invalid_response"
+    assert outcome["message"].startswith("The arguments do not fit the parameters of send_email: ")
+    assert snapshot() == before
