@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -525,6 +526,11 @@ def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[T
     return agent
 
 
+# pydantic-ai's word for two toolsets giving one name (an MCP server's tools are known only when the turn lists
+# them, so a definition cannot be refused for it when saved).
+_TOOL_CONFLICT = re.compile(r"conflicts with existing tool from .+?: ('[^']+'|\"[^\"]+\")")
+
+
 def warm_engine() -> None:
     """Build the conversation's serializers now. pydantic-ai defers them to their first use (~80 ms of
     schema building), which every thread of a worker pool starting at once would do side by side."""
@@ -797,6 +803,15 @@ async def _loop(
         raise TurnError("provider_malformed_reply", f"The model's reply could not be used: {error}") from error
     except pai_errors.UsageLimitExceeded as error:
         raise TurnError("usage_limit_exceeded", str(error)) from error
+    except pai_errors.UserError as error:
+        conflict = _TOOL_CONFLICT.search(str(error))
+        if conflict is None:
+            raise
+        detail = (
+            f"Two of the agent's tools are named {conflict.group(1)}: an MCP server's tool and a client tool, a"
+            " sub-agent or another server's tool. Rename one in the definition."
+        )
+        raise TurnError("tool_name_conflict", detail) from error
     await translator.finish()
     assert result is not None
     output = result.output

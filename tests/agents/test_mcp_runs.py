@@ -324,3 +324,16 @@ def test_it_asks_and_books_through_a_server_over_streamable_http(operator, admin
     # The calls went to the server behind the URL, not to a process the console started.
     assert "book_meeting body run #1 style=" in http_demo.output()
     assert set(re.findall(r"pid=(\d+)", http_demo.output())) == {str(http_demo.process.pid)}
+
+
+def test_a_client_tool_named_like_an_mcp_tool_fails_the_turn_with_its_own_code(operator):
+    # An MCP server's tools are listed only when a turn runs, so the definition saves; the turn says why it stops.
+    content = {"name": "planner", "mcpServers": [meetings()], "clientTools": [{"name": "book_meeting"}]}
+    Agent.create(operator.tenant, DefinitionContent.model_validate(content), operator.user)
+
+    result = send(operator, {"message": call_line("book_meeting", {"topic": "roadmap"})})
+
+    assert result["status"] == "failed", result
+    assert result["error"]["code"] == "tool_name_conflict"
+    assert result["error"]["message"].startswith("Two of the agent's tools are named 'book_meeting':")
+    assert "Toolset" not in result["error"]["message"]
