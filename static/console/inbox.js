@@ -151,7 +151,7 @@
       who.textContent = claimedBy;
       const when = document.createElement("time");
       when.dateTime = claimedAt;
-      when.textContent = new Date(claimedAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+      when.textContent = new Date(claimedAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
       line.append("claimed by ", who, " ", when);
     }
     const button = card.querySelector("[data-claim-button]");

@@ -283,7 +283,7 @@
     if (!box) return;
     const turn = box.closest(".turn");
     const how = data.closed ? `Closed: ${data.closed.kind}` : (data.result && WORDS[data.result.kind]) || "Answered";
-    const when = new Date(envelope.timestamp).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const when = new Date(envelope.timestamp).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
     const note = el("p", "answered-elsewhere muted", `${how}${data.answeredBy ? ` by ${data.answeredBy}` : ""} · ${when}`);
     box.replaceWith(note);
     const waiting = turn && !openWidgets(turn).length && turn.querySelector(".reply.muted");

@@ -9,8 +9,13 @@ from console.models import ApiToken
 RAW_TOKEN = re.compile(r"al_[0-9a-f]{8}_[A-Za-z0-9_-]{43}")
 
 
+def form_key(persona) -> str:
+    """The one-time key of the token form the page shows."""
+    return re.search(r'name="once" value="([0-9a-f]+)"', persona.client.get("/tokens/").content.decode()).group(1)
+
+
 def create_token(persona, name: str = "CI pipeline") -> str:
-    response = persona.client.post("/tokens/", {"name": name})
+    response = persona.client.post("/tokens/", {"name": name, "once": form_key(persona)})
     assert response.status_code == 200
     shown = RAW_TOKEN.findall(response.content.decode())
     assert len(shown) == 1, "the new token is shown exactly once"
@@ -33,8 +38,23 @@ def test_it_creates_a_token_that_works_on_the_api(reader, agent):
     assert [a["name"] for a in response.json()] == ["helper"]
 
 
+def test_a_form_sent_twice_makes_one_token(reader):
+    # The browser's "send the form again" on a reload of the page that showed the new token.
+    form = {"name": "deploy", "once": form_key(reader)}
+    first = reader.client.post("/tokens/", form)
+    again = reader.client.post("/tokens/", form)
+
+    assert len(RAW_TOKEN.findall(first.content.decode())) == 1
+    assert RAW_TOKEN.search(again.content.decode()) is None
+    assert "This form was sent before" in again.content.decode()
+    assert ApiToken.objects.filter(membership=reader.membership, name="deploy").count() == 1
+    # The page it answered with has a new form, which makes a token.
+    fresh = re.search(r'name="once" value="([0-9a-f]+)"', again.content.decode()).group(1)
+    assert RAW_TOKEN.search(reader.client.post("/tokens/", {**form, "once": fresh}).content.decode())
+
+
 def test_it_asks_again_for_a_token_without_a_name(reader):
-    response = reader.client.post("/tokens/", {"name": ""})
+    response = reader.client.post("/tokens/", {"name": "", "once": form_key(reader)})
     assert response.status_code == 200
     assert b"This field is required." in response.content
     assert RAW_TOKEN.search(response.content.decode()) is None
