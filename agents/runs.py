@@ -360,7 +360,10 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
         run.status = RunStatus.FAILED
         run.error = {
             "code": "session_required",
-            "message": "The agent asked for approval, input or a client tool; send a sessionId to answer.",
+            "message": (
+                "The agent asked for an approval, an input or a client tool's result, which a run without a session"
+                " (a replay, an API run without a sessionId) cannot wait for: run it in a session to answer."
+            ),
         }
         _record_failed(log, run.error)
     else:
