@@ -22,6 +22,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from agents.checkpoints import checkpoints_of, fork_origin
+from agents.definitions import DefinitionContent
+from agents.engine import server_tool_schema
 from agents.getters import get_run_for
 from agents.models import Agent, AgentVersion, Checkpoint, Run, Session
 from approvals.models import PendingRequest, RequestStatus, mark_answerable
@@ -53,6 +55,15 @@ class TrialTurn:
 def _for_form(pending: PendingRequest) -> PendingRequest:
     pending.arguments_json = json.dumps(pending.arguments, indent=2, ensure_ascii=False)  # type: ignore[attr-defined]
     return pending
+
+
+def _hint(definition: DefinitionContent) -> str:
+    """A first message worth trying with this agent: one of its own tools (the scripted model calls it)."""
+    tools = [t.name for t in definition.tools]
+    if "send_email" in tools:
+        return 'call send_email {"to": "ops@example.com", "subject": "Hi", "body": "Hello"}'
+    free = [name for name in tools if not server_tool_schema(name).get("required")]  # callable without arguments
+    return f"call {free[0]}" if free else "hello"
 
 
 def _back(agent: Agent, version: int, session_key: str) -> str:
@@ -124,6 +135,7 @@ def trial(request: ConsoleRequest) -> HttpResponse:
             versions=versions,
             version=version,
             definition=version.definition,
+            hint=_hint(version.definition),
             session_key=session_key,
             turns=turns,
             forked_from=fork_origin(session) if session is not None else None,

@@ -190,7 +190,12 @@ def _readable(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
 
 
-VIA_LABELS = {"inbox": "in the inbox", "api": "via the respond API", "run": "with the next run request"}
+VIA_LABELS = {
+    "inbox": "in the inbox",
+    "trial": "on the trial page",
+    "api": "via the respond API",
+    "run": "with the next run request",
+}
 
 DECISION_LABELS = {
     "denied": "denied",

@@ -181,7 +181,9 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
     else:
         response = form.cleaned_data["response"]
         try:
-            outcome = respond(membership, request.user, pending.run_id, response, via="inbox")
+            # The trial page answers with the inbox card's widget, posted here; it says so for the audit.
+            via = "trial" if request.POST.get("via") == "trial" else "inbox"
+            outcome = respond(membership, request.user, pending.run_id, response, via=via)
         except ResponseRefused as refused:
             error = refused.detail
         else:

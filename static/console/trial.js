@@ -234,6 +234,7 @@
     event.preventDefault();
     const widget = form.closest(".request-widget");
     const body = new FormData(form, event.submitter);
+    body.append("via", "trial"); // for the audit: answered here, not in the inbox
     const buttons = form.querySelectorAll("button");
     widget.querySelector("[data-card-error]").textContent = "";
     form.querySelectorAll("[data-error-for]").forEach((p) => (p.textContent = ""));

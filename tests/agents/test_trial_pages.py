@@ -167,3 +167,20 @@ def test_an_elicitation_is_answered_with_the_form_its_schema_generates(operator,
     )
     assert accepted.content == b""
     assert PendingRequest.objects.get(id=day.id).answer["content"] == {"day": "Monday"}
+
+
+@pytest.mark.parametrize(
+    ("tools", "hint"),
+    [
+        ([{"name": "send_email"}, {"name": "get_time"}], "call send_email {&quot;to&quot;"),
+        ([{"name": "ask_user"}, {"name": "get_time"}], "call get_time"),
+        ([{"name": "ask_user"}], "hello"),
+    ],
+)
+def test_the_empty_page_suggests_a_message_the_agent_can_take(operator, tools, hint):
+    # It suggested send_email to every agent, and the scripted model then asked for a tool the agent lacks.
+    make_agent(operator, name="hinted", tools=tools, clientTools=[], parameters=[])
+
+    html = operator.client.get("/trial/?agent=hinted").content.decode()
+
+    assert f"Try <code>{hint}" in html

@@ -244,6 +244,16 @@ def test_it_approves_the_edited_arguments(operator, mailer):
     assert [m.to for m in mail.outbox] == [["ops@example.com"]]
 
 
+@pytest.mark.parametrize(("said", "kept"), [("trial", "trial"), ("", "inbox"), ("api", "inbox")])
+def test_it_records_where_the_answer_was_given(operator, mailer, said, kept):
+    # The trial page posts its widget here with via=trial; nothing else can claim another place.
+    asked = ask(operator)
+
+    answer(operator, request_id(asked), {"decision": "approve", "via": said})
+
+    assert PendingRequest.objects.get(id=request_id(asked)).answered_via == kept
+
+
 def test_it_refuses_edited_arguments_that_do_not_fit_the_tool(operator, mailer):
     asked = ask(operator)
     before = snapshot()
