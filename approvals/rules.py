@@ -101,6 +101,8 @@ def first_matching(rules: Iterable[Any], tool_name: str, arguments: dict[str, An
 # --- rules made by hand (the console's form and `POST /api/rules`) ---------------------------------
 
 _COMPARISONS = ("lt", "lte", "gt", "gte")
+# What a rule made by hand may hold: a rule is read by people (the rules page) and checked on every call.
+CONDITIONS, VALUE_LENGTH, ARGUMENTS_LENGTH = 50, 2_000, 100_000
 SYMBOLS = {
     "equals": "=",
     "not_equals": "!=",
@@ -125,6 +127,8 @@ class ConditionIn(Condition):
         operator = info.data.get("operator")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError("give a finite number")
+        if len(json.dumps(value)) > VALUE_LENGTH:
+            raise ValueError(f"a value is at most {VALUE_LENGTH:,} characters long (as JSON)")
         if operator in ("in", "not_in"):
             if not isinstance(value, list) or not value:
                 raise ValueError(f'`{operator}` needs a non-empty list of values, like ["EUR", "USD"]')
@@ -141,7 +145,14 @@ class RuleIn(WireModel):
     agent: str = Field(min_length=1, max_length=63)
     tool_name: str = Field(min_length=1, max_length=200)
     arguments: dict[str, Any] | None = None
-    conditions: list[ConditionIn] = Field(default_factory=list)
+    conditions: list[ConditionIn] = Field(default_factory=list, max_length=CONDITIONS)
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and len(json.dumps(value)) > ARGUMENTS_LENGTH:
+            raise ValueError(f"the arguments are at most {ARGUMENTS_LENGTH:,} characters long (as JSON)")
+        return value
 
 
 class RuleRefused(Exception):

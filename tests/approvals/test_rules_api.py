@@ -212,6 +212,10 @@ def test_it_refuses_arguments_and_conditions_together(admin, mailer):
         ({"conditions": [{"argument": "n", "operator": "gte", "value": [1]}]}, "conditions.0.value"),
         ({"conditions": [{"argument": "n", "operator": "gt", "value": 1, "extra": 2}]}, "conditions.0.extra"),
         ({"remember": True}, "remember"),
+        # Bounded: a rule is read by people and checked on every call.
+        ({"conditions": [{"argument": "to", "operator": "equals", "value": "x" * 2000}]}, "conditions.0.value"),
+        ({"conditions": [{"argument": f"a{i}", "operator": "equals", "value": i} for i in range(51)]}, "conditions"),
+        ({"arguments": {"body": "x" * 100_000}}, "arguments"),
     ],
 )
 def test_it_refuses_an_invalid_body_with_the_field_path(admin, mailer, body, field):
