@@ -73,7 +73,10 @@ def test_long_unbroken_words_do_not_widen_the_pages(logged_in: Page) -> None:
     )
     assert asked["status"] == "awaiting_approval", asked
     try:
-        for width, paths in [(1366, ["/rules/"]), (PHONE["width"], ["/rules/", "/inbox/", "/", f"/agents/{name}/"])]:
+        for width, paths in [
+            (1366, ["/rules/"]),
+            (PHONE["width"], ["/rules/", "/inbox/", "/", f"/agents/{name}/", "/runs/", "/agents/", "/audit/"]),
+        ]:
             page.set_viewport_size({"width": width, "height": 844})
             for path in paths:
                 page.goto(path)
