@@ -15,17 +15,19 @@ pytestmark = pytest.mark.browser
 SEND = 'call send_email {"to": "ops@example.com", "subject": "Hi", "body": "Hello"}'
 
 
-def create_agent(page: Page, name: str) -> None:
-    """Create the agent through the JSON API with the browser's own session (and its CSRF token)."""
+def create_agent(page: Page, name: str, **definition: object) -> None:
+    """Create the agent through the JSON API with the browser's own session (and its CSRF token): the given
+    definition, or a mailer with a parameter."""
     csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
-    definition = {
-        "name": name,
+    definition = definition or {
         "instructions": "You help the {{team}} team.",
         "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time"}],
         "parameters": [{"name": "team", "kind": "text", "default": "ops"}],
     }
     response = page.request.post(
-        "/api/agents", data=json.dumps(definition), headers={"Content-Type": "application/json", "X-CSRFToken": csrf}
+        "/api/agents",
+        data=json.dumps({"name": name, **definition}),
+        headers={"Content-Type": "application/json", "X-CSRFToken": csrf},
     )
     assert response.status == 201, response.text()
 
@@ -99,16 +101,9 @@ def test_a_message_while_requests_wait_is_kept_and_can_be_sent_anyway(logged_in:
 
 def test_it_answers_a_question_a_plan_and_a_refused_client_tool(logged_in: Page) -> None:
     page, name = logged_in, f"asker-{uuid4().hex[:6]}"
-    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
-    definition = {
-        "name": name,
-        "tools": [{"name": "ask_user"}, {"name": "propose_plan"}],
-        "clientTools": [{"name": "get_user_location"}],
-    }
-    response = page.request.post(
-        "/api/agents", data=json.dumps(definition), headers={"Content-Type": "application/json", "X-CSRFToken": csrf}
+    create_agent(
+        page, name, tools=[{"name": "ask_user"}, {"name": "propose_plan"}], clientTools=[{"name": "get_user_location"}]
     )
-    assert response.status == 201, response.text()
     page.goto(f"/trial/?agent={name}")
 
     send(page, 'call ask_user {"question": "Which colour?", "choices": ["red", "blue"]}')
@@ -161,12 +156,7 @@ def test_it_answers_an_mcp_form(logged_in: Page) -> None:
     """The elicitation form has a field named `action` (its accept, decline and cancel buttons): the answer goes
     to the form's address all the same (`form.action` would be the field)."""
     page, name = logged_in, f"booker-{uuid4().hex[:6]}"
-    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
-    definition = {"name": name, "mcpServers": [{"connection": "meetings"}]}
-    response = page.request.post(
-        "/api/agents", data=json.dumps(definition), headers={"Content-Type": "application/json", "X-CSRFToken": csrf}
-    )
-    assert response.status == 201, response.text()
+    create_agent(page, name, mcpServers=[{"connection": "meetings"}])
     page.goto(f"/trial/?agent={name}")
 
     send(page, 'call book_meeting {"topic": "Standup"}')
@@ -200,16 +190,8 @@ def test_the_trial_page_follows_a_run_cancelled_in_the_inbox(logged_in: Page, si
 @pytest.mark.parametrize("width", [1366, 390])
 def test_the_widgets_fit_and_pass_axe(width: int, logged_in: Page, axe_source: str) -> None:
     page, name = logged_in, f"asker-{uuid4().hex[:6]}"
-    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content")
-    definition = {
-        "name": name,
-        "tools": [{"name": "send_email", "approval": "always"}, {"name": "ask_user"}],
-        "clientTools": [{"name": "get_user_location"}],
-    }
-    response = page.request.post(
-        "/api/agents", data=json.dumps(definition), headers={"Content-Type": "application/json", "X-CSRFToken": csrf}
-    )
-    assert response.status == 201, response.text()
+    tools = [{"name": "send_email", "approval": "always"}, {"name": "ask_user"}]
+    create_agent(page, name, tools=tools, clientTools=[{"name": "get_user_location"}])
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(f"/trial/?agent={name}")
 
