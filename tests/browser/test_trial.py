@@ -32,6 +32,14 @@ def create_agent(page: Page, name: str, **definition: object) -> None:
     assert response.status == 201, response.text()
 
 
+def ask_to_send(page: Page) -> str:
+    """Send the mail the agent asks approval for; the request's id."""
+    send(page, SEND)
+    widget = page.locator(".request-widget")
+    expect(widget).to_contain_text("Approve send_email?")
+    return widget.get_attribute("data-request-id") or ""
+
+
 def send(page: Page, text: str) -> None:
     expect(page.locator("#send")).to_be_enabled()
     page.get_by_label("Message").fill(text)
@@ -137,10 +145,7 @@ def test_the_trial_page_follows_an_answer_given_in_the_inbox(logged_in: Page, si
     page.goto(f"/trial/?agent={name}")
     send(page, "echo instructions")  # the session exists: the page follows its stream from here on
     expect(page.locator(".turn").last).to_contain_text("You help the ops team.")
-    send(page, SEND)
-    widget = page.locator(".request-widget")
-    expect(widget).to_contain_text("Approve send_email?")
-    rid = widget.get_attribute("data-request-id")
+    rid = ask_to_send(page)
 
     inbox = sign_in("otto")
     inbox.goto("/inbox/")
@@ -173,10 +178,7 @@ def test_the_trial_page_follows_a_run_cancelled_in_the_inbox(logged_in: Page, si
     page, name = logged_in, f"mailer-{uuid4().hex[:6]}"
     create_agent(page, name)
     page.goto(f"/trial/?agent={name}")
-    send(page, SEND)
-    widget = page.locator(".request-widget")
-    expect(widget).to_contain_text("Approve send_email?")
-    rid = widget.get_attribute("data-request-id")
+    rid = ask_to_send(page)
 
     inbox = sign_in("otto")
     inbox.goto("/inbox/")
