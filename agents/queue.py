@@ -238,7 +238,7 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
             locked = _lock_queues(new, wait=not held)
             held |= locked
             passed |= new - locked
-            if locked and connection.vendor == "postgresql":
+            if locked:
                 room = _room(lanes)  # counted again under the lanes' locks: another claimer may have taken some
             for db_task in ready:
                 if db_task.queue_name not in held:

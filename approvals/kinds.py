@@ -53,6 +53,17 @@ class AnswerRefused(Exception):
         self.code, self.detail = code, detail
 
 
+def parameters_schema(pending: PendingRequest) -> dict[str, Any] | None:
+    """The JSON schema of the parameters of the tool `pending` asks about, where the console knows it: a client
+    tool's (its definition), a server tool's (its function); None for an MCP tool (its schema lives on its server)."""
+    definition = pending.run.version.definition
+    if pending.kind == RequestKind.CLIENT_TOOL:
+        return next((t.parameters for t in definition.client_tools if t.name == pending.tool_name), None)
+    if pending.kind == RequestKind.APPROVAL and any(t.name == pending.tool_name for t in definition.tools):
+        return server_tool_schema(pending.tool_name)
+    return None
+
+
 def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
     errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
     return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
@@ -150,10 +161,10 @@ class Approval(Kind):
         if wire.get("remember") and self._mode(pending, modes) == "every_time":
             raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
         override = wire.get("overrideArguments")
-        if override is not None and any(t.name == pending.tool_name for t in pending.run.version.definition.tools):
-            # A server tool's parameters are known here (an MCP tool's live on its server): arguments that do not
-            # fit them are refused now, not handed to the tool to fail with.
-            problems = schema_problems(server_tool_schema(pending.tool_name), override)
+        schema = parameters_schema(pending) if override is not None else None
+        if schema is not None:
+            # Arguments that do not fit the tool are refused now, not handed to it to fail with.
+            problems = schema_problems(schema, override)
             if problems:
                 detail = f"The arguments do not fit the parameters of {pending.tool_name}: {problems}"
                 raise AnswerRefused("invalid_content", detail)

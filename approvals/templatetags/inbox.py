@@ -9,10 +9,9 @@ from typing import Any
 
 from django import template
 
-from agents.engine import server_tool_schema
 from agents.schema_forms import SchemaField, schema_fields
 from approvals.cards import listed_card
-from approvals.kinds import KINDS, Kind
+from approvals.kinds import KINDS, Kind, parameters_schema
 from approvals.models import PendingRequest, RequestKind
 
 register = template.Library()
@@ -51,19 +50,10 @@ def lookup(mapping: Any, key: str) -> Any:
     return mapping.get(key) if mapping else None
 
 
-def _parameters_schema(pending: PendingRequest) -> dict[str, Any] | None:
-    definition = pending.run.version.definition
-    if pending.kind == RequestKind.CLIENT_TOOL:
-        return next((t.parameters for t in definition.client_tools if t.name == pending.tool_name), None)
-    if pending.kind == RequestKind.APPROVAL and any(t.name == pending.tool_name for t in definition.tools):
-        return server_tool_schema(pending.tool_name)
-    return None  # an MCP tool: its schema lives on its server
-
-
 @register.filter
 def tool_parameters(pending: PendingRequest) -> list[dict[str, Any]]:
     """The declared parameters of the requested tool (name, type, required), to help edit or answer."""
-    schema = _parameters_schema(pending) or {}
+    schema = parameters_schema(pending) or {}
     required = set(schema.get("required") or [])
     return [
         {

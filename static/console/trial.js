@@ -278,12 +278,14 @@
   // The widgets of the requests still open (an earlier turn's, answered differently in a fork, are not).
   const openWidgets = (within) => [...within.querySelectorAll(".request-widget")].filter((w) => !w.closest("[data-fork]"));
 
+  // A `*.completed` event (answered, or closed with `closed.kind`) or a `request.terminated` one (closed: `kind`).
   function answeredElsewhere(envelope) {
     const data = envelope.data;
     const box = openWidgets(conversation).find((w) => w.dataset.requestId === data.requestId);
     if (!box) return;
     const turn = box.closest(".turn");
-    const how = data.closed ? `Closed: ${data.closed.kind}` : (data.result && WORDS[data.result.kind]) || "Answered";
+    const closed = envelope.type === "request.terminated" ? data.kind : data.closed?.kind;
+    const how = closed ? `Closed: ${closed}` : (data.result && WORDS[data.result.kind]) || "Answered";
     const when = new Date(envelope.timestamp).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
     const note = el("p", "answered-elsewhere muted", `${how}${data.answeredBy ? ` by ${data.answeredBy}` : ""} · ${when}`);
     box.replaceWith(note);
@@ -331,7 +333,7 @@
     on("request.terminated", (envelope) => {
       const box = openWidgets(conversation).find((w) => w.dataset.requestId === envelope.data.requestId);
       const turn = box && box.closest(".turn[data-run]");
-      answeredElsewhere({ ...envelope, data: { requestId: envelope.data.requestId, closed: { kind: envelope.data.kind } } });
+      answeredElsewhere(envelope);
       if (turn && envelope.data.kind === "cancelled") rerender(turn, turn.dataset.run);
     });
   }
