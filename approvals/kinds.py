@@ -162,7 +162,7 @@ class Approval(Kind):
             raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
         override = wire.get("overrideArguments")
         schema = parameters_schema(pending) if override is not None else None
-        if schema is not None:
+        if override is not None and schema is not None:
             # Arguments that do not fit the tool are refused now, not handed to it to fail with.
             problems = schema_problems(schema, override)
             if problems:
