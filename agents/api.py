@@ -8,7 +8,7 @@ from pydantic import ConfigDict, StrictInt
 from pydantic.alias_generators import to_camel
 
 from agents import deletion
-from agents.definitions import ConnectionRefused, DefinitionContent
+from agents.definitions import ConnectionRefused, DefinitionContent, PoliciesRefused
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
 from console.api import ApiError, Problem, api, problem, require_role
@@ -23,6 +23,8 @@ _REFUSED = {
     "unknown_subagent": "The definition names sub-agents that are not agents of this tenant.",
     "subagent_cycle": "The definition's sub-agents lead back to the agent itself.",
     "subagent_too_deep": "The definition's sub-agents call each other too deep.",
+    "invalid_hooks": "The definition's hooks cannot be loaded.",
+    "too_many_policy_compiles": "This tenant saved too many new policies in the last minute; try again later.",
 }
 
 
@@ -30,7 +32,10 @@ _REFUSED = {
 def _connection_refused(request: HttpRequest, exc: ConnectionRefused) -> HttpResponse:
     errors = [{"field": field, "message": message} for field, message in exc.errors.items()]
     detail = _REFUSED.get(exc.code, "The definition names connections it cannot use.")
-    return problem(400, exc.code, detail, errors=errors)
+    response = problem(exc.status, exc.code, detail, errors=errors)
+    if isinstance(exc, PoliciesRefused) and exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 class AgentOut(DefinitionContent):
@@ -64,7 +69,7 @@ def list_agents(request: ConsoleRequest) -> list[AgentOut]:
     return [_out(v) for v in versions]
 
 
-@router.post("", response={201: AgentOut, 409: Problem}, by_alias=True)
+@router.post("", response={201: AgentOut, 409: Problem, 429: Problem}, by_alias=True)
 def create_agent(request: ConsoleRequest, payload: DefinitionContent) -> Status[AgentOut]:
     membership = require_role(request, "admin")
     if Agent.objects.live().filter(tenant=membership.tenant, name=payload.name).exists():
@@ -81,7 +86,7 @@ def get_agent(request: ConsoleRequest, name: str) -> AgentOut:
     return _out(get_agent_for(request, name).current)
 
 
-@router.put("/{name}", response=AgentOut, by_alias=True)
+@router.put("/{name}", response={200: AgentOut, 429: Problem}, by_alias=True)
 def update_agent(request: ConsoleRequest, name: str, payload: DefinitionContent) -> AgentOut:
     require_role(request, "admin")
     agent = get_agent_for(request, name)
@@ -124,7 +129,7 @@ def get_version(request: ConsoleRequest, name: str, number: int) -> AgentOut:
     return _out(version)
 
 
-@router.post("/{name}/rollback", response=AgentOut, by_alias=True)
+@router.post("/{name}/rollback", response={200: AgentOut, 429: Problem}, by_alias=True)
 def rollback(request: ConsoleRequest, name: str, payload: RollbackIn) -> AgentOut:
     require_role(request, "admin")
     agent = get_agent_for(request, name)

@@ -40,9 +40,21 @@ Approval = Literal["never", "always", "every_time"]
 class ConnectionRefused(ValueError):
     """A definition names connections the tenant cannot use (see `DefinitionContent.connection_problems`)."""
 
+    status = 400
+
     def __init__(self, code: str, errors: dict[str, str]) -> None:
         super().__init__("; ".join(f"{field}: {message}" for field, message in errors.items()))
         self.code, self.errors = code, errors
+
+
+class PoliciesRefused(ConnectionRefused):
+    """A definition's policies do not compile (400 `invalid_hooks`), or its tenant compiled too many new ones
+    in the last minute (429 `too_many_policy_compiles`, with `retry_after` seconds)."""
+
+    def __init__(self, errors: dict[str, str], retry_after: int | None = None) -> None:
+        super().__init__("invalid_hooks" if retry_after is None else "too_many_policy_compiles", errors)
+        self.retry_after = retry_after
+        self.status = 400 if retry_after is None else 429
 
 
 class UnknownGroup(ConnectionRefused):
@@ -254,7 +266,8 @@ class DefinitionContent(WireModel):
     @field_validator("hooks")
     @classmethod
     def _hooks_load(cls, hooks: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        if hooks is not None:
+        # A stored version was checked when it was saved; a turn checks its policies again as it builds them.
+        if hooks is not None and not (info.context or {}).get("stored"):
             problems = declaration_problems(hooks)
             if not problems:
                 tools = [t.name for t in info.data.get("tools", [])] + [

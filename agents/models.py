@@ -7,7 +7,8 @@ from django.db import models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.definitions import MAX_SUBAGENT_DEPTH, ConnectionRefused, DefinitionContent
+from agents.definitions import MAX_SUBAGENT_DEPTH, ConnectionRefused, DefinitionContent, PoliciesRefused
+from agents.policies import CompilesThrottled, compile_problems
 from console.models import Connection, Tenant
 
 
@@ -53,12 +54,19 @@ class Agent(models.Model):
 
     def append_version(self, content: DefinitionContent, user: Any, note: str = "") -> "AgentVersion":
         """Store `content` as the next version; earlier versions are never touched. Raises
-        ConnectionRefused when it names a connection the tenant may not use."""
+        ConnectionRefused when it names a connection the tenant may not use, PoliciesRefused when its
+        policies do not compile (agents.policies.compile_problems: the compiling is rate-limited per tenant)."""
         problems = content.connection_problems(Connection.objects.specs_for(self.tenant, content.connection_names))
         if problems is None:
             problems = subagent_problems(self.tenant, content)
         if problems is not None:
             raise ConnectionRefused(*problems)
+        try:
+            uncompiled = compile_problems(content.hooks, str(self.tenant_id))
+        except CompilesThrottled as throttled:
+            raise PoliciesRefused({"hooks": str(throttled)}, throttled.retry_after) from None
+        if uncompiled:
+            raise PoliciesRefused({"hooks": "; ".join(uncompiled)})
         with transaction.atomic():
             locked = Agent.objects.select_for_update().get(pk=self.pk)
             number = locked.current_version + 1
@@ -146,14 +154,14 @@ class AgentVersion(models.Model):
         """The parsed content. A version never changes, so a stored one is parsed once per process: the
         same instance every time, which keeps what is derived from it (the engine's agent) at hand."""
         if self.pk is None:
-            return DefinitionContent.model_validate(self.content)
+            return DefinitionContent.model_validate(self.content, context={"stored": True})
         # The creation time is in the key too: a test database hands out the same ids again.
         key = (self.pk, self.created_at)
         parsed = _PARSED.get(key)
         if parsed is None:
             if len(_PARSED) >= 1024:
                 _PARSED.clear()
-            parsed = _PARSED[key] = DefinitionContent.model_validate(self.content)
+            parsed = _PARSED[key] = DefinitionContent.model_validate(self.content, context={"stored": True})
         return parsed
 
 

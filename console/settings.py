@@ -168,6 +168,12 @@ WORKER_THREADS = env_int("WORKER_THREADS", 4)
 WORKER_POLL_SECONDS = env_float("WORKER_POLL_SECONDS", 0.5)
 
 PROVIDER_TIMEOUT_SECONDS = env_int("PROVIDER_TIMEOUT_SECONDS", 120, minimum=1)
+# Tenants' policies compile and evaluate in worker processes of their own, each task under a budget
+# (agents/policy_sandbox.py); a tenant's policy compiles (saves of new policy texts) are rate-limited.
+POLICY_WORKERS = env_int("POLICY_WORKERS", 2, minimum=1)
+POLICY_COMPILE_BUDGET_MS = env_int("POLICY_COMPILE_BUDGET_MS", 3000, minimum=1)
+POLICY_EVAL_BUDGET_MS = env_int("POLICY_EVAL_BUDGET_MS", 1000, minimum=1)
+POLICY_COMPILES_PER_MINUTE = env_int("POLICY_COMPILES_PER_MINUTE", 10, minimum=1)
 
 MEDIA_ROOT = DATA_DIR / "media"
 ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1)

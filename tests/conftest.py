@@ -95,6 +95,13 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def unthrottled_policy_compiles(settings):
+    """A test database hands the same tenant ids out again, and one process's quota outlives a test: tests
+    compile as many policies as they need (tests/policies/test_policy_sandbox.py sets the quota it tests)."""
+    settings.POLICY_COMPILES_PER_MINUTE = 1_000_000
+
+
 @pytest.fixture
 def acme(db) -> Tenant:
     return Tenant.objects.create(slug="acme", name="Acme")
