@@ -29,6 +29,7 @@ TIMEOUT_SECONDS = 420
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("turn_overhead", ["bench/turn_overhead.py", "--turns", "300", "--http"]),
     ("policy_turn", ["bench/policy_turn.py", "--turns", "300"]),
+    ("policy_stall", ["bench/policy_stall.py"]),
     ("push_latency", ["bench/push_latency.py"]),
     ("respond_throughput", ["bench/respond_throughput.py"]),
     ("inbox_scale", ["bench/inbox_scale.py"]),

@@ -40,9 +40,9 @@ def test_it_documents_every_error_response_as_a_problem(schema):
     ("operation", "statuses"),
     [
         ("GET /api/agents", {"401"}),
-        ("POST /api/agents", {"400", "401", "403", "409", "413", "415"}),
+        ("POST /api/agents", {"400", "401", "403", "409", "413", "415", "429"}),
         ("GET /api/agents/{name}", {"400", "401", "404"}),
-        ("PUT /api/agents/{name}", {"400", "401", "403", "404", "413", "415"}),
+        ("PUT /api/agents/{name}", {"400", "401", "403", "404", "413", "415", "429"}),
         ("POST /api/agents/{name}/runs", {"400", "401", "403", "404", "409", "413", "415"}),
         ("GET /api/runs", {"400", "401"}),
         ("POST /api/runs/{run_id}/cancel", {"400", "401", "403", "404", "409"}),
