@@ -2,7 +2,7 @@
 
 A definition's `hooks` (an `agent-hooks-declaration/1.0` document) becomes one emitter per turn, built by
 the agent-hooks SDK's loader with Airlock's registry: the kinds `airlock.acs` (Rego/Cedar policies run by
-agent-control-spec) and `airlock.webhook` (a policy webhook connection), and the approval resolver
+agent-control-spec in the policy sandbox, agents/policy_sandbox.py) and `airlock.webhook` (a policy webhook connection), and the approval resolver
 `airlock-inbox` (an escalation becomes an inbox request; the operator's answer decides it next turn).
 
 `TurnPolicies.check` emits one context and returns the target to go on with (transformed where a verdict
@@ -452,8 +452,9 @@ def registry(connections: Mapping[str, ConnectionSpec] | None, resolver: Any) ->
 
 def declaration_problems(document: Any) -> list[str]:
     """Why `document` cannot be an agent's `hooks` (the loader's refusals, with their JSON pointers, and
-    surface points no binding covers, which would deny every run); empty when it can. The policies are
-    compiled here, so a version that saves is a version that runs."""
+    surface points no binding covers, which would deny every run); empty when it can. Each `airlock.acs`
+    manifest is checked here (`safe_manifest`); its policies compile when the version is saved
+    (`compile_problems`), so a version that saves is a version that runs."""
     try:
         emitter = InterceptionEmitter.from_declaration_value(document, registry(None, InboxResolver({})))
     except DeclarationError as error:
