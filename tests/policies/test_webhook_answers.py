@@ -61,9 +61,10 @@ class Receiver(BaseHTTPRequestHandler):
                 sent += len(part)
             if chunked:
                 self.wfile.write(b"0\r\n\r\n")
-        except OSError:  # the reader hung up
-            self.close_connection = True
+        except OSError:
+            pass  # the reader hung up
         finally:
+            self.close_connection = True  # a reader that hung up resets the connection: wait for no next request
             Receiver.sent.append(sent)
             Receiver.done.set()
 
