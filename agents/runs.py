@@ -291,33 +291,26 @@ async def execute(started: StartedRun) -> ExecutionResult:
 
 NOT_STORED = TurnError(
     "outcome_not_stored",
-    "The turn ended, but the database refused to store its outcome: the run failed without its output, its policy"
-    " records or the events of the turn not written yet.",
+    "The turn ended, but its outcome could not be stored: the run failed without its output, its policy records"
+    " and the events of the turn not written yet.",
 )
 
 
 def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequest]:
     """Store the turn's outcome: status, output, pending requests, conversation and the event log. An outcome the
-    database refuses (a value too big or one it cannot hold) or that is not JSON ends the run `failed`
+    database refuses (a value too big, one it cannot hold) or that is not JSON ends the run `failed`
     (`outcome_not_stored`) rather than leave it `running` and its caller with a 500."""
-    run, log = started.run, started.log
+    run = started.run
     opened: list[PendingRequest] = []
-    kept, written = max(started.before_turn, log.flushed), log.flushed
+    kept, written = max(started.before_turn, started.log.flushed), started.log.flushed
     try:
         try:
             with transaction.atomic():
                 _store_outcome(started, result, opened)
         except (DatabaseError, TypeError, ValueError):
             logger.exception("Run %s: its outcome could not be stored; it ends failed", run.id)
-            ran = calls_with_side_effects(run, log)  # before the log forgets the turn's events
-            refused_input = run.message is None  # a policy refused it: not kept, as in a stored outcome
-            run.refresh_from_db(fields=["output", "usage", "error", "message", "records"])
-            run.message = None if refused_input else run.message
-            if run.session is not None:  # the turn's conversation is not the session's (its checkpoint copies it)
-                run.session.refresh_from_db(fields=["conversation"])
-            log.forget_after(kept, written)
-            started.records.clear()
             opened.clear()
+            ran = _forget_outcome(started, kept, written)
             with transaction.atomic():
                 _store_outcome(started, ExecutionResult(None, NOT_STORED), opened, ran)
     except _Reclaimed:
@@ -331,6 +324,22 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
 
 class _Reclaimed(Exception):
     pass
+
+
+def _forget_outcome(started: StartedRun, kept: int, written: int) -> set[str]:
+    """Put the run, its session and its log back as the database has them after a turn's outcome rolled back:
+    only the first `kept` events of the log remain (`written` of them stored), and none of its records. The calls
+    with side effects the turn ran, as its log said before it forgot them."""
+    run, log = started.run, started.log
+    ran = calls_with_side_effects(run, log)
+    refused_input = run.message is None  # a policy refused it: not kept, as in a stored outcome
+    run.refresh_from_db(fields=["output", "usage", "error", "message", "records"])
+    run.message = None if refused_input else run.message
+    if run.session is not None:  # the turn's conversation: its checkpoint would copy it
+        run.session.refresh_from_db(fields=["conversation"])
+    log.forget_after(kept, written)
+    started.records.clear()
+    return ran
 
 
 def _session_ended(session: Session) -> bool:

@@ -34,7 +34,7 @@ def assert_not_stored(result: dict) -> None:
     assert result["status"] == "failed", result
     assert result["output"] is None
     assert result["error"]["code"] == "outcome_not_stored"
-    assert "could not" in result["error"]["message"] or "refused" in result["error"]["message"]
+    assert "could not be stored" in result["error"]["message"]
     stored = Run.objects.get(id=result["runId"])
     assert (stored.status, stored.output, stored.error) == (RunStatus.FAILED, None, result["error"])
     assert stored.finished_at is not None and stored.lease_expires_at is None
