@@ -1,6 +1,6 @@
 """A turn's outcome the database refuses (issue 26: SQLite's "string or blob too big" left a run `running` and
 its caller with a 500): the run ends `failed` with `outcome_not_stored`, its caller gets that result, and its
-session takes the next turn. The refusal is the database's own: SQLite's length limit, lowered for the test."""
+session takes the next turn. The refusals are the database's own (see `refused_message`)."""
 
 import sqlite3
 from collections.abc import Iterator
@@ -9,23 +9,25 @@ import pytest
 from django.db import connection
 
 from agents.models import Run, RunStatus
-from tests.helpers import drain_queued, run, run_ok, stored_events
+from tests.helpers import EMAIL, call_line, drain_queued, run, run_ok, stored_events
 
 # Under it, a run's message fits in its row at the start; its output beside it at the end does not.
 LIMIT = 100_000
-LONG = "x" * 60_000
 
 
 @pytest.fixture
-def refusing_long_rows(db: None) -> Iterator[None]:
-    """The test database refuses a value or row over LIMIT bytes (the connection is the test's and its views')."""
-    if connection.vendor != "sqlite":
-        pytest.skip("the length limit is SQLite's")
+def refused_message(db: None) -> Iterator[str]:
+    """A message whose turn's outcome the test database refuses. SQLite: a long one, under its length limit (lowered
+    here on the connection the views share) while its output beside it is over. PostgreSQL: an email to send whose
+    body has a NUL character, which no text or jsonb value holds (the message says it as `\\u0000`)."""
+    if connection.vendor == "postgresql":
+        yield call_line("send_email", {**EMAIL, "body": "Ship\x00it."})
+        return
     connection.ensure_connection()
     raw = connection.connection
     before = raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMIT)
     try:
-        yield
+        yield "x" * 60_000
     finally:
         raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, before)
 
@@ -42,9 +44,8 @@ def assert_not_stored(result: dict) -> None:
     assert kinds == ["run.started", "user.message", "run.failed", "session.error"]
 
 
-@pytest.mark.usefixtures("refusing_long_rows")
-def test_it_ends_a_run_failed_when_the_database_refuses_its_outcome(operator, assistant):
-    response = run(operator, {"message": LONG, "sessionId": "s1"})
+def test_it_ends_a_run_failed_when_the_database_refuses_its_outcome(operator, assistant, refused_message):
+    response = run(operator, {"message": refused_message, "sessionId": "s1"})
 
     assert response.status_code == 200, response.content[:300]
     assert_not_stored(response.json())
@@ -53,9 +54,8 @@ def test_it_ends_a_run_failed_when_the_database_refuses_its_outcome(operator, as
     assert (after["status"], after["output"]) == ("completed", "You said: hello")
 
 
-@pytest.mark.usefixtures("refusing_long_rows")
-def test_it_ends_a_queued_run_failed_when_the_database_refuses_its_outcome(operator, assistant):
-    response = run(operator, {"message": LONG, "sessionId": "s1"}, HTTP_PREFER="respond-async")
+def test_it_ends_a_queued_run_failed_when_the_database_refuses_its_outcome(operator, assistant, refused_message):
+    response = run(operator, {"message": refused_message, "sessionId": "s1"}, HTTP_PREFER="respond-async")
     assert response.status_code == 202
 
     drain_queued(1)
