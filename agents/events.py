@@ -62,6 +62,19 @@ class EventLog:
                 Event.objects.bulk_create(events)
                 self.flushed += len(events)
 
+    def forget_after(self, kept: int, written: int) -> None:
+        """Forget the stored events from the `kept`-th on, as if never recorded: a turn whose outcome the database
+        refused drops them (one of them may be what it refused). `written`: how many of the kept ones the database
+        has, whatever a rolled-back flush counted. The sequence goes on after theirs, as live readers may have seen
+        those numbers; the chain goes on from the last event kept."""
+        del self.stored[kept:]
+        self.flushed = written
+        self.published = min(self.published, kept)
+        if self.stored:
+            self.parent = self.stored[-1].id
+        else:
+            self.parent = self.run.events.order_by("-sequence").values_list("id", flat=True).first()
+
     def envelope(self, event_type: str, data: dict[str, Any], ephemeral: bool, agent_id: str = "") -> dict[str, Any]:
         now = timezone.now()
         if ephemeral:

@@ -72,6 +72,33 @@ def stable_key(context: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+# What is kept of a verdict's strings wherever Airlock stores or streams them (records, events, a run's error, an
+# inbox request): a policy's answer is bounded by its source (a webhook's body, an ACS evaluation's output) to
+# hundreds of kilobytes, which a run would otherwise copy into several rows and every inbox card.
+REASON_LIMIT = 1_000
+MESSAGE_LIMIT = 4_000
+
+
+def capped(text: str | None, limit: int) -> str | None:
+    """`text` cut to `limit` characters, the last an ellipsis saying so."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
+
+
+def _capped_record(wire: dict[str, Any]) -> dict[str, Any]:
+    """An interception record's wire shape with its verdicts' reasons and messages capped."""
+    verdict = wire["verdict"]
+    for said in (verdict, *verdict.get("warnings", ())):
+        for key, limit in (("reason", REASON_LIMIT), ("message", MESSAGE_LIMIT)):
+            if key in said:
+                said[key] = capped(said[key], limit)
+    for summary in wire.get("verdicts", ()):
+        if "reason" in summary:
+            summary["reason"] = capped(summary["reason"], REASON_LIMIT)
+    return wire
+
+
 @dataclass
 class Escalation:
     """A liftable deny the inbox resolver could not answer yet: it becomes an approval request."""
@@ -81,6 +108,9 @@ class Escalation:
     binding: str | None
     reason: str | None
     message: str | None
+
+    def __post_init__(self) -> None:
+        self.reason, self.message = capped(self.reason, REASON_LIMIT), capped(self.message, MESSAGE_LIMIT)
 
     def wire(self) -> dict[str, Any]:
         return {"binding": self.binding, "reason": self.reason, "message": self.message}
@@ -94,9 +124,9 @@ class PolicyBlocked(Exception):
     ) -> None:
         # An escalation nobody may lift here is a deny; its reason is the policy's, not the resolver's.
         said = asked or record.verdict
-        super().__init__(said.message or said.reason or "denied by policy")
+        self.reason, self.message = capped(said.reason, REASON_LIMIT), capped(said.message, MESSAGE_LIMIT)
+        super().__init__(self.message or self.reason or "denied by policy")
         self.point, self.record, self.escalation = point, record, escalation
-        self.reason, self.message = said.reason, said.message
 
     def wire(self) -> dict[str, Any]:
         """The run's `error` when this ends it (status `blocked`)."""
@@ -408,20 +438,52 @@ def webhook_config(config: Mapping[str, Any]) -> tuple[str, float]:
     return connection, timeout_ms / 1000
 
 
+# A verdict is a few hundred bytes; a receiver's answer over this is refused, read no further (issue 26: a 200 MB
+# `reason` took the process from 0.4 to 2.8 GB, and its run's outcome could not be stored).
+VERDICT_LIMIT = 64 * 1024
+
+
+class VerdictTooLarge(Exception):
+    """A webhook's answer over VERDICT_LIMIT bytes. The emitter makes any exception of an interceptor a
+    fail-closed deny, `host_error:interceptor_failed` with the exception's name as its message: the standard's
+    reserved reasons (agent-hooks section 11) have none for this, and an interceptor cannot add one."""
+
+
+async def _verdict_body(response: httpx2.Response) -> bytes:
+    """The body of `response`, as sent (never decompressed: a small compressed body can inflate to gigabytes),
+    or VerdictTooLarge as soon as it is known to be over VERDICT_LIMIT."""
+    if int(response.headers.get("Content-Length") or 0) > VERDICT_LIMIT:
+        raise VerdictTooLarge
+    parts, size = [], 0
+    async for part in response.aiter_raw():
+        size += len(part)
+        if size > VERDICT_LIMIT:
+            raise VerdictTooLarge
+        parts.append(part)
+    return b"".join(parts)
+
+
 class WebhookBinding:
     """An `airlock.webhook` binding: POSTs the context to the connection's URL, signed with its secret, and
-    reads the verdict; a timeout, a non-2xx answer or a body that is not a verdict fails closed."""
+    reads the verdict; a timeout, a non-2xx answer, an answer over VERDICT_LIMIT bytes or a body that is not a
+    verdict fails closed."""
 
     def __init__(self, spec: ConnectionSpec, timeout: float, name: str) -> None:
         self.spec, self.timeout, self.name = spec, timeout, name
 
     async def intercept(self, context: dict[str, Any]) -> Any:
         body = json.dumps(context, separators=(",", ":")).encode()
-        headers = self.spec.webhook_headers(body)
-        async with asyncio.timeout(self.timeout), httpx2.AsyncClient() as client:
-            response = await client.post(self.spec.url, content=body, headers=headers)
-        response.raise_for_status()
-        return response.json()
+        # The body is read raw (_verdict_body): a compressed one would not be JSON.
+        headers = {**self.spec.webhook_headers(body), "Accept-Encoding": "identity"}
+        # Leaving the blocks unread closes the connection: the rest of an oversized answer is never read.
+        async with (
+            asyncio.timeout(self.timeout),
+            httpx2.AsyncClient() as client,
+            client.stream("POST", self.spec.url, content=body, headers=headers) as response,
+        ):
+            response.raise_for_status()
+            answer = await _verdict_body(response)
+        return json.loads(answer)
 
 
 def webhook_binding(connections: Mapping[str, ConnectionSpec] | None) -> Callable[[Mapping[str, Any], Any], Any]:
@@ -562,7 +624,7 @@ class TurnPolicies:
         if tenant or session_id:
             builder.with_l2(tenant=tenant, extensions={"airlock": {"sessionId": session_id}})
         policies = cls(emitter, builder, resolver, emit, records)
-        emitter.set_record_sink(lambda record: records.append(record.to_wire()))
+        emitter.set_record_sink(lambda record: records.append(_capped_record(record.to_wire())))
         return policies
 
     @property
@@ -620,8 +682,8 @@ class TurnPolicies:
         verdict_event = PolicyVerdict(
             point=point,
             decision=decision,
-            reason=verdict_reason,
-            message=verdict_message,
+            reason=capped(verdict_reason, REASON_LIMIT),
+            message=capped(verdict_message, MESSAGE_LIMIT),
             binding=_binding_of(record),
             enforced=self.enforced,
             toolName=call.get("name"),

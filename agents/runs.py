@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -54,6 +54,12 @@ class StartedRun:
     conversation: dict[str, Any] | None = None
     # The interception records of the turn's policies, as they happen (stored with the outcome).
     records: list[dict[str, Any]] = field(default_factory=list)
+    # How many of the log's events were recorded before the turn (what starting the run wrote: kept should the
+    # turn's outcome not be storable).
+    before_turn: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.before_turn = len(self.log.stored)
 
 
 Enqueue = Callable[[Run, PreparedRun, Answers, EventLog], None]
@@ -283,13 +289,30 @@ async def execute(started: StartedRun) -> ExecutionResult:
     return ExecutionResult(outcome, None)
 
 
+NOT_STORED = TurnError(
+    "outcome_not_stored",
+    "The turn ended, but its outcome could not be stored: the run failed without its output, its policy records"
+    " and the events of the turn not written yet.",
+)
+
+
 def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequest]:
-    """Store the turn's outcome: status, output, pending requests, conversation and the event log."""
+    """Store the turn's outcome: status, output, pending requests, conversation and the event log. An outcome the
+    database refuses (a value too big, one it cannot hold) or that is not JSON ends the run `failed`
+    (`outcome_not_stored`) rather than leave it `running` and its caller with a 500."""
     run = started.run
     opened: list[PendingRequest] = []
+    kept, written = max(started.before_turn, started.log.flushed), started.log.flushed
     try:
-        with transaction.atomic():
-            _store_outcome(started, result, opened)
+        try:
+            with transaction.atomic():
+                _store_outcome(started, result, opened)
+        except (DatabaseError, TypeError, ValueError):
+            logger.exception("Run %s: its outcome could not be stored; it ends failed", run.id)
+            opened.clear()
+            ran = _forget_outcome(started, kept, written)
+            with transaction.atomic():
+                _store_outcome(started, ExecutionResult(None, NOT_STORED), opened, ran)
     except _Reclaimed:
         logger.warning("Run %s was reclaimed while its turn ran; this outcome is dropped", run.id)
         run.refresh_from_db()
@@ -301,6 +324,22 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
 
 class _Reclaimed(Exception):
     pass
+
+
+def _forget_outcome(started: StartedRun, kept: int, written: int) -> set[str]:
+    """Put the run, its session and its log back as the database has them after a turn's outcome rolled back:
+    only the first `kept` events of the log remain (`written` of them stored), and none of its records. The calls
+    with side effects the turn ran, as its log said before it forgot them."""
+    run, log = started.run, started.log
+    ran = calls_with_side_effects(run, log)
+    refused_input = run.message is None  # a policy refused it: not kept, as in a stored outcome
+    run.refresh_from_db(fields=["output", "usage", "error", "message", "records"])
+    run.message = None if refused_input else run.message
+    if run.session is not None:  # the turn's conversation: its checkpoint would copy it
+        run.session.refresh_from_db(fields=["conversation"])
+    log.forget_after(kept, written)
+    started.records.clear()
+    return ran
 
 
 def _session_ended(session: Session) -> bool:
@@ -333,7 +372,10 @@ def abandon_requests(
     return closed
 
 
-def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[PendingRequest]) -> None:
+def _store_outcome(
+    started: StartedRun, result: ExecutionResult, opened: list[PendingRequest], ran: set[str] | None = None
+) -> None:
+    """`ran`: the calls with side effects the turn ran, when its log no longer has their events."""
     run, log, prepared = started.run, started.log, started.prepared
     run.lease_expires_at = run.queued_input = None
     run.finished_at = timezone.now()
@@ -404,7 +446,7 @@ def _store_outcome(started: StartedRun, result: ExecutionResult, opened: list[Pe
     if outcome is None and not isinstance(result.error, TurnBlocked):
         # The answers this run carried were not consumed: keep them for the next turn of the session,
         # except that a call with side effects that already ran is never run again.
-        ran = calls_with_side_effects(run, log)
+        ran = calls_with_side_effects(run, log) if ran is None else ran
         for pending in PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED, call_id__in=ran):
             pending.answer = {**(pending.answer or {}), "ranInFailedTurn": True}
             pending.save(update_fields=["answer"])
