@@ -16,7 +16,7 @@ from tests.approvals.test_inbox_pages import HTMX, answer, card_ids
 from tests.conftest import make_persona
 from tests.helpers import ASSISTANT, assert_problem, make_agent, run_ok, run_queued, snapshot
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 ROUTED_TOOLS = [{"name": "send_email", "approval": "always", "approvers": "finance"}, {"name": "ask_user"}]
 
