@@ -6,6 +6,7 @@ session, the answers it carries, parameters, culture, documents and connections.
 import logging
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Annotated, Any, Literal
@@ -262,11 +263,18 @@ def refuse_ungranted_connections(prepared: PreparedRun) -> None:
 
 
 def refuse_unless_approver(membership: Membership, prepared: PreparedRun) -> None:
-    """Answers given with a run request pass the respond API's routing check (SPEC section 11): a request
-    routed to a group is answered by its members and admins only (403 `not_an_approver`)."""
-    for pending, _ in prepared.answered:
+    """The requests a run request answers, and those it abandons (`abandonPending`), pass the routing check
+    of `refuse_unless_approver_of`."""
+    refuse_unless_approver_of(membership, chain((pending for pending, _ in prepared.answered), prepared.abandoned))
+
+
+def refuse_unless_approver_of(membership: Membership, requests: Iterable[PendingRequest]) -> None:
+    """Answering a request and closing it unanswered (abandoning it, cancelling its run, deleting its session)
+    take the same right (SPEC section 11): a request routed to a group is its members' and admins' only (403
+    `not_an_approver`), or an operator outside the group would stop what the group decides."""
+    for pending in requests:
         if not pending.answerable_by(membership):
-            only = "only members of that group and admins answer it"
+            only = "only members of that group and admins answer it, or close it unanswered"
             raise RunRejected(403, "not_an_approver", f"The request {pending.id} is for {pending.approvers}: {only}.")
 
 

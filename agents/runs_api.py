@@ -29,6 +29,7 @@ from agents.prepare import (
     prepare_run,
     refuse_ungranted_connections,
     refuse_unless_approver,
+    refuse_unless_approver_of,
 )
 from agents.replay import ReplayRequest, prepare_replay, start_replay
 from agents.runs import StartedRun, execute, finish_run, run_result, start_run
@@ -537,9 +538,15 @@ def _session_events_after(
 def delete_session(request: ConsoleRequest, session_id: str) -> Status[None]:
     """Delete a session's future (SPEC section 9): its turns are cancelled, its open requests close
     `abandoned`, and a later run with this id starts a new session. Its finished runs stay."""
-    require_role(request, "operator")
+    membership = require_role(request, "operator")
     session = Session.objects.live().filter(tenant=request.tenant, key=session_id).first()
-    if session is None or not deletion.delete_session(session):
+    if session is None:
+        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
+    try:
+        refuse_unless_approver_of(membership, session.requests.filter(status=RequestStatus.PENDING, answered_in=None))
+    except RunRejected as rejected:
+        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+    if not deletion.delete_session(session):
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     return Status(204, None)
 

@@ -3,9 +3,9 @@ that shows each verdict kind on the tools every tenant has. The agent editor off
 `seed_demo` gives it to `assistant` (shadow mode) and `guarded` (enforced).
 
 - `input`: a message asking to ignore the instructions is denied (the run ends `blocked`);
-- `pre_tool_call` on `send_email`: a recipient at `evil.test` is denied, one outside `example.com`
-  escalates to an operator, a subject in capitals is rewritten (transform), a body over 2,000 characters
-  is allowed with a warning;
+- `pre_tool_call` on `send_email` (every recipient checked, `to` being one address or a list): a mail to
+  anyone at `evil.test` is denied, one to anyone outside `example.com` escalates to an operator, a subject
+  in capitals is rewritten (transform), a body over 2,000 characters is allowed with a warning;
 - `output`: card numbers are redacted (transform).
 
 Its `surface` leaves out the model points (it governs none of them), so a turn under it emits six points,
@@ -79,6 +79,11 @@ input_verdict := {
 
 args := input.policy_target.value
 
+# `to` is one address or a list of them: every one is checked.
+recipients := [args.to] if is_string(args.to)
+
+recipients := args.to if is_array(args.to)
+
 default pre_tool_call_verdict := {"decision": "allow"}
 
 pre_tool_call_verdict := {
@@ -87,14 +92,16 @@ pre_tool_call_verdict := {
 	"message": "Mail to evil.test is never sent.",
 } if {
 	input.tool.name == "send_email"
-	endswith(args.to, "@evil.test")
+	some to in recipients
+	endswith(lower(to), "@evil.test")
 } else := {
 	"decision": "escalate",
 	"reason": "external_recipient",
 	"message": "Mail outside example.com needs a human.",
 } if {
 	input.tool.name == "send_email"
-	not endswith(args.to, "@example.com")
+	some to in recipients
+	not endswith(lower(to), "@example.com")
 } else := {
 	"decision": "transform",
 	"reason": "calm_subject",

@@ -23,10 +23,11 @@ from django_htmx.http import trigger_client_event
 from agents import queue
 from agents.getters import get_run_for
 from agents.models import Agent
+from agents.prepare import RunRejected, refuse_unless_approver_of
 from approvals.answers import ClaimRefused, Outcome, Response, ResponseRefused, claim, release, respond
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
-from approvals.models import PendingRequest, RequestKind, mark_answerable
+from approvals.models import PendingRequest, RequestKind, RequestStatus, mark_answerable
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
 from console.tenancy import ConsoleRequest, role_required
@@ -249,16 +250,26 @@ def claim_or_release(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResp
 def cancel_run(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
     """Cancel the run a card waits for (SPEC section 9): its open requests close `cancelled` in every inbox."""
     pending = get_request_for(request, request_id, "run__version", "agent", "session")
+    waiting = pending.run.requests.filter(status=RequestStatus.PENDING, answered_in=None, session=pending.session_id)
+    try:
+        refuse_unless_approver_of(request.membership, waiting)
+    except RunRejected as refused:
+        return _refused(request, pending, refused.detail)
     if queue.cancel(pending.run, request.user) == "cancelled":
         if not request.htmx:
             messages.success(request, f"Cancelled the run of {pending.agent.name}: its open requests are closed.")
             return redirect("inbox")
         return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
-    error = "The run waits on nothing any more; there is nothing to cancel."
+    return _refused(request, pending, "The run waits on nothing any more; there is nothing to cancel.", closed=True)
+
+
+def _refused(request: ConsoleRequest, pending: PendingRequest, error: str, closed: bool = False) -> HttpResponse:
+    """A card's action refused: the card again with the error (htmx), or the inbox with it as a message."""
     if not request.htmx:
         messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {error}")
         return redirect("inbox")
-    return render(request, "approvals/request.html", {"r": pending, "can_answer": True, "error": error, "closed": True})
+    context = {"r": pending, "can_answer": pending.answerable_by(request.membership), "error": error, "closed": closed}
+    return render(request, "approvals/request.html", context)
 
 
 def _answer_each(

@@ -432,7 +432,7 @@ def seed_operator(tenant_slug: str = "bench", agents: dict[str, dict[str, Any]] 
 
 
 MAILER: dict[str, Any] = {"name": "mailer", "tools": [{"name": "send_email", "approval": "always"}]}
-EMAIL: dict[str, str] = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL: dict[str, str] = {"to": "a@b.co", "subject": "s", "body": "b"}
 
 
 def send_email_lines(count: int) -> str:

@@ -6,13 +6,16 @@ the login page (which answers 429 and says so) or from any other caller of `auth
 admin's login). Another address, or another username from the same address, is not held up, so a guesser
 cannot lock a user out of everywhere; a successful login forgets the failures of its own pair only.
 
-Failures and lockouts live in the database, so every console process sees the same counts. A lockout row
-is kept as the record of the attempt (the audit page lists those of the tenant's members to its admins).
+A check is counted as a failure before the password is looked at (`reserve_check`), one reservation of a
+pair at a time, so a burst of guesses sent together checks no more passwords than the limit; the checks
+still under way hold the pair as a lockout does. Failures and lockouts live in the database, so every
+console process sees the same counts. A lockout row is kept as the record of the attempt (the audit page
+lists those of the tenant's members to its admins).
 """
 
 import logging
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -21,6 +24,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -51,15 +55,56 @@ def lockout_of(username: str, address: str) -> LoginLockout | None:
     )
 
 
-def record_failure(username: str, address: str) -> LoginLockout | None:
-    """Count a wrong password; the lockout it starts when it is the pair's 10th within the window."""
-    now = timezone.now()
-    # Failures older than the window count for nothing any more, whoever made them.
-    LoginFailure.objects.filter(at__lte=now - FAILURE_WINDOW).delete()
-    LoginFailure.objects.create(username=username, address=address, at=now)
-    recent = LoginFailure.objects.filter(username=username, address=address, at__gt=now - FAILURE_WINDOW)
-    if recent.count() < FAILURES_BEFORE_LOCKOUT:
+def held_until(username: str, address: str) -> datetime | None:
+    """Until when the pair may not check a password: the end of its lockout, or, while every place of the
+    window is taken by checks still under way, until the oldest leaves it; None when it may now."""
+    lockout = lockout_of(username, address)
+    if lockout is not None:
+        return lockout.until
+    counted = _counted_checks(username, address)
+    if len(counted) < FAILURES_BEFORE_LOCKOUT:
         return None
+    return counted[0] + FAILURE_WINDOW
+
+
+def _counted_checks(username: str, address: str) -> list[datetime]:
+    """When the pair's checks of the window were made, oldest first: its failures, and the checks under way."""
+    recent = LoginFailure.objects.filter(username=username, address=address, at__gt=timezone.now() - FAILURE_WINDOW)
+    return list(recent.order_by("at").values_list("at", flat=True))
+
+
+def reserve_check(username: str, address: str) -> int | None:
+    """Count the password check about to be made as a failure: the place it took in the window (the last,
+    `FAILURES_BEFORE_LOCKOUT`, locks the pair out if the password is wrong), or None when the pair may not
+    make one.
+
+    Counted before the password is looked at, and one reservation of a pair at a time, so that checks
+    started together cannot overtake one another past the limit: the failures of a burst never exceed it.
+    """
+    with transaction.atomic():
+        _take_turns(username, address)
+        if lockout_of(username, address) is not None:
+            return None
+        counted = len(_counted_checks(username, address))
+        if counted >= FAILURES_BEFORE_LOCKOUT:
+            return None
+        # Failures older than the window count for nothing any more, whoever made them.
+        LoginFailure.objects.filter(at__lte=timezone.now() - FAILURE_WINDOW).delete()
+        LoginFailure.objects.create(username=username, address=address)
+        return counted + 1
+
+
+def _take_turns(username: str, address: str) -> None:
+    """PostgreSQL: reservations of one pair wait for each other until the transaction ends (SQLite's
+    IMMEDIATE transactions already take turns); other pairs may share a key by chance and then just wait."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"airlock.login:{address} {username}"])
+
+
+def lock_out(username: str, address: str) -> LoginLockout:
+    now = timezone.now()
     logger.warning("login locked for %r from %r until %s", username, address or "an unknown address", now + LOCKOUT)
     return LoginLockout.objects.create(username=username, address=address, locked_at=now, until=now + LOCKOUT)
 
@@ -75,9 +120,10 @@ def lockouts_of(tenant: Tenant) -> QuerySet[LoginLockout]:
 
 
 class ThrottledModelBackend(ModelBackend):
-    """Django's ModelBackend behind the throttle: a locked pair is refused before its password is checked
-    (PermissionDenied stops `authenticate()` at once), a wrong password is counted, a right one forgets the
-    pair's failures. `aauthenticate()` goes through the same (ModelBackend's own would skip it)."""
+    """Django's ModelBackend behind the throttle: each check is counted as a failure before it is made, a
+    held pair is refused without one (PermissionDenied stops `authenticate()` at once), a right password
+    forgets the pair's failures, its own included. `aauthenticate()` goes through the same (ModelBackend's
+    own would skip it)."""
 
     def authenticate(
         self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
@@ -87,11 +133,13 @@ class ThrottledModelBackend(ModelBackend):
         if username is None or password is None:
             return None
         address = client_address(request)
-        if lockout_of(username, address) is not None:
+        place = reserve_check(username, address)
+        if place is None:
             raise PermissionDenied("Too many failed logins.")
         user = super().authenticate(request, username, password, **kwargs)
         if user is None:
-            record_failure(username, address)
+            if place == FAILURES_BEFORE_LOCKOUT:
+                lock_out(username, address)
         else:
             forget_failures(username, address)
         return user
@@ -109,10 +157,10 @@ class LoginView(auth_views.LoginView):
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         username = form.cleaned_data.get("username")
-        lockout = lockout_of(username, client_address(self.request)) if username else None
-        if lockout is None:
+        until = held_until(username, client_address(self.request)) if username else None
+        if until is None:
             return super().form_invalid(form)
-        seconds = math.ceil((lockout.until - timezone.now()).total_seconds())
+        seconds = math.ceil((until - timezone.now()).total_seconds())
         minutes = math.ceil(seconds / 60)
         form.errors.clear()
         form.add_error(

@@ -19,7 +19,7 @@ from tests.conftest import Persona
 from tests.helpers import ask_to_send, run_ok, run_queued, snapshot
 
 HELPER = {"name": "helper", "tools": [{"name": "send_email", "approval": "always"}, {"name": "get_time"}]}
-SEND_EMAIL = 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}'
+SEND_EMAIL = 'call send_email {"to": "a@b.co", "subject": "s", "body": "b"}'
 
 
 @pytest.fixture(autouse=True)
@@ -196,7 +196,7 @@ def test_it_shows_the_timeline_of_a_run(admin, helper):
     html = admin.client.get(f"/runs/{asked['runId']}/").content.decode()
     assert "permission.requested" in html
     assert "Asked for approval to call <code>send_email</code>" in html
-    assert "&quot;to&quot;: &quot;a@b.c&quot;" in html, "the arguments as pretty JSON"
+    assert "&quot;to&quot;: &quot;a@b.co&quot;" in html, "the arguments as pretty JSON"
     assert '<span class="pill request-answered">answered</span>' in html
 
     html = admin.client.get(f"/runs/{denied['runId']}/").content.decode()

@@ -141,3 +141,43 @@ def test_it_gives_an_unedited_assistant_of_an_earlier_seed_the_policy_and_leaves
     earlier.refresh_from_db()
     assert earlier.current_version == 3
     assert earlier.current.definition.hooks is None
+
+
+def guarded_sends(demo_admin: Persona, to: Any, session: str) -> dict[str, Any]:
+    email = {"to": to, "subject": "Hello", "body": "Ship it."}
+    return run_ok(demo_admin, {"message": call_line("send_email", email), "sessionId": session}, agent="guarded")
+
+
+def test_it_mails_nobody_when_guarded_names_several_recipients_in_one_string(demo_admin):
+    """The policy checked how the string ended; the mail went to both."""
+    result = guarded_sends(demo_admin, "x@evil.test, boss@example.com", "m1")
+
+    assert mail.outbox == []
+    assert result["status"] == "completed", result
+    assert result["output"].startswith("send_email failed:")
+    assert "'x@evil.test, boss@example.com' is not an e-mail address (several go in a list" in result["output"]
+
+
+def test_the_policy_denies_a_list_of_recipients_with_one_at_evil_test(demo_admin):
+    result = guarded_sends(demo_admin, ["boss@example.com", "x@evil.test"], "m2")
+
+    assert mail.outbox == []
+    assert result["output"] == "send_email denied: Mail to evil.test is never sent.", result
+    [verdict] = policy_verdicts(result["runId"])
+    assert (verdict["decision"], verdict["reason"]) == ("deny", "blocked_domain")
+
+
+def test_the_policy_asks_for_a_list_of_recipients_with_one_outside_example_com(demo_admin):
+    result = guarded_sends(demo_admin, ["boss@example.com", "x@outside.test"], "m3")
+
+    assert result["status"] == "awaiting_approval", result
+    assert result["pendingRequests"][0]["policy"]["reason"] == "external_recipient"
+    assert mail.outbox == []
+
+
+def test_guarded_mails_each_of_a_list_of_recipients_at_example_com(demo_admin):
+    result = guarded_sends(demo_admin, ["boss@example.com", "ada@example.com"], "m4")
+
+    assert result["output"] == "send_email: sent to boss@example.com, ada@example.com", result
+    [email] = mail.outbox
+    assert email.to == ["boss@example.com", "ada@example.com"]

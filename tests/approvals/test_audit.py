@@ -21,8 +21,8 @@ from approvals.audit_views import CSV_COLUMNS
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from tests.conftest import Persona, make_persona
 
-SEND_EMAIL = 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}'
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+SEND_EMAIL = 'call send_email {"to": "a@b.co", "subject": "s", "body": "b"}'
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 
 
 def make_mailer(persona: Persona, name: str = "mailer") -> Agent:
@@ -119,23 +119,23 @@ def test_it_shows_a_human_denial_with_who_when_why(reader, operator, mailer):
     assert cell(row, "outcome") == "denied"
     assert cell(row, "why") == "not to that address"
     assert "approval send_email" in cell(row, "request")
-    assert "&quot;to&quot;: &quot;a@b.c&quot;" in row
+    assert "&quot;to&quot;: &quot;a@b.co&quot;" in row
     assert f'href="/runs/{asked["runId"]}/"' in row
     assert cell(row, "agent") == "mailer"
 
 
 def test_it_shows_the_asked_and_the_edited_arguments_of_an_approval(operator, mailer):
     asked = ask(operator)
-    approve(operator, asked, overrideArguments={**EMAIL, "to": "ops@b.c"}, reason="fixed the address")
+    approve(operator, asked, overrideArguments={**EMAIL, "to": "ops@b.co"}, reason="fixed the address")
     [row] = rows(audit_html(operator))
     assert cell(row, "outcome") == "approved with edited arguments"
     assert cell(row, "why") == "fixed the address"
     request_cell = cell(row, "request")
-    assert "Asked" in request_cell and '"to": "a@b.c"' in request_cell.replace("&quot;", '"')
-    assert "Approved as" in request_cell and '"to": "ops@b.c"' in request_cell.replace("&quot;", '"')
+    assert "Asked" in request_cell and '"to": "a@b.co"' in request_cell.replace("&quot;", '"')
+    assert "Approved as" in request_cell and '"to": "ops@b.co"' in request_cell.replace("&quot;", '"')
     [entry] = exported_json(operator)
     assert entry["arguments"] == EMAIL
-    assert entry["overrideArguments"] == {**EMAIL, "to": "ops@b.c"}
+    assert entry["overrideArguments"] == {**EMAIL, "to": "ops@b.co"}
 
 
 def test_it_links_the_remembered_rule_and_the_decisions_it_makes(operator, mailer):
@@ -337,7 +337,7 @@ def test_it_lets_readers_in_and_sends_strangers_to_log_in(reader, client):
 
 
 def test_it_escapes_what_people_and_models_wrote(operator, mailer):
-    evil = {"to": "<img src=x onerror=alert(2)>", "subject": "s", "body": "b"}
+    evil = {"to": "a@b.co", "subject": "<img src=x onerror=alert(2)>", "body": "b"}
     deny(operator, ask(operator, message=f"call send_email {json.dumps(evil)}"), "<script>alert(1)</script>")
     html = audit_html(operator)
     assert "<script>alert(1)</script>" not in html
@@ -414,7 +414,7 @@ def make_decisions(persona: Persona, first: int, count: int) -> None:
     rule decisions (the arguments of the approval before), abandonments."""
     for number in range(first, first + count):
         session = f"load-{number}"
-        email = f'call send_email {{"to": "{number // 4}@b.c", "subject": "s", "body": "b"}}'
+        email = f'call send_email {{"to": "{number // 4}@b.co", "subject": "s", "body": "b"}}'
         kind = number % 4
         if kind == 0:
             deny(persona, ask(persona, session=session, message=email), f"no {number}")
@@ -423,7 +423,7 @@ def make_decisions(persona: Persona, first: int, count: int) -> None:
         elif kind == 2:
             assert turn(persona, {"message": email, "sessionId": session})["status"] == "completed"
         else:
-            ask(persona, session=session, message=email.replace("@b.c", "@elsewhere.example"))
+            ask(persona, session=session, message=email.replace("@b.co", "@elsewhere.example"))
             turn(persona, {"message": "x", "sessionId": session, "abandonPending": True})
 
 

@@ -12,7 +12,7 @@ from approvals.push import render_request
 from tests.approvals.test_inbox_pages import ask, make_agent, request_id
 from tests.helpers import drain_queued
 
-EMAIL = {"to": "a@b.c", "subject": "Hi <there>", "body": "line one\nline two"}
+EMAIL = {"to": "a@b.co", "subject": "Hi <there>", "body": "line one\nline two"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 SNEAKY = (
     "Finds **where** the user is. <script>alert(1)</script> <img src=x onerror=alert(2)>"
@@ -51,7 +51,7 @@ def test_the_arguments_are_a_table_with_the_json_editor_one_click_away(operator,
     make_agent(admin)
     asked = ask(operator, message=SEND)
     rid = request_id(asked)
-    PendingRequest.objects.filter(id=rid).update(arguments={**EMAIL, "cc": ["x@y.z"]})  # a value that is no text
+    PendingRequest.objects.filter(id=rid).update(arguments={**EMAIL, "cc": ["x@y.co"]})  # a value that is no text
 
     page = operator.client.get("/inbox/").content.decode()
 
@@ -59,9 +59,9 @@ def test_the_arguments_are_a_table_with_the_json_editor_one_click_away(operator,
     rows = re.findall(r"<th scope=\"row\"><code>(\w+)</code></th><td>(.*?)</td>", table)
     assert sorted(rows) == [  # in the stored order, which PostgreSQL's jsonb does not keep as given
         ("body", "line one<br>line two"),
-        ("cc", "<code>[&quot;x@y.z&quot;]</code>"),
+        ("cc", "<code>[&quot;x@y.co&quot;]</code>"),
         ("subject", "Hi &lt;there&gt;"),
-        ("to", "a@b.c"),
+        ("to", "a@b.co"),
     ]
     card = page.split(f'id="request-{rid}"')[1]
     assert card.index("data-edit-json>Edit as JSON</button>") < card.index('<details class="edit-args">')

@@ -18,9 +18,9 @@ from approvals.models import PendingRequest, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import drain_queued, make_agent, run_ok, run_queued, snapshot, stored_events
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
-SEND_TWO = f"{SEND}\ncall send_email {json.dumps({**EMAIL, 'to': 'x@y.z'})}"
+SEND_TWO = f"{SEND}\ncall send_email {json.dumps({**EMAIL, 'to': 'x@y.co'})}"
 EXPIRED = "The request expired before anyone answered it."
 
 
@@ -203,7 +203,7 @@ def test_it_never_expires_a_request_answered_before_its_deadline(operator, assis
     assert snapshot() == before
     assert PendingRequest.objects.get(id=request_id(asked)).status == RequestStatus.ANSWERED
     # The sweep came while the continuation waited in the queue; it runs with the approval.
-    assert run_queued(outcome["continuationRunId"]).output == "send_email: sent to a@b.c"
+    assert run_queued(outcome["continuationRunId"]).output == "send_email: sent to a@b.co"
     assert len(mail.outbox) == 1
 
 
@@ -237,8 +237,8 @@ def test_it_continues_with_the_stored_answer_when_the_other_parallel_request_exp
     assert [str(p.id) for p in expired] == [request_id(asked, 1)]
     drain_queued()
     [continuation] = continuations(asked)
-    assert continuation.output == f"send_email: sent to a@b.c\nsend_email denied: {EXPIRED}"
-    assert [m.to for m in mail.outbox] == [["a@b.c"]]
+    assert continuation.output == f"send_email: sent to a@b.co\nsend_email denied: {EXPIRED}"
+    assert [m.to for m in mail.outbox] == [["a@b.co"]]
     kinds = [e.data["result"]["kind"] for e in stored_events(str(continuation.id)) if e.type == "permission.completed"]
     assert sorted(kinds) == ["approved", "expired"]
 
@@ -260,8 +260,8 @@ def test_it_waits_for_the_other_parallel_request_after_one_expires(operator, ass
     assert mail.outbox == []
     continuation = run_queued(last["continuationRunId"])
     assert continuation.status == RunStatus.COMPLETED
-    assert continuation.output == f"send_email denied: {EXPIRED}\nsend_email: sent to x@y.z"
-    assert [m.to for m in mail.outbox] == [["x@y.z"]]
+    assert continuation.output == f"send_email denied: {EXPIRED}\nsend_email: sent to x@y.co"
+    assert [m.to for m in mail.outbox] == [["x@y.co"]]
     assert continuations(asked) == [continuation]
 
 
@@ -273,8 +273,8 @@ def test_it_lets_a_run_request_answer_the_other_parallel_request_after_one_expir
     result = run_ok(operator, {"sessionId": "s1", "approvals": [{"requestId": request_id(asked, 1), "approved": True}]})
 
     assert result["status"] == "completed"
-    assert result["output"] == f"send_email denied: {EXPIRED}\nsend_email: sent to x@y.z"
-    assert [m.to for m in mail.outbox] == [["x@y.z"]]
+    assert result["output"] == f"send_email denied: {EXPIRED}\nsend_email: sent to x@y.co"
+    assert [m.to for m in mail.outbox] == [["x@y.co"]]
 
 
 def test_the_sweep_command_expires_overdue_requests(operator, assistant):
@@ -319,7 +319,7 @@ def test_it_refuses_an_answer_after_the_deadline_even_before_the_sweep(operator)
         ),
         operator.user,
     )
-    body = {"message": 'call send_email {"to": "a@b.c", "subject": "s", "body": "b"}', "sessionId": "late"}
+    body = {"message": 'call send_email {"to": "a@b.co", "subject": "s", "body": "b"}', "sessionId": "late"}
     asked = operator.api("post", "/api/agents/late/runs", body).json()
     request_id = asked["pendingRequests"][0]["requestId"]
     PendingRequest.objects.filter(id=request_id).update(expires_at=timezone.now() - timedelta(seconds=1))

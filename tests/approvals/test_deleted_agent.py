@@ -16,7 +16,7 @@ from approvals.models import PendingRequest, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import ask_for_a_day, snapshot
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 HTMX = {"HTTP_HX_REQUEST": "true"}
 

@@ -61,7 +61,7 @@ def test_answers_at_an_earlier_and_at_the_latest_checkpoint_at_once(operator):
     drain_queued(11)
     # The original went on once, from its latest checkpoint.
     [continued] = Run.objects.filter(session__key="s1", previous_run_id=second["runId"])
-    assert (continued.status, continued.output) == (RunStatus.COMPLETED, "send_email: sent to a@b.c")
+    assert (continued.status, continued.output) == (RunStatus.COMPLETED, "send_email: sent to a@b.co")
     assert list(PendingRequest.objects.filter(id=first_request).values()) == untouched
     # Each fork went on once, from the earlier checkpoint, with its own answer.
     for outcome, (_, given) in zip(forks, at_earlier, strict=True):

@@ -14,7 +14,7 @@ from approvals.models import PendingRequest, Rule
 from approvals.push import render_request
 from tests.helpers import ask_for_a_day, drain_queued, run_queued, snapshot
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -205,8 +205,8 @@ def test_it_approves_from_the_form_and_the_run_continues(operator, mailer):
     assert mail.outbox == []
     run = run_queued(continuation(asked).id)
     assert run.status == RunStatus.COMPLETED
-    assert run.output == "send_email: sent to a@b.c"
-    assert [m.to for m in mail.outbox] == [["a@b.c"]]
+    assert run.output == "send_email: sent to a@b.co"
+    assert [m.to for m in mail.outbox] == [["a@b.co"]]
     page = operator.client.get("/inbox/").content.decode()
     assert "Approved send_email. The run continues." in page
     assert card_ids(page) == []
@@ -264,7 +264,8 @@ def test_it_refuses_edited_arguments_that_do_not_fit_the_tool(operator, mailer):
 
     html = response.content.decode()
     assert "The arguments do not fit the parameters of send_email" in html
-    assert "to: 5 is not of type" in html and "&#x27;subject&#x27; is a required property" in html
+    assert "to: 5 is not valid under any of the given schemas" in html
+    assert "&#x27;subject&#x27; is a required property" in html
     assert snapshot() == before
     assert PendingRequest.objects.get(id=request_id(asked)).answer is None
 
@@ -304,7 +305,7 @@ def test_it_remembers_the_rule_and_the_next_identical_call_does_not_ask(operator
     drain_queued()  # the continuation runs first: one turn at a time per session
     again = operator.api("post", "/api/agents/mailer/runs", {"message": SEND, "sessionId": "s1"}).json()
     assert again["status"] == "completed"
-    assert again["output"] == "send_email: sent to a@b.c"
+    assert again["output"] == "send_email: sent to a@b.co"
     assert card_ids(operator.client.get("/inbox/").content.decode()) == []
 
 
@@ -314,7 +315,7 @@ def test_it_remembers_only_the_exact_arguments_when_asked(operator, mailer):
     answer(operator, request_id(asked), {"decision": "approve", "remember": "1", "remember_arguments_only": "1"})
 
     assert Rule.objects.get().arguments_hash
-    other = ask(operator, message=SEND.replace("a@b.c", "x@y.z"), session="s2")
+    other = ask(operator, message=SEND.replace("a@b.co", "x@y.co"), session="s2")
     assert other["status"] == "awaiting_approval"
 
 
@@ -364,7 +365,7 @@ def test_it_says_the_second_answer_changed_nothing(operator, admin, mailer):
 
 
 def test_it_denies_all_of_a_runs_approvals_with_one_reason(operator, mailer):
-    asked = ask(operator, message=f"{SEND}\n{SEND.replace('a@b.c', 'x@y.z')}")
+    asked = ask(operator, message=f"{SEND}\n{SEND.replace('a@b.co', 'x@y.co')}")
     ids = [request_id(asked, 0), request_id(asked, 1)]
     page = operator.client.get("/inbox/").content.decode()
     assert page.count('name="request" value=') == 2
@@ -510,7 +511,7 @@ def test_it_answers_the_rest_of_a_batch_and_says_which_was_answered_before(opera
     assert json.loads(response["HX-Trigger"]) == {"airlock:answered": {"ids": [ids[1]]}}
     assert "send_email: The request was answered before" in response.content.decode()
     drain_queued()
-    assert continuation(asked).output == "send_email denied: first\nsend_email: sent to a@b.c"
+    assert continuation(asked).output == "send_email denied: first\nsend_email: sent to a@b.co"
 
 
 def test_it_wants_a_decision_for_a_batch(operator, mailer):

@@ -188,3 +188,37 @@ def test_a_closed_question_tells_the_model_it_was_not_answered(agent, operator):
     assert PendingRequest.objects.get().status == RequestStatus.CANCELLED
     result = run_ok(operator, {"message": "hello", "sessionId": "s1"})
     assert result["output"] == "ask_user denied: The request was cancelled.\nYou said: hello"
+
+
+# ---- caps ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "why"),
+    [
+        ("ask_user", {"question": "q" * 2001}, "String should have at most 2000 characters"),
+        ("ask_user", {"question": "Which?", "choices": [str(n) for n in range(101)]}, "at most 100 items"),
+        ("ask_user", {"question": "Which?", "choices": ["red", "b" * 501]}, "at most 500 characters"),
+        ("propose_plan", {"steps": [f"step {n}" for n in range(101)]}, "at most 100 items"),
+        ("propose_plan", {"steps": ["Read the logs", "s" * 2001]}, "at most 2000 characters"),
+    ],
+)
+def test_it_opens_no_request_for_an_oversized_question_or_plan_and_tells_the_model(
+    agent, operator, tool, arguments, why
+):
+    result = ask(operator, call_line(tool, arguments))
+
+    assert result["status"] == "completed", result
+    assert result["pendingRequests"] == []
+    assert result["output"].startswith(f"{tool} failed:") and why in result["output"], result["output"]
+    assert not PendingRequest.objects.exists()
+
+
+def test_it_asks_a_question_and_a_plan_at_their_caps(agent, operator):
+    choices = ["c" * 500] + [str(n) for n in range(99)]
+    steps = ["s" * 2000] + [f"step {n}" for n in range(99)]
+    asked = ask(operator, call_line("ask_user", {"question": "q" * 2000, "choices": choices}))
+    planned = ask(operator, call_line("propose_plan", {"steps": steps}), session="s2")
+
+    assert asked["pendingRequests"][0]["arguments"]["choices"] == choices
+    assert planned["pendingRequests"][0]["arguments"]["steps"] == steps

@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.usefixtures("empty_channel_layer", "close_worker_thread_connections"),
 ]
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 LOCAL = b"http://localhost"
 APPROVE_BUTTON = '<button name="decision" value="approve">'
@@ -113,7 +113,7 @@ async def test_it_pushes_a_new_request_with_answer_buttons_to_an_operator(operat
     html = pushed["html"]
     assert f'id="request-{rid}"' in html
     assert "<code>send_email</code>" in html
-    assert "a@b.c" in html
+    assert "a@b.co" in html
     assert APPROVE_BUTTON in html
     assert '<button name="decision" value="deny" class="danger">' in html
     await assert_nothing_pushed(operator.tenant.pk, ws)  # pushed once

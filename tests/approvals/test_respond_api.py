@@ -26,7 +26,7 @@ from tests.helpers import (
     stored_events,
 )
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 LOCATE = "call get_user_location {}"
 
@@ -84,11 +84,11 @@ def test_it_accepts_an_approval_and_the_continuation_sends_the_email(operator, a
     drain_queued()
     continuation = get_run(operator, outcome["continuationRunId"])
     assert continuation["status"] == "completed"
-    assert continuation["output"] == "send_email: sent to a@b.c"
+    assert continuation["output"] == "send_email: sent to a@b.co"
     assert continuation["previousRunId"] == asked["runId"]
     assert continuation["sessionId"] == "s1"
     [email] = mail.outbox
-    assert (email.to, email.subject, email.body) == (["a@b.c"], "s", "b")
+    assert (email.to, email.subject, email.body) == (["a@b.co"], "s", "b")
     request = operator.api("GET", f"/api/requests/{request_id(asked)}").json()
     assert (request["status"], request["answeredBy"]) == ("answered", "otto")
     [decision] = [e for e in stored_events(continuation["runId"]) if e.type == "permission.completed"]
@@ -382,7 +382,7 @@ def test_it_answers_400_for_a_body_that_is_not_a_json_object(operator, assistant
         ({"approved": True, "comment": "hi"}, "comment"),
         ({"approved": True, "request_id": "x"}, "request_id"),
         ({"action": "maybe"}, "action"),
-        ({"approved": True, "overrideArguments": ["a@b.c"]}, "overrideArguments"),
+        ({"approved": True, "overrideArguments": ["a@b.co"]}, "overrideArguments"),
     ],
 )
 def test_it_answers_400_for_a_malformed_body(operator, assistant, body, field):
@@ -538,7 +538,7 @@ def test_it_answers_401_without_credentials(operator, assistant):
 
 
 def test_it_continues_when_the_last_of_parallel_requests_is_answered(operator, assistant):
-    asked = ask(operator, f"{SEND}\ncall send_email {json.dumps({**EMAIL, 'to': 'x@y.z'})}")
+    asked = ask(operator, f"{SEND}\ncall send_email {json.dumps({**EMAIL, 'to': 'x@y.co'})}")
     assert len(asked["pendingRequests"]) == 2
 
     first = approve(operator, asked, 0)
@@ -558,9 +558,9 @@ def test_it_continues_when_the_last_of_parallel_requests_is_answered(operator, a
     drain_queued()
     continuation = get_run(operator, second["continuationRunId"])
     assert continuation["status"] == "completed"
-    assert continuation["output"] == "send_email: sent to a@b.c\nsend_email denied: No"
+    assert continuation["output"] == "send_email: sent to a@b.co\nsend_email denied: No"
     assert continuation["previousRunId"] == asked["runId"]
-    assert [m.to for m in mail.outbox] == [["a@b.c"]]
+    assert [m.to for m in mail.outbox] == [["a@b.co"]]
     assert Run.objects.filter(previous_run_id=asked["runId"]).count() == 1
     assert operator.api("GET", "/api/requests").json()["items"] == []
 
@@ -602,7 +602,7 @@ def test_it_continues_with_a_client_tool_result_and_an_approval_together(operato
     assert first["continuationRunId"] is None
     drain_queued()
     continuation = get_run(operator, last["continuationRunId"])
-    assert set(continuation["output"].splitlines()) == {"send_email: sent to a@b.c", "get_user_location: Lisbon"}
+    assert set(continuation["output"].splitlines()) == {"send_email: sent to a@b.co", "get_user_location: Lisbon"}
 
 
 # --- the inbox routes -----------------------------------------------------------------------------
@@ -710,12 +710,12 @@ def test_it_remembers_an_approval_and_the_next_identical_call_does_not_ask(opera
 
     again = run_ok(operator, {"message": SEND, "sessionId": "s2"})
 
-    assert (again["status"], again["output"]) == ("completed", "send_email: sent to a@b.c")
+    assert (again["status"], again["output"]) == ("completed", "send_email: sent to a@b.co")
     decided = [e for e in stored_events(again["runId"]) if e.type == "permission.completed"]
     assert [e.data["result"]["kind"] for e in decided] == ["approved-by-rule"]
     assert len(mail.outbox) == 2
     # Only the exact arguments were remembered: another recipient still asks.
-    other = run_ok(operator, {"message": f"call send_email {json.dumps({**EMAIL, 'to': 'x@y.z'})}", "sessionId": "s3"})
+    other = run_ok(operator, {"message": f"call send_email {json.dumps({**EMAIL, 'to': 'x@y.co'})}", "sessionId": "s3"})
     assert other["status"] == "awaiting_approval"
 
 

@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.postgresql,
 ]
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 
 
@@ -93,7 +93,7 @@ def test_it_accepts_one_of_fifty_answers_given_at_the_same_moment(operator, assi
     assert str(continuation.id) == outcomes[winner]["continuationRunId"]
     assert mail.outbox == []
     continuation = run_queued(continuation.id)
-    assert (continuation.status, continuation.output) == (RunStatus.COMPLETED, "send_email: sent to a@b.c")
+    assert (continuation.status, continuation.output) == (RunStatus.COMPLETED, "send_email: sent to a@b.co")
     request = PendingRequest.objects.get(id=request_id)
     assert (request.status, request.answer["reason"]) == (RequestStatus.ANSWERED, f"answer {winner}")
     assert len(mail.outbox) == 1
@@ -111,7 +111,7 @@ def test_it_continues_once_when_the_last_two_answers_arrive_together(operator, a
         [continuation] = Run.objects.filter(previous_run_id=asked["runId"])
         assert started == [str(continuation.id)]
         continuation = run_queued(continuation.id)
-        assert continuation.output == "send_email: sent to a@b.c\nsend_email: sent to a@b.c"
+        assert continuation.output == "send_email: sent to a@b.co\nsend_email: sent to a@b.co"
     assert len(mail.outbox) == 10
 
 
@@ -133,7 +133,7 @@ def test_it_tells_every_answer_racing_the_sweep_what_became_of_the_request(opera
             assert continuation.output.startswith("send_email denied: The request expired")
         else:
             assert statuses == ["accepted"] + ["already_resolved"] * 19
-            assert continuation.output == "send_email: sent to a@b.c"
+            assert continuation.output == "send_email: sent to a@b.co"
     assert Run.objects.filter(previous_run__isnull=False).count() == 5
 
 

@@ -16,7 +16,7 @@ from tests.approvals.test_inbox_pages import HTMX, answer, card_ids
 from tests.conftest import make_persona
 from tests.helpers import ASSISTANT, assert_problem, make_agent, run_ok, run_queued, snapshot
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 ROUTED_TOOLS = [{"name": "send_email", "approval": "always", "approvers": "finance"}, {"name": "ask_user"}]
 
@@ -234,3 +234,51 @@ def test_a_forks_copies_stay_routed_to_the_group(routed, stranger, operator):
     assert PendingRequest.objects.get(pk=waiting["requestId"]).approvers == "finance"
     body = {"requestId": waiting["requestId"], "approved": True}
     assert_problem(stranger.api("POST", f"/api/runs/{asked['runId']}/responses", body), 403, "not_an_approver")
+
+
+# --- closing without an answer takes the same right -------------------------------------------------
+
+
+def test_an_operator_outside_the_group_cannot_cancel_the_run_from_the_inbox(operator, stranger, routed):
+    """The card hides Cancel the run from them; the endpoint refuses it too."""
+    asked = ask(operator)
+    rid = asked["pendingRequests"][0]["requestId"]
+    assert f'hx-post="/inbox/{rid}/cancel-run/"' not in stranger.client.get("/inbox/").content.decode()
+    before = snapshot()
+
+    refused = stranger.client.post(f"/inbox/{rid}/cancel-run/", **HTMX)
+    without_js = stranger.client.post(f"/inbox/{rid}/cancel-run/", follow=True)
+
+    assert "only members of that group and admins answer it, or close it unanswered" in refused.content.decode()
+    assert f'hx-post="/inbox/{rid}/cancel-run/"' not in refused.content.decode()
+    assert "only members of that group and admins answer it" in without_js.content.decode()
+    assert snapshot() == before
+    assert operator.client.post(f"/inbox/{rid}/cancel-run/", **HTMX).content == b""
+    assert PendingRequest.objects.get(id=rid).status == "cancelled"
+
+
+def test_an_operator_outside_the_group_cannot_abandon_its_request_with_the_next_turn(operator, stranger, routed):
+    ask(operator)
+    before = snapshot()
+
+    refused = stranger.api(
+        "POST", "/api/agents/assistant/runs", {"sessionId": "s1", "message": "never mind", "abandonPending": True}
+    )
+
+    assert_problem(refused, 403, "not_an_approver")
+    assert snapshot() == before
+    moved_on = run_ok(operator, {"sessionId": "s1", "message": "never mind", "abandonPending": True})
+    assert moved_on["status"] == "completed", moved_on
+
+
+def test_an_operator_outside_the_group_cannot_delete_the_session_of_its_request(operator, stranger, admin, routed):
+    asked = ask(operator)
+    before = snapshot()
+
+    refused = stranger.api("DELETE", "/api/sessions/s1")
+
+    assert_problem(refused, 403, "not_an_approver")
+    assert snapshot() == before
+    assert admin.api("DELETE", "/api/sessions/s1").status_code == 204
+    assert PendingRequest.objects.get(id=asked["pendingRequests"][0]["requestId"]).status == "abandoned"
+    assert stranger.api("DELETE", "/api/sessions/s2").status_code == 404

@@ -72,7 +72,7 @@ def error_after(html: str, name: str) -> str:
 
 def test_it_lists_each_scope_in_words(reader, mailer):
     anything = rule(mailer)
-    exact = rule(mailer, arguments_hash=arguments_hash({"to": "a@b.c"}))
+    exact = rule(mailer, arguments_hash=arguments_hash({"to": "a@b.co"}))
     conditions = [
         {"argument": "amount", "operator": "lt", "value": 100},
         {"argument": "currency", "operator": "in", "value": ["EUR", "USD"]},

@@ -15,7 +15,7 @@ from tests.processes.cluster import Api, manage_all
 
 pytestmark = pytest.mark.browser
 
-SEND = "call send_email " + json.dumps({"to": "a@b.c", "subject": "s", "body": "b"})
+SEND = "call send_email " + json.dumps({"to": "a@b.co", "subject": "s", "body": "b"})
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tests.processes.cluster import Api
 
 pytestmark = pytest.mark.browser
 
-EMAIL = {"to": "a@b.c", "subject": "s", "body": "b"}
+EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
 
 
@@ -100,7 +100,7 @@ def test_it_shows_a_request_live_everywhere_and_takes_it_away_when_an_operator_a
         expect(page.locator(f"#request-{rid}")).to_have_count(0)
         expect_count(page, before)
     continuation = continuation_of(api["otto"], asked)
-    assert (continuation["status"], continuation["output"]) == ("completed", "send_email: sent to a@b.c")
+    assert (continuation["status"], continuation["output"]) == ("completed", "send_email: sent to a@b.co")
 
     # The remembered rule answers the next identical call: no card, the run completes at once.
     again = run(api["otto"], agent, SEND, session)
@@ -122,7 +122,7 @@ def test_it_answers_a_runs_approvals_at_once_and_counts_down_their_deadline(
     expect(page).to_have_url(re.compile(rf"/inbox/\?agent={agent}"))
 
     run(api["otto"], other, SEND, uuid4().hex)  # filtered out: never shown here
-    asked = run(api["otto"], agent, f"{SEND}\n{SEND.replace('a@b.c', 'x@y.z')}", uuid4().hex)
+    asked = run(api["otto"], agent, f"{SEND}\n{SEND.replace('a@b.co', 'x@y.co')}", uuid4().hex)
 
     ids = [p["requestId"] for p in asked["pendingRequests"]]
     bar = page.locator(f'.batch-bar[data-batch-run="{asked["runId"]}"]')

@@ -65,4 +65,4 @@ def test_a_group_routed_request_is_read_only_for_a_non_member(
     member.locator(bar).get_by_role("button", name="Approve all").click()
     expect(theirs).to_have_count(0)
     expect(ours).to_have_count(0)
-    assert continuation_of(api["otto"], asked)["output"] == "send_email: sent to a@b.c\nsend_email: sent to a@b.c"
+    assert continuation_of(api["otto"], asked)["output"] == "send_email: sent to a@b.co\nsend_email: sent to a@b.co"

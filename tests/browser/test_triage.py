@@ -24,7 +24,7 @@ def test_it_answers_three_requests_without_the_mouse_and_moves_the_focus_on(
     sign_in: Callable[[str], Page],
 ) -> None:
     agent = create_agent(api, tools=[{"name": "send_email", "approval": "always"}])
-    asked = [run(api["otto"], agent, SEND.replace("a@b.c", f"{n}@b.c"), uuid4().hex) for n in ("one", "two", "three")]
+    asked = [run(api["otto"], agent, SEND.replace("a@b.co", f"{n}@b.co"), uuid4().hex) for n in ("one", "two", "three")]
     page = sign_in("otto")
     open_filtered(page, agent)
     cards = [page.locator(f"#request-{a['pendingRequests'][0]['requestId']}") for a in asked]
@@ -66,7 +66,11 @@ def test_it_answers_three_requests_without_the_mouse_and_moves_the_focus_on(
     expect(page.locator(".inbox-empty")).to_be_visible()
 
     outputs = [continuation_of(api["otto"], a)["output"] for a in asked]
-    assert outputs == ["send_email: sent to one@b.c", "send_email denied: not to two", "send_email: sent to three@b.c"]
+    assert outputs == [
+        "send_email: sent to one@b.co",
+        "send_email denied: not to two",
+        "send_email: sent to three@b.co",
+    ]
 
 
 def test_it_approves_a_selection_across_runs_each_run_continuing_on_its_own(
@@ -93,5 +97,5 @@ def test_it_approves_a_selection_across_runs_each_run_continuing_on_its_own(
     expect(page.locator(f"#request-{left['pendingRequests'][0]['requestId']}")).to_be_visible()
     expect(bar).to_be_hidden()
     runs = [continuation_of(api["otto"], asked) for asked in (first, second)]
-    assert [r["output"] for r in runs] == ["send_email: sent to a@b.c"] * 2
+    assert [r["output"] for r in runs] == ["send_email: sent to a@b.co"] * 2
     assert runs[0]["runId"] != runs[1]["runId"]

@@ -1,10 +1,16 @@
 """Password guessing is throttled per username and client address: the 10th wrong password within 15 minutes
 locks that pair out for 15 minutes (429 on the login page), and the lockout shows in the audit."""
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth import aauthenticate, authenticate
+from django.contrib.auth.hashers import MD5PasswordHasher
+from django.db import connection
 from django.test import Client, RequestFactory
 from django.utils import timezone
 
@@ -148,3 +154,41 @@ def test_it_throttles_a_request_without_a_client_address_by_username(admin):
     """A server on a unix socket has no client address; the username alone is then the key."""
     assert fail("ada", 10, address="")[-1] == 429
     assert log_in("ada", PASSWORD, address=HERE).status_code == 302
+
+
+class CountingHasher(MD5PasswordHasher):
+    """The test hasher, counting the passwords it checks; each check takes a while, as a real hash does, so
+    that checks started together overlap."""
+
+    checks = 0
+    _lock = threading.Lock()
+
+    def verify(self, password: str, encoded: str) -> bool:
+        with self._lock:
+            CountingHasher.checks += 1
+        time.sleep(0.05)
+        return super().verify(password, encoded)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_checks_at_most_ten_of_thirty_wrong_passwords_sent_at_once(admin, settings):
+    """On PostgreSQL (the PostgreSQL pass) the guesses race for real; on SQLite they overlap in the hash."""
+    settings.PASSWORD_HASHERS = [f"{__name__}.CountingHasher"]
+    CountingHasher.checks = 0
+    barrier = threading.Barrier(30)
+
+    def guess(_: int) -> int:
+        try:
+            barrier.wait(timeout=30)
+            return log_in("ada", "wrong").status_code
+        finally:
+            connection.close()  # each thread's own connection, or the test database cannot be dropped
+
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        statuses = list(pool.map(guess, range(30)))
+    assert CountingHasher.checks == 10
+    assert LoginFailure.objects.count() == 10
+    assert LoginLockout.objects.count() == 1
+    # The refused guesses are told to wait; a wrong one answered after the window filled is told so too.
+    assert statuses.count(429) >= 21 and set(statuses) <= {200, 429}
+    assert log_in("ada", PASSWORD).status_code == 429
