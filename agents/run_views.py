@@ -28,7 +28,7 @@ from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
 from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Session
-from agents.prepare import RunRejected
+from agents.prepare import RunRejected, refuse_unless_approver_of
 from agents.replay import prepare_replay, start_replay
 from approvals.models import TERMINAL, PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened
@@ -305,6 +305,11 @@ def jobs_panel(request: ConsoleRequest) -> HttpResponse:
 def run_cancel(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED)
     was = run.get_status_display().lower()
+    try:
+        refuse_unless_approver_of(request.membership, run.requests.filter(status=RequestStatus.PENDING, answered_in=None))
+    except RunRejected as rejected:
+        messages.error(request, rejected.detail)
+        return redirect("run", run_id=run.id)
     outcome = queue.cancel(run, request.user)
     if outcome is None:
         messages.error(request, f"The run has finished ({was}) and waits on nothing; nothing to cancel.")

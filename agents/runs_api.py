@@ -237,8 +237,12 @@ def _events_after(run_id: uuid.UUID, after: int) -> tuple[list[Event], str]:
 
 @router.post("/runs/{run_id}/cancel", response={200: dict, 409: Problem})
 def cancel_run(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
-    require_role(request, "operator")
+    membership = require_role(request, "operator")
     run = get_run_for(request, run_id, "agent", "version", "session")
+    try:
+        refuse_unless_approver_of(membership, run.requests.filter(status=RequestStatus.PENDING, answered_in=None))
+    except RunRejected as rejected:
+        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     status = queue.cancel(run, request.user)
     if status is None:
         detail = f"The run has finished ({run.status}) and waits on nothing; there is nothing to cancel."

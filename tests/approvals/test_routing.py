@@ -282,3 +282,18 @@ def test_an_operator_outside_the_group_cannot_delete_the_session_of_its_request(
     assert admin.api("DELETE", "/api/sessions/s1").status_code == 204
     assert PendingRequest.objects.get(id=asked["pendingRequests"][0]["requestId"]).status == "abandoned"
     assert stranger.api("DELETE", "/api/sessions/s2").status_code == 404
+
+
+def test_an_operator_outside_the_group_cannot_cancel_its_run_through_the_api_or_the_run_page(operator, stranger, routed):
+    asked = ask(operator)
+    run_id, rid = asked["runId"], asked["pendingRequests"][0]["requestId"]
+    before = snapshot()
+
+    refused = stranger.api("POST", f"/api/runs/{run_id}/cancel")
+    page = stranger.client.post(f"/runs/{run_id}/cancel/", follow=True)
+
+    assert_problem(refused, 403, "not_an_approver")
+    assert "only members of that group and admins answer it" in page.content.decode()
+    assert snapshot() == before
+    assert operator.api("POST", f"/api/runs/{run_id}/cancel").json()["status"] == "cancelled"
+    assert PendingRequest.objects.get(id=rid).status == "cancelled"
