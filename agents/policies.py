@@ -2,8 +2,9 @@
 
 A definition's `hooks` (an `agent-hooks-declaration/1.0` document) becomes one emitter per turn, built by
 the agent-hooks SDK's loader with Airlock's registry: the kinds `airlock.acs` (Rego/Cedar policies run by
-agent-control-spec in the policy sandbox, agents/policy_sandbox.py) and `airlock.webhook` (a policy webhook connection), and the approval resolver
-`airlock-inbox` (an escalation becomes an inbox request; the operator's answer decides it next turn).
+agent-control-spec in the policy sandbox, agents/policy_sandbox.py) and `airlock.webhook` (a policy webhook
+connection), and the approval resolver `airlock-inbox` (an escalation becomes an inbox request; the operator's
+answer decides it next turn).
 
 `TurnPolicies.check` emits one context and returns the target to go on with (transformed where a verdict
 said so); a deny raises `PolicyBlocked`. The engine (agents/engine/__init__.py) calls it at each point:

@@ -306,7 +306,8 @@ def run_cancel(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED)
     was = run.get_status_display().lower()
     try:
-        refuse_unless_approver_of(request.membership, run.requests.filter(status=RequestStatus.PENDING, answered_in=None))
+        waiting = run.requests.filter(status=RequestStatus.PENDING, answered_in=None)
+        refuse_unless_approver_of(request.membership, waiting)
     except RunRejected as rejected:
         messages.error(request, rejected.detail)
         return redirect("run", run_id=run.id)

@@ -284,7 +284,7 @@ def test_an_operator_outside_the_group_cannot_delete_the_session_of_its_request(
     assert stranger.api("DELETE", "/api/sessions/s2").status_code == 404
 
 
-def test_an_operator_outside_the_group_cannot_cancel_its_run_through_the_api_or_the_run_page(operator, stranger, routed):
+def test_an_operator_outside_the_group_cannot_cancel_its_run_by_the_api_or_the_run_page(operator, stranger, routed):
     asked = ask(operator)
     run_id, rid = asked["runId"], asked["pendingRequests"][0]["requestId"]
     before = snapshot()
