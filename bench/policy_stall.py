@@ -4,7 +4,7 @@ tenants save a definition whose Rego takes seconds to compile (`count` over 36 m
 The saves are refused (`invalid_hooks`, `runtime_error:budget_exceeded`) once the compile budget
 (`POLICY_COMPILE_BUDGET_MS`) runs out; the compile runs in a policy worker process (agents/policy_sandbox.py),
 so the console's own requests do not wait on it. Before that change one such save made an anonymous
-`/login/` take 5–8 s (three at once: 17 s).
+`/login/` take 5 to 8 s (three at once: 17 s).
 
 Usage: .venv/bin/python bench/policy_stall.py [--saves 3] [--pages 200]
 Target: `/login/` p99 under 200 ms while the saves run.
