@@ -46,6 +46,7 @@ TITLES = {
     413: "Payload too large",
     415: "Unsupported media type",
     422: "Unprocessable",
+    429: "Too many requests",
     500: "Server error",
 }
 
