@@ -4,6 +4,7 @@ cancel."""
 import asyncio
 import hashlib
 import json
+import random
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -47,8 +48,10 @@ _DETACHED: set["asyncio.Future[None]"] = set()
 # gap its live events left.
 FOLLOW_POLL_SECONDS = 0.2
 # How often an idle session stream reads the database all the same: what is new comes live or with a wake
-# (agents.live), so this look is only for a message the channel layer lost.
-SESSION_RECHECK_SECONDS = 5.0
+# (agents.live), so this look is only for a message the channel layer lost. Each look comes a little earlier or
+# later (RECHECK_SPREAD), so that the streams a wake made read together do not read together again.
+SESSION_RECHECK_SECONDS = 10.0
+RECHECK_SPREAD = 0.2
 # The open session streams of each user in this process (SESSION_STREAMS_PER_USER).
 SESSION_STREAMS = Slots("SESSION_STREAMS_PER_USER")
 # A client refused for holding too many streams: when to try again (a stream it closes frees one at once).
@@ -396,7 +399,8 @@ async def _follow_session(session_pk: int, after: SessionPosition, slot: Slot) -
                 if woken:
                     continue  # a write committed while the database was read may not be in what it gave
                 gap = bool(follower.held)  # still open after the database: it fills within a moment
-                deadline = loop.time() + (FOLLOW_POLL_SECONDS if gap else SESSION_RECHECK_SECONDS)
+                recheck = SESSION_RECHECK_SECONDS * random.uniform(1 - RECHECK_SPREAD, 1 + RECHECK_SPREAD)
+                deadline = loop.time() + (FOLLOW_POLL_SECONDS if gap else recheck)
                 while (wait := deadline - loop.time()) > 0:
                     events = await subscription.receive(wait)
                     if not events:

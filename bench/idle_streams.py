@@ -3,7 +3,9 @@
 One daphne (temporary SQLite, in-memory layer). Four tenants each hold a session with one finished turn; an
 operator of each opens streams on it (`GET /api/sessions/{id}/events`, SSE), which then have nothing to say.
 A fifth tenant's operator lists its agents over one keep-alive connection. The console's CPU is its process's
-user + system time (/proc/PID/stat) over a quiet window, in cores; the streams' clients read nothing in it.
+user + system time (/proc/PID/stat) over a quiet window, in cores; the streams' clients read nothing in it. The
+window is as long as an idle stream's safety-net recheck (agents.runs_api.SESSION_RECHECK_SECONDS), so each
+stream looks at the database about once in it.
 Four owners of 100 streams each, since one user may hold only 100 (`SESSION_STREAMS_PER_USER`).
 
 Usage: .venv/bin/python bench/idle_streams.py [--window 10] [--requests 30]
@@ -37,7 +39,7 @@ from bench.common import (
 
 OWNERS = 4
 PER_OWNER = 100
-SETTLE_SECONDS = 2.0
+SETTLE_SECONDS = 3.0
 STARTED = time.monotonic()
 
 
@@ -93,7 +95,7 @@ async def latencies(port: int, token: str, requests: int) -> list[float]:
 
 async def measure(server: Daphne, owners: list[dict[str, str]], other: str, window: float, requests: int) -> dict:
     figures: dict = {
-        "idle": await cores(server.pid, window / 3),
+        "idle": await cores(server.pid, 2.0),
         "alone": await latencies(server.port, other, requests),
     }
     note("no stream measured")
@@ -109,7 +111,7 @@ async def measure(server: Daphne, owners: list[dict[str, str]], other: str, wind
                 note("100 measured")
         await asyncio.sleep(SETTLE_SECONDS)
         note("400 open")
-        figures["cpu_400"] = await cores(server.pid, window / 3)
+        figures["cpu_400"] = await cores(server.pid, window)
         figures["beside_400"] = await latencies(server.port, other, requests)
         figures["ended"] = sum(1 for _, task in streams if task.done())
     finally:
@@ -122,7 +124,7 @@ async def measure(server: Daphne, owners: list[dict[str, str]], other: str, wind
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--window", type=float, default=8.0, help="seconds of CPU measured with 100 streams")
+    parser.add_argument("--window", type=float, default=10.0, help="seconds of CPU measured with 100 and 400 streams")
     parser.add_argument("--requests", type=int, default=30, help="GET /api/agents per side (or 10 s)")
     args = parser.parse_args()
     raise_nofile()
