@@ -14,6 +14,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 from django.db.models import Exists, FilteredRelation, OuterRef, Q
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
@@ -379,7 +380,7 @@ async def _follow_session(session_pk: int, after: SessionPosition, slot: Slot) -
             follower = _SessionFollower(after)
             loop = asyncio.get_running_loop()
             while True:
-                fresh, over, runs = await sync_to_async(_session_events_after)(session_pk, follower.after)
+                fresh, over, runs = await sync_to_async(_look_up_session)(session_pk, follower.after)
                 follower.runs.update(runs)
                 # For DRAIN_SECONDS in all, not per message: a reply streaming a delta every moment never goes
                 # quiet that long, and its deltas were held until its turn ended.
@@ -506,6 +507,18 @@ class _SessionFollower:
 
 
 RunPlaces = dict[str, tuple[int, tuple[datetime, uuid.UUID]]]
+
+
+def _look_up_session(
+    session_pk: int, after: SessionPosition
+) -> tuple[list[tuple[SessionPosition, dict[str, Any]]], bool, RunPlaces]:
+    """`_session_events_after`, the connection then given back where none is kept (PostgreSQL's pool): a stream
+    holds its request's thread for as long as it lasts, and with it, else, one of the pool's few connections,
+    which a few idle streams used up for every request of the process."""
+    try:
+        return _session_events_after(session_pk, after)
+    finally:
+        close_old_connections()
 
 
 def _session_events_after(

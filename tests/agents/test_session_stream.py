@@ -417,7 +417,8 @@ async def test_it_stops_when_the_client_disconnects(operator, assistant):
 @pytest.mark.usefixtures("thread_connections")
 async def test_it_refuses_a_users_101st_stream_while_another_user_opens_one(operator, admin, assistant):
     """One user's streams are capped (SESSION_STREAMS_PER_USER, 100): an idle stream read the database five times
-    a second, and 400 of them made another tenant's API take seconds."""
+    a second, and 400 of them made another tenant's API take seconds. On PostgreSQL this also holds the streams
+    to giving their connection back to the pool between reads: the 21st stream used to wait for one."""
     await sync_to_async(run_ok)(operator, {"message": "hello", "sessionId": "s1"})
     held: list[HttpCommunicator] = []
     try:
