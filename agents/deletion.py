@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from agents import queue
+from agents import live, queue
 from agents.models import Agent, Run, RunStatus, Session
 from agents.runs import abandon_requests
 from approvals.models import PendingRequest
@@ -41,6 +41,9 @@ def delete_session(session: Session) -> bool:
         session.deleted_at = now
         sessions = Session.objects.filter(pk=session.pk)
         _end(session.tenant_id, sessions, session.runs.all(), session.requests.all(), now)
+        # Its streams end once none of its turns is left, which they read from the database: woken, they read it
+        # now (a session without a turn or request writes no event that would wake them).
+        transaction.on_commit(lambda: live.wake_now(session.pk), robust=True)
     return True
 
 

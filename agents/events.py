@@ -61,6 +61,15 @@ class EventLog:
             if events:
                 Event.objects.bulk_create(events)
                 self.flushed += len(events)
+                if self.run.session_id is not None:
+                    transaction.on_commit(self._wake_readers, robust=True)
+
+    def _wake_readers(self) -> None:
+        # A session's streams read the database only when told to (agents.live): the events synchronous code
+        # recorded and flushed (a cancel, a closed request) reach them through this wake, robust so that a layer
+        # that fails cannot fail the committed write (the streams' slow recheck still finds them).
+        if self.published < self.flushed and self.run.session_id is not None:
+            live.wake_now(self.run.session_id)
 
     def forget_after(self, kept: int, written: int) -> None:
         """Forget the stored events from the `kept`-th on, as if never recorded: a turn whose outcome the database

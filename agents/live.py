@@ -7,6 +7,12 @@ A message carries events in their order, each envelope JSON-encoded once by the 
 not once per reader; stored events recorded by synchronous code before the turn's first live event (a run's
 start) go out with it, those recorded after its last (a run's end) once they are committed
 (`agents.events.EventLog.publish_rest`).
+
+Past where it starts or resumes, a stream reads the database only when something tells it to: a live event it
+cannot place yet, or a wake (`wake_now`, a message without events) sent once a write that was not published is
+committed (stored events synchronous code recorded and flushed, such as a cancel or a closed request; a
+session's deletion). Its slow look of its own (`agents.runs_api.SESSION_RECHECK_SECONDS`) is only a safety net
+for a message lost.
 """
 
 import asyncio
@@ -58,6 +64,17 @@ def publish_now(session_pk: int, envelopes: list[dict[str, Any]]) -> None:
         async_to_sync(publish)(session_pk, envelopes)
 
 
+async def wake(session_pk: int) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(session_group(session_pk), {"type": "session.events", "events": []})
+
+
+def wake_now(session_pk: int) -> None:
+    """`wake` from synchronous code: the session's streams read the database now."""
+    async_to_sync(wake)(session_pk)
+
+
 class Subscription:
     """A session stream's place in its session's group, for as long as the stream lasts."""
 
@@ -77,7 +94,7 @@ class Subscription:
             await self.layer.group_discard(self.group, self.channel)
 
     async def receive(self, timeout: float) -> list[Published] | None:
-        """The events of the next message, or None when none came within `timeout` seconds."""
+        """The events of the next message (none for a wake), or None when none came within `timeout` seconds."""
         if self.layer is None:
             await asyncio.sleep(timeout)
             return None

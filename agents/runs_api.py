@@ -4,6 +4,7 @@ cancel."""
 import asyncio
 import hashlib
 import json
+import random
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 from django.db.models import Exists, FilteredRelation, OuterRef, Q
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
@@ -35,7 +37,8 @@ from agents.replay import ReplayRequest, prepare_replay, start_replay
 from agents.runs import StartedRun, execute, finish_run, run_result, start_run
 from agents.turns import run_here
 from approvals.models import RequestStatus
-from console.api import ApiError, Paging, Problem, page_of, require_role
+from console.api import ApiError, Paging, Problem, page_of, problem, require_role
+from console.slots import Slot, Slots
 from console.tenancy import ConsoleRequest
 
 router = Router(tags=["runs"])
@@ -43,8 +46,18 @@ EVENT_SCHEMA = event_schema()
 
 _DETACHED: set["asyncio.Future[None]"] = set()
 
-# How often a followed event stream (a run's, a session's) reads the database for what is new.
+# How often a run's event stream reads the database for what is new, and how soon a session's stream fills a
+# gap its live events left.
 FOLLOW_POLL_SECONDS = 0.2
+# How often an idle session stream reads the database all the same: what is new comes live or with a wake
+# (agents.live), so this look is only for a message the channel layer lost. Each look comes a little earlier or
+# later (RECHECK_SPREAD), so that the streams a wake made read together do not read together again.
+SESSION_RECHECK_SECONDS = 10.0
+RECHECK_SPREAD = 0.2
+# The open session streams of each user in this process (SESSION_STREAMS_PER_USER).
+SESSION_STREAMS = Slots("SESSION_STREAMS_PER_USER")
+# A client refused for holding too many streams: when to try again (a stream it closes frees one at once).
+STREAMS_RETRY_AFTER_SECONDS = 5
 # After each look at the database, how long in all the stream takes in live events that came meanwhile (so that
 # a delta among them is placed between the stored events the database gave, not dropped as late).
 DRAIN_SECONDS = 0.002
@@ -286,7 +299,7 @@ def session_checkpoints(request: ConsoleRequest, session_id: str, paging: Query[
     return page_of(checkpoints.checkpoints_of(session), paging.limit, paging.offset, checkpoints.wire)
 
 
-@router.get("/sessions/{session_id}/events", response=dict)
+@router.get("/sessions/{session_id}/events", response={200: dict, 429: Problem})
 def session_events(request: ConsoleRequest, session_id: str) -> Any:
     """The stored events of every run of the session (a fork's own runs only): runs in the order they were
     created, each run's events in sequence. With `Accept: text/event-stream` they stream and the stream
@@ -297,7 +310,10 @@ def session_events(request: ConsoleRequest, session_id: str) -> Any:
 
     A frame's id is `<run>.<sequence>`: the index of the event's run among the session's runs (0 for the
     first, in creation order) and the event's sequence in that run. Frames come in the order of these pairs
-    of integers; `Last-Event-ID` resumes after one (400 `invalid_last_event_id` for anything else)."""
+    of integers; `Last-Event-ID` resumes after one (400 `invalid_last_event_id` for anything else).
+
+    A user holds at most `SESSION_STREAMS_PER_USER` streams open at once (per console process): the next is
+    429 `too_many_streams`, with `Retry-After`."""
     session = Session.objects.live().filter(tenant=request.tenant, key=session_id).first()
     if session is None:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
@@ -305,7 +321,14 @@ def session_events(request: ConsoleRequest, session_id: str) -> Any:
         events = Event.objects.filter(run__session=session).order_by("run__created_at", "run_id", "sequence")
         return {"items": [event_envelope(e) for e in events]}
     after = _session_position(session, request.headers.get("Last-Event-ID"))
-    response = StreamingHttpResponse(_follow_session(session.pk, after), content_type="text/event-stream")
+    slot = SESSION_STREAMS.take(request.membership.user_id)
+    if slot is None:
+        held = settings.SESSION_STREAMS_PER_USER
+        detail = f"You have {held} session streams open, the most one user may; close one and try again."
+        refused = problem(429, "too_many_streams", detail)
+        refused["Retry-After"] = str(STREAMS_RETRY_AFTER_SECONDS)
+        return refused
+    response = StreamingHttpResponse(_follow_session(session.pk, after, slot), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     return response
 
@@ -349,41 +372,52 @@ def _session_frame(event: live.Published, cursor: str | None) -> str:
     return f"{head}event: {event.type}\ndata: {event.encoded}\n\n"
 
 
-async def _follow_session(session_pk: int, after: SessionPosition) -> AsyncIterator[str]:
+async def _follow_session(session_pk: int, after: SessionPosition, slot: Slot) -> AsyncIterator[str]:
     """The session's events after `after`, a turn's end followed by `session.idle`, until the session is deleted
     with none of its turns still to end. Live (agents.live) as the turns report them, deltas included; from
-    the database where the stream starts or resumes, and whenever the live events leave a gap (an event it did
-    not see, a run it does not know yet) or go quiet for a moment. A client that goes away cancels it."""
-    async with live.Subscription(session_pk) as subscription:
-        yield ": following\n\n"  # a comment: the response starts (its headers go out) before any event
-        follower = _SessionFollower(after)
-        loop = asyncio.get_running_loop()
-        while True:
-            fresh, over, runs = await sync_to_async(_session_events_after)(session_pk, follower.after)
-            follower.runs.update(runs)
-            # For DRAIN_SECONDS in all, not per message: a reply streaming a delta every moment never goes quiet
-            # that long, and its deltas were held until its turn ended.
-            drained = loop.time() + DRAIN_SECONDS
-            while (left := drained - loop.time()) > 0 and (meanwhile := await subscription.receive(left)) is not None:
-                follower.held += meanwhile
-            for position, envelope in fresh:
-                for frame in follower.deliver(position, live.Published.of(envelope)):
-                    yield frame
-            for frame in follower.release_held():
-                yield frame
-            if over:
-                return
-            gap = bool(follower.held)  # still open after the database: it fills within a moment
-            deadline = loop.time() + FOLLOW_POLL_SECONDS
-            while (wait := deadline - loop.time() if gap else FOLLOW_POLL_SECONDS) > 0:
-                events = await subscription.receive(wait)
-                if events is None:
-                    break  # quiet: look at the database (what was written without being published)
-                for event in events:
-                    for frame in follower.live(event):
+    the database where the stream starts or resumes, whenever the live events leave a gap (an event it did
+    not see, a run it does not know yet), when woken (a write that was not published), and every
+    SESSION_RECHECK_SECONDS otherwise. A client that goes away cancels it; however it ends, `slot` is given
+    back."""
+    try:
+        async with live.Subscription(session_pk) as subscription:
+            yield ": following\n\n"  # a comment: the response starts (its headers go out) before any event
+            follower = _SessionFollower(after)
+            loop = asyncio.get_running_loop()
+            while True:
+                fresh, over, runs = await sync_to_async(_look_up_session)(session_pk, follower.after)
+                follower.runs.update(runs)
+                # For DRAIN_SECONDS in all, not per message: a reply streaming a delta every moment never goes
+                # quiet that long, and its deltas were held until its turn ended.
+                drained, woken = loop.time() + DRAIN_SECONDS, False
+                while (left := drained - loop.time()) > 0 and (
+                    meanwhile := await subscription.receive(left)
+                ) is not None:
+                    follower.held += meanwhile
+                    woken = woken or not meanwhile
+                for position, envelope in fresh:
+                    for frame in follower.deliver(position, live.Published.of(envelope)):
                         yield frame
-                if follower.held and not gap:
-                    break  # a new gap (or a new run): look at the database at once
+                for frame in follower.release_held():
+                    yield frame
+                if over:
+                    return
+                if woken:
+                    continue  # a write committed while the database was read may not be in what it gave
+                gap = bool(follower.held)  # still open after the database: it fills within a moment
+                recheck = SESSION_RECHECK_SECONDS * random.uniform(1 - RECHECK_SPREAD, 1 + RECHECK_SPREAD)
+                deadline = loop.time() + (FOLLOW_POLL_SECONDS if gap else recheck)
+                while (wait := deadline - loop.time()) > 0:
+                    events = await subscription.receive(wait)
+                    if not events:
+                        break  # woken, or time to look again: the database has what was not published
+                    for event in events:
+                        for frame in follower.live(event):
+                            yield frame
+                    if follower.held and not gap:
+                        break  # a new gap (or a new run): look at the database at once
+    finally:
+        slot.release()
 
 
 class _SessionFollower:
@@ -478,6 +512,18 @@ class _SessionFollower:
 
 
 RunPlaces = dict[str, tuple[int, tuple[datetime, uuid.UUID]]]
+
+
+def _look_up_session(
+    session_pk: int, after: SessionPosition
+) -> tuple[list[tuple[SessionPosition, dict[str, Any]]], bool, RunPlaces]:
+    """`_session_events_after`, the connection then given back where none is kept (PostgreSQL's pool): a stream
+    holds its request's thread for as long as it lasts, and with it, else, one of the pool's few connections,
+    which a few idle streams used up for every request of the process."""
+    try:
+        return _session_events_after(session_pk, after)
+    finally:
+        close_old_connections()
 
 
 def _session_events_after(

@@ -5,9 +5,14 @@ for readers, with the tenant's members as read when the push left. Before each s
 user up in those members: it forwards the text of the user's role as it is, or closes the socket when the
 user is no longer an active member. A membership change also reaches the socket at once (push.py's
 `notify_membership_changed`), so a removed member's socket closes even when nothing is pushed.
+
+What a client may cost is bounded: a user holds at most `WEBSOCKETS_PER_USER` sockets open in this process (the
+next is accepted and closed at once with `TOO_MANY_SOCKETS`), and a socket gets at most one heartbeat per
+`PING_INTERVAL_SECONDS` for its pings; the frames that come in between are dropped unread.
 """
 
 import json
+import time
 from typing import Any
 
 from channels.consumer import get_handler_name
@@ -16,9 +21,15 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals.push import member_key, pending_count, tenant_group
 from console.models import Membership
+from console.slots import Slot, Slots
 
 # The longest frame worth parsing: a client only ever sends {"type": "ping"}.
 MAX_CLIENT_FRAME = 256
+# A heartbeat reads the database; pings faster than this get none (the console itself never pings).
+PING_INTERVAL_SECONDS = 1.0
+# The close code of a socket over its user's cap (4000-4999 are the application's; 429 as in HTTP).
+TOO_MANY_SOCKETS = 4429
+SOCKETS = Slots("WEBSOCKETS_PER_USER")
 
 
 class ConsoleConsumer(AsyncJsonWebsocketConsumer):
@@ -26,6 +37,9 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
     user_id: int | None = None
     tenant_id: int | None = None
     key = ""
+    slot: Slot | None = None
+    # When the last ping was answered (time.monotonic()); none yet.
+    answered = float("-inf")
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' own dispatch first closes stale database connections in the sync thread: a thread hop
@@ -46,6 +60,12 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         if membership is None:
             await self.close(code=4403)
             return
+        self.slot = SOCKETS.take(user.pk)
+        if self.slot is None:
+            # Accepted first: a socket refused at the handshake shows its client no code at all.
+            await self.accept()
+            await self.close(code=TOO_MANY_SOCKETS, reason="too many open websockets")
+            return
         self.user_id, self.tenant_id, self.key = user.pk, membership.tenant_id, member_key(user.pk)
         self.group = tenant_group(membership.tenant_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -53,13 +73,18 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "heartbeat", "pending": await self._pending()})
 
     async def disconnect(self, code: int) -> None:
+        if self.slot is not None:
+            self.slot.release()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         """A client sends only pings; anything else, malformed or not, is ignored (never a crash that
-        closes the socket). Long frames are not parsed at all."""
+        closes the socket). Long frames, and every frame within PING_INTERVAL_SECONDS of the last ping
+        answered, are not parsed at all."""
         if text_data is None or len(text_data) > MAX_CLIENT_FRAME:
+            return
+        if time.monotonic() - self.answered < PING_INTERVAL_SECONDS:
             return
         try:
             content = json.loads(text_data)
@@ -68,7 +93,10 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        if content == {"type": "ping"} and await self._still_member():
+        if content != {"type": "ping"}:
+            return
+        self.answered = time.monotonic()
+        if await self._still_member():
             await self.send_json({"type": "heartbeat", "pending": await self._pending()})
 
     async def console_push(self, event: dict[str, Any]) -> None:

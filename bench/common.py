@@ -45,6 +45,8 @@ def bench_env(data_dir: Path, *, database_url: str | None = None, redis_url: str
         DEADLINE_SWEEP_SECONDS="0",
         DJANGO_SETTINGS_MODULE="console.settings",
         PYTHONPATH=str(ROOT),
+        # push_latency and ws_memory open a thousand consoles as one operator; a person has far fewer tabs.
+        WEBSOCKETS_PER_USER="5000",
     )
     if database_url:
         env["DATABASE_URL"] = database_url

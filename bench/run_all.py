@@ -36,6 +36,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("ws_memory", ["bench/ws_memory.py"]),
     ("queue_throughput", ["bench/queue_throughput.py"]),
     ("session_stream", ["bench/session_stream.py"]),
+    ("idle_streams", ["bench/idle_streams.py"]),
     ("scale", ["bench/scale.py"]),
 ]
 

@@ -130,6 +130,11 @@ else:
         "default": {"BACKEND": "console.layers.InMemoryChannelLayer", "CONFIG": {"capacity": CHANNEL_CAPACITY}}
     }
 
+# The session streams and console websockets one user may hold open in each process (console/slots.py): the
+# next stream gets 429 `too_many_streams`, the next websocket closes with 4429.
+SESSION_STREAMS_PER_USER = env_int("SESSION_STREAMS_PER_USER", 100, minimum=1)
+WEBSOCKETS_PER_USER = env_int("WEBSOCKETS_PER_USER", 100, minimum=1)
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},

@@ -1,5 +1,7 @@
 """The console websocket, driven through the real ASGI application."""
 
+import asyncio
+
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -206,6 +208,68 @@ async def test_it_ignores_a_malformed_frame_and_stays_open(frame):
     await ws.receive_json_from()
     await ws.send_to(**frame)
     assert await ws.receive_nothing()
+    await ws.send_json_to({"type": "ping"})
+    assert await ws.receive_json_from() == {"type": "heartbeat", "pending": 0}
+    await ws.disconnect()
+
+
+async def test_it_closes_a_users_101st_socket_while_another_user_opens_one():
+    """One user's sockets are capped (WEBSOCKETS_PER_USER, 100): the next is accepted and closed with 4429 at
+    once, so its client sees why."""
+    await create_member("rita", ("acme", "reader"))
+    await create_member("sam", ("acme", "reader"))
+    rita, sam = await session_cookie("rita"), await session_cookie("sam")
+    held: list[WebsocketCommunicator] = []
+    try:
+        for _ in range(100):
+            ws = communicator((b"cookie", rita), (b"origin", LOCAL))
+            held.append(ws)
+            assert (await ws.connect())[0]
+            assert (await ws.receive_json_from())["type"] == "heartbeat"
+
+        over = communicator((b"cookie", rita), (b"origin", LOCAL))
+        assert (await over.connect())[0]
+        assert await over.receive_output() == {
+            "type": "websocket.close",
+            "code": 4429,
+            "reason": "too many open websockets",
+        }
+        await over.wait()
+        other = communicator((b"cookie", sam), (b"origin", LOCAL))
+        held.append(other)
+        assert (await other.connect())[0]
+        assert (await other.receive_json_from())["type"] == "heartbeat"
+
+        await held.pop(0).disconnect()  # a socket closed gives its place back
+        again = communicator((b"cookie", rita), (b"origin", LOCAL))
+        held.append(again)
+        assert (await again.connect())[0]
+        assert (await again.receive_json_from())["type"] == "heartbeat"
+    finally:
+        for ws in held:
+            await ws.disconnect()
+
+
+async def test_it_answers_a_ping_flood_with_at_most_one_heartbeat_a_second():
+    """Each heartbeat reads the database: 3,000 pings got 3,000 of them. Pings closer together than
+    PING_INTERVAL_SECONDS are dropped unread; the socket stays open."""
+    from approvals.consumers import PING_INTERVAL_SECONDS
+
+    await create_member("rita", ("acme", "reader"))
+    ws = communicator((b"cookie", await session_cookie("rita")), (b"origin", LOCAL))
+    await ws.connect()
+    await ws.receive_json_from()
+    started = asyncio.get_running_loop().time()
+    for _ in range(3000):
+        await ws.send_json_to({"type": "ping"})
+    heartbeats = 0
+    while not await ws.receive_nothing(timeout=0.5):
+        assert (await ws.receive_json_from())["type"] == "heartbeat"
+        heartbeats += 1
+    elapsed = asyncio.get_running_loop().time() - started
+
+    assert 1 <= heartbeats <= 1 + elapsed / PING_INTERVAL_SECONDS
+    await asyncio.sleep(PING_INTERVAL_SECONDS)
     await ws.send_json_to({"type": "ping"})
     assert await ws.receive_json_from() == {"type": "heartbeat", "pending": 0}
     await ws.disconnect()
