@@ -49,8 +49,8 @@ window.airlockPendingLabel = (count) => {
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const socket = new WebSocket(scheme + location.host + "/ws/console/");
-    socket.addEventListener("open", () => { delay = 1000; });
     socket.addEventListener("message", (event) => {
+      delay = 1000; // a socket that speaks is a good one (one over the user's cap is closed before it does)
       const data = JSON.parse(event.data);
       if (typeof data.pending === "number") {
         const label = window.airlockPendingLabel(data.pending);
@@ -62,7 +62,9 @@ window.airlockPendingLabel = (count) => {
       if (data.type === "heartbeat") window.airlockHeartbeat = data;
       document.dispatchEvent(new CustomEvent("airlock:push", { detail: data }));
     });
-    socket.addEventListener("close", () => {
+    socket.addEventListener("close", (event) => {
+      // 4429: this user has too many consoles open; try again much later, not every second.
+      if (event.code === 4429) delay = 30000;
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 30000);
     });
