@@ -44,7 +44,7 @@ from agent_hooks.approval import ApprovalOutcome, ApprovalRequest, ApprovalResol
 from django.conf import settings
 
 from agents.payloads import Payload, PolicyVerdict
-from agents.policy_sandbox import BudgetExceeded, WorkerFailed, sandbox
+from agents.policy_sandbox import BudgetExceeded, PolicyInvalid, WorkerFailed, sandbox
 from console.connections import ConnectionSpec
 
 SURFACE = HostSurface.from_capabilities(["model_calls", "tool_calls", "host_declaration"])
@@ -337,7 +337,7 @@ class AcsBinding:
             return Verdict.deny(reason=BUDGET_EXCEEDED, message="The policy ran past its time budget.")
         except WorkerFailed:
             return Verdict.deny(reason=WORKER_FAILED, message="The policy's evaluation stopped.")
-        except ValueError as error:
+        except PolicyInvalid as error:
             return Verdict.deny(reason="runtime_error:policy_invalid", message=_in_our_words(str(error)))
         return Verdict.from_wire(wire)
 

@@ -15,6 +15,7 @@ with `POLICY_WORKERS` workers at most; the budgets are the settings `POLICY_COMP
 
 import asyncio
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -23,6 +24,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,10 @@ class BudgetExceeded(Exception):
 
 class WorkerFailed(Exception):
     """The worker died or answered nothing readable (for example, out of memory); it was replaced."""
+
+
+class PolicyInvalid(ValueError):
+    """The policy does not compile; the message is the compiler's."""
 
 
 @dataclass
@@ -97,7 +103,10 @@ class _Worker:
             return None
         body = bytes(self.buffer[4 : 4 + size])
         del self.buffer[: 4 + size]
-        return json.loads(body)
+        try:
+            return dict(json.loads(body))
+        except ValueError:
+            raise WorkerFailed from None
 
     def wait(self, seconds: float) -> dict[str, Any]:
         """The next frame within `seconds`, blocking this thread (not the GIL)."""
@@ -162,21 +171,27 @@ class Sandbox:
                 self._idle.append(worker)
         self._slots.release()
 
-    def _request(self, key: str, manifest: str, bundles: dict[str, Any], worker: _Worker, **fields: Any) -> Any:
-        request = {"key": key, **fields}
-        if key not in worker.held:
-            request |= {"manifest": manifest, "bundles": bundles}
-        worker.hold(key)
-        budget = self.eval_budget + (self.compile_budget if "manifest" in request else 0.0)
-        return request, budget
+    @contextlib.contextmanager
+    def _lent(self) -> Iterator[_Worker]:
+        """A worker for one task (its slot taken): given back after, or killed when the task failed on the
+        worker's side — over budget, dead, or abandoned by its caller (a timeout): it must not run on."""
+        worker = self._take_worker()
+        try:
+            yield worker
+        except PolicyInvalid:  # the policy's own fault: the worker is fine
+            self._give_back(worker)
+            raise
+        except BaseException:
+            worker.kill()
+            self._give_back(None)
+            raise
+        self._give_back(worker)
 
     def check(self, key: str, manifest: str, bundles: dict[str, Any]) -> list[str]:
         """Why the policy does not compile (the compiler's words), empty when it does; BudgetExceeded when
         compiling took longer than the compile budget."""
         self._slots.acquire()
-        worker: _Worker | None = self._take_worker()
-        try:
-            assert worker is not None
+        with self._lent() as worker:
             if not worker.ready:
                 worker.wait(START_SECONDS)
                 worker.ready = True
@@ -184,49 +199,35 @@ class Sandbox:
             answer = worker.wait(self.compile_budget)
             worker.hold(key)
             return list(answer.get("problems", []))
-        except (BudgetExceeded, WorkerFailed, ValueError):
-            assert worker is not None
-            worker.kill()
-            worker = None
-            raise
-        finally:
-            self._give_back(worker)
 
     async def evaluate(
         self, key: str, manifest: str, bundles: dict[str, Any], point: str, context: dict[str, Any]
     ) -> dict[str, Any]:
         """The verdict (wire) of the policy `key` at `point`; BudgetExceeded past the budget (compiling
-        included when this worker has not compiled it yet), WorkerFailed when the worker died, ValueError
+        included when this worker has not compiled it yet), WorkerFailed when the worker died, PolicyInvalid
         with the compiler's words when it does not compile."""
         while not self._slots.acquire(blocking=False):
             await asyncio.sleep(0.002)  # every worker busy: each task ends within its budget
-        worker: _Worker | None = self._take_worker()
-        try:
-            assert worker is not None
+        with self._lent() as worker:
             if not worker.ready:
                 await worker.wait_async(START_SECONDS)
                 worker.ready = True
-            context_text = json.dumps(context, separators=(",", ":"), allow_nan=False)
-            request, budget = self._request(key, manifest, bundles, worker, op="evaluate", point=point)
-            worker.send(request | {"context": context_text})
-            answer = await worker.wait_async(budget)
+            request: dict[str, Any] = {"op": "evaluate", "key": key, "point": point}
+            request["context"] = json.dumps(context, separators=(",", ":"), allow_nan=False)
+            known = key in worker.held
+            worker.hold(key)
+            if not known:
+                request |= {"manifest": manifest, "bundles": bundles}
+            worker.send(request)
+            answer = await worker.wait_async(self.eval_budget + (0.0 if known else self.compile_budget))
             if answer.get("missing"):  # evicted after all: send the policy along
-                worker.send(request | {"context": context_text, "manifest": manifest, "bundles": bundles})
+                worker.send(request | {"manifest": manifest, "bundles": bundles})
                 answer = await worker.wait_async(self.eval_budget + self.compile_budget)
             if "problems" in answer:
-                raise ValueError("; ".join(answer["problems"]))
+                raise PolicyInvalid("; ".join(answer["problems"]))
             if "verdict" not in answer:
                 raise WorkerFailed(answer.get("failed"))
             return dict(answer["verdict"])
-        except ValueError:
-            raise
-        except BaseException:  # over budget, dead, or the caller gave up (its timeout): the task must not run on
-            assert worker is not None
-            worker.kill()
-            worker = None
-            raise
-        finally:
-            self._give_back(worker)
 
     @property
     def compile_budget(self) -> float:

@@ -210,7 +210,7 @@ def test_it_keeps_serving_pages_while_a_tenant_saves_a_policy_that_compiles_for_
     response, seconds = answers
     problem = assert_problem(response, 400, "invalid_hooks")
     assert "runtime_error:budget_exceeded" in problem["errors"][0]["message"]
-    assert 2 <= seconds < 8
+    assert 2 <= seconds < 15  # the budget, and a worker started for it on a busy machine
     # The save held no lock the pages need: in the old process-local compile each page waited seconds.
     assert len(took) > 20
     assert max(took) < 1.0, sorted(took)[-5:]
