@@ -57,6 +57,23 @@ class EventType(StrEnum):
     SUBAGENT_FAILED = "subagent.failed"
 
 
+# Airlock's own event types (SPEC section 10): the Copilot SDK has no type for these moments. docs/events.md lists
+# them with every other extension; every other type is the SDK's, field for field.
+EXTENSION_TYPES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.RUN_AWAITING,
+        EventType.RUN_RETRYING,
+        EventType.RUN_COMPLETED,
+        EventType.RUN_FAILED,
+        EventType.RUN_CANCELLED,
+        EventType.RUN_BLOCKED,
+        EventType.POLICY_VERDICT,
+        EventType.DOCUMENT_ATTACHED,
+        EventType.REQUEST_TERMINATED,
+    }
+)
+
 # What a run's log says when its turn ends (completed, failed, cancelled, blocked or awaiting_*): on the session
 # stream each is followed by `session.idle`.
 TURN_ENDS = frozenset(
