@@ -46,6 +46,15 @@ def events_of(result: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [e.data for e in stored_events(result["runId"]) if e.type == kind]
 
 
+def assert_never_ran(result: dict[str, Any]) -> None:
+    """The run's one tool call was denied: reported started and at once completed with the denial, nothing between."""
+    types = [e.type for e in stored_events(result["runId"])]
+    start = types.index("tool.execution_start")
+    assert types[start + 1] == "tool.execution_complete" and types.count("tool.execution_start") == 1
+    [complete] = events_of(result, "tool.execution_complete")
+    assert (complete["success"], complete["error"]["code"]) == (False, "denied")
+
+
 def respond(persona: Persona, asked: dict[str, Any], **answer: Any) -> dict[str, Any]:
     body = {"requestId": asked["pendingRequests"][0]["requestId"], **answer}
     response = persona.api("POST", f"/api/runs/{asked['runId']}/responses", body)
@@ -59,9 +68,19 @@ def test_a_deny_keeps_the_mail_unsent_and_tells_the_model(admin):
 
     assert result["status"] == "completed"
     assert result["output"] == "send_email denied: Mail to evil.test is never sent."
-    assert events_of(result, "tool.execution_start") == []
+    assert_never_ran(result)
     [permission] = events_of(result, "permission.completed")
-    assert permission["result"]["kind"] == "denied-by-rules"
+    assert permission["result"] == {
+        "kind": "denied-by-permission-request-hook",
+        "message": "Mail to evil.test is never sent.",
+    }
+    assert permission["decisionSource"] == "host_policy"
+    [answered] = events_of(result, "request.answered")
+    assert answered["policy"] == {
+        "binding": None,
+        "reason": "blocked_domain",
+        "message": "Mail to evil.test is never sent.",
+    }
     [verdict] = events_of(result, "policy.verdict")
     assert verdict == {
         "point": "pre_tool_call",
@@ -159,8 +178,9 @@ def test_an_escalation_waits_in_the_inbox_and_an_approval_lifts_it(admin, operat
     assert continued.status == RunStatus.COMPLETED
     assert continued.output == "send_email: sent to bob@partner.test"
     [permission] = [e.data for e in stored_events(str(continued.id)) if e.type == "permission.completed"]
-    assert permission["result"]["kind"] == "approved"
-    assert permission["result"]["policy"]["binding"] == "mail-guard"
+    assert permission["result"] == {"kind": "approved"}
+    [answered] = [e.data for e in stored_events(str(continued.id)) if e.type == "request.answered"]
+    assert answered["policy"]["binding"] == "mail-guard" and answered["answeredBy"] == "otto"
     starts = [e.data for e in stored_events(str(continued.id)) if e.type == "tool.execution_start"]
     assert [s["arguments"]["to"] for s in starts] == ["bob@partner.test"]
     audit = json.loads(b"".join(operator.client.get("/audit/?format=json").streaming_content))
@@ -178,9 +198,9 @@ def test_an_escalation_denied_in_the_inbox_never_runs(admin, operator):
 
     assert continued.status == RunStatus.COMPLETED
     assert continued.output == "send_email denied: The operator denied it."
-    assert not Event.objects.filter(run=continued, type="tool.execution_start").exists()
+    assert_never_ran({"runId": str(continued.id)})
     [permission] = [e.data for e in stored_events(str(continued.id)) if e.type == "permission.completed"]
-    assert permission["result"]["kind"] == "denied-interactively-by-user"
+    assert permission["result"] == {"kind": "denied-interactively-by-user", "feedback": "Not to partners"}
 
 
 def test_a_policy_escalation_cannot_be_remembered(admin, operator):
@@ -401,7 +421,7 @@ def test_a_webhook_policy_allows_denies_and_fails_closed_on_timeout(admin, acme,
 
     denied = run_ok(admin, {"message": mail("ada@example.com")})
     assert denied["output"] == "send_email denied: The webhook says no mail."
-    assert events_of(denied, "tool.execution_start") == []
+    assert_never_ran(denied)
 
     # A client tool asks `pre_tool_call` before its request opens: denied, no request, the model is told.
     client = run_ok(admin, {"message": call_line("get_user_location", {"precision": "city"}), "sessionId": "s1"})
