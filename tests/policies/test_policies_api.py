@@ -129,6 +129,33 @@ def test_records_list_every_emission_in_order(admin, outsider):
     assert_problem(outsider.api("GET", f"/api/runs/{result['runId']}/records"), 404, "run_not_found")
 
 
+def test_a_verdicts_reason_reaches_the_stored_records(admin, reader):
+    """SPEC section 8: the record of each emission is the standard's, its verdict's reason and message included,
+    as stored with the run (`GET /api/runs/{runId}/records`, read after the turn ended, by any member)."""
+    guarded(admin)
+    denied = run_ok(admin, {"message": mail("eve@evil.test")})
+    asked = run_ok(admin, {"message": mail("bob@partner.test"), "sessionId": "s1"})
+
+    def pre_tool_call(result: dict[str, Any]) -> dict[str, Any]:
+        items = reader.api("GET", f"/api/runs/{result['runId']}/records").json()["items"]
+        [record] = [r for r in items if r["interception_point"] == "pre_tool_call"]
+        return record
+
+    record = pre_tool_call(denied)
+    assert record["verdict"] == {
+        "decision": "deny",
+        "reason": "blocked_domain",
+        "message": "Mail to evil.test is never sent.",
+    }
+    assert [(v["name"], v["decision"], v["reason"]) for v in record["verdicts"]] == [
+        ("mail-guard", "deny", "blocked_domain")
+    ]
+    # An escalation waiting in the inbox: the record's own verdict is the resolver's, the policy's reason is kept.
+    record = pre_tool_call(asked)
+    [(name, decision, reason)] = [(v["name"], v["decision"], v["reason"]) for v in record["verdicts"]]
+    assert (name, decision, reason) == ("mail-guard", "deny", "external_recipient")  # a liftable deny
+
+
 def test_points_outside_the_declared_surface_are_not_emitted(admin):
     """The starter's surface leaves the model points out: its turns record six points, the model calls none."""
     guarded(admin, name="starter")
