@@ -37,6 +37,7 @@ from tests.agents.test_events import frames, read_stream, sse_headers, thread_co
 from tests.agents.test_session_stream import open_stream
 from tests.conftest import Persona, grant
 from tests.helpers import EMAIL, call_line, drain_queued, make_agent
+from tests.policies.test_policies_api import guarded, hold_hooks, mail
 
 # The guide's "All event types at a glance", column Ephemeral (../shared/reference/copilot-streaming-events.md).
 SDK_EPHEMERAL = frozenset(
@@ -469,6 +470,48 @@ def check_cancel(read: dict[str, Any]) -> None:
     assert completed["result"] == {"kind": "cancelled", "reason": "cancelled"}
 
 
+async def policy_deny(s: Session) -> None:
+    assert (await s.post(message=mail("eve@evil.test")))["status"] == "completed"
+
+
+def check_policy_deny(read: dict[str, Any]) -> None:
+    [completed] = of_type(read, "permission.completed")
+    assert completed["result"] == {
+        "kind": "denied-by-permission-request-hook",
+        "message": "Mail to evil.test is never sent.",
+    }
+    assert completed["decisionSource"] == "host_policy"
+    [complete] = of_type(read, "tool.execution_complete")
+    assert (complete["success"], complete["error"]["code"]) == (False, "denied")
+
+
+async def policy_escalation(s: Session) -> None:
+    asked = await s.post(message=mail("bob@partner.test"))
+    assert asked["status"] == "awaiting_approval", asked
+    assert (await s.respond(asked, approved=True))["status"] == "completed"
+
+
+def check_policy_escalation(read: dict[str, Any]) -> None:
+    [requested] = of_type(read, "permission.requested")
+    assert requested["permissionRequest"]["kind"] == "custom-tool"
+    [answered] = of_type(read, "request.answered")
+    assert answered["policy"]["binding"] == "mail-guard" and answered["answeredBy"] == "otto"
+
+
+async def held_answer(s: Session) -> None:
+    asked = await s.post(message="the salary is 5")
+    assert asked["status"] == "awaiting_approval", asked
+    assert (await s.respond(asked, approved=True))["output"] == "You said: the salary is 5"
+
+
+def check_held_answer(read: dict[str, Any]) -> None:
+    [requested] = of_type(read, "permission.requested")
+    held = {"kind": "hook", "toolName": "output", "hookMessage": "Salaries need review."}
+    assert requested["permissionRequest"] == {**held, "toolArgs": {"output": "You said: the salary is 5"}}
+    [completed] = of_type(read, "permission.completed")
+    assert completed["result"] == {"kind": "approved"} and "toolCallId" not in completed
+
+
 async def failure(s: Session) -> None:
     assert (await s.post(message="hello"))["status"] == "failed"
 
@@ -493,6 +536,9 @@ SCENARIOS: dict[str, Scenario] = {
     "mcp form": (mcp_form, check_mcp_form, "planner"),
     "sub-agent": (sub_agent, check_sub_agent, "parent"),
     "cancel": (cancel, check_cancel, "assistant"),
+    "policy deny": (policy_deny, check_policy_deny, "guarded"),
+    "policy escalation": (policy_escalation, check_policy_escalation, "guarded"),
+    "answer held at output": (held_answer, check_held_answer, "holding"),
     "failure": (failure, check_failure, "broken"),
 }
 # Kinds the events do not read right yet (issue 27); strict: a fixed kind fails here until taken off.
@@ -501,8 +547,8 @@ NOT_YET: set[str] = set()
 
 def agents_for(persona: Persona) -> None:
     """The agents the scenarios run: the `assistant` of SPEC section 3 with the tools that ask a person, one
-    stopped after one model call, one with the bundled MCP demo (asking approval), a parent of a sub-agent, and
-    one whose MCP server cannot start."""
+    stopped after one model call, one with the bundled MCP demo (asking approval), a parent of a sub-agent, two
+    under the starter policy (one holding answers that mention salaries) and one whose MCP server cannot start."""
     tools = [
         {"name": "send_email", "approval": "always"},
         {"name": "get_time", "approval": "never"},
@@ -515,6 +561,8 @@ def agents_for(persona: Persona) -> None:
     researcher = {"name": "researcher", "displayName": "Researcher", "description": "Looks things up."}
     make_agent(persona, **researcher, tools=tools, clientTools=[], parameters=[], instructionsByCulture={})
     make_agent(persona, name="parent", subAgents=["researcher"])
+    guarded(persona, name="guarded")
+    guarded(persona, name="holding", hooks=hold_hooks())
     grant("nowhere", "mcp", persona.tenant, command="/nonexistent/binary")
     make_agent(persona, name="broken", mcpServers=[{"connection": "nowhere", "approval": "never"}])
 
