@@ -119,6 +119,32 @@ def test_the_inbox_answers_a_question_with_a_choice_button(agent, operator):
     assert PendingRequest.objects.get(id=request_id).answer["text"] == "red"
 
 
+@pytest.mark.parametrize(
+    ("arguments", "choices", "freeform"),
+    [
+        ({"choices": ["red", "blue"]}, ["red", "blue"], False),
+        ({"choices": ["red", "blue"], "allow_freeform": True}, ["red", "blue"], True),
+        ({}, [], True),
+    ],
+)
+def test_a_question_shows_its_choices_on_the_request_the_card_and_the_trial_turn(
+    agent, operator, arguments, choices, freeform
+):
+    """SPEC section 9: `pendingRequests[]` of kind question carries `question`, `choices` and `allowFreeform`; the
+    inbox card and the trial page's widget offer exactly those."""
+    asked = ask(operator, call_line("ask_user", {"question": "Which colour?", **arguments}))
+    [request] = asked["pendingRequests"]
+    assert (request["question"], request["choices"], request["allowFreeform"]) == ("Which colour?", choices, freeform)
+    assert operator.api("GET", f"/api/requests/{request['requestId']}").json()["choices"] == choices
+
+    for page in (
+        operator.client.get("/inbox/").content.decode(),
+        operator.client.get(f"/trial/turns/{asked['runId']}/").content.decode(),
+    ):
+        assert [c for c in ("red", "blue") if f'name="choice" value="{c}"' in page] == choices
+        assert (f'id="text-{request["requestId"]}"' in page) is freeform
+
+
 # ---- plan ---------------------------------------------------------------------------------------------------
 
 
