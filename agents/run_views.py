@@ -667,7 +667,8 @@ def session_turns(session: Session | None, viewed: Run) -> list[SessionTurn]:
     runs = runs.select_related("version", "checkpoint").only(*TURN_FIELDS).order_by("created_at", "pk")
     counted = runs.annotate(
         model_calls=_event_count(EventType.ASSISTANT_USAGE),
-        tool_calls=_event_count(EventType.TOOL_EXECUTION_START, EventType.EXTERNAL_TOOL_REQUESTED),
+        # Every call has one start, in the turn it ran or was settled in (a client's: when its result came).
+        tool_calls=_event_count(EventType.TOOL_EXECUTION_START),
     )
     turns = {run.id: SessionTurn(run) for run in counted}
     ordered = list(turns.values())
