@@ -1,42 +1,32 @@
 """A small typed client for Airlock's session stream (SPEC section 10): follow a whole conversation, across the
-runs that answers continue it in, as pydantic events. Copy it into your own code; it needs only `httpx2` (the
-HTTP client pydantic-ai installs) and `agents.payloads`.
+runs that answers continue it in, as the Copilot SDK's own session events (`copilot.session_events`, from
+`github-copilot-sdk`). Copy it into your own code; it needs `httpx2` (the HTTP client pydantic-ai installs) and
+`github-copilot-sdk`.
+
+    from copilot.session_events import SessionEventType
 
     from agents.client import SessionStream
 
     stream = SessionStream("http://127.0.0.1:8000", token="al_…", session_id="s1")
     for event in stream.events():
-        if event.type == "assistant.message_delta":
-            print(event.payload.deltaContent, end="")
-        elif event.type == "session.idle":
+        if event.type == SessionEventType.ASSISTANT_MESSAGE_DELTA:
+            print(event.data.delta_content, end="")
+        elif event.type == SessionEventType.SESSION_IDLE:
             break  # the turn ended; `stream.last_event_id` resumes after it
 
-The stream resumes by itself after a dropped connection (`Last-Event-ID`): no event is lost or repeated.
+Airlock's own types (docs/events.md: `run.*`, `request.answered`, `request.terminated`, …) read as the SDK reads
+any type it does not know: `SessionEventType.UNKNOWN`, their name in `event.raw_type`, their data in
+`event.data.raw`. The stream resumes by itself after a dropped connection (`Last-Event-ID`): no event is lost or
+repeated.
 """
 
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx2 as httpx
-
-from agents.payloads import Envelope, Payload, validate
-
-
-@dataclass(frozen=True)
-class SessionEvent:
-    """One event of the stream: its envelope and its typed payload (`payload.type` is the event type)."""
-
-    envelope: Envelope
-    payload: Payload
-    # The stream's cursor after this event (None for an ephemeral frame, which has no id).
-    cursor: str | None
-
-    @property
-    def type(self) -> str:
-        return self.envelope.type
+from copilot.session_events import SessionEvent
 
 
 class StreamError(Exception):
@@ -95,9 +85,8 @@ class SessionStream:
                 response.read()
                 raise StreamError(response.status_code, _problem(response))
             for frame_id, data in _frames(response.iter_lines()):
-                envelope = json.loads(data)
-                event = SessionEvent(Envelope.model_validate(envelope), validate(envelope), frame_id)
-                if frame_id is not None:
+                event = SessionEvent.from_dict(json.loads(data))
+                if frame_id is not None:  # a stored event's: the cursor to resume after it
                     self.last_event_id = frame_id
                 yield event
 

@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from agents import live
 from agents.models import Event, Run
+from agents.payloads import PAYLOADS, Payload, ToolExecutionStart
 from agents.payloads import TURN_ENDS as TURN_ENDS
 from agents.payloads import EventType as EventType  # the types live with their payloads
-from agents.payloads import Payload
 
 Listener = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -30,7 +30,8 @@ class EventLog:
         self.stored: list[Event] = []
         self.flushed = 0
         self.sequence = 0
-        self.parent: uuid.UUID | None = None
+        # The chain spans the session (SPEC section 10): a run's first event follows the last one of the run before.
+        self.parent: uuid.UUID | None = session_last_event(run) if run.session_id is not None else None
         # Set while a keeper runs in this process (agents/turns.py): events reach the database mid-turn.
         self.live = False
         # The stored events already published to the session's stream (agents.live).
@@ -84,34 +85,35 @@ class EventLog:
         else:
             self.parent = self.run.events.order_by("-sequence").values_list("id", flat=True).first()
 
-    def envelope(self, event_type: str, data: dict[str, Any], ephemeral: bool, agent_id: str = "") -> dict[str, Any]:
+    def envelope(self, payload: Payload, data: dict[str, Any], agent_id: str = "") -> dict[str, Any]:
         now = timezone.now()
-        if ephemeral:
+        if not payload.stored:
             envelope = {
                 "id": str(uuid.uuid4()),
                 "runId": str(self.run.id),
                 "sequence": self.sequence,
                 "timestamp": now.isoformat(),
                 "parentId": str(self.parent) if self.parent else None,
-                "ephemeral": True,
-                "type": event_type,
+                "ephemeral": payload.ephemeral,
+                "type": payload.type,
                 "data": data,
             }
             if agent_id:
                 envelope["agentId"] = agent_id
             return envelope
-        return event_envelope(self._store(event_type, data, now, agent_id))
+        return event_envelope(self._store(payload, data, now, agent_id))
 
-    def _store(self, event_type: str, data: dict[str, Any], now: Any = None, agent_id: str = "") -> Event:
+    def _store(self, payload: Payload, data: dict[str, Any], now: Any = None, agent_id: str = "") -> Event:
         self.sequence += 1
         event = Event(
             run=self.run,
             sequence=self.sequence,
             parent_id=self.parent,
-            type=event_type,
+            type=payload.type,
             data=data,
             timestamp=now or timezone.now(),
             agent_id=agent_id,
+            side_effects=isinstance(payload, ToolExecutionStart) and payload.side_effects,
         )
         self.stored.append(event)
         self.parent = event.id
@@ -123,17 +125,17 @@ class EventLog:
         data = payload.dump()
         session = self.run.session_id
         if self.listener is None and session is None:
-            if not payload.ephemeral:
-                self._store(payload.type, data, agent_id=agent_id or "")
+            if payload.stored:
+                self._store(payload, data, agent_id=agent_id or "")
         else:
-            envelope = self.envelope(payload.type, data, payload.ephemeral, agent_id or "")
+            envelope = self.envelope(payload, data, agent_id or "")
             if self.listener is not None:
                 await self.listener(envelope)
             if session is not None:
                 # What synchronous code recorded before (the run's start) goes out first, in order.
                 backlog = self._unpublished()
-                await live.publish(session, [*backlog, envelope] if payload.ephemeral else backlog)
-        if self.live and payload.type == EventType.TOOL_EXECUTION_START and data.get("sideEffects"):
+                await live.publish(session, backlog if payload.stored else [*backlog, envelope])
+        if self.live and isinstance(payload, ToolExecutionStart) and payload.side_effects:
             # Stored before the tool runs: should this process die from here on, the run is not retried.
             await asyncio.to_thread(self._flush_apart)
 
@@ -154,7 +156,7 @@ class EventLog:
 
     def record(self, payload: Payload, agent_id: str | None = None) -> None:
         """A stored event from synchronous code (no live listener is called)."""
-        self._store(payload.type, payload.dump(), agent_id=agent_id or self._agent_id)
+        self._store(payload, payload.dump(), agent_id=agent_id or self._agent_id)
 
     @contextlib.contextmanager
     def speaking_for(self, agent_id: str | None) -> Iterator[None]:
@@ -166,14 +168,23 @@ class EventLog:
             self._agent_id = before
 
 
+def session_last_event(run: Run) -> uuid.UUID | None:
+    """The id of the last stored event of the session's runs before `run` (in the session's order: runs by
+    creation, events by sequence), or None when `run` begins the session."""
+    earlier = Event.objects.filter(run__session=run.session_id).exclude(run_id=run.pk)
+    return earlier.order_by("-run__created_at", "-run_id", "-sequence").values_list("id", flat=True).first()
+
+
 def event_envelope(event: Event) -> dict[str, Any]:
+    """A stored event as the API sends it; `ephemeral` is the SDK's flag for its type (SPEC section 10)."""
+    model = PAYLOADS.get(event.type)
     envelope = {
         "id": str(event.id),
         "runId": str(event.run_id),
         "sequence": event.sequence,
         "timestamp": event.timestamp.isoformat(),
         "parentId": str(event.parent_id) if event.parent_id else None,
-        "ephemeral": False,
+        "ephemeral": model.ephemeral if model is not None else False,
         "type": event.type,
         "data": event.data,
     }

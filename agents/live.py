@@ -22,12 +22,15 @@ from typing import Any, NamedTuple
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from agents.payloads import is_stored
+
 
 class Published(NamedTuple):
     """An event as a session stream needs it: where it goes, and its envelope encoded once for every reader."""
 
     run_id: str
     sequence: int
+    # Not stored (a delta, progress, the stream's own idle and title): it has no place of its own in the session.
     ephemeral: bool
     type: str
     id: str
@@ -39,7 +42,7 @@ class Published(NamedTuple):
         return cls(
             envelope["runId"],
             envelope["sequence"],
-            envelope["ephemeral"],
+            not is_stored(envelope),
             envelope["type"],
             envelope["id"],
             envelope["timestamp"],

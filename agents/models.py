@@ -287,6 +287,9 @@ class Event(models.Model):
     timestamp = models.DateTimeField(default=timezone.now)
     # A sub-agent's event (SPEC section 10): the envelope's `agentId` (`subagent.started` names it).
     agent_id = models.CharField(max_length=100, blank=True, default="")
+    # A `tool.execution_start` of a tool with side effects: the run is never retried once one started
+    # (agents/queue.py). A fact of the row, not of the event's `data`, which is the SDK's (SPEC section 10).
+    side_effects = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["run", "sequence"]

@@ -406,8 +406,8 @@ TRANSFORMED: dict[str, dict[str, tuple[str, str]]] = {
     # A call the policy let through may still wait for an approval, or be a client's to run.
     "pre_tool_call": {
         EventType.TOOL_EXECUTION_START: ("arguments", "The tool ran with"),
-        EventType.PERMISSION_REQUESTED: ("arguments", "Approval was asked for"),
-        EventType.PERMISSION_COMPLETED: ("arguments", "A rule approved"),
+        # An approval asked of a person, or decided by a rule (its requested / completed pair).
+        EventType.PERMISSION_REQUESTED: ("args", "Approval was asked for"),
         EventType.EXTERNAL_TOOL_REQUESTED: ("arguments", "The client was asked to run it with"),
     },
     "post_tool_call": {EventType.TOOL_EXECUTION_COMPLETE: ("result", "The model was given")},
@@ -440,7 +440,7 @@ class PolicyVerdict:
         who = format_html("Policy <strong>{}</strong>", binding) if binding else format_html("A policy")
         verbs = VERDICT_VERBS if self.enforced else {**VERDICT_VERBS, **SHADOW_VERBS}
         point = str(data.get("point"))
-        tool = _request_view(follower).get("toolName") if follower is not None else None
+        tool = data.get("toolName") or (_request_view(follower).get("toolName") if follower is not None else None)
         target = VERDICT_TARGETS.get(point, "")
         if "{tool}" in target:
             before, _, after = target.partition("{tool}")
@@ -484,18 +484,14 @@ class PolicyVerdict:
         if call_id is not None and data.get("toolCallId") not in (None, call_id):
             return False  # a verdict at a tool point names its call: another call's event is not its follower
         if decision == "escalate" and point in ("pre_tool_call", "output"):
-            policy = data.get("policy") if kind == EventType.PERMISSION_REQUESTED else None
-            return isinstance(policy, dict) and policy.get("reason") == self.data.get("reason")
+            # The request it opened: of its call (checked above), or the held answer's (`hook`) at `output`.
+            return kind == EventType.PERMISSION_REQUESTED and (point != "output" or data.get("kind") == "hook")
         if point == "pre_tool_call" and decision == "deny":
             result = data.get("result") if kind == EventType.PERMISSION_COMPLETED else None
             if not isinstance(result, dict):
                 return False
-            return result.get("kind") == "denied-by-rules" and result.get("reason") == self.data.get("reason")
-        if point == "pre_tool_call" and kind == EventType.PERMISSION_REQUESTED:
-            return not data.get("policy")  # the approval its tool asks for, not another policy's question
-        if point == "pre_tool_call" and kind == EventType.PERMISSION_COMPLETED:
-            result = data.get("result")
-            return isinstance(result, dict) and result.get("kind") == "approved-by-rule"
+            said = self.data.get("message") or self.data.get("reason")
+            return result.get("kind") == "denied-by-permission-request-hook" and result.get("message") == said
         return kind in TRANSFORMED.get(str(point), {})
 
 
@@ -516,6 +512,10 @@ class TimelineEntry:
     verdict: PolicyVerdict | None = None
     # A sub-agent's event: the sub-agent's name (the page nests it under the call that runs it).
     subagent: str | None = None
+    # The tool an event about a call is of (the SDK's completions name only the call).
+    tool: str | None = None
+    # A request's policy escalation (`{binding, reason, message}` of the request it announces), if it is one.
+    policy: dict[str, Any] | None = None
     # The time since the event before (the first: since the run was created), as "+1.2 s".
     since: str = ""
 
@@ -523,9 +523,6 @@ class TimelineEntry:
     def of(cls, event: Event) -> "TimelineEntry":
         data = _request_view(event) if isinstance(event.data, dict) else {"value": event.data}
         shown = {key: pretty(value) for key, value in data.items() if value is not None}
-        result = data.get("result")
-        if event.type == EventType.PERMISSION_COMPLETED and isinstance(result, dict) and "overrideArguments" in result:
-            shown["overrideArguments"] = pretty(result["overrideArguments"])
         shown["everything"] = pretty(event.data)
         return cls(event, shown)
 
@@ -539,20 +536,59 @@ class TimelineEntry:
         return self.event.type.split(".", 1)[0].replace("_", "-")
 
 
-def timeline(events: list[Event], since: datetime) -> list[TimelineEntry]:
+def call_names(events: list[Event]) -> dict[tuple[str, str], str]:
+    """The tools of the calls the events ask about or start, by (`agentId`, call id)."""
+    names: dict[tuple[str, str], str] = {}
+    for event in events:
+        data = _request_view(event) if isinstance(event.data, dict) else {}
+        if data.get("toolCallId") and data.get("toolName"):  # a start, a request, an answer naming its call
+            names[(event.agent_id, str(data["toolCallId"]))] = str(data["toolName"])
+    return names
+
+
+def subagent_names(events: list[Event]) -> dict[str, str]:
+    """The sub-agents the events start, by the `agentId` their events carry: the id of the call that started one
+    (under a sub-agent, after its own id and a slash)."""
+    names: dict[str, str] = {}
+    for event in events:
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.type == EventType.SUBAGENT_STARTED:
+            call = str(data.get("toolCallId"))
+            names[f"{event.agent_id}/{call}" if event.agent_id else call] = str(data.get("agentName"))
+    return names
+
+
+def timeline(
+    events: list[Event],
+    since: datetime,
+    names: dict[str, str] | None = None,
+    calls: dict[tuple[str, str], str] | None = None,
+    policies: dict[str, dict[str, Any]] | None = None,
+) -> list[TimelineEntry]:
     """A run's stored events for the page, each with the time since the one before (the first: since `since`);
-    each policy verdict is paired with the event it led to."""
+    each policy verdict is paired with the event it led to. `names` and `calls`: the sub-agents and the calls of
+    the session's other runs shown (a continuation goes on with what the run before started or asked); `policies`:
+    the escalations of the session's requests, by request id."""
     entries = [TimelineEntry.of(event) for event in events]
+    calls = {**(calls or {}), **call_names(events)}
+    requests: dict[str, str] = {}  # a request's id -> its call's tool, for the completions that name only it
+    for entry in entries:
+        data = entry.data if isinstance(entry.data, dict) else {}
+        call = data.get("toolCallId")
+        entry.tool = calls.get((entry.event.agent_id, str(call))) if call else None
+        if entry.event.type == EventType.PERMISSION_REQUESTED:
+            entry.policy = (policies or {}).get(str(data.get("requestId")))
+        if data.get("requestId") and entry.tool:
+            requests[str(data["requestId"])] = entry.tool
+        elif data.get("requestId"):
+            entry.tool = requests.get(str(data["requestId"]))
     for entry in entries:
         entry.since = f"+{duration(since, entry.event.timestamp)}"
         since = max(since, entry.event.timestamp)
-    names: dict[str, str] = {}
+    names = {**(names or {}), **subagent_names(events)}
     for entry in entries:
-        data = entry.event.data if isinstance(entry.event.data, dict) else {}
-        if entry.event.type == EventType.SUBAGENT_STARTED:
-            names[str(data.get("agentId"))] = str(data.get("agentName"))
         if entry.event.agent_id:
-            # A continuation's sub-agent started in an earlier run: its id begins with its name.
+            # An id from before sub-agents were named by their call began with the sub-agent's name.
             entry.subagent = names.get(entry.event.agent_id) or entry.event.agent_id.rsplit("-", 1)[0]
     claimed: set[int] = set()
     for index, entry in enumerate(entries):
@@ -637,7 +673,8 @@ def session_turns(session: Session | None, viewed: Run) -> list[SessionTurn]:
     runs = runs.select_related("version", "checkpoint").only(*TURN_FIELDS).order_by("created_at", "pk")
     counted = runs.annotate(
         model_calls=_event_count(EventType.ASSISTANT_USAGE),
-        tool_calls=_event_count(EventType.TOOL_EXECUTION_START, EventType.EXTERNAL_TOOL_REQUESTED),
+        # Every call has one start, in the turn it ran or was settled in (a client's: when its result came).
+        tool_calls=_event_count(EventType.TOOL_EXECUTION_START),
     )
     turns = {run.id: SessionTurn(run) for run in counted}
     ordered = list(turns.values())
@@ -655,8 +692,11 @@ def session_turns(session: Session | None, viewed: Run) -> list[SessionTurn]:
     events: dict[uuid.UUID, list[Event]] = {run_id: [] for run_id in near}
     for event in Event.objects.filter(run__in=list(near)).order_by("run", "sequence"):
         events[event.run_id].append(event)
+    shown = [event for run_events in events.values() for event in run_events]
+    names, calls = subagent_names(shown), call_names(shown)
+    policies = {str(p.id): p.policy for turn in ordered for p in turn.asked if p.policy}
     for run_id, turn in near.items():
-        turn.entries = timeline(events[run_id], since=turn.run.created_at)
+        turn.entries = timeline(events[run_id], turn.run.created_at, names=names, calls=calls, policies=policies)
     for before, turn in itertools.pairwise(ordered):
         turn.gap = _gap(before, turn.run.created_at)
     last = ordered[-1]
@@ -668,7 +708,7 @@ def session_turns(session: Session | None, viewed: Run) -> list[SessionTurn]:
 def _read_requests_and_forks(session: Session, turns: dict[uuid.UUID, SessionTurn]) -> None:
     # A fork's copies of the requests open where it started belong to the original's runs: none of its own.
     asked = session.requests.filter(run__session=session).select_related("answered_by")
-    shown = ("id", "run_id", "kind", "tool_name", "message", "status", "answered_by__username", "approvers")
+    shown = ("id", "run_id", "kind", "tool_name", "message", "status", "answered_by__username", "approvers", "policy")
     for pending in asked.only(*shown).order_by("opened_at", "id"):
         turns[pending.run_id].asked.append(pending)
     latest = Run.objects.filter(session=OuterRef("pk")).order_by("-created_at", "-pk").values("id")[:1]

@@ -21,6 +21,7 @@ from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE
 from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
 from agents.payloads import (
+    Abort,
     BlockedError,
     DocumentAttached,
     ErrorInfo,
@@ -37,7 +38,7 @@ from agents.payloads import (
 from agents.policies import PolicyScope
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
-from approvals.kinds import KINDS, awaiting_status, close, deliver
+from approvals.kinds import KINDS, awaiting_status, close, closed, deliver
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.push import notify_requests_closed, notify_requests_opened
 
@@ -160,12 +161,8 @@ def active_rules(agent: Agent, version: AgentVersion) -> list[Rule]:
 
 def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:
     """The call ids of tools with side effects that started in `run` (written events and the log's own)."""
-    started = {
-        event.data.get("toolCallId")
-        for event in log.stored
-        if event.type == EventType.TOOL_EXECUTION_START and event.data.get("sideEffects")
-    }
-    written = run.events.filter(type=EventType.TOOL_EXECUTION_START, data__sideEffects=True)
+    started = {event.data.get("toolCallId") for event in log.stored if event.side_effects}
+    written = run.events.filter(type=EventType.TOOL_EXECUTION_START, side_effects=True)
     return started | set(written.values_list("data__toolCallId", flat=True))
 
 
@@ -191,25 +188,23 @@ def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log
     claimed = PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run)
     if not claimed:
         raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
-    reason = TERMINATED_REASONS[RequestStatus(pending.status)]
-    close(pending, answers, reason)
-    record_terminated(log, pending)
-    with log.speaking_for(pending.asker_id):
-        log.record(KINDS[pending.kind].unanswered(pending, pending.status, reason))
+    # Its closing was recorded when it closed (`record_terminated`); the model learns of it now.
+    close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])
 
 
 def record_terminated(log: EventLog, pending: PendingRequest) -> None:
-    """The run log's word that `pending` closed without an answer (SPEC section 5: the lifecycle lives on
-    the generic request events, the kind on the event)."""
-    log.record(
-        RequestTerminated(
-            requestId=str(pending.id),
-            kind=pending.status,  # type: ignore[arg-type]  # a closed request's status
-            toolCallId=pending.call_id,
-            toolName=pending.tool_name or None,
-        ),
-        agent_id=pending.asker_id,
-    )
+    """The run log's word that `pending` closed without an answer: the SDK's completion of its kind, then
+    `request.terminated` with how (SPEC section 5: the lifecycle lives on the generic request events)."""
+    with log.speaking_for(pending.asker_id):
+        log.record(closed(pending))
+        log.record(
+            RequestTerminated(
+                requestId=str(pending.id),
+                kind=pending.status,  # type: ignore[arg-type]  # a closed request's status
+                toolCallId=pending.call_id,
+                toolName=pending.tool_name or None,
+            )
+        )
 
 
 def cancel_waiting(run: Run, user: Any) -> bool:
@@ -233,11 +228,18 @@ def cancel_waiting(run: Run, user: Any) -> bool:
         closed = [p for p in waiting if p.close(RequestStatus.CANCELLED, now, answered_too=True, by=_person(user))]
         for pending in closed:
             record_terminated(log, pending)
-        log.record(RunCancelled(cancelledBy=getattr(_person(user), "username", None)))
+        record_cancelled(log, getattr(_person(user), "username", None))
         log.flush()
     run.status, run.finished_at = RunStatus.CANCELLED, now
     notify_requests_closed(run.tenant_id, [str(p.id) for p in closed])
     return True
+
+
+def record_cancelled(log: EventLog, by: str | None = None) -> None:
+    """`run.cancelled`, after the SDK's `abort` (SPEC section 10; the session stream's `session.idle` after it
+    says `aborted`)."""
+    log.record(Abort(reason="user_initiated"))
+    log.record(RunCancelled(cancelledBy=by))
 
 
 def _policy_scope(started: StartedRun) -> PolicyScope:
@@ -356,20 +358,26 @@ def abandon_requests(
     """Close the still pending ones of `requests` `abandoned`, with an answer stored on them or not: their
     session or agent is deleted, so no run will ever carry them. Each closing goes into the log of the run that asked,
     after its last event (`current` is the log of a run finishing now, whose events are not all stored)."""
-    closed = [
+    abandoned = [
         pending
         for pending in requests.filter(status=RequestStatus.PENDING).select_related("run").order_by("opened_at", "id")
         if pending.close(RequestStatus.ABANDONED, now, answered_too=True)
     ]
+    record_closings(abandoned, current)
+    return abandoned
+
+
+def record_closings(requests: list[PendingRequest], current: EventLog | None = None) -> None:
+    """`record_terminated` for requests just closed, each into the log of the run that asked, after its last event
+    (`current` is the log of a run finishing now, whose events are not all stored)."""
     logs = {current.run.pk: current} if current is not None else {}
-    for pending in closed:
+    for pending in requests:
         if pending.run_id not in logs:
             logs[pending.run_id] = EventLog.resume(pending.run)
         record_terminated(logs[pending.run_id], pending)
     for log in logs.values():
         if log is not current:
             log.flush()
-    return closed
 
 
 def _store_outcome(
@@ -385,7 +393,7 @@ def _store_outcome(
     gone = run.session is not None and (outcome is None or bool(outcome.pending)) and _session_ended(run.session)
     if result.cancelled:
         run.status = RunStatus.CANCELLED
-        log.record(RunCancelled())
+        record_cancelled(log)
     elif isinstance(result.error, TurnBlocked):
         run.status = RunStatus.BLOCKED
         run.error = result.error.error

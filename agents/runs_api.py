@@ -23,7 +23,7 @@ from agents import checkpoints, deletion, live, queue
 from agents.events import EventType, event_envelope, session_idle, session_title
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
-from agents.payloads import event_schema
+from agents.payloads import event_schema, is_stored
 from agents.prepare import (
     RunRejected,
     RunRequest,
@@ -64,7 +64,7 @@ DRAIN_SECONDS = 0.002
 
 
 def _sse(envelope: dict[str, Any]) -> str:
-    head = "" if envelope.get("ephemeral") else f"id: {envelope['sequence']}\n"
+    head = f"id: {envelope['sequence']}\n" if is_stored(envelope) else ""
     return f"{head}event: {envelope['type']}\ndata: {json.dumps(envelope)}\n\n"
 
 
@@ -131,7 +131,7 @@ async def _stream(started: StartedRun) -> AsyncIterator[str]:
             done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
                 envelope = getter.result()
-                if not envelope["ephemeral"]:
+                if is_stored(envelope):
                     sent, last = envelope["sequence"], envelope
                 yield _sse(envelope)
             else:

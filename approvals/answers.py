@@ -19,6 +19,7 @@ from agents.definitions import WireModel
 from agents.models import Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.queue import start_queued
+from agents.runs import record_closings
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_request_claimed, notify_requests_closed, notify_requests_opened
@@ -289,6 +290,7 @@ def expire_due(now: datetime | None = None) -> list[PendingRequest]:
     for pending in due[:500]:
         if pending.close(RequestStatus.EXPIRED, now):
             expired.append(pending)
+    record_closings(expired)
     for tenant_id in {p.tenant_id for p in expired}:
         notify_requests_closed(tenant_id, [str(p.id) for p in expired if p.tenant_id == tenant_id])
     for session in {p.session_id: p.session for p in expired}.values():

@@ -5,7 +5,7 @@ An entry is one of three facts, each stored elsewhere:
 - a terminal closing: a request closed expired, cancelled or abandoned (who = who cancelled it, else "system";
   when = `closed_at`);
   recorded apart from a human "no", so a request answered and then closed gives two entries;
-- a rule decision: a `permission.completed` event whose result kind is `approved-by-rule` (no request).
+- a rule decision: a `request.answered` event naming the rule that approved the call (`ruleId`; no request).
 
 The three are merged in the database (UNION ALL of their keys, ordered by time), so a page or an export
 chunk costs the same few queries whatever its size: one for the keys, then one per kind of row to load.
@@ -264,15 +264,13 @@ def _closings(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
 def _rule_decisions(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
     if criteria.decision and criteria.decision != DecisionFilter.RULE:
         return None
-    events = Event.objects.filter(
-        run__tenant=tenant, type=EventType.PERMISSION_COMPLETED, data__result__kind="approved-by-rule"
-    )
+    events = Event.objects.filter(run__tenant=tenant, type=EventType.REQUEST_ANSWERED, data__has_key="ruleId")
     if criteria.who:
         word, _, rule_id = criteria.who.partition(" ")
         if word != "rule":
             return None
         if rule_id.strip():
-            events = events.filter(data__result__ruleId=rule_id.strip())
+            events = events.filter(data__ruleId=rule_id.strip())
     if criteria.agent:
         events = events.filter(run__agent__name=criteria.agent)
     return _keys(events, F("timestamp"), RULE)
@@ -350,7 +348,7 @@ def _rules_of(tenant: Tenant, events: Any) -> dict[str, Rule]:
     ids = set()
     for event in events:
         try:
-            ids.add(uuid.UUID(str(event.data["result"]["ruleId"])))
+            ids.add(uuid.UUID(str(event.data["ruleId"])))
         except (KeyError, TypeError, ValueError):
             continue
     if not ids:
@@ -409,9 +407,7 @@ def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
 
 def _rule_entry(event: Event, rules: dict[str, Rule]) -> AuditEntry:
     data = event.data if isinstance(event.data, dict) else {}
-    result = data.get("result")
-    result = result if isinstance(result, dict) else {}
-    rule_id = str(result.get("ruleId") or "") or None
+    rule_id = str(data.get("ruleId") or "") or None
     rule = rules.get(rule_id or "")
     reason = "A remembered rule approved the call"
     if rule is not None and rule.created_by is not None:

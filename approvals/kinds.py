@@ -16,26 +16,32 @@ from agents.engine import Answers, server_tool_schema
 from agents.events import EventLog
 from agents.models import Agent, RunStatus
 from agents.payloads import (
-    Answered,
-    Closed,
+    PLAN_ACTIONS,
+    Approved,
+    Cancelled,
+    CustomToolPermission,
+    DeniedByUser,
     ElicitationCompleted,
     ElicitationRequested,
     ExitPlanModeCompleted,
     ExitPlanModeRequested,
     ExternalToolCompleted,
     ExternalToolRequested,
+    HookPermission,
     LimitsResponse,
+    McpPermission,
     Payload,
     PermissionCompleted,
-    PermissionRequest,
     PermissionRequested,
-    PermissionResult,
     PolicyAsk,
+    RequestAnswered,
+    RequestedSchema,
     SessionLimitsExhaustedCompleted,
     SessionLimitsExhaustedRequested,
     UserInputCompleted,
     UserInputRequested,
 )
+from agents.tools import REGISTRY
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.rules import arguments_hash
 
@@ -72,8 +78,6 @@ def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
 class Kind:
     name: ClassVar[RequestKind]
     awaiting: ClassVar[RunStatus]
-    # The event that records its answer (`requested` builds the one that announces it).
-    completed: ClassVar[type[Answered]]
     # The answer fields (snake_case, as on `approvals.answers.Response`) this kind takes; `required` among them.
     fields: ClassVar[frozenset[str]]
     required: ClassVar[str | None] = None
@@ -106,17 +110,18 @@ class Kind:
         return None
 
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
-        """Hand the stored answer of `pending` to the engine and record it in the run's log."""
+        """Hand the stored answer of `pending` to the engine and record it in the run's log: the SDK's completion
+        (`completed`), then what it has no field for (`request.answered`)."""
         raise NotImplementedError
 
     def requested(self, pending: PendingRequest) -> Payload:
-        """The event that announces `pending` (SPEC section 10)."""
+        """The SDK's event that announces `pending` (SPEC section 10's mapping table)."""
         raise NotImplementedError
 
-    def unanswered(self, pending: PendingRequest, how: str, reason: str) -> Answered:
-        """The completed event of a request that closed without an answer (`how`: its status, or
-        `ran-in-failed-turn`)."""
-        return self.completed(**self.base(pending), closed=Closed(kind=how, reason=reason))
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        """The SDK's completion of `pending` closed without an answer (expired, cancelled, abandoned: its status;
+        `request.terminated` says which)."""
+        raise NotImplementedError
 
     def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
         """The call of `pending` closed without an answer: it did not run, for `reason`."""
@@ -126,25 +131,26 @@ class Kind:
         """The audit's decision for a stored answer, and the details it shows."""
         raise NotImplementedError
 
-    @staticmethod
-    def base(pending: PendingRequest) -> dict[str, Any]:
-        who = pending.answered_by.username if pending.answered_by else None
-        return {
-            "requestId": str(pending.id),
-            "toolCallId": pending.call_id,
-            "toolName": pending.tool_name or None,
-            "answeredBy": who,
-        }
+    def answered(self, pending: PendingRequest, **facts: Any) -> RequestAnswered:
+        """Airlock's `request.answered` of `pending`: who answered, and `facts` the SDK's completion has no field
+        for."""
+        return RequestAnswered(
+            requestId=str(pending.id),
+            kind=self.name,
+            toolCallId=pending.call_id if pending.tool_name else None,
+            toolName=pending.tool_name or None,
+            answeredBy=pending.answered_by.username if pending.answered_by else None,
+            **facts,
+        )
 
 
-def _expires(pending: PendingRequest) -> str | None:
-    return pending.expires_at.isoformat() if pending.expires_at else None
+def _policy(pending: PendingRequest) -> PolicyAsk | None:
+    return PolicyAsk(**pending.policy) if pending.policy is not None else None
 
 
 class Approval(Kind):
     name = RequestKind.APPROVAL
     awaiting = RunStatus.AWAITING_APPROVAL
-    completed = PermissionCompleted
     fields = frozenset({"approved", "reason", "remember_arguments_only", "override_arguments"})
     required = "approved"
     stored = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments")
@@ -186,38 +192,56 @@ class Approval(Kind):
             answers.approve(pending.call_id, override)
         else:
             answers.deny(pending.call_id, answer.get("reason") or "The operator denied the call.")
-        result = PermissionResult(
-            kind="approved" if approved else "denied-interactively-by-user",
-            reason=answer.get("reason"),
-            overrideArguments=override,
-            policy=PolicyAsk(**pending.policy) if pending.policy is not None else None,
+        remembered = answer.get("rememberedRuleId")
+        if approved and answer.get("remember") and not remembered:
+            remembered = self._remember(pending, answer)
+        feedback = answer.get("reason") or None
+        result = (
+            Approved(kind="approved")
+            if approved
+            else DeniedByUser(kind="denied-interactively-by-user", feedback=feedback)
         )
-        if approved and answer.get("remember") and not answer.get("rememberedRuleId"):
-            result.rememberedRuleId = self._remember(pending, answer)
-        log.record(PermissionCompleted(**self.base(pending), result=result))
+        log.record(
+            PermissionCompleted(
+                requestId=str(pending.id),
+                toolCallId=self._call(pending),
+                result=result,
+                decisionSource="human_response",
+            )
+        )
+        facts = {"overrideArguments": override, "rememberedRuleId": remembered if approved else None}
+        log.record(self.answered(pending, **facts, policy=_policy(pending)))
+
+    @staticmethod
+    def _call(pending: PendingRequest) -> str | None:
+        """The tool call the request is about (none for an answer held at `output`)."""
+        return pending.call_id if pending.tool_name else None
 
     def requested(self, pending: PendingRequest) -> Payload:
-        policy = PolicyAsk(**pending.policy) if pending.policy is not None else None
-        if policy is not None and not pending.tool_name:
+        asked: CustomToolPermission | McpPermission | HookPermission
+        if pending.policy is not None and not pending.tool_name:
             # An answer held at `output`: the answer waits, not a call.
-            asked = PermissionRequest(kind="output", arguments=pending.arguments, policy=policy)
+            message = pending.policy.get("message") or pending.policy.get("reason")
+            asked = HookPermission(kind="hook", toolName="output", hookMessage=message, toolArgs=pending.arguments)
         else:
-            asked = PermissionRequest(
-                kind="policy" if policy is not None else "tool",
-                toolCallId=pending.call_id,
-                toolName=pending.tool_name,
-                arguments=pending.arguments,
-                policy=policy,
-            )
-        return PermissionRequested(
-            requestId=str(pending.id),
-            permissionRequest=asked,
-            message=pending.message or None,
-            expiresAt=_expires(pending),
-        )
+            # The engine describes the call as the SDK asks for it (agents.engine.permission_request); a request
+            # stored before it did is described from the definition.
+            described = own_state(pending).get("permissionRequest") or {
+                "kind": "custom-tool",
+                "toolName": pending.tool_name,
+                "toolDescription": _description(pending),
+            }
+            shape = McpPermission if described["kind"] == "mcp" else CustomToolPermission
+            asked = shape.model_validate({**described, "args": pending.arguments, "toolCallId": pending.call_id})
+        return PermissionRequested(requestId=str(pending.id), permissionRequest=asked)
 
-    def unanswered(self, pending: PendingRequest, how: str, reason: str) -> Answered:
-        return PermissionCompleted(**self.base(pending), result=PermissionResult(kind=how, reason=reason))
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        reason: Any = pending.status
+        return PermissionCompleted(
+            requestId=str(pending.id),
+            toolCallId=self._call(pending),
+            result=Cancelled(kind="cancelled", reason=reason),
+        )
 
     @staticmethod
     def _decide(pending: PendingRequest, answers: Answers, approved: bool, override: dict[str, Any] | None) -> None:
@@ -271,7 +295,6 @@ class Approval(Kind):
 class Input(Kind):
     name = RequestKind.INPUT
     awaiting = RunStatus.AWAITING_INPUT
-    completed = ElicitationCompleted
     fields = frozenset({"action", "content"})
     required = "action"
     stored = ("requestId", "action", "content")
@@ -292,18 +315,20 @@ class Input(Kind):
         answer = pending.answer or {}
         given = {"action": answer["action"], "content": answer.get("content")}
         answers.answer_input(pending.call_id, {**given, "engine_state": own_state(pending) or None})
-        log.record(ElicitationCompleted(**self.base(pending), **given))
+        log.record(ElicitationCompleted(requestId=str(pending.id), **given))
+        log.record(self.answered(pending))
 
     def requested(self, pending: PendingRequest) -> Payload:
         return ElicitationRequested(
             requestId=str(pending.id),
             message=pending.message,
-            requestedSchema=pending.requested_schema or {"type": "object"},
+            requestedSchema=RequestedSchema.of(pending.requested_schema),
+            mode="form",
             toolCallId=pending.call_id,
-            toolName=pending.tool_name or None,
-            arguments=pending.arguments,
-            expiresAt=_expires(pending),
         )
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        return ElicitationCompleted(requestId=str(pending.id), action="cancel")
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
         action = str(answer.get("action") or "")
@@ -316,7 +341,6 @@ class Input(Kind):
 class ClientTool(Kind):
     name = RequestKind.CLIENT_TOOL
     awaiting = RunStatus.AWAITING_TOOL_RESULT
-    completed = ExternalToolCompleted
     fields = frozenset({"result", "error_message", "outcome"})
     stored = ("callId", "outcome", "result", "errorMessage")
     takes = (
@@ -359,14 +383,9 @@ class ClientTool(Kind):
             answers.background(pending.call_id)
         else:
             answers.result(pending.call_id, answer.get("result"))
-        log.record(
-            ExternalToolCompleted(
-                **self.base(pending),
-                outcome=outcome,  # type: ignore[arg-type]  # checked by `check`
-                result=answer.get("result"),
-                errorMessage=answer.get("errorMessage"),
-            )
-        )
+        # What the client returned is the call's `tool.execution_complete`, in the turn it goes on in.
+        log.record(ExternalToolCompleted(requestId=str(pending.id)))
+        log.record(self.answered(pending, outcome=outcome))
 
     def requested(self, pending: PendingRequest) -> Payload:
         return ExternalToolRequested(
@@ -375,8 +394,10 @@ class ClientTool(Kind):
             toolCallId=pending.call_id,
             toolName=pending.tool_name,
             arguments=pending.arguments,
-            expiresAt=_expires(pending),
         )
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        return ExternalToolCompleted(requestId=str(pending.id))
 
     def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
         answers.fail(pending.call_id, reason)
@@ -395,26 +416,16 @@ class Question(Kind):
 
     name = RequestKind.QUESTION
     awaiting = RunStatus.AWAITING_INPUT
-    completed = UserInputCompleted
     fields = frozenset({"text"})
     required = "text"
     stored = ("requestId", "text")
     takes = "A question takes `text` (one of its choices unless free text is allowed)."
     label, asks = "Question", "asks through"
 
-    @staticmethod
-    def choices(pending: PendingRequest) -> list[str]:
-        return [str(c) for c in pending.arguments.get("choices") or []]
-
-    @classmethod
-    def allows_freeform(cls, pending: PendingRequest) -> bool:
-        said = pending.arguments.get("allow_freeform")
-        return bool(said) if said is not None else not cls.choices(pending)
-
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         super().check(pending, wire, modes)
-        choices = self.choices(pending)
-        if choices and not self.allows_freeform(pending) and wire.get("text") not in choices:
+        choices = pending.choices
+        if choices and not pending.allows_freeform and wire.get("text") not in choices:
             raise AnswerRefused("invalid_content", f"Answer with one of the choices: {', '.join(choices)}.")
         if not (wire.get("text") or "").strip():
             raise AnswerRefused("invalid_content", "The answer is empty.")
@@ -425,17 +436,21 @@ class Question(Kind):
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         text = (pending.answer or {}).get("text") or ""
         answers.answer_person(pending.call_id, text)
-        log.record(UserInputCompleted(**self.base(pending), answer=text))
+        freeform = text not in pending.choices
+        log.record(UserInputCompleted(requestId=str(pending.id), answer=text, wasFreeform=freeform))
+        log.record(self.answered(pending))
 
     def requested(self, pending: PendingRequest) -> Payload:
         return UserInputRequested(
             requestId=str(pending.id),
-            toolCallId=pending.call_id,
             question=pending.message,
-            choices=self.choices(pending) or None,
-            allowFreeform=self.allows_freeform(pending),
-            expiresAt=_expires(pending),
+            choices=pending.choices or None,
+            allowFreeform=pending.allows_freeform,
+            toolCallId=pending.call_id,
         )
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        return UserInputCompleted(requestId=str(pending.id))
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
         return "question-answered", {"content": answer.get("text")}
@@ -447,7 +462,6 @@ class Plan(Kind):
 
     name = RequestKind.PLAN
     awaiting = RunStatus.AWAITING_APPROVAL
-    completed = ExitPlanModeCompleted
     fields = frozenset({"approved", "text"})
     required = "approved"
     stored = ("requestId", "approved", "text")
@@ -468,26 +482,27 @@ class Plan(Kind):
         answer = pending.answer or {}
         approved = bool(answer.get("approved"))
         answers.answer_person(pending.call_id, "approved" if approved else f"revise: {answer.get('text') or ''}")
-        log.record(
-            ExitPlanModeCompleted(
-                **self.base(pending),
-                approved=approved,
-                selectedAction="approve" if approved else "revise",
-                feedback=answer.get("text"),
-            )
-        )
+        completed = ExitPlanModeCompleted(requestId=str(pending.id), approved=approved)
+        if approved:
+            completed.selectedAction = PLAN_ACTIONS[0]
+        else:  # sent back: what to revise
+            completed.feedback = answer.get("text") or None
+        log.record(completed)
+        log.record(self.answered(pending))
 
     def requested(self, pending: PendingRequest) -> Payload:
         steps = [str(step) for step in pending.arguments.get("steps") or []]
         summary = f"A plan of {len(steps)} step{'s' if len(steps) != 1 else ''}"
         return ExitPlanModeRequested(
             requestId=str(pending.id),
-            toolCallId=pending.call_id,
             summary=summary,
             planContent="\n".join(f"{n}. {step}" for n, step in enumerate(steps, 1)),
-            actions=["approve", "revise"],
-            expiresAt=_expires(pending),
+            actions=PLAN_ACTIONS,
+            recommendedAction=PLAN_ACTIONS[0],
         )
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        return ExitPlanModeCompleted(requestId=str(pending.id))
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
         if answer.get("approved"):
@@ -501,7 +516,6 @@ class Continuation(Kind):
 
     name = RequestKind.CONTINUATION
     awaiting = RunStatus.AWAITING_APPROVAL
-    completed = SessionLimitsExhaustedCompleted
     fields = frozenset({"approved"})
     required = "approved"
     stored = ("requestId", "approved")
@@ -514,17 +528,28 @@ class Continuation(Kind):
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         approved = bool((pending.answer or {}).get("approved"))
         answers.resume = {"approved": approved}
+        # Going on adds a fresh allowance of the definition's `maxModelCalls` (a model call is one AI credit).
+        response = LimitsResponse(action="add", additionalAiCredits=self._limit(pending)) if approved else None
         log.record(
-            SessionLimitsExhaustedCompleted(**self.base(pending), response=LimitsResponse(action=_go_on(approved)))
+            SessionLimitsExhaustedCompleted(
+                requestId=str(pending.id), response=response or LimitsResponse(action="cancel")
+            )
         )
+        log.record(self.answered(pending))
+
+    @staticmethod
+    def _limit(pending: PendingRequest) -> int:
+        return int(pending.arguments.get("maxModelCalls") or 0)
 
     def requested(self, pending: PendingRequest) -> Payload:
         return SessionLimitsExhaustedRequested(
             requestId=str(pending.id),
-            maxModelCalls=int(pending.arguments.get("maxModelCalls") or 0),
-            usedModelCalls=int(pending.arguments.get("usedModelCalls") or 0),
-            expiresAt=_expires(pending),
+            maxAiCredits=self._limit(pending),
+            usedAiCredits=int(pending.arguments.get("usedModelCalls") or 0),
         )
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        return SessionLimitsExhaustedCompleted(requestId=str(pending.id), response=LimitsResponse(action="cancel"))
 
     def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
         # Expired or cancelled: the run stops with what it has. Abandoned (a new message): the message goes on
@@ -557,10 +582,25 @@ def deliver(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
     answers = routed(pending, answers)
     with log.speaking_for(pending.asker_id):
         if (pending.answer or {}).get("ranInFailedTurn"):
+            # Its SDK completion was recorded by the turn that failed; the call is not run again.
             answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
-            log.record(kind.unanswered(pending, "ran-in-failed-turn", RAN_IN_FAILED_TURN))
+            log.record(kind.answered(pending, ranInFailedTurn=True))
             return
         kind.deliver(pending, answers, log)
+
+
+def closed(pending: PendingRequest) -> Payload:
+    """The SDK's completion of `pending`, closed without an answer (its status says how)."""
+    return KINDS[pending.kind].unanswered(pending)
+
+
+def _description(pending: PendingRequest) -> str:
+    """What the tool `pending` asks about does, from the definition that asked (a request stored before the engine
+    described its calls)."""
+    definition = pending.run.version.definition
+    client = next((t.description for t in definition.client_tools if t.name == pending.tool_name), None)
+    server = REGISTRY.get(pending.tool_name)
+    return client or (server.description if server is not None else "") or ""
 
 
 def close(pending: PendingRequest, answers: Answers, reason: str) -> None:

@@ -282,8 +282,21 @@ class PendingRequest(models.Model):
         asker = self.asker
         return asker[1] if asker is not None else None
 
+    @property
+    def choices(self) -> list[str]:
+        """A question's choices (SPEC section 9; `ask_user(question, choices?, allow_freeform?)`), else none."""
+        if self.kind != RequestKind.QUESTION:
+            return []
+        return [str(choice) for choice in self.arguments.get("choices") or []]
+
+    @property
+    def allows_freeform(self) -> bool:
+        """Whether a question takes words of the person's own: as the tool says, else only without choices."""
+        said = self.arguments.get("allow_freeform")
+        return bool(said) if said is not None else not self.choices
+
     def wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "requestId": str(self.id),
             "kind": self.kind,
             "toolName": self.tool_name or None,
@@ -294,6 +307,9 @@ class PendingRequest(models.Model):
             "expiresAt": self.expires_at.isoformat() if self.expires_at else None,
             "policy": self.policy,
         }
+        if self.kind == RequestKind.QUESTION:
+            wire |= {"question": self.message, "choices": self.choices, "allowFreeform": self.allows_freeform}
+        return wire
 
 
 class Rule(models.Model):

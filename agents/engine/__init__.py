@@ -59,7 +59,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.usage import RunUsage
 
 from agents.definitions import DefinitionContent
-from agents.engine import providers
+from agents.engine import permissions, providers
 from agents.engine.mcp import McpBridge, McpServerFailed
 from agents.engine.scripted import document_prompt
 from agents.engine.seams import (
@@ -73,18 +73,18 @@ from agents.engine.seams import (
 )
 from agents.engine.subagents import Counting, Emit, SubAgent, Tagged, totals, way_back
 from agents.payloads import (
+    Approved,
     AssistantMessage,
     AssistantMessageDelta,
     AssistantReasoning,
     AssistantReasoningDelta,
     AssistantUsage,
-    PermissionCompleted,
-    PermissionResult,
+    DeniedByHook,
+    PolicyAsk,
     SubagentCompleted,
     SubagentFailed,
     SubagentStarted,
     ToolExecutionComplete,
-    ToolExecutionStart,
     ToolRequest,
     TurnEnd,
     TurnStart,
@@ -350,42 +350,36 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         deps, call_id = ctx.deps, ctx.tool_call_id or ""
         policies = deps.policies
         asks = REGISTRY[name].asks if self.server is None and name in REGISTRY else None
+        described = permissions.describe(name, tool.tool_def, self.server)
         if policies is not None:
-            checked = await _pre_tool_call(deps, policies, name, call_id, tool_args)
+            checked = await _pre_tool_call(deps, policies, described, call_id, tool_args)
             if isinstance(checked, ToolDenied):
+                await permissions.not_run(deps.emit, call_id, name, tool_args, checked.message, "denied", self.server)
                 return checked
             tool_args = checked
+        metadata = (ctx.tool_call_metadata or {}) if ctx.tool_call_approved else {}
         if asks is not None:
             # A tool that asks a person: its result is their answer, given in a later turn.
-            answer = (ctx.tool_call_metadata or {}).get("person_answer") if ctx.tool_call_approved else None
+            answer = metadata.get("person_answer")
             if answer is None:
                 raise ApprovalRequired(metadata={"asks": asks, "arguments": tool_args})
-            await deps.emit(ToolExecutionStart(toolCallId=call_id, toolName=name, arguments=tool_args))
-            await self._complete(deps, name, call_id, result=answer)
+            await deps.emit(permissions.start(call_id, name, tool_args))
+            await self._complete(deps, call_id, result=answer)
             return answer
         if not ctx.tool_call_approved:
             mode = self.modes.get(name, self.default_mode)
-            if mode == "every_time":
-                raise ApprovalRequired(metadata={"approvalMode": mode})
-            if mode == "always":
-                rule = first_matching(deps.rules, name, tool_args)
+            if mode == "every_time" or mode == "always":
+                rule = first_matching(deps.rules, name, tool_args) if mode == "always" else None
                 if rule is None:
-                    raise ApprovalRequired(metadata={"approvalMode": mode})
-                await _decided(
-                    deps, name, call_id, tool_args, PermissionResult(kind="approved-by-rule", ruleId=str(rule.id))
-                )
-        # MCP tools may do anything; a server tool says whether it has side effects. A run whose tool
-        # with side effects started is never retried (agents/queue.py).
-        side_effects = self.server is not None or getattr(REGISTRY.get(name), "side_effects", True)
-        start = ToolExecutionStart(
-            toolCallId=call_id,
-            toolName=name,
-            arguments=tool_args,
-            mcpServerName=self.server,
-            mcpToolName=name if self.server is not None else None,
-            sideEffects=side_effects,
-        )
-        await deps.emit(start)
+                    raise ApprovalRequired(metadata={"approvalMode": mode, "permissionRequest": described})
+                approved = Approved(kind="approved")
+                await permissions.decided(deps.emit, described, call_id, tool_args, approved, rule_id=str(rule.id))
+        # An elicited MCP call runs again from its start with the answer: it started in the turn that asked.
+        if "input_answer" not in metadata:
+            # MCP tools may do anything; a server tool says whether it has side effects. A run whose tool
+            # with side effects started is never retried (agents/queue.py).
+            side_effects = self.server is not None or getattr(REGISTRY.get(name), "side_effects", True)
+            await deps.emit(permissions.start(call_id, name, tool_args, self.server, side_effects))
         try:
             result = await super().call_tool(name, tool_args, ctx, tool)
         except (ApprovalRequired, CallDeferred):
@@ -394,12 +388,12 @@ class GatedToolset(WrapperToolset[TurnDeps]):
             if policies is not None:
                 denied = await _post_tool_call(policies, name, call_id, tool_args, str(error), is_error=True)
                 if denied is not None:
-                    await self._complete(deps, name, call_id, error=denied.message)
+                    await self._complete(deps, call_id, error=denied.message, code="denied")
                     return denied
-            await self._complete(deps, name, call_id, error=str(error))
+            await self._complete(deps, call_id, error=str(error))
             raise
         except Exception as error:
-            await self._complete(deps, name, call_id, error=f"{type(error).__name__}: {error}")
+            await self._complete(deps, call_id, error=f"{type(error).__name__}: {error}")
             if isinstance(error, McpServerFailed):
                 raise TurnError("mcp_server_failed", str(error)) from error
             if self.server is not None:
@@ -414,26 +408,26 @@ class GatedToolset(WrapperToolset[TurnDeps]):
         if policies is not None:
             checked = await _post_tool_call(policies, name, call_id, tool_args, _jsonable(result), is_error=False)
             if isinstance(checked, ToolDenied):
-                await self._complete(deps, name, call_id, error=checked.message)
+                await self._complete(deps, call_id, error=checked.message, code="denied")
                 return checked
             result = checked
-        await self._complete(deps, name, call_id, result=result)
+        await self._complete(deps, call_id, result=result)
         return result
 
     @staticmethod
     async def _complete(
-        deps: TurnDeps, name: str, call_id: str, *, result: Any = None, error: str | None = None
+        deps: TurnDeps, call_id: str, *, result: Any = None, error: str | None = None, code: str | None = None
     ) -> None:
-        await deps.emit(ToolExecutionComplete.of(call_id, name, value=_jsonable(result), error=error))
+        await deps.emit(ToolExecutionComplete.of(call_id, value=_jsonable(result), error=error, code=code))
 
 
 async def _pre_tool_call(
-    deps: TurnDeps, policies: TurnPolicies, name: str, call_id: str, args: dict[str, Any]
+    deps: TurnDeps, policies: TurnPolicies, described: dict[str, Any], call_id: str, args: dict[str, Any]
 ) -> dict[str, Any] | ToolDenied:
-    """`pre_tool_call` of a server, MCP or sub-agent tool: the arguments to run it with (transformed, or as
-    they were), or the denial the model reads; an escalation raises ApprovalRequired (an approval request
-    with the policy)."""
-    context = policies.builder.pre_tool_call(call_id=call_id, name=name, args=args)
+    """`pre_tool_call` of a server, MCP or sub-agent tool (`described`: as `permissions.describe` has it): the
+    arguments to run it with (transformed, or as they were), or the denial the model reads; an escalation raises
+    ApprovalRequired (an approval request with the policy)."""
+    context = policies.builder.pre_tool_call(call_id=call_id, name=described["toolName"], args=args)
     try:
         checked: dict[str, Any] = await policies.check(context)
     except PolicyBlocked as blocked:
@@ -441,10 +435,11 @@ async def _pre_tool_call(
         if escalation is not None:
             # The request shows the arguments the policy saw (an operator's edit is a new question).
             asked = {"policy": escalation.wire(), "policyKey": escalation.key, "arguments": args}
-            raise ApprovalRequired(metadata=asked) from None
+            raise ApprovalRequired(metadata={**asked, "permissionRequest": described}) from None
         if not policies.decided(context):  # an operator's "no" is recorded with their answer
-            denial = PermissionResult(kind="denied-by-rules", reason=blocked.reason, message=blocked.message)
-            await _decided(deps, name, call_id, args, denial)
+            denial = DeniedByHook(kind="denied-by-permission-request-hook", message=blocked.message or blocked.reason)
+            policy = PolicyAsk(reason=blocked.reason, message=blocked.message)
+            await permissions.decided(deps.emit, described, call_id, args, denial, policy=policy)
         return ToolDenied(blocked.message or blocked.reason or "Denied by policy.")
     return checked
 
@@ -460,17 +455,6 @@ async def _post_tool_call(
     except PolicyBlocked as blocked:
         return ToolDenied(f"Denied by policy: {blocked.message or blocked.reason}")
     return None if is_error else checked
-
-
-async def _decided(
-    deps: TurnDeps, name: str, call_id: str, arguments: dict[str, Any], result: PermissionResult
-) -> None:
-    """A permission nobody was asked for: a rule or a policy decided it (no request opened: the event's
-    `requestId` is its own)."""
-    decided = PermissionCompleted(
-        requestId=str(uuid.uuid4()), toolCallId=call_id, toolName=name, result=result, arguments=arguments
-    )
-    await deps.emit(decided)
 
 
 def _jsonable(value: Any) -> Any:
@@ -765,10 +749,16 @@ async def _loop(
     limit = (max_model_calls, usage_before.requests) if max_model_calls is not None else None
     deps = TurnDeps(emit=emit, rules=list(rules), policies=policies, call_limit=limit)
     translator = _EventTranslator(emit, deps.model_calls)
+    results = _results_for(answers)
+    if results is not None and restored is not None and restored.deferred_tool_requests is not None:
+        # The calls the answers resume run in this turn, as the guide's turn flow has them; those that never run
+        # (denied, closed unanswered) and the client's are reported here, as pydantic-ai does not call them.
+        await translator.resume()
+        await _report_settled(emit, restored.deferred_tool_requests, results)
     result = None
     options: dict[str, Any] = {
         "conversation": restored,
-        "deferred_tool_results": _results_for(answers),
+        "deferred_tool_results": results,
         "instructions": instructions,
         "deps": deps,
         "toolsets": list(toolsets) or None,
@@ -822,6 +812,29 @@ async def _loop(
         conversation=ConversationTypeAdapter.dump_python(result.conversation, mode="json"),
         usage=_usage(result.usage, usage_before),
     )
+
+
+async def _report_settled(emit: Emit, waiting: DeferredToolRequests, results: DeferredToolResults) -> None:
+    """The start and completion of each waiting call the answers settle without running it on the server: a
+    denial (approvals), and a client tool's outcome (calls)."""
+    for call in waiting.approvals:
+        answer = results.approvals.get(call.tool_call_id)
+        if isinstance(answer, ToolDenied):
+            arguments = call.args_as_dict()
+            await permissions.not_run(emit, call.tool_call_id, call.tool_name, arguments, answer.message, "denied")
+    for call in waiting.calls:
+        if call.tool_call_id not in results.calls:
+            continue
+        outcome = results.calls[call.tool_call_id]
+        await emit(permissions.start(call.tool_call_id, call.tool_name, call.args_as_dict()))
+        if isinstance(outcome, ToolFailed):
+            complete = ToolExecutionComplete.of(call.tool_call_id, error=outcome.message, code="failed")
+        elif isinstance(outcome, ToolReturn) and (outcome.metadata or {}).get("outcome") == "rejected":
+            complete = ToolExecutionComplete.of(call.tool_call_id, error=str(outcome.return_value), code="rejected")
+        else:
+            value = outcome.return_value if isinstance(outcome, ToolReturn) else outcome
+            complete = ToolExecutionComplete.of(call.tool_call_id, value=_jsonable(value))
+        await emit(complete)
 
 
 def _results_for(answers: Answers | None) -> DeferredToolResults | None:
@@ -940,8 +953,7 @@ def _subagent_toolset(subagents: Mapping[str, SubAgent], scope: PolicyScope, str
         async def delegate(ctx: RunContext[TurnDeps], task: str) -> str | ToolDenied:
             return await _delegate(sub, scope, stream, ctx, task)
 
-        description = f"Ask the sub-agent {sub.display_name} to do a task; it answers with its result."
-        return Tool(delegate, name=sub.name, description=f"{description} {sub.description}".strip())
+        return Tool(delegate, name=sub.name, description=_delegation(sub)["toolDescription"])
 
     return FunctionToolset([tool(sub) for sub in subagents.values()])
 
@@ -960,16 +972,24 @@ async def _delegate(
     resume = (ctx.tool_call_metadata or {}).get("subagent_resume") if ctx.tool_call_approved else None
     if resume is None:
         if parent is not None:
-            checked = await _pre_tool_call(deps, parent, sub.name, call_id, {"task": task})
+            checked = await _pre_tool_call(deps, parent, _delegation(sub), call_id, {"task": task})
             if isinstance(checked, ToolDenied):
+                await permissions.not_run(deps.emit, call_id, sub.name, {"task": task}, checked.message, "denied")
                 return checked
             task = as_text(checked.get("task", task))
-        agent_id = f"{sub.name}-{uuid.uuid4().hex[:12]}"  # the call ids of nested turns may repeat
+        # The instance is named by the call that started it (SPEC section 10); under a sub-agent, whose turns number
+        # their calls again from 1, after that sub-agent's own id.
+        outer = getattr(deps.emit, "agent_id", None)
+        agent_id = f"{outer}/{call_id}" if outer else call_id
         state: dict[str, Any] = {"name": sub.name, "agentId": agent_id, "startedAt": time.time(), "tokens": 0}
         state["toolCalls"], state["task"] = 0, task
-        await deps.emit(ToolExecutionStart(toolCallId=call_id, toolName=sub.name, arguments={"task": task}))
+        await deps.emit(permissions.start(call_id, sub.name, {"task": task}))
         started = SubagentStarted(
-            toolCallId=call_id, agentName=sub.name, agentDisplayName=sub.display_name, model=sub.model, agentId=agent_id
+            toolCallId=call_id,
+            agentName=sub.name,
+            agentDisplayName=sub.display_name,
+            agentDescription=sub.description,
+            model=sub.model,
         )
         await deps.emit(started)
         if sub.content.hooks is None:  # under policies, its turn records the task as `input` leaves it
@@ -1001,7 +1021,7 @@ async def _delegate(
         failure = _failure(sub, error)
         await deps.emit(SubagentFailed(**totals(sub, call_id, state), error=f"{error.code}: {error.message}"))
         denied = await _post_tool_call(parent, sub.name, call_id, arguments, failure, is_error=True) if parent else None
-        await deps.emit(ToolExecutionComplete.of(call_id, sub.name, error=denied.message if denied else error.message))
+        await deps.emit(ToolExecutionComplete.of(call_id, error=denied.message if denied else error.message))
         if denied is not None:
             return denied
         raise ToolFailed(failure) from None
@@ -1016,11 +1036,17 @@ async def _delegate(
     if parent is not None:
         reply = await _post_tool_call(parent, sub.name, call_id, arguments, reply, is_error=False)
         if isinstance(reply, ToolDenied):
-            await deps.emit(ToolExecutionComplete.of(call_id, sub.name, error=reply.message))
+            await deps.emit(ToolExecutionComplete.of(call_id, error=reply.message, code="denied"))
             return reply
         reply = as_text(reply)
-    await deps.emit(ToolExecutionComplete.of(call_id, sub.name, value=reply))
+    await deps.emit(ToolExecutionComplete.of(call_id, value=reply))
     return str(reply)
+
+
+def _delegation(sub: SubAgent) -> dict[str, Any]:
+    """A call to a sub-agent as the SDK's permission requests describe it (a tool of the parent's)."""
+    description = f"Ask the sub-agent {sub.display_name} to do a task; it answers with its result."
+    return {"kind": "custom-tool", "toolName": sub.name, "toolDescription": f"{description} {sub.description}".strip()}
 
 
 def _failure(sub: SubAgent, error: TurnError) -> str:
@@ -1034,16 +1060,19 @@ def _failure(sub: SubAgent, error: TurnError) -> str:
 class _EventTranslator:
     """pydantic-ai stream events -> the console's event types (SPEC section 10).
 
-    Each model response is one assistant turn: `assistant.turn_start`, its text as `assistant.message_delta`s
-    (and thinking as `assistant.reasoning_delta`s), then, once the response is whole, `assistant.reasoning`,
-    `assistant.message` (its text and the tools it calls), `assistant.usage` (from `calls`, the turn's
-    model calls as `ModelCalls` records them) and `assistant.turn_end`. A response ends at its first tool call,
-    or when the run ends."""
+    Each model response is one assistant turn, as the guide's turn flow has it: `assistant.turn_start`, its text as
+    `assistant.message_delta`s (and thinking as `assistant.reasoning_delta`s), then, once the response is whole,
+    `assistant.reasoning`, `assistant.message` (its text and the tools it calls) and `assistant.usage` (from
+    `calls`, the turn's model calls as `ModelCalls` records them); then the tools it called run, and
+    `assistant.turn_end` comes when the next response starts or the run ends. A turn that goes on with answered
+    calls (`resume`) opens with them, before the model speaks again."""
 
     def __init__(self, emit: Emit, calls: list[ModelCall]) -> None:
         self.emit = emit
         self.calls = calls
         self.turn_id: str | None = None
+        # Whether the open turn's response is whole (reported): its tools run now, the next response is a new turn.
+        self.reported = False
         self.message_id = ""
         self.reasoning_id = ""
         self.parts: list[Any] = []
@@ -1067,7 +1096,7 @@ class _EventTranslator:
         elif isinstance(event, PartEndEvent):
             self.parts.append(event.part)
         elif isinstance(event, FunctionToolCallEvent):
-            await self._close()
+            await self._report()
 
     async def response(self, response: ModelResponse) -> None:
         """A whole reply, when the turn does not stream (or is held until its verdict)."""
@@ -1075,18 +1104,32 @@ class _EventTranslator:
         if response.text:  # one delta with the whole text: who follows the session sees it come as it would stream
             await self.emit(AssistantMessageDelta(messageId=self.message_id, deltaContent=response.text))
         self.parts = list(response.parts)
-        await self._close()
+        await self._report()
+
+    async def resume(self) -> None:
+        """Open the turn in which answered calls go on (it has no response of its own)."""
+        await self._open()
+        self.reported = True
 
     async def _open(self) -> None:
+        """The turn of a new response (the turn before it ends first, once its tools ran)."""
+        if self.turn_id is not None and self.reported:
+            await self._end()
         if self.turn_id is None:
             self.turn_id = str(uuid.uuid4())
-            self.message_id, self.reasoning_id, self.parts = str(uuid.uuid4()), str(uuid.uuid4()), []
+            self.message_id, self.reasoning_id, self.parts, self.reported = (
+                str(uuid.uuid4()),
+                str(uuid.uuid4()),
+                [],
+                False,
+            )
             await self.emit(TurnStart(turnId=self.turn_id))
 
-    async def _close(self) -> None:
-        if self.turn_id is None:
+    async def _report(self) -> None:
+        """The open turn's response, whole: its reasoning, message and usage."""
+        if self.turn_id is None or self.reported:
             return
-        turn_id, parts, self.turn_id = self.turn_id, self.parts, None
+        parts, self.reported = self.parts, True
         thinking = "".join(p.content for p in parts if isinstance(p, ThinkingPart))
         if thinking:
             await self.emit(AssistantReasoning(reasoningId=self.reasoning_id, content=thinking))
@@ -1116,7 +1159,12 @@ class _EventTranslator:
                 duration=call.duration_ms,
             )
             await self.emit(usage)
-        await self.emit(TurnEnd(turnId=turn_id))
+
+    async def _end(self) -> None:
+        turn_id, self.turn_id = self.turn_id, None
+        if turn_id is not None:
+            await self.emit(TurnEnd(turnId=turn_id))
 
     async def finish(self) -> None:
-        await self._close()
+        await self._report()
+        await self._end()

@@ -27,6 +27,8 @@ from pydantic_ai.messages import RetryPromptPart, SystemPromptPart, ToolReturnPa
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
+from agents.engine import permissions
+from agents.payloads import DeniedByHook, PolicyAsk
 from agents.policies import PolicyBlocked, TurnPolicies
 
 
@@ -271,9 +273,18 @@ class ClientToolGate(WrapperToolset[Any]):
     ) -> Any:
         policies: TurnPolicies | None = ctx.deps.policies
         if policies is not None:
-            context = policies.builder.pre_tool_call(call_id=ctx.tool_call_id or "", name=name, args=tool_args)
+            call_id = ctx.tool_call_id or ""
+            context = policies.builder.pre_tool_call(call_id=call_id, name=name, args=tool_args)
             try:
                 await policies.check(context)
             except PolicyBlocked as blocked:
-                return ToolDenied(blocked.message or blocked.reason or "Denied by policy.")
+                message = blocked.message or blocked.reason or "Denied by policy."
+                # As a server tool's deny: the SDK's permission pair, then the call that never runs.
+                emit = ctx.deps.emit
+                denial = DeniedByHook(kind="denied-by-permission-request-hook", message=message)
+                described = permissions.describe(name, tool.tool_def, None)
+                policy = PolicyAsk(reason=blocked.reason, message=blocked.message)
+                await permissions.decided(emit, described, call_id, tool_args, denial, policy=policy)
+                await permissions.not_run(emit, call_id, name, tool_args, message, "denied")
+                return ToolDenied(message)
         raise CallDeferred()

@@ -1,6 +1,6 @@
 """Sub-agents (SPEC section 10): another agent of the tenant offered to the model as a tool, `name(task)`. Its
 call runs a turn of the sub-agent's own definition (its tools, approval modes, rules, connections) inside the
-parent's turn; its events join the parent's with the envelope's `agentId` (one per call), between
+parent's turn; its events join the parent's with the envelope's `agentId` (the id of the call that runs it), between
 `subagent.started` and `subagent.completed` (or `subagent.failed`).
 
 When the sub-agent asks something (an approval, a question, a client tool), its turn stops with its history,
@@ -61,6 +61,8 @@ def totals(sub: SubAgent, call_id: str, state: dict[str, Any]) -> dict[str, Any]
     return {
         "toolCallId": call_id,
         "agentName": sub.name,
+        "agentDisplayName": sub.display_name,
+        "model": sub.model,
         "durationMs": round((time.time() - state["startedAt"]) * 1000),
         "totalTokens": state["tokens"],
         "totalToolCalls": state["toolCalls"],
@@ -72,6 +74,11 @@ class Counting:
 
     def __init__(self, emit: Emit) -> None:
         self.emit, self.tool_calls = emit, 0
+
+    @property
+    def agent_id(self) -> str | None:
+        """The `agentId` the events it counts are tagged with (a sub-agent's own sub-agents are named under it)."""
+        return getattr(self.emit, "agent_id", None)
 
     async def __call__(self, payload: Payload, agent_id: str | None = None) -> None:
         if isinstance(payload, ToolExecutionStart):

@@ -20,6 +20,8 @@
   const versionSelect = document.getElementById("version-select");
   const attachments = [];
   let busy = false;
+  // The tools of the calls a streamed turn started, by call id (`tool.execution_complete` names only the call).
+  const running = new Map();
 
   function el(tag, cls, text) {
     const node = document.createElement(tag);
@@ -170,8 +172,10 @@
           else if (type === "run.started") runId = data.runId;
           else if (type === "assistant.message_delta") text.textContent += data.data.deltaContent;
           else if (type === "assistant.turn_start" && text.textContent) text.textContent += "\n";
-          else if (type === "tool.execution_start") activity.textContent = `running ${data.data.toolName}…`;
-          else if (type === "tool.execution_complete") activity.textContent = `${data.data.toolName} done`;
+          else if (type === "tool.execution_start") {
+            running.set(data.data.toolCallId, data.data.toolName);
+            activity.textContent = `running ${data.data.toolName}…`;
+          } else if (type === "tool.execution_complete") activity.textContent = `${running.get(data.data.toolCallId) || "the tool"} done`;
         });
       }
       if (runId) {
@@ -267,7 +271,11 @@
   const known = new Set([...conversation.querySelectorAll(".turn[data-run]")].map((t) => t.dataset.run));
   const streaming = new Map();
   let source = null;
-  const WORDS = { approved: "Approved", "denied-interactively-by-user": "Denied", "approved-by-rule": "Approved by a rule" };
+  // What each request's SDK completion said (`permission.completed`'s result kind, a plan's `approved`), for the
+  // `request.answered` that names who answered it.
+  const decided = new Map();
+  const WORDS = { approved: "Approved", "denied-interactively-by-user": "Denied" };
+  const PLAN_WORDS = { true: "Approved", false: "Sent back" };
 
   async function rerender(turn, runId) {
     const url = settings.dataset.turnUrl.replace("00000000-0000-0000-0000-000000000000", runId);
@@ -278,14 +286,15 @@
   // The widgets of the requests still open (an earlier turn's, answered differently in a fork, are not).
   const openWidgets = (within) => [...within.querySelectorAll(".request-widget")].filter((w) => !w.closest("[data-fork]"));
 
-  // A `*.completed` event (answered, or closed with `closed.kind`) or a `request.terminated` one (closed: `kind`).
+  // A `request.answered` event (who answered; the SDK's completion before it said what) or a `request.terminated`
+  // one (closed unanswered: `kind`).
   function answeredElsewhere(envelope) {
     const data = envelope.data;
     const box = openWidgets(conversation).find((w) => w.dataset.requestId === data.requestId);
     if (!box) return;
     const turn = box.closest(".turn");
-    const closed = envelope.type === "request.terminated" ? data.kind : data.closed?.kind;
-    const how = closed ? `Closed: ${closed}` : (data.result && WORDS[data.result.kind]) || "Answered";
+    const closed = envelope.type === "request.terminated" ? data.kind : null;
+    const how = closed ? `Closed: ${closed}` : decided.get(data.requestId) || "Answered";
     const when = new Date(envelope.timestamp).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
     const note = el("p", "answered-elsewhere muted", `${how}${data.answeredBy ? ` by ${data.answeredBy}` : ""} · ${when}`);
     box.replaceWith(note);
@@ -325,9 +334,15 @@
       const turn = live ? live.turn : conversation.querySelector(`.turn[data-run="${CSS.escape(envelope.runId)}"]`);
       if (turn && (live || ["queued", "running"].includes(turn.dataset.status))) rerender(turn, envelope.runId);
     });
-    for (const kind of ["permission", "external_tool", "elicitation", "user_input", "exit_plan_mode", "session_limits_exhausted"]) {
-      on(`${kind}.completed`, answeredElsewhere);
-    }
+    on("permission.completed", (envelope) => {
+      const word = WORDS[envelope.data.result.kind];
+      if (word) decided.set(envelope.data.requestId, word);
+    });
+    on("exit_plan_mode.completed", (envelope) => {
+      const word = PLAN_WORDS[envelope.data.approved];
+      if (word) decided.set(envelope.data.requestId, word);
+    });
+    on("request.answered", answeredElsewhere);
     // Closed unanswered (abandoned by a message sent anyway, the run cancelled from the inbox or its page, the
     // deadline passed): the form gives way too; a cancelled turn is rendered again, with its new status.
     on("request.terminated", (envelope) => {

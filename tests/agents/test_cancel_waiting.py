@@ -25,9 +25,14 @@ def test_it_cancels_a_run_waiting_for_an_approval_and_tells_the_next_turn(operat
     assert (run.status, run.finished_at is not None) == (RunStatus.CANCELLED, True)
     pending = PendingRequest.objects.get(id=request_id)
     assert (pending.status, pending.closed_by, pending.answer) == (RequestStatus.CANCELLED, operator.user, None)
-    events = [(e.type, e.data) for e in stored_events(asked["runId"])][-2:]
-    assert events[0][0] == "request.terminated" and events[0][1]["kind"] == "cancelled"
-    assert events[1] == ("run.cancelled", {"cancelledBy": "otto"})
+    # Closed when cancelled: the SDK's completion, Airlock's closing, the SDK's abort, the run's end.
+    events = [(e.type, e.data) for e in stored_events(asked["runId"])][-4:]
+    assert events[0] == (
+        "permission.completed",
+        {"requestId": request_id, "toolCallId": "call_1", "result": {"kind": "cancelled", "reason": "cancelled"}},
+    )
+    assert events[1][0] == "request.terminated" and events[1][1]["kind"] == "cancelled"
+    assert events[2:] == [("abort", {"reason": "user_initiated"}), ("run.cancelled", {"cancelledBy": "otto"})]
     # An answer that comes later is told so, and changes nothing.
     before = snapshot()
     late = respond(operator, asked["runId"], request_id, approved=True)
@@ -37,8 +42,13 @@ def test_it_cancels_a_run_waiting_for_an_approval_and_tells_the_next_turn(operat
     # The session goes on: the model hears that the call did not run, and no mail is sent.
     after = run_ok(operator, {"message": "anything else?", "sessionId": "s1"})
     assert after["status"] == "completed"
-    told = Event.objects.get(run_id=after["runId"], type="permission.completed").data
-    assert told["result"] == {"kind": "cancelled", "reason": "The request was cancelled."}
+    told = Event.objects.get(run_id=after["runId"], type="tool.execution_complete").data
+    assert told == {
+        "toolCallId": "call_1",
+        "success": False,
+        "error": {"message": "The request was cancelled.", "code": "denied"},
+    }
+    assert not Event.objects.filter(run_id=after["runId"], type="permission.completed").exists()  # told once
     assert mail.outbox == []
 
 

@@ -170,7 +170,11 @@ def test_it_closes_what_a_turn_running_during_the_deletion_leaves_open(admin, op
     [request] = PendingRequest.objects.filter(run=run)
     assert request.status == RequestStatus.ABANDONED
     assert operator.api("GET", "/api/requests").json()["items"] == []
-    assert [e.type for e in stored_events(str(run.id))][-2:] == ["run.awaiting", "request.terminated"]
+    assert [e.type for e in stored_events(str(run.id))][-3:] == [
+        "run.awaiting",
+        "permission.completed",
+        "request.terminated",
+    ]
     asked = {"runId": str(run.id), "pendingRequests": [{"requestId": str(request.id)}]}
     assert respond(operator, asked)["status"] == "execution_ended"
     assert queue.drain() == 0

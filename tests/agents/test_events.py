@@ -22,7 +22,9 @@ from tests.helpers import (
     upload,
 )
 
-EPHEMERAL = {"assistant.message_delta", "assistant.reasoning_delta", "session.idle"}
+# Never stored: they only stream. (The SDK also calls `assistant.usage` and its requests ephemeral: those are kept.)
+TRANSIENT = {"assistant.message_delta", "assistant.reasoning_delta", "session.idle"}
+SDK_EPHEMERAL_KEPT = {"assistant.usage", "user_input.requested", "user_input.completed"}
 
 
 def events_of(persona, run_id: str) -> list[dict[str, Any]]:
@@ -31,15 +33,16 @@ def events_of(persona, run_id: str) -> list[dict[str, Any]]:
     return response.json()["items"]
 
 
-def assert_chain(run_id: str, events: list[dict[str, Any]]) -> None:
-    """Sequence 1..n without gaps, each event's parent the one before, nothing ephemeral."""
+def assert_chain(run_id: str, events: list[dict[str, Any]], after: str | None = None) -> None:
+    """Sequence 1..n without gaps, each event's parent the one before (the first's: `after`, the last event of the
+    session's run before, SPEC section 10), nothing transient, `ephemeral` as the SDK flags the type."""
     assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
-    assert [e["parentId"] for e in events] == [None] + [e["id"] for e in events[:-1]]
+    assert [e["parentId"] for e in events] == [after] + [e["id"] for e in events[:-1]]
     assert len({e["id"] for e in events}) == len(events)
     for event in events:
         assert event["runId"] == run_id
-        assert event["ephemeral"] is False
-        assert event["type"] not in EPHEMERAL
+        assert event["ephemeral"] is (event["type"] in SDK_EPHEMERAL_KEPT)
+        assert event["type"] not in TRANSIENT
         assert datetime.fromisoformat(event["timestamp"]).tzinfo is not None
         uuid.UUID(event["id"])
 
@@ -84,29 +87,33 @@ def test_it_stores_the_chain_of_a_run_that_waits(operator, assistant):
     [pending] = asked["pendingRequests"]
     assert data["permission.requested"]["requestId"] == pending["requestId"]
     asked_for = data["permission.requested"]["permissionRequest"]
-    assert (asked_for["kind"], asked_for["toolName"], asked_for["arguments"]) == ("tool", "send_email", EMAIL)
+    assert (asked_for["kind"], asked_for["toolName"], asked_for["args"]) == ("custom-tool", "send_email", EMAIL)
     assert data["run.awaiting"] == {"status": "awaiting_approval", "pendingRequests": [pending]}
 
 
-def test_it_starts_a_new_chain_for_each_run(operator, assistant):
+def test_it_goes_on_with_the_sessions_chain_in_each_run(operator, assistant):
     asked = ask_to_send(operator)
     approval = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True}
     result = run_ok(operator, {"sessionId": "s1", "approvals": [approval]})
+    sessionless = run_ok(operator, {"message": "hello"})
 
     events = events_of(operator, result["runId"])
 
-    assert_chain(result["runId"], events)
+    assert_chain(result["runId"], events, after=events_of(operator, asked["runId"])[-1]["id"])
+    assert_chain(sessionless["runId"], events_of(operator, sessionless["runId"]))  # a run without a session: its own
     types = [e["type"] for e in events]
-    assert types[:2] == ["run.started", "permission.completed"]
+    assert types[:4] == ["run.started", "permission.completed", "request.answered", "assistant.turn_start"]
     assert "user.message" not in types
-    assert types.index("tool.execution_start") < types.index("tool.execution_complete") < types.index("run.completed")
+    # The approved call runs inside the continuation's turn, which ends after it.
+    assert (
+        types.index("assistant.turn_start")
+        < types.index("tool.execution_start")
+        < types.index("tool.execution_complete")
+        < types.index("assistant.turn_end")
+        < types.index("run.completed")
+    )
     completed = next(e["data"] for e in events if e["type"] == "tool.execution_complete")
-    assert completed == {
-        "toolCallId": "call_1",
-        "toolName": "send_email",
-        "success": True,
-        "result": {"content": "sent to ada@example.com"},
-    }
+    assert completed == {"toolCallId": "call_1", "success": True, "result": {"content": "sent to ada@example.com"}}
 
 
 def test_it_stores_no_ephemeral_event(operator, assistant):
@@ -114,7 +121,7 @@ def test_it_stores_no_ephemeral_event(operator, assistant):
     ask_to_send(operator, session="s2")
 
     assert Event.objects.exists()
-    assert not Event.objects.filter(type__in=EPHEMERAL).exists()
+    assert not Event.objects.filter(type__in=TRANSIENT).exists()
 
 
 def test_it_keeps_document_content_out_of_the_event_log(operator, assistant, media):

@@ -12,10 +12,12 @@ from django.db.migrations.executor import MigrationExecutor
 from jsonschema import Draft202012Validator
 
 from agents.models import Event, Run
+from agents.tools import REGISTRY
 from agents.payloads import PAYLOADS, EventType, validate
 from tests.helpers import EMAIL, ask_to_send, call_line, make_agent, run_ok, run_queued, stored_events
 
 rewrite = importlib.import_module("agents.migrations.0008_event_payloads").rewrite
+rewrite_sdk = importlib.import_module("agents.migrations.0012_sdk_events").rewrite
 
 
 def schema_of(persona: Any) -> dict[str, Any]:
@@ -47,7 +49,7 @@ def test_the_schema_names_every_type_and_its_payload(operator):
     schema = schema_of(operator)
 
     assert set(schema["payloads"]) == {str(t) for t in EventType} == set(PAYLOADS)
-    assert set(schema["ephemeral"]) == {
+    never_stored = {
         "assistant.message_delta",
         "assistant.reasoning_delta",
         "tool.execution_progress",
@@ -55,6 +57,17 @@ def test_the_schema_names_every_type_and_its_payload(operator):
         "session.idle",
         "session.title_changed",
     }
+    assert set(schema["transient"]) == never_stored
+    # The SDK's flag: its requests and the usage are ephemeral too, though Airlock keeps them (docs/events.md).
+    assert set(schema["ephemeral"]) == never_stored | {
+        "assistant.usage",
+        *(
+            f"{kind}.{moment}"
+            for kind in ("user_input", "elicitation", "exit_plan_mode", "session_limits_exhausted")
+            for moment in ("requested", "completed")
+        ),
+    }
+    assert "request.answered" in schema["extensions"] and "permission.requested" not in schema["extensions"]
     delta = schema["payloads"]["assistant.message_delta"]
     assert set(delta["required"]) == {"messageId", "deltaContent"}
     assert set(schema["envelope"]["required"]) >= {"id", "runId", "sequence", "timestamp", "type", "data"}
@@ -111,22 +124,26 @@ def test_a_session_of_every_kind_validates(operator, admin):
 
     [requested] = data_of(envelopes_of(operator, asked["runId"]), "permission.requested")
     assert requested["permissionRequest"] == {
-        "kind": "tool",
-        "toolCallId": request["callId"],
+        "kind": "custom-tool",
         "toolName": "send_email",
-        "arguments": EMAIL,
+        "toolDescription": REGISTRY["send_email"].description,
+        "args": EMAIL,
+        "toolCallId": request["callId"],
     }
     [completed] = data_of(envelopes_of(operator, continued.id), "permission.completed")
     assert (completed["requestId"], completed["result"]["kind"]) == (request["requestId"], "approved")
     by_rule = envelopes_of(operator, again["runId"])
-    [rule_completed] = data_of(by_rule, "permission.completed")  # nobody was asked: no permission.requested
-    assert not data_of(by_rule, "permission.requested")
+    [rule_completed] = data_of(by_rule, "permission.completed")  # nobody was asked: a request id of its own
+    [rule_asked] = data_of(by_rule, "permission.requested")
+    assert rule_asked["requestId"] == rule_completed["requestId"] != request["requestId"]
     uuid.UUID(rule_completed["requestId"])
-    assert rule_completed["result"]["kind"] == "approved-by-rule" and rule_completed["result"]["ruleId"]
+    assert (rule_completed["result"], rule_completed["decisionSource"]) == ({"kind": "approved"}, "host_policy")
+    [by] = data_of(by_rule, "request.answered")
+    assert by["ruleId"] and "answeredBy" not in by
     [asking] = data_of(envelopes_of(operator, question["runId"]), "user_input.requested")
     assert (asking["question"], asking["choices"], asking["allowFreeform"]) == ("Which?", ["a"], False)
     [proposing] = data_of(envelopes_of(operator, plan["runId"]), "exit_plan_mode.requested")
-    assert (proposing["planContent"], proposing["actions"]) == ("1. one\n2. two", ["approve", "revise"])
+    assert (proposing["planContent"], proposing["actions"]) == ("1. one\n2. two", ["interactive"])
     [external] = data_of(envelopes_of(operator, client_tool["runId"]), "external_tool.requested")
     assert (external["sessionId"], external["toolName"]) == ("c", "get_user_location")
 
@@ -212,13 +229,12 @@ OLD_RUN = [
 ]
 
 
-def test_the_migration_rewrites_each_old_shape():
+def test_the_0008_migration_rewrites_each_older_shape():
+    """0008 made the shapes of its day (0012 makes them the SDK's, below)."""
     context = {"model": "scripted", "duration": 42, "sessionKey": "s"}
     new = [rewrite(kind, data, context) for kind, data in OLD_RUN]
     by_type = dict(zip([k for k, _ in OLD_RUN], new, strict=False))
 
-    for (kind, _), data in zip(OLD_RUN, new, strict=True):
-        PAYLOADS[kind].model_validate(data)
     assert new[0] == OLD_RUN[0][1] and new[1] == OLD_RUN[1][1] and new[-1] == OLD_RUN[-1][1]  # untouched
     assert new[2]["turnId"] == new[4]["turnId"]
     assert new[3] == {"messageId": new[3]["messageId"], "content": "Let me check."}
@@ -239,16 +255,189 @@ def test_the_migration_rewrites_each_old_shape():
     assert again == new  # a second pass changes nothing
 
 
+# What the 0008 rewrite made, that 0012 makes into the SDK's shapes (with Airlock's `request.answered` after).
+BEFORE_SDK = [
+    ("tool.execution_start", {"toolName": "get_time", "toolCallId": "c1", "arguments": {}, "sideEffects": True}),
+    (
+        "tool.execution_complete",
+        {"toolName": "get_time", "toolCallId": "c1", "success": True, "result": {"content": "x"}},
+    ),
+    (
+        "permission.requested",
+        {
+            "requestId": "q1",
+            "permissionRequest": {
+                "kind": "tool",
+                "toolCallId": "c4",
+                "toolName": "send_email",
+                "arguments": {"to": "y"},
+            },
+            "expiresAt": "2026-12-01T00:00:00+00:00",
+        },
+    ),
+    (
+        "permission.completed",
+        {
+            "requestId": "q1",
+            "toolCallId": "c4",
+            "toolName": "send_email",
+            "answeredBy": "otto",
+            "result": {"kind": "denied-interactively-by-user", "reason": "No.", "overrideArguments": {"to": "z"}},
+        },
+    ),
+    (
+        "permission.completed",
+        {
+            "requestId": "q9",
+            "toolCallId": "c3",
+            "toolName": "send_email",
+            "arguments": {"to": "x"},
+            "result": {"kind": "approved-by-rule", "ruleId": "r1"},
+        },
+    ),
+    (
+        "permission.completed",
+        {"requestId": "q8", "toolCallId": "c8", "result": {"kind": "abandoned", "reason": "gone"}},
+    ),
+    ("session_limits_exhausted.requested", {"requestId": "q3", "maxModelCalls": 5, "usedModelCalls": 5}),
+    (
+        "session_limits_exhausted.completed",
+        {"requestId": "q3", "answeredBy": "otto", "response": {"action": "continue"}},
+    ),
+    (
+        "exit_plan_mode.requested",
+        {
+            "requestId": "q4",
+            "toolCallId": "c9",
+            "summary": "s",
+            "planContent": "1. a",
+            "actions": ["approve", "revise"],
+        },
+    ),
+    (
+        "exit_plan_mode.completed",
+        {"requestId": "q4", "approved": False, "selectedAction": "revise", "feedback": "Why?"},
+    ),
+    (
+        "external_tool.completed",
+        {"requestId": "q2", "toolName": "loc", "toolCallId": "c5", "closed": {"kind": "expired", "reason": "late"}},
+    ),
+    (
+        "subagent.started",
+        {
+            "toolCallId": "c7",
+            "agentName": "researcher",
+            "agentDisplayName": "R",
+            "model": "scripted",
+            "agentId": "researcher-1",
+        },
+    ),
+    (
+        "subagent.completed",
+        {"toolCallId": "c7", "agentName": "researcher", "durationMs": 3, "totalTokens": 4, "totalToolCalls": 0},
+    ),
+]
+
+
+def rewritten(events: list[tuple[str, Any]], context: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [new for kind, data in events for new in rewrite_sdk(kind, data, context)]
+
+
+def test_the_migration_rewrites_each_old_shape():
+    context = {"tools": {}, "servers": {}, "agents": {"researcher": "Looks things up."}}
+    new = rewritten(BEFORE_SDK, context)
+
+    for kind, data in new:
+        PAYLOADS[kind].model_validate(data)
+        assert_sdk_reads(kind, data)
+    kinds = [kind for kind, _ in new]
+    assert new[0] == ("tool.execution_start", {"toolName": "get_time", "toolCallId": "c1", "arguments": {}})
+    assert new[1][1] == {"toolCallId": "c1", "success": True, "result": {"content": "x"}}
+    assert new[2][1] == {
+        "requestId": "q1",
+        "permissionRequest": {
+            "kind": "custom-tool",
+            "toolName": "send_email",
+            "toolDescription": "",
+            "args": {"to": "y"},
+            "toolCallId": "c4",
+        },
+    }
+    assert new[3:5] == [
+        (
+            "permission.completed",
+            {
+                "requestId": "q1",
+                "toolCallId": "c4",
+                "result": {"kind": "denied-interactively-by-user", "feedback": "No."},
+                "decisionSource": "human_response",
+            },
+        ),
+        (
+            "request.answered",
+            {
+                "requestId": "q1",
+                "kind": "approval",
+                "toolCallId": "c4",
+                "toolName": "send_email",
+                "answeredBy": "otto",
+                "overrideArguments": {"to": "z"},
+            },
+        ),
+    ]
+    # A rule's decision: the SDK's pair, then which rule.
+    assert kinds[5:8] == ["permission.requested", "permission.completed", "request.answered"]
+    assert new[6][1]["decisionSource"] == "host_policy" and new[7][1]["ruleId"] == "r1"
+    assert new[8][1] == {"requestId": "q8", "toolCallId": "c8", "result": {"kind": "cancelled", "reason": "abandoned"}}
+    assert new[9][1] == {"requestId": "q3", "maxAiCredits": 5, "usedAiCredits": 5}
+    assert new[10][1] == {"requestId": "q3", "response": {"action": "add", "additionalAiCredits": 5}}
+    assert new[11] == ("request.answered", {"requestId": "q3", "kind": "continuation", "answeredBy": "otto"})
+    assert new[12][1] == {
+        "requestId": "q4",
+        "summary": "s",
+        "planContent": "1. a",
+        "actions": ["interactive"],
+        "recommendedAction": "interactive",
+    }
+    assert new[13][1] == {"requestId": "q4", "approved": False, "feedback": "Why?"}
+    assert new[14] == ("external_tool.completed", {"requestId": "q2"})  # closed: `request.terminated` says how
+    assert new[15][1]["agentDescription"] == "Looks things up." and "agentId" not in new[15][1]
+    assert (new[16][1]["agentDisplayName"], new[16][1]["model"]) == ("R", "scripted")
+    assert len(new) == 17
+    assert rewritten(new, dict(context)) == new  # a second pass changes nothing
+
+
+def assert_sdk_reads(kind: str, data: dict[str, Any]) -> None:
+    """The SDK parses the event, and reads everything in it (Airlock's own types aside)."""
+    from copilot.session_events import SessionEvent, SessionEventType
+
+    from tests.agents.test_copilot_contract import differences
+
+    envelope = {
+        "id": str(uuid.uuid4()),
+        "timestamp": "2026-12-01T00:00:00+00:00",
+        "parentId": None,
+        "type": kind,
+        "data": data,
+    }
+    parsed = SessionEvent.from_dict(envelope)
+    if parsed.type != SessionEventType.UNKNOWN:
+        assert differences(data, parsed.data.to_dict()) == [], kind
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_rewrites_stored_events_and_nothing_else(operator, assistant):
-    result = run_ok(operator, {"message": call_line("get_time"), "sessionId": "m"})
-    run = Run.objects.get(pk=result["runId"])
+    first = run_ok(operator, {"message": call_line("get_time"), "sessionId": "m"})
+    second = run_ok(operator, {"message": "again", "sessionId": "m"})
+    run = Run.objects.get(pk=first["runId"])
     Event.objects.filter(run=run).delete()
+    Event.objects.filter(run_id=second["runId"]).update(parent_id=None)  # as runs began their own chains
     old = [
         Event(run=run, sequence=n, parent_id=None, type=kind, data=data) for n, (kind, data) in enumerate(OLD_RUN, 1)
     ]
     Event.objects.bulk_create(old)
-    before = {e.id: (e.sequence, e.type, e.timestamp, e.parent_id, e.data) for e in stored_events(str(run.id))}
+    before = {e.id: (e.type, e.timestamp, e.data) for e in stored_events(str(run.id))}
+    later = [(e.id, e.type, e.data) for e in stored_events(second["runId"])]
 
     executor = MigrationExecutor(connection)
     executor.migrate([("agents", "0007_checkpoints")])
@@ -256,13 +445,26 @@ def test_the_migration_rewrites_stored_events_and_nothing_else(operator, assista
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
 
-    after = {e.id: e for e in stored_events(str(run.id))}
-    assert set(after) == set(before)
-    for event_id, (sequence, kind, timestamp, parent, data) in before.items():
-        event = after[event_id]
-        assert (event.sequence, event.type, event.timestamp, event.parent_id) == (sequence, kind, timestamp, parent)
+    after = stored_events(str(run.id))
+    kept = {e.id: e for e in after}
+    assert set(before) <= set(kept)  # every event stays, with its id, type and time
+    for event_id, (kind, timestamp, data) in before.items():
+        event = kept[event_id]
+        assert (event.type, event.timestamp) == (kind, timestamp)
         PAYLOADS[kind].model_validate(event.data)
+        assert_sdk_reads(kind, event.data)
         if kind in ("run.started", "user.message", "run.completed"):
             assert event.data == data
-    usage = next(e for e in after.values() if e.type == "assistant.usage")
+    added = [e for e in after if e.id not in before]
+    # The rule's decision of OLD_RUN gets the SDK's request before its completion, and which rule after it.
+    assert [e.type for e in added] == ["permission.requested", "request.answered"]
+    assert added[1].data["ruleId"] == "r1" and added[1].data["arguments"] == {"to": "x"}
+    assert [e.sequence for e in after] == list(range(1, len(after) + 1))
+    # One chain across the session: the second run's first event follows the first run's last.
+    chained = after + stored_events(second["runId"])
+    assert [e.parent_id for e in chained] == [None] + [e.id for e in chained[:-1]]
+    assert [(e.id, e.type, e.data) for e in stored_events(second["runId"])] == later  # already new: untouched
+    usage = next(e for e in after if e.type == "assistant.usage")
     assert usage.data["model"] == "scripted" and usage.data["inputTokens"] == 10
+    start = next(e for e in after if e.type == "tool.execution_start")
+    assert "sideEffects" not in start.data and start.side_effects is False

@@ -453,8 +453,10 @@ def test_an_approved_call_that_ran_in_a_failed_turn_never_runs_again(operator, a
     assert len(mail.outbox) == 1  # not sent twice
     [told] = [m for m in fake.requests[-1].messages if m.get("role") == "tool"]
     assert "already ran" in told["content"]
-    [decision] = [e for e in stored_events(after["runId"]) if e.type == "permission.completed"]
-    assert decision.data["result"]["kind"] == "ran-in-failed-turn"
+    # The approval's SDK completion is the failed turn's; the next turn says the call ran there, and did not run it.
+    assert not [e for e in stored_events(after["runId"]) if e.type == "permission.completed"]
+    [answered] = [e.data for e in stored_events(after["runId"]) if e.type == "request.answered"]
+    assert (answered["requestId"], answered["ranInFailedTurn"]) == (request_id, True)
 
 
 def test_a_remembered_approval_makes_one_rule_however_often_its_turn_is_tried(operator, asking, fake):

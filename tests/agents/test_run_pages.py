@@ -202,7 +202,8 @@ def test_it_shows_the_timeline_of_a_run(admin, helper):
     html = admin.client.get(f"/runs/{denied['runId']}/").content.decode()
     assert "denied-interactively-by-user" in html
     assert "no, not to that address" in html
-    assert f"by <strong>{admin.user.username}</strong>" in html
+    assert f"Answered by <strong>{admin.user.username}</strong>" in html
+    assert '<code>send_email</code> <strong class="bad">did not run</strong>' in html
     assert denied["output"] in html and "send_email denied" in denied["output"]
     sequences = [int(n) for n in re.findall(r'id="event-(\d+)"', html)]
     assert sequences == sorted(sequences) and sequences[0] == 1
@@ -215,7 +216,7 @@ def test_it_shows_a_decision_by_a_remembered_rule(admin, helper):
     ruled = start(admin, {"message": SEND_EMAIL, "sessionId": "s-rule"})
     html = admin.client.get(f"/runs/{ruled['runId']}/").content.decode()
     rule = re.search(r"Decided by remembered rule <code>([0-9a-f-]{36})</code>", html)
-    assert rule and "approved-by-rule" in html
+    assert rule and "(by a rule or a policy)" in html
     assert "tool.execution_complete" in html
 
 

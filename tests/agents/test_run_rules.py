@@ -40,8 +40,9 @@ def test_it_stores_a_rule_for_the_agent_and_tool(operator, assistant):
     assert rule.created_by == operator.user
     assert rule.created_from == PendingRequest.objects.get()
     [decision] = [e for e in stored_events(result["runId"]) if e.type == "permission.completed"]
-    assert decision.data["result"]["kind"] == "approved"
-    assert decision.data["result"]["rememberedRuleId"] == str(rule.id)
+    assert decision.data["result"] == {"kind": "approved"}
+    [answered] = [e for e in stored_events(result["runId"]) if e.type == "request.answered"]
+    assert answered.data["rememberedRuleId"] == str(rule.id) and answered.data["answeredBy"] == "otto"
 
 
 def test_it_approves_the_next_call_by_the_rule(operator, assistant):
@@ -56,13 +57,23 @@ def test_it_approves_the_next_call_by_the_rule(operator, assistant):
     assert len(mail.outbox) == 2
     assert PendingRequest.objects.count() == 1
     events = stored_events(result["runId"])
+    # The rule's decision: the SDK's pair, decided by the host, then which rule it was.
+    [asked] = [e.data for e in events if e.type == "permission.requested"]
+    assert (asked["permissionRequest"]["toolName"], asked["permissionRequest"]["args"]) == ("send_email", EMAIL)
     [decision] = [e.data for e in events if e.type == "permission.completed"]
-    assert decision["result"] == {"kind": "approved-by-rule", "ruleId": str(rule.id)}
-    assert decision["toolName"] == "send_email"
-    assert decision["arguments"] == EMAIL
-    assert not [e for e in events if e.type == "permission.requested"]
+    assert decision == {
+        "requestId": asked["requestId"],
+        "toolCallId": "call_1",
+        "result": {"kind": "approved"},
+        "decisionSource": "host_policy",
+    }
+    [answered] = [e.data for e in events if e.type == "request.answered"]
+    assert (answered["ruleId"], answered["toolName"], answered["arguments"]) == (str(rule.id), "send_email", EMAIL)
+    assert "answeredBy" not in answered
     types = [e.type for e in events]
-    assert types.index("permission.completed") < types.index("tool.execution_start")
+    assert (
+        types.index("permission.requested") < types.index("permission.completed") < types.index("tool.execution_start")
+    )
 
 
 def test_it_approves_any_arguments_by_a_rule_for_the_whole_tool(operator, assistant):

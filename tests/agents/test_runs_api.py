@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from django.core import mail
 
 from agents import queue
-from agents.models import Attachment, Event, Run, RunStatus, Session
+from agents.models import Attachment, Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.runs import execute, finish_run, start_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
@@ -93,10 +93,12 @@ def test_it_sends_nothing_when_the_next_turn_denies(operator, assistant):
     assert result["output"] == "send_email denied: Not on a Friday"
     assert mail.outbox == []
     [decision] = [e for e in stored_events(result["runId"]) if e.type == "permission.completed"]
-    assert decision.data["result"]["kind"] == "denied-interactively-by-user"
-    assert decision.data["result"]["reason"] == "Not on a Friday"
-    assert decision.data["answeredBy"] == "otto"
-    assert not Event.objects.filter(run_id=result["runId"], type="tool.execution_start").exists()
+    assert decision.data["result"] == {"kind": "denied-interactively-by-user", "feedback": "Not on a Friday"}
+    [answered] = [e for e in stored_events(result["runId"]) if e.type == "request.answered"]
+    assert answered.data["answeredBy"] == "otto"
+    # The call never ran: its start is at once completed with the denial.
+    [complete] = [e.data for e in stored_events(result["runId"]) if e.type == "tool.execution_complete"]
+    assert complete["success"] is False and complete["error"] == {"message": "Not on a Friday", "code": "denied"}
 
 
 def test_it_sends_to_the_overridden_address(operator, assistant):
@@ -106,8 +108,10 @@ def test_it_sends_to_the_overridden_address(operator, assistant):
 
     assert result["output"] == "send_email: sent to bob@example.com"
     assert [m.to for m in mail.outbox] == [["bob@example.com"]]
-    [decision] = [e for e in stored_events(result["runId"]) if e.type == "permission.completed"]
-    assert decision.data["result"]["overrideArguments"]["to"] == "bob@example.com"
+    [answered] = [e for e in stored_events(result["runId"]) if e.type == "request.answered"]
+    assert answered.data["overrideArguments"]["to"] == "bob@example.com"
+    [start] = [e for e in stored_events(result["runId"]) if e.type == "tool.execution_start"]
+    assert start.data["arguments"]["to"] == "bob@example.com"
 
 
 def test_it_waits_for_a_client_tool_result(operator, assistant):
@@ -127,7 +131,12 @@ def test_it_waits_for_a_client_tool_result(operator, assistant):
     assert result["output"] == 'get_user_location: {"city":"Izmir"}'
     assert result["previousRunId"] == asked["runId"]
     [completed] = [e for e in stored_events(result["runId"]) if e.type == "external_tool.completed"]
-    assert completed.data["result"] == {"city": "Izmir"}
+    assert completed.data == {"requestId": pending["requestId"]}
+    # What the client returned is the call's completion, in the continuation's turn.
+    [complete] = [e for e in stored_events(result["runId"]) if e.type == "tool.execution_complete"]
+    assert (
+        complete.data["toolCallId"] == pending["callId"] and complete.data["result"]["content"] == '{"city": "Izmir"}'
+    )
 
 
 def test_it_reports_a_client_tool_error_to_the_model(operator, assistant):
@@ -145,8 +154,9 @@ def test_it_runs_a_free_tool_alongside_a_call_that_waits(operator, assistant):
     asked = run_ok(operator, {"message": message, "sessionId": "s1"})
     assert asked["status"] == "awaiting_approval"
     assert [p["toolName"] for p in asked["pendingRequests"]] == ["send_email"]
-    ran = [e.data["toolName"] for e in stored_events(asked["runId"]) if e.type == "tool.execution_complete"]
+    ran = [e.data["toolName"] for e in stored_events(asked["runId"]) if e.type == "tool.execution_start"]
     assert ran == ["get_time"]
+    assert [e.type for e in stored_events(asked["runId"])].count("tool.execution_complete") == 1
 
     result = approve(operator, asked, approved=True)
 

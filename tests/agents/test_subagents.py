@@ -52,8 +52,9 @@ def test_a_sub_agent_runs_inside_the_parents_turn(operator, parent):
     events = envelopes(operator, result["runId"])
     [started] = [e for e in events if e["type"] == "subagent.started"]
     [completed] = [e for e in events if e["type"] == "subagent.completed"]
-    agent_id = started["data"]["agentId"]
+    agent_id = started["data"]["toolCallId"]  # the sub-agent's events carry the id of the call that runs it
     assert started["data"]["agentName"] == "researcher" and started["data"]["agentDisplayName"] == "Researcher"
+    assert started["data"]["agentDescription"] == "Looks things up."
     inside = events[events.index(started) + 1 : events.index(completed)]
     assert inside and all(e.get("agentId") == agent_id for e in inside)
     assert {"user.message", "tool.execution_start", "assistant.message"} <= {e["type"] for e in inside}
@@ -130,9 +131,14 @@ def test_a_sub_agent_of_a_sub_agent_runs_with_its_own_id(admin, operator, resear
     result = run_ok(operator, {"message": delegate(task), "sessionId": "s1"})
 
     assert result["output"].startswith("researcher: scout: get_time: "), result
-    started = [e["data"] for e in envelopes(operator, result["runId"]) if e["type"] == "subagent.started"]
-    assert [s["agentName"] for s in started] == ["researcher", "scout"]
-    assert started[0]["agentId"] != started[1]["agentId"]
+    events = envelopes(operator, result["runId"])
+    started = [e for e in events if e["type"] == "subagent.started"]
+    assert [s["data"]["agentName"] for s in started] == ["researcher", "scout"]
+    # Each turn numbers its calls from call_1: the scout's id says under whom it runs.
+    researcher_id = started[0]["data"]["toolCallId"]
+    assert started[1]["agentId"] == researcher_id
+    scout_id = f"{researcher_id}/{started[1]['data']['toolCallId']}"
+    assert {e.get("agentId") for e in events} == {None, researcher_id, scout_id}
 
 
 @pytest.mark.parametrize(

@@ -151,7 +151,7 @@ def test_it_links_the_remembered_rule_and_the_decisions_it_makes(operator, maile
     assert f'href="/rules/#rule-{rule.id}"' in remembered
     assert cell(remembered, "actor") == "otto with the next run request"
 
-    event = Event.objects.get(type="permission.completed", data__result__kind="approved-by-rule")
+    event = Event.objects.get(type="request.answered", data__ruleId=str(rule.id))
     assert cell(by_rule, "when") == local(event.timestamp)
     assert f'href="/rules/#rule-{rule.id}"' in cell_html(by_rule, "actor")
     assert cell(by_rule, "outcome") == "approved by rule"

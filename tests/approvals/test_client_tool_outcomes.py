@@ -42,8 +42,14 @@ def test_each_outcome_reaches_the_model_as_the_spec_says(admin, operator, answer
     continued = run_queued(respond(operator, asked, **answer)["continuationRunId"])
 
     assert continued.output == reads
-    [completed] = [e.data for e in stored_events(str(continued.id)) if e.type == "external_tool.completed"]
-    assert completed["outcome"] == answer.get("outcome", "failed" if "errorMessage" in answer else "completed")
+    outcome = answer.get("outcome", "failed" if "errorMessage" in answer else "completed")
+    [answered] = [e.data for e in stored_events(str(continued.id)) if e.type == "request.answered"]
+    assert answered["outcome"] == outcome
+    # What the client said is the call's completion: a failure or a refusal did not succeed.
+    [complete] = [e.data for e in stored_events(str(continued.id)) if e.type == "tool.execution_complete"]
+    assert complete["success"] is (outcome in ("completed", "background"))
+    if not complete["success"]:
+        assert complete["error"] == {"message": answer["errorMessage"], "code": outcome}
 
 
 @pytest.mark.parametrize(

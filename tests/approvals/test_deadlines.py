@@ -82,18 +82,28 @@ def test_it_expires_an_overdue_request_and_the_run_goes_on_with_the_call_denied(
     assert continuation.output == f"send_email denied: {EXPIRED}"
     assert continuation.created_by is None
     assert mail.outbox == []
+    # Closed when it expired, in the log of the run that asked: the SDK's completion, then Airlock's closing.
+    closing = [(e.type, e.data) for e in stored_events(asked["runId"])][-2:]
+    call_id = asked["pendingRequests"][0]["callId"]
+    assert closing == [
+        (
+            "permission.completed",
+            {
+                "requestId": request_id(asked),
+                "toolCallId": call_id,
+                "result": {"kind": "cancelled", "reason": "expired"},
+            },
+        ),
+        (
+            "request.terminated",
+            {"requestId": request_id(asked), "kind": "expired", "toolCallId": call_id, "toolName": "send_email"},
+        ),
+    ]
+    # The continuation tells the model: the call never ran.
     events = stored_events(str(continuation.id))
-    [terminated] = [e for e in events if e.type == "request.terminated"]
-    assert terminated.data == {
-        "requestId": request_id(asked),
-        "kind": "expired",
-        "toolName": "send_email",
-        "toolCallId": asked["pendingRequests"][0]["callId"],
-    }
-    [decision] = [e for e in events if e.type == "permission.completed"]
-    assert decision.data["result"] == {"kind": "expired", "reason": EXPIRED}
-    assert "answeredBy" not in decision.data  # nobody answered
-    assert not [e for e in events if e.type == "tool.execution_start"]
+    assert not [e for e in events if e.type in ("permission.completed", "request.terminated", "request.answered")]
+    [complete] = [e.data for e in events if e.type == "tool.execution_complete"]
+    assert complete == {"toolCallId": call_id, "success": False, "error": {"message": EXPIRED, "code": "denied"}}
     state = operator.api("GET", "/api/sessions/s1/state").json()
     assert (state["lastRunId"], state["pendingRequests"]) == (str(continuation.id), [])
     assert operator.api("GET", "/api/requests").json()["items"] == []
@@ -164,8 +174,10 @@ def test_it_expires_a_client_tool_request_as_a_failed_call(operator, assistant):
     drain_queued()
     [continuation] = continuations(asked)
     assert continuation.output == f"get_user_location failed: {EXPIRED}"
-    [completed] = [e for e in stored_events(str(continuation.id)) if e.type == "external_tool.completed"]
-    assert completed.data["closed"]["kind"] == "expired"
+    [completed] = [e for e in stored_events(asked["runId"]) if e.type == "external_tool.completed"]
+    assert completed.data == {"requestId": request_id(asked)}
+    [complete] = [e.data for e in stored_events(str(continuation.id)) if e.type == "tool.execution_complete"]
+    assert complete["error"] == {"message": EXPIRED, "code": "failed"}
 
 
 def test_it_leaves_a_request_alone_before_its_deadline(operator, assistant):
@@ -239,8 +251,10 @@ def test_it_continues_with_the_stored_answer_when_the_other_parallel_request_exp
     [continuation] = continuations(asked)
     assert continuation.output == f"send_email: sent to a@b.co\nsend_email denied: {EXPIRED}"
     assert [m.to for m in mail.outbox] == [["a@b.co"]]
-    kinds = [e.data["result"]["kind"] for e in stored_events(str(continuation.id)) if e.type == "permission.completed"]
-    assert sorted(kinds) == ["approved", "expired"]
+    kinds = [e.data["result"] for e in stored_events(str(continuation.id)) if e.type == "permission.completed"]
+    assert kinds == [{"kind": "approved"}]  # the expired one completed when it expired, in the run that asked
+    closed = [e.data["result"] for e in stored_events(asked["runId"]) if e.type == "permission.completed"]
+    assert closed == [{"kind": "cancelled", "reason": "expired"}]
 
 
 def test_it_waits_for_the_other_parallel_request_after_one_expires(operator, assistant):

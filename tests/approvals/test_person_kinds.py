@@ -46,6 +46,12 @@ def test_a_question_waits_for_a_person_and_the_model_reads_the_choice(agent, ope
     [request] = asked["pendingRequests"]
     assert (request["kind"], request["toolName"], request["message"]) == ("question", "ask_user", "Which colour?")
     assert request["arguments"]["choices"] == ["red", "blue"]
+    # SPEC section 9: the question, its choices and whether free text is allowed, on the request itself.
+    assert (request["question"], request["choices"], request["allowFreeform"]) == (
+        "Which colour?",
+        ["red", "blue"],
+        False,
+    )
     assert events(asked["runId"], "user_input.requested")[0]["requestId"] == request["requestId"]
 
     outcome = respond(operator, asked, text="blue")
@@ -53,7 +59,9 @@ def test_a_question_waits_for_a_person_and_the_model_reads_the_choice(agent, ope
 
     assert (continued.status, continued.output) == (RunStatus.COMPLETED, "ask_user: blue")
     [completed] = events(continued.id, "user_input.completed")
-    assert (completed["answer"], completed["answeredBy"]) == ("blue", "otto")
+    assert completed == {"requestId": request["requestId"], "answer": "blue", "wasFreeform": False}
+    [answered] = events(continued.id, "request.answered")
+    assert (answered["kind"], answered["answeredBy"]) == ("question", "otto")
 
 
 def test_free_text_answers_a_question_without_choices(agent, operator):
@@ -111,6 +119,32 @@ def test_the_inbox_answers_a_question_with_a_choice_button(agent, operator):
     assert PendingRequest.objects.get(id=request_id).answer["text"] == "red"
 
 
+@pytest.mark.parametrize(
+    ("arguments", "choices", "freeform"),
+    [
+        ({"choices": ["red", "blue"]}, ["red", "blue"], False),
+        ({"choices": ["red", "blue"], "allow_freeform": True}, ["red", "blue"], True),
+        ({}, [], True),
+    ],
+)
+def test_a_question_shows_its_choices_on_the_request_the_card_and_the_trial_turn(
+    agent, operator, arguments, choices, freeform
+):
+    """SPEC section 9: `pendingRequests[]` of kind question carries `question`, `choices` and `allowFreeform`; the
+    inbox card and the trial page's widget offer exactly those."""
+    asked = ask(operator, call_line("ask_user", {"question": "Which colour?", **arguments}))
+    [request] = asked["pendingRequests"]
+    assert (request["question"], request["choices"], request["allowFreeform"]) == ("Which colour?", choices, freeform)
+    assert operator.api("GET", f"/api/requests/{request['requestId']}").json()["choices"] == choices
+
+    for page in (
+        operator.client.get("/inbox/").content.decode(),
+        operator.client.get(f"/trial/turns/{asked['runId']}/").content.decode(),
+    ):
+        assert [c for c in ("red", "blue") if f'name="choice" value="{c}"' in page] == choices
+        assert (f'id="text-{request["requestId"]}"' in page) is freeform
+
+
 # ---- plan ---------------------------------------------------------------------------------------------------
 
 
@@ -129,8 +163,8 @@ def test_a_plan_sent_back_carries_the_guidance(agent, operator):
     continued = run_queued(respond(operator, asked, approved=False, text="Check the disk first")["continuationRunId"])
     assert continued.output == "propose_plan: revise: Check the disk first"
     [completed] = events(continued.id, "exit_plan_mode.completed")
-    assert (completed["approved"], completed["selectedAction"]) == (False, "revise")
-    assert completed["feedback"] == "Check the disk first"
+    assert (completed["approved"], completed["feedback"]) == (False, "Check the disk first")
+    assert "selectedAction" not in completed  # sent back: no action taken
 
 
 def test_a_plan_sent_back_needs_guidance(agent, operator):
@@ -162,7 +196,7 @@ def test_a_run_at_its_model_call_limit_asks_to_go_on(agent, operator):
     assert continued.status == RunStatus.COMPLETED
     assert continued.output.startswith("get_time: ")
     [completed] = events(continued.id, "session_limits_exhausted.completed")
-    assert completed["response"] == {"action": "continue"}
+    assert completed["response"] == {"action": "add", "additionalAiCredits": 1}
 
 
 def test_stopping_at_the_limit_ends_the_run_with_what_it_has(admin, operator):

@@ -92,8 +92,9 @@ def test_it_accepts_an_approval_and_the_continuation_sends_the_email(operator, a
     request = operator.api("GET", f"/api/requests/{request_id(asked)}").json()
     assert (request["status"], request["answeredBy"]) == ("answered", "otto")
     [decision] = [e for e in stored_events(continuation["runId"]) if e.type == "permission.completed"]
-    assert decision.data["result"]["kind"] == "approved"
-    assert decision.data["answeredBy"] == "otto"
+    assert (decision.data["result"], decision.data["decisionSource"]) == ({"kind": "approved"}, "human_response")
+    [answered] = [e for e in stored_events(continuation["runId"]) if e.type == "request.answered"]
+    assert answered.data["answeredBy"] == "otto"
     state = operator.api("GET", "/api/sessions/s1/state").json()
     assert (state["lastRunId"], state["pendingRequests"]) == (continuation["runId"], [])
 
@@ -712,7 +713,8 @@ def test_it_remembers_an_approval_and_the_next_identical_call_does_not_ask(opera
 
     assert (again["status"], again["output"]) == ("completed", "send_email: sent to a@b.co")
     decided = [e for e in stored_events(again["runId"]) if e.type == "permission.completed"]
-    assert [e.data["result"]["kind"] for e in decided] == ["approved-by-rule"]
+    assert [(e.data["result"]["kind"], e.data["decisionSource"]) for e in decided] == [("approved", "host_policy")]
+    assert [e.data["ruleId"] for e in stored_events(again["runId"]) if e.type == "request.answered"] == [str(rule.id)]
     assert len(mail.outbox) == 2
     # Only the exact arguments were remembered: another recipient still asks.
     other = run_ok(operator, {"message": f"call send_email {json.dumps({**EMAIL, 'to': 'x@y.co'})}", "sessionId": "s3"})

@@ -433,7 +433,9 @@ def test_it_approves_the_next_matching_call_by_a_rule_made_by_hand(admin):
     assert [m.to for m in mail.outbox] == [["ops@example.com"]]
     events = admin.api("GET", f"/api/runs/{approved['runId']}/events").json()["items"]
     [kind] = [e["data"]["result"] for e in events if e["type"] == "permission.completed"]
-    assert kind == {"kind": "approved-by-rule", "ruleId": rule["ruleId"]}
+    assert kind == {"kind": "approved"}
+    [answered] = [e["data"] for e in events if e["type"] == "request.answered"]
+    assert answered["ruleId"] == rule["ruleId"]
     assert asked["status"] == "awaiting_approval"
     assert asked["pendingRequests"][0]["arguments"]["to"] == "eve@example.com"
 

@@ -48,5 +48,5 @@ async def test_outside_the_claim(vector):
 
 def test_vector_set_is_complete():
     """A kit that ships fewer vectors (or loses some to a packaging change) must not pass quietly."""
-    assert len(VECTORS) == 73
+    assert len(VECTORS) == 75
     assert [v["id"] for v in OUTSIDE] == ["AH-CTK-110", "AH-CTK-111", "AH-CTK-112", "AH-CTK-113"]

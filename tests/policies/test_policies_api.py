@@ -46,6 +46,15 @@ def events_of(result: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [e.data for e in stored_events(result["runId"]) if e.type == kind]
 
 
+def assert_never_ran(result: dict[str, Any]) -> None:
+    """The run's one tool call was denied: reported started and at once completed with the denial, nothing between."""
+    types = [e.type for e in stored_events(result["runId"])]
+    start = types.index("tool.execution_start")
+    assert types[start + 1] == "tool.execution_complete" and types.count("tool.execution_start") == 1
+    [complete] = events_of(result, "tool.execution_complete")
+    assert (complete["success"], complete["error"]["code"]) == (False, "denied")
+
+
 def respond(persona: Persona, asked: dict[str, Any], **answer: Any) -> dict[str, Any]:
     body = {"requestId": asked["pendingRequests"][0]["requestId"], **answer}
     response = persona.api("POST", f"/api/runs/{asked['runId']}/responses", body)
@@ -59,9 +68,19 @@ def test_a_deny_keeps_the_mail_unsent_and_tells_the_model(admin):
 
     assert result["status"] == "completed"
     assert result["output"] == "send_email denied: Mail to evil.test is never sent."
-    assert events_of(result, "tool.execution_start") == []
+    assert_never_ran(result)
     [permission] = events_of(result, "permission.completed")
-    assert permission["result"]["kind"] == "denied-by-rules"
+    assert permission["result"] == {
+        "kind": "denied-by-permission-request-hook",
+        "message": "Mail to evil.test is never sent.",
+    }
+    assert permission["decisionSource"] == "host_policy"
+    [answered] = events_of(result, "request.answered")
+    assert answered["policy"] == {
+        "binding": None,
+        "reason": "blocked_domain",
+        "message": "Mail to evil.test is never sent.",
+    }
     [verdict] = events_of(result, "policy.verdict")
     assert verdict == {
         "point": "pre_tool_call",
@@ -108,6 +127,33 @@ def test_records_list_every_emission_in_order(admin, outsider):
     ]
     assert [r["sequence"] for r in response.json()["items"]] == list(range(10))
     assert_problem(outsider.api("GET", f"/api/runs/{result['runId']}/records"), 404, "run_not_found")
+
+
+def test_a_verdicts_reason_reaches_the_stored_records(admin, reader):
+    """SPEC section 8: the record of each emission is the standard's, its verdict's reason and message included,
+    as stored with the run (`GET /api/runs/{runId}/records`, read after the turn ended, by any member)."""
+    guarded(admin)
+    denied = run_ok(admin, {"message": mail("eve@evil.test")})
+    asked = run_ok(admin, {"message": mail("bob@partner.test"), "sessionId": "s1"})
+
+    def pre_tool_call(result: dict[str, Any]) -> dict[str, Any]:
+        items = reader.api("GET", f"/api/runs/{result['runId']}/records").json()["items"]
+        [record] = [r for r in items if r["interception_point"] == "pre_tool_call"]
+        return record
+
+    record = pre_tool_call(denied)
+    assert record["verdict"] == {
+        "decision": "deny",
+        "reason": "blocked_domain",
+        "message": "Mail to evil.test is never sent.",
+    }
+    assert [(v["name"], v["decision"], v["reason"]) for v in record["verdicts"]] == [
+        ("mail-guard", "deny", "blocked_domain")
+    ]
+    # An escalation waiting in the inbox: the record's own verdict is the resolver's, the policy's reason is kept.
+    record = pre_tool_call(asked)
+    [(name, decision, reason)] = [(v["name"], v["decision"], v["reason"]) for v in record["verdicts"]]
+    assert (name, decision, reason) == ("mail-guard", "deny", "external_recipient")  # a liftable deny
 
 
 def test_points_outside_the_declared_surface_are_not_emitted(admin):
@@ -159,8 +205,9 @@ def test_an_escalation_waits_in_the_inbox_and_an_approval_lifts_it(admin, operat
     assert continued.status == RunStatus.COMPLETED
     assert continued.output == "send_email: sent to bob@partner.test"
     [permission] = [e.data for e in stored_events(str(continued.id)) if e.type == "permission.completed"]
-    assert permission["result"]["kind"] == "approved"
-    assert permission["result"]["policy"]["binding"] == "mail-guard"
+    assert permission["result"] == {"kind": "approved"}
+    [answered] = [e.data for e in stored_events(str(continued.id)) if e.type == "request.answered"]
+    assert answered["policy"]["binding"] == "mail-guard" and answered["answeredBy"] == "otto"
     starts = [e.data for e in stored_events(str(continued.id)) if e.type == "tool.execution_start"]
     assert [s["arguments"]["to"] for s in starts] == ["bob@partner.test"]
     audit = json.loads(b"".join(operator.client.get("/audit/?format=json").streaming_content))
@@ -178,9 +225,9 @@ def test_an_escalation_denied_in_the_inbox_never_runs(admin, operator):
 
     assert continued.status == RunStatus.COMPLETED
     assert continued.output == "send_email denied: The operator denied it."
-    assert not Event.objects.filter(run=continued, type="tool.execution_start").exists()
+    assert_never_ran({"runId": str(continued.id)})
     [permission] = [e.data for e in stored_events(str(continued.id)) if e.type == "permission.completed"]
-    assert permission["result"]["kind"] == "denied-interactively-by-user"
+    assert permission["result"] == {"kind": "denied-interactively-by-user", "feedback": "Not to partners"}
 
 
 def test_a_policy_escalation_cannot_be_remembered(admin, operator):
@@ -401,7 +448,7 @@ def test_a_webhook_policy_allows_denies_and_fails_closed_on_timeout(admin, acme,
 
     denied = run_ok(admin, {"message": mail("ada@example.com")})
     assert denied["output"] == "send_email denied: The webhook says no mail."
-    assert events_of(denied, "tool.execution_start") == []
+    assert_never_ran(denied)
 
     # A client tool asks `pre_tool_call` before its request opens: denied, no request, the model is told.
     client = run_ok(admin, {"message": call_line("get_user_location", {"precision": "city"}), "sessionId": "s1"})

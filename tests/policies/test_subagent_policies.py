@@ -122,7 +122,7 @@ def records(persona: Persona, run_id: str) -> list[dict[str, Any]]:
 
 def sub_agent_id(run_id: str) -> str:
     [started] = events_of({"runId": run_id}, "subagent.started")
-    return started["agentId"]
+    return started["toolCallId"]  # the sub-agent's events carry the id of the call that runs it
 
 
 def verdicts(run_id: Any) -> list[tuple[str | None, dict[str, Any]]]:
@@ -144,7 +144,8 @@ def test_the_sub_agents_pre_tool_call_denies_its_own_tool(admin):
     assert who == agent_id
     assert (verdict["point"], verdict["decision"], verdict["binding"]) == ("pre_tool_call", "deny", "mail-guard")
     [permission] = [e for e in stored_events(result["runId"]) if e.type == "permission.completed"]
-    assert permission.agent_id == agent_id and permission.data["result"]["kind"] == "denied-by-rules"
+    assert permission.agent_id == agent_id
+    assert permission.data["result"]["kind"] == "denied-by-permission-request-hook"
     # The parent has no hooks: every record of the run is the sub-agent's turn, named by its agentId.
     points = [r["interception_point"] for r in records(admin, result["runId"])]
     assert points[0] == "agent_startup" and points[-1] == "agent_shutdown" and "pre_tool_call" in points
@@ -206,7 +207,8 @@ def test_an_escalation_inside_the_sub_agent_is_answered_in_the_inbox_and_resumes
     assert [m.to for m in outbox.outbox] == [["bob@partner.test"]]
     [permission] = [e for e in stored_events(str(continued.id)) if e.type == "permission.completed"]
     assert permission.agent_id == agent_id and permission.data["result"]["kind"] == "approved"
-    assert permission.data["result"]["policy"]["binding"] == "mail-guard"
+    [answered] = [e for e in stored_events(str(continued.id)) if e.type == "request.answered"]
+    assert answered.agent_id == agent_id and answered.data["policy"]["binding"] == "mail-guard"
     # The resumed turn asked its policy again and got the operator's answer: no new request, no new verdict.
     assert not PendingRequest.objects.filter(run=continued).exists()
     assert verdicts(continued.id) == []
@@ -254,9 +256,16 @@ def test_the_parents_pre_tool_call_denies_the_delegation_before_it_runs(admin):
 
     assert result["output"] == "researcher denied: Payroll is never delegated."
     types = [e.type for e in stored_events(result["runId"])]
-    assert "subagent.started" not in types and "tool.execution_start" not in types
+    assert "subagent.started" not in types
+    [complete] = events_of(result, "tool.execution_complete")  # the delegation never ran
+    assert (complete["success"], complete["error"]["code"]) == (False, "denied")
     [permission] = events_of(result, "permission.completed")
-    assert (permission["toolName"], permission["result"]["kind"]) == ("researcher", "denied-by-rules")
+    assert permission["result"] == {
+        "kind": "denied-by-permission-request-hook",
+        "message": "Payroll is never delegated.",
+    }
+    [asked] = events_of(result, "permission.requested")
+    assert asked["permissionRequest"]["toolName"] == "researcher"
     [(who, verdict)] = verdicts(result["runId"])
     assert who is None and (verdict["toolName"], verdict["reason"]) == ("researcher", "no_payroll")
 

@@ -1,8 +1,8 @@
 """The typed client (`agents.client.SessionStream`) reads a whole session over the session stream of a real
-console process: a tool approval answered from the inbox, a client tool answered through the API, and the
-continuations they start, on one SSE connection that a proxy cuts once in the middle. No event is missed or
-repeated, every payload validates against the published schema, each run's events chain by `parentId`, and
-`session.idle` follows each turn's end."""
+console process, as the Copilot SDK's own events: a tool approval answered from the inbox, a client tool
+answered through the API, and the continuations they start, on one SSE connection that a proxy cuts once in the
+middle. No event is missed or repeated, every event is of an SDK type or a listed extension, the stored ones are
+the session's history, chained by `parentId` across runs, and `session.idle` follows each turn's end."""
 
 import contextlib
 import itertools
@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from copilot.session_events import SessionEvent, SessionEventType
 from jsonschema import Draft202012Validator
 
-from agents.client import SessionEvent, SessionStream
-from agents.payloads import TURN_ENDS
+from agents.client import SessionStream
+from agents.payloads import EXTENSION_TYPES, TURN_ENDS, is_stored
 from tests.processes.cluster import Api, Cluster, login, new_cluster, wait_for
 
 pytestmark = pytest.mark.processes
@@ -126,19 +127,19 @@ def test_the_typed_client_reads_a_whole_session_across_a_dropped_connection(clus
     reader = threading.Thread(target=lambda: seen.extend(stream.events()), daemon=True)
     reader.start()
     try:
-        wait_for(lambda: any(e.type == "run.awaiting" for e in seen), "the first turn on the stream")
+        wait_for(lambda: any(kind(e) == "run.awaiting" for e in seen), "the first turn on the stream")
         answer_in_inbox(console.url, approval["requestId"])
-        wait_for(lambda: any(e.type == "run.completed" for e in seen), "the continuation on the stream")
+        wait_for(lambda: any(kind(e) == "run.completed" for e in seen), "the continuation on the stream")
 
         proxy.cut()  # the connection drops between turns: the client resumes after the last event it saw
         client_tool = api.ok(
             "POST", "/api/agents/helper/runs", {"message": "call get_user_location", "sessionId": "s1"}
         )
         [location] = client_tool["pendingRequests"]
-        wait_for(lambda: sum(e.type == "external_tool.requested" for e in seen) == 1, "the client tool's request")
+        wait_for(lambda: sum(kind(e) == "external_tool.requested" for e in seen) == 1, "the client tool's request")
         body = {"requestId": location["requestId"], "result": {"city": "Paris"}}
         api.ok("POST", f"/api/runs/{client_tool['runId']}/responses", body)
-        wait_for(lambda: sum(e.type == "run.completed" for e in seen) == 2, "the client tool's continuation")
+        wait_for(lambda: sum(kind(e) == "run.completed" for e in seen) == 2, "the client tool's continuation")
 
         question = json.dumps({"task": f"call ask_user {json.dumps({'question': 'Which city?'})}"})
         delegated = api.ok(
@@ -146,10 +147,11 @@ def test_the_typed_client_reads_a_whole_session_across_a_dropped_connection(clus
         )
         [asked_city] = delegated["pendingRequests"]
         assert asked_city["kind"] == "question", delegated
-        wait_for(lambda: sum(e.type == "user_input.requested" for e in seen) == 1, "the sub-agent's question")
+        wait_for(lambda: sum(kind(e) == "user_input.requested" for e in seen) == 1, "the sub-agent's question")
         body = {"requestId": asked_city["requestId"], "text": "Paris"}
         api.ok("POST", f"/api/runs/{delegated['runId']}/responses", body)
-        wait_for(lambda: sum(e.type == "run.completed" for e in seen) == 3, "the sub-agent's continuation")
+        wait_for(lambda: sum(kind(e) == "run.completed" for e in seen) == 3, "the sub-agent's continuation")
+        history = api.ok("GET", "/api/sessions/s1/events")["items"]
         assert api("DELETE", "/api/sessions/s1")[0] == 204
         reader.join(30)
         assert not reader.is_alive(), "the stream did not end once the session was deleted"
@@ -157,41 +159,51 @@ def test_the_typed_client_reads_a_whole_session_across_a_dropped_connection(clus
         proxy.close()
     assert stream.reconnects >= 1
 
-    stored = [e for e in seen if not e.envelope.ephemeral]
-    runs: dict[str, list[SessionEvent]] = {}
-    for event in stored:
-        runs.setdefault(event.envelope.runId, []).append(event)
-    assert len(runs) == 6  # the approval, the client tool, the sub-agent's question, and their continuations
-    for run_id, events in runs.items():
-        history = api.ok("GET", f"/api/runs/{run_id}/events")["items"]
-        assert [e.envelope.id for e in events] == [h["id"] for h in history]  # no gap, no duplicate, in order
-        assert [e.envelope.parentId for e in events] == [None] + [e.envelope.id for e in events[:-1]]
+    types = [kind(e) for e in seen]
+    assert all(e.type != SessionEventType.UNKNOWN or kind(e) in EXTENSION_TYPES for e in seen), set(types)
+    stored = [e for e in seen if is_stored({"type": kind(e)})]
+    assert len({h["runId"] for h in history}) == 6  # the approval, the client tool, the question, their continuations
+    assert [str(e.id) for e in stored] == [h["id"] for h in history]  # no gap, no duplicate, in order
+    ids = [e.id for e in stored]
+    assert [e.parent_id for e in stored] == [None, *ids[:-1]]  # one chain across the session's runs
     envelope_schema = Draft202012Validator(schema["envelope"])
-    for event in seen:
-        dumped = event.envelope.model_dump(mode="json", exclude_none=True)
-        envelope_schema.validate({**dumped, "parentId": event.envelope.parentId})
-        Draft202012Validator(schema["payloads"][event.type]).validate(event.envelope.data)
-    # agentId exactly on the sub-agent's events: those between its subagent.started and subagent.completed.
-    started = [e for e in seen if e.type == "subagent.started"]
-    assert len(started) == 1 and sum(e.type == "subagent.completed" for e in seen) == 1
-    agent_id = started[0].payload.agentId  # type: ignore[attr-defined]
+    for envelope in history:
+        envelope_schema.validate(envelope)
+        Draft202012Validator(schema["payloads"][envelope["type"]]).validate(envelope["data"])
+    # agentId exactly on the sub-agent's events: those between its subagent.started and subagent.completed, and
+    # it is the id of the call that started it.
+    started = [e for e in seen if e.type == SessionEventType.SUBAGENT_STARTED]
+    assert len(started) == 1 and types.count("subagent.completed") == 1
+    agent_id = started[0].data.tool_call_id  # type: ignore[union-attr]
     inside, tagged = False, []
     for event in seen:
-        if event.type == "subagent.completed":
+        if event.type == SessionEventType.SUBAGENT_COMPLETED:
             inside = False
-        if event.envelope.agentId is not None:
-            assert inside and event.envelope.agentId == agent_id, event.envelope
-            tagged.append(event.type)
+        if event.agent_id is not None:
+            assert inside and event.agent_id == agent_id, event
+            tagged.append(kind(event))
         elif inside:
-            # The parent's own events while its sub-agent waits: the turn's end, and the next one's start.
-            assert event.type in {"run.awaiting", "session.idle", "run.started"}, event.type
-        if event.type == "subagent.started":
+            # The parent's own events while its sub-agent waits: the turn's end, the next one's start, the call's
+            # resumption.
+            assert kind(event) in {
+                "assistant.turn_end",
+                "run.awaiting",
+                "session.idle",
+                "run.started",
+                "assistant.turn_start",
+            }, kind(event)
+        if event.type == SessionEventType.SUBAGENT_STARTED:
             inside = True
     assert {"user.message", "user_input.requested", "user_input.completed", "assistant.message"} <= set(tagged)
     for before, after in itertools.pairwise(seen):
-        if not before.envelope.ephemeral and before.type in TURN_ENDS:
-            assert after.type == "session.idle", (before.type, after.type)
-    assert sum(e.type == "session.idle" for e in seen) == 6
-    deltas = [e for e in seen if e.type == "assistant.message_delta"]
+        if is_stored({"type": kind(before)}) and kind(before) in TURN_ENDS:
+            assert after.type == SessionEventType.SESSION_IDLE, (kind(before), kind(after))
+    assert types.count("session.idle") == 6
+    deltas = [e for e in seen if e.type == SessionEventType.ASSISTANT_MESSAGE_DELTA]
     assert deltas, "the deltas stream live on the session stream"
-    assert all(e.payload.messageId for e in deltas)  # type: ignore[attr-defined]
+    assert all(e.data.message_id for e in deltas)  # type: ignore[union-attr]
+
+
+def kind(event: SessionEvent) -> str:
+    """The event's type as sent (an extension's too: the SDK keeps it in `raw_type`)."""
+    return str(event.to_dict()["type"])
