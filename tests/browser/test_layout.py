@@ -68,7 +68,7 @@ def test_long_unbroken_words_do_not_widen_the_pages(logged_in: Page) -> None:
         f"/api/agents/{name}/runs",
         {
             # `to` is one address (send_email validates it); the long word rides in the subject and the body.
-            "message": f"call send_email {json.dumps({'to': 'ada@example.com', 'subject': word, 'body': word})}\n{word}",
+            "message": f"call send_email {json.dumps({'to': 'ada@x.co', 'subject': word, 'body': word})}\n{word}",
             "sessionId": uuid4().hex,
         },
     )
