@@ -128,6 +128,7 @@ class PolicyBlocked(Exception):
         self.reason, self.message = capped(said.reason, REASON_LIMIT), capped(said.message, MESSAGE_LIMIT)
         super().__init__(self.message or self.reason or "denied by policy")
         self.point, self.record, self.escalation = point, record, escalation
+        self.binding = _binding_of(record)
 
     def wire(self) -> dict[str, Any]:
         """The run's `error` when this ends it (status `blocked`)."""

@@ -438,7 +438,7 @@ async def _pre_tool_call(
             raise ApprovalRequired(metadata={**asked, "permissionRequest": described}) from None
         if not policies.decided(context):  # an operator's "no" is recorded with their answer
             denial = DeniedByHook(kind="denied-by-permission-request-hook", message=blocked.message or blocked.reason)
-            policy = PolicyAsk(reason=blocked.reason, message=blocked.message)
+            policy = PolicyAsk(binding=blocked.binding, reason=blocked.reason, message=blocked.message)
             await permissions.decided(deps.emit, described, call_id, args, denial, policy=policy)
         return ToolDenied(blocked.message or blocked.reason or "Denied by policy.")
     return checked

@@ -283,7 +283,7 @@ class ClientToolGate(WrapperToolset[Any]):
                 emit = ctx.deps.emit
                 denial = DeniedByHook(kind="denied-by-permission-request-hook", message=message)
                 described = permissions.describe(name, tool.tool_def, None)
-                policy = PolicyAsk(reason=blocked.reason, message=blocked.message)
+                policy = PolicyAsk(binding=blocked.binding, reason=blocked.reason, message=blocked.message)
                 await permissions.decided(emit, described, call_id, tool_args, denial, policy=policy)
                 await permissions.not_run(emit, call_id, name, tool_args, message, "denied")
                 return ToolDenied(message)

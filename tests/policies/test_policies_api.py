@@ -77,7 +77,7 @@ def test_a_deny_keeps_the_mail_unsent_and_tells_the_model(admin):
     assert permission["decisionSource"] == "host_policy"
     [answered] = events_of(result, "request.answered")
     assert answered["policy"] == {
-        "binding": None,
+        "binding": "mail-guard",
         "reason": "blocked_domain",
         "message": "Mail to evil.test is never sent.",
     }
