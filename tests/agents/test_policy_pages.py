@@ -377,7 +377,7 @@ def test_the_run_page_shows_a_deny_in_place(admin, reader):
     assert 'class="event ev-policy verdict-deny"' in html
     assert "Reason blocked_domain" in event(html, "policy.verdict")
     assert "Denied by a policy: Mail to evil.test is never sent." in event(html, "permission.completed")
-    assert "The decision of a policy (blocked_domain)." in event(html, "request.answered")
+    assert "The decision of policy mail-guard (blocked_domain)." in event(html, "request.answered")
 
 
 def test_the_run_page_shows_the_arguments_a_transformed_call_ran_with(admin):
