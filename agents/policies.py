@@ -281,10 +281,11 @@ def _data_list(value: Any) -> bool:
 
 @lru_cache(maxsize=256)
 def _checked(manifest_text: str, modules_text: str, data_text: str) -> AcsSources:
-    document = safe_manifest(manifest_text)
-    modules, data = json.loads(modules_text), json.loads(data_text)
     if len(modules_text) + len(data_text) > SOURCES_MAX:
         raise ValueError(f"config.modules and config.data are over {SOURCES_MAX // 1024} KB together")
+    document = safe_manifest(manifest_text)
+    # Back from the texts the cache is keyed by (the config's dicts cannot be a key).
+    modules, data = json.loads(modules_text), json.loads(data_text)
     bundles = {policy: {"modules": modules.get(policy, {}), "data": data.get(policy, [])} for policy in modules | data}
     manifest = json.dumps(document, sort_keys=True, default=str)
     key = hashlib.sha256(json.dumps([manifest, bundles], sort_keys=True).encode()).hexdigest()

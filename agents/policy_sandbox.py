@@ -23,14 +23,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-
-from agents.policy_worker import HELD
 
 # The worker's first frame says it is ready; its start (an interpreter and the policy engine) is not
 # charged to the first task's budget.
@@ -52,8 +49,6 @@ class PolicyInvalid(ValueError):
 @dataclass
 class _Worker:
     process: subprocess.Popen[bytes]
-    # The keys the worker holds, in the order it holds them (see agents.policy_worker.HELD).
-    held: OrderedDict[str, None] = field(default_factory=OrderedDict)
     buffer: bytearray = field(default_factory=bytearray)
     ready: bool = False
 
@@ -78,7 +73,7 @@ class _Worker:
         return self.process.stdout.fileno()
 
     def send(self, message: dict[str, Any]) -> None:
-        body = json.dumps(message, separators=(",", ":")).encode()
+        body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
         assert self.process.stdin is not None
         try:
             self.process.stdin.write(len(body).to_bytes(4, "big") + body)
@@ -133,12 +128,6 @@ class _Worker:
             finally:
                 loop.remove_reader(self.fd)
         return frame
-
-    def hold(self, key: str) -> None:
-        self.held[key] = None
-        self.held.move_to_end(key)
-        while len(self.held) > HELD:
-            self.held.popitem(last=False)
 
     def kill(self) -> None:
         self.process.kill()
@@ -197,14 +186,13 @@ class Sandbox:
                 worker.ready = True
             worker.send({"op": "check", "key": key, "manifest": manifest, "bundles": bundles})
             answer = worker.wait(self.compile_budget)
-            worker.hold(key)
             return list(answer.get("problems", []))
 
     async def evaluate(
         self, key: str, manifest: str, bundles: dict[str, Any], point: str, context: dict[str, Any]
     ) -> dict[str, Any]:
-        """The verdict (wire) of the policy `key` at `point`; BudgetExceeded past the budget (compiling
-        included when this worker has not compiled it yet), WorkerFailed when the worker died, PolicyInvalid
+        """The verdict (wire) of the policy `key` at `point`; BudgetExceeded past the budget (plus the compile
+        budget when this worker has not compiled it yet), WorkerFailed when the worker died, PolicyInvalid
         with the compiler's words when it does not compile."""
         while not self._slots.acquire(blocking=False):
             await asyncio.sleep(0.002)  # every worker busy: each task ends within its budget
@@ -212,15 +200,11 @@ class Sandbox:
             if not worker.ready:
                 await worker.wait_async(START_SECONDS)
                 worker.ready = True
-            request: dict[str, Any] = {"op": "evaluate", "key": key, "point": point}
-            request["context"] = json.dumps(context, separators=(",", ":"), allow_nan=False)
-            known = key in worker.held
-            worker.hold(key)
-            if not known:
-                request |= {"manifest": manifest, "bundles": bundles}
+            # The policy itself travels only when this worker says it does not hold it (not yet, or no more).
+            request = {"op": "evaluate", "key": key, "point": point, "context": context}
             worker.send(request)
-            answer = await worker.wait_async(self.eval_budget + (0.0 if known else self.compile_budget))
-            if answer.get("missing"):  # evicted after all: send the policy along
+            answer = await worker.wait_async(self.eval_budget)
+            if answer.get("missing"):
                 worker.send(request | {"manifest": manifest, "bundles": bundles})
                 answer = await worker.wait_async(self.eval_budget + self.compile_budget)
             if "problems" in answer:

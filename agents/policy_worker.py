@@ -10,9 +10,9 @@ Before it reads a request the worker gives up what a policy could reach: it runs
 already refuse every key that names a file or URL; this is the second wall, not the first.
 
 Requests: `{"op": "check", "manifest", "bundles"}` compiles a policy and keeps it (answer `{"problems":
-[...]}`, empty when it compiled); `{"op": "evaluate", "key", "point", "context"}` with `manifest` and
-`bundles` when the sandbox does not know this worker holds `key` (answer `{"verdict": <wire>}`, or
-`{"missing": true}` when the worker no longer holds it, or `{"problems": [...]}` when it would not compile).
+[...]}`, empty when it compiled); `{"op": "evaluate", "key", "point", "context"}` (answer `{"verdict": <wire>}`,
+or `{"missing": true}` when the worker does not hold `key`: the sandbox sends it again with `manifest` and
+`bundles`, and the answer is `{"problems": [...]}` when it does not compile).
 Nothing in this module may import Django: the worker starts in a fraction of a second.
 """
 
@@ -26,8 +26,8 @@ from typing import Any, BinaryIO
 
 from agent_control_spec import ActivatedPolicy, validate_artifacts
 
-# Activated policies this worker holds, least recently used first; the sandbox mirrors this order (it sends
-# the same keys in the same order), so it knows when a key was evicted without asking.
+# Activated policies this worker holds, least recently used first (the sandbox sends a policy along only
+# when the worker answers `missing`).
 HELD = 64
 MEMORY_BYTES = 2 * 1024**3
 
@@ -88,7 +88,7 @@ class Worker:
             except ValueError as error:
                 return {"problems": _problems(error)}
         self.hold(key, policy)
-        verdict = policy.evaluate(request["point"], json.loads(request["context"]))
+        verdict = policy.evaluate(request["point"], request["context"])
         return {"verdict": verdict.to_wire()}
 
 
