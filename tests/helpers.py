@@ -153,3 +153,13 @@ async def assert_nothing_pushed(tenant_id: int, *sockets: WebsocketCommunicator)
     for ws in sockets:
         pushed = await ws.receive_json_from(timeout=5)
         assert pushed.get("ids") == [marker], f"pushed before the marker: {pushed}"
+
+
+def send_json(handler: Any, payload: Any) -> None:
+    """Answer a `BaseHTTPRequestHandler`'s request 200 with `payload` as JSON (the loopback servers of tests)."""
+    body = json.dumps(payload).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

@@ -26,6 +26,7 @@ from tests.helpers import (
     make_agent,
     run_ok,
     run_queued,
+    send_json,
     snapshot,
     stored_events,
 )
@@ -406,12 +407,7 @@ class Policyd(BaseHTTPRequestHandler):
             verdict = {"decision": "deny", "reason": "no_mail", "message": "The webhook says no mail."}
         if context["interception_point"] == "pre_tool_call" and name == "get_time":
             time.sleep(2.0)
-        payload = json.dumps(verdict).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        send_json(self, verdict)
 
     def log_message(self, *args: Any) -> None:
         pass

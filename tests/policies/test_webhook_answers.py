@@ -14,7 +14,7 @@ import pytest
 from agents.models import Run
 from agents.policies import MESSAGE_LIMIT, REASON_LIMIT, VERDICT_LIMIT
 from tests.conftest import grant
-from tests.helpers import call_line, make_agent, run_ok, stored_events
+from tests.helpers import call_line, make_agent, run_ok, send_json, stored_events
 
 TOOLS = [{"name": "send_email", "approval": "never"}, {"name": "get_time", "approval": "never"}]
 HOOKS = {
@@ -40,12 +40,7 @@ class Receiver(BaseHTTPRequestHandler):
             self.verdict({"decision": "allow"})
 
     def verdict(self, verdict: dict[str, Any]) -> None:
-        payload = json.dumps(verdict).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        send_json(self, verdict)
 
     def oversized(self, size: int, *, chunked: bool) -> None:
         """A deny whose reason makes the body `size` bytes, sent in 64 KB pieces, with its length or chunked."""
