@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agents import checkpoints
-from agents.engine import Answers, TurnBlocked, TurnError, TurnOutcome, run_turn
+from agents.engine import Answers, TurnBlocked, TurnContext, TurnError, TurnOutcome, run_turn
 from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE
 from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
@@ -265,17 +265,20 @@ async def execute(started: StartedRun) -> ExecutionResult:
         message = ""
     try:
         async with holding(started.run, started.log):
-            outcome = await run_turn(
-                prepared.version.definition,
-                connections=prepared.connections,
+            turn = TurnContext(
                 instructions=prepared.instructions,
                 conversation=started.conversation,
                 message=message,
+                emit=started.log.emit,
                 documents=prepared.documents,
                 answers=started.answers or None,
                 rules=started.rules,
-                emit=started.log.emit,
                 stream=started.log.listener is not None,
+            )
+            outcome = await run_turn(
+                prepared.version.definition,
+                turn,
+                connections=prepared.connections,
                 version=prepared.version.number,
                 scope=_policy_scope(started),
                 subagents=prepared.subagents,

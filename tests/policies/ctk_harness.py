@@ -27,7 +27,7 @@ from pydantic_ai import (
 from pydantic_ai import ToolCallPart as PaiToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.engine import GatedToolset, TurnBlocked, TurnDeps, TurnError, drive
+from agents.engine import GatedToolset, TurnBlocked, TurnContext, TurnDeps, TurnError, drive
 from agents.engine.seams import engine_capabilities
 from agents.payloads import Payload
 from agents.policies import FRAMEWORK, POINTS, InboxResolver, TurnPolicies
@@ -169,11 +169,9 @@ class AirlockHarness:
         try:
             turn = await drive(
                 _agent(scenario, invocations),
-                instructions="",
-                conversation=None,
-                message=scenario.input["content"],
-                emit=emit,
-                stream=False,
+                TurnContext(
+                    instructions="", conversation=None, message=scenario.input["content"], emit=emit, stream=False
+                ),
                 policies=policies,
                 tools_registered=sorted(scenario.tools),
             )
