@@ -1,7 +1,7 @@
 """Where Airlock's checks sit in a pydantic-ai turn: the model-call limit (SPEC section 9), and the policy
 points (SPEC section 8) with how their targets map to and from pydantic-ai's messages. `PolicyCapability`
-holds the model points; the tool points are in the engine's tool gate (`agents.engine.GatedToolset`) and
-`ClientToolGate`; startup, input and shutdown in `drive`.
+holds the model points; the tool points are in the engine's tool gate (`agents.engine.gate`) and
+`ClientToolGate`; startup, input and shutdown in `agents.engine.turn.drive`.
 """
 
 import dataclasses

@@ -7,7 +7,7 @@ When the sub-agent asks something (an approval, a question, a client tool), its 
 and so does the parent's call: the requests it opens are the sub-agent's, each carrying in its engine state the
 way back (`{"subagent": {parentCallId, name, agentId, conversation, ...}, "inner": the sub-agent's own state}`).
 Their answers, routed by `Answers.for_subagent`, re-run the parent's call, which resumes the sub-agent's turn
-where it waited (`subagent_resume` in the call's metadata). The tool itself is `agents.engine._delegate`."""
+where it waited (`subagent_resume` in the call's metadata). The tool itself is in `agents.engine.delegation`."""
 
 import time
 from collections.abc import Awaitable, Mapping, Sequence
