@@ -30,6 +30,7 @@ from agents.lanes import LANE_PATTERN
 from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Session
 from agents.policies import INTERCEPTION_POINTS, Point
 from agents.prepare import RunRejected, refuse_unless_approver_of
+from agents.queries import runs_matching
 from agents.replay import prepare_replay, start_replay
 from approvals.models import TERMINAL, PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened
@@ -84,22 +85,18 @@ class RunFilters(ListFilters):
     def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         self.is_valid()
         wanted = self.cleaned_data
-        if wanted.get("agent"):
-            runs = runs.filter(agent__name=wanted["agent"])
-        if wanted.get("status"):
-            runs = runs.filter(status=wanted["status"])
-            if wanted["status"] in AWAITING:
-                runs = runs.filter(Exists(_waiting()))  # still waiting, not answered since
-        if wanted.get("session"):
-            runs = runs.filter(session__key=wanted["session"].strip())
-        if wanted.get("lane"):
-            runs = runs.filter(lane=wanted["lane"])
-        if wanted.get("verdicts"):
-            runs = runs.filter(Exists(_verdicts()))
-        if wanted.get("date_from"):
-            runs = runs.filter(created_at__date__gte=wanted["date_from"])
-        if wanted.get("date_to"):
-            runs = runs.filter(created_at__date__lte=wanted["date_to"])
+        runs = runs_matching(
+            runs,
+            agent=wanted.get("agent"),
+            status=wanted.get("status"),
+            session=wanted.get("session"),
+            lane=wanted.get("lane"),
+            verdicts=True if wanted.get("verdicts") else None,
+            created_from=wanted.get("date_from"),
+            created_to=wanted.get("date_to"),
+        )
+        if wanted.get("status") in AWAITING:
+            runs = runs.filter(Exists(_waiting()))  # still waiting, not answered since
         return runs
 
 

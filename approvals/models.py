@@ -111,6 +111,32 @@ class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
             return self
         return self.filter(models.Q(approvers="") | models.Q(approvers__in=groups_of(membership)))
 
+    def matching(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        kind: str | None = None,
+        tool: str | None = None,
+    ) -> "PendingRequestQuerySet":
+        """The requests the filters pick (the inbox's and `GET /api/requests`'); an empty filter picks any.
+        `status`: `pending` is the requests still waiting (`open()`), `answered` those with an answer stored,
+        any other a status."""
+        requests: PendingRequestQuerySet = self
+        if status == "pending":
+            requests = requests.open()
+        elif status == "answered":
+            requests = requests.exclude(answer__isnull=True)
+        elif status:
+            requests = requests.filter(status=status)
+        if agent:
+            requests = requests.filter(agent__name=agent)
+        if kind:
+            requests = requests.filter(kind=kind)
+        if tool:
+            requests = requests.filter(tool_name=tool)
+        return requests
+
 
 class PendingRequest(models.Model):
     """Something a run asks of the outside world; answered once, or closed with a terminal kind."""
