@@ -36,19 +36,6 @@ def capped(text: str | None, limit: int) -> str | None:
     return text[: limit - 1] + "…"
 
 
-def _capped_record(wire: dict[str, Any]) -> dict[str, Any]:
-    """An interception record's wire shape with its verdicts' reasons and messages capped."""
-    verdict = wire["verdict"]
-    for said in (verdict, *verdict.get("warnings", ())):
-        for key, limit in (("reason", REASON_LIMIT), ("message", MESSAGE_LIMIT)):
-            if key in said:
-                said[key] = capped(said[key], limit)
-    for summary in wire.get("verdicts", ()):
-        if "reason" in summary:
-            summary["reason"] = capped(summary["reason"], REASON_LIMIT)
-    return wire
-
-
 @dataclass
 class Escalation:
     """A liftable deny the inbox resolver could not answer yet: it becomes an approval request."""
