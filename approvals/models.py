@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
+from agents.queries import picked
 from console.models import Membership, Tenant
 
 
@@ -129,13 +130,7 @@ class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
             requests = requests.exclude(answer__isnull=True)
         elif status:
             requests = requests.filter(status=status)
-        if agent:
-            requests = requests.filter(agent__name=agent)
-        if kind:
-            requests = requests.filter(kind=kind)
-        if tool:
-            requests = requests.filter(tool_name=tool)
-        return requests
+        return picked(requests, agent__name=agent, kind=kind, tool_name=tool)
 
 
 class PendingRequest(models.Model):

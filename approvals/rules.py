@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from agents.definitions import DefinitionContent, WireModel
 from agents.models import Agent
+from agents.queries import picked
 from approvals.models import Rule
 
 Operator = Literal["equals", "not_equals", "lt", "lte", "gt", "gte", "in", "not_in"]
@@ -218,11 +219,7 @@ def tenant_rules(
     )
     if not revoked:
         rules = rules.filter(revoked_at__isnull=True)
-    if agent:
-        rules = rules.filter(agent__name=agent)
-    if tool:
-        rules = rules.filter(tool_name=tool)
-    return rules
+    return picked(rules, agent__name=agent, tool_name=tool)
 
 
 def create_rule(tenant: Any, user: Any, wanted: RuleIn) -> Rule:
