@@ -28,11 +28,14 @@ from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
 from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Session
+from agents.policies import INTERCEPTION_POINTS, Point
 from agents.prepare import RunRejected, refuse_unless_approver_of
+from agents.queries import runs_matching
 from agents.replay import prepare_replay, start_replay
 from approvals.models import TERMINAL, PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
+from console.humanize import duration
 from console.models import Tenant
 from console.tenancy import ConsoleRequest, role_required
 
@@ -82,22 +85,18 @@ class RunFilters(ListFilters):
     def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
         self.is_valid()
         wanted = self.cleaned_data
-        if wanted.get("agent"):
-            runs = runs.filter(agent__name=wanted["agent"])
-        if wanted.get("status"):
-            runs = runs.filter(status=wanted["status"])
-            if wanted["status"] in AWAITING:
-                runs = runs.filter(Exists(_waiting()))  # still waiting, not answered since
-        if wanted.get("session"):
-            runs = runs.filter(session__key=wanted["session"].strip())
-        if wanted.get("lane"):
-            runs = runs.filter(lane=wanted["lane"])
-        if wanted.get("verdicts"):
-            runs = runs.filter(Exists(_verdicts()))
-        if wanted.get("date_from"):
-            runs = runs.filter(created_at__date__gte=wanted["date_from"])
-        if wanted.get("date_to"):
-            runs = runs.filter(created_at__date__lte=wanted["date_to"])
+        runs = runs_matching(
+            runs,
+            agent=wanted.get("agent"),
+            status=wanted.get("status"),
+            session=wanted.get("session"),
+            lane=wanted.get("lane"),
+            verdicts=True if wanted.get("verdicts") else None,
+            created_from=wanted.get("date_from"),
+            created_to=wanted.get("date_to"),
+        )
+        if wanted.get("status") in AWAITING:
+            runs = runs.filter(Exists(_waiting()))  # still waiting, not answered since
         return runs
 
 
@@ -150,21 +149,6 @@ class RunRow:
         if turn is None or getattr(self.run, "fork_tenant", None) != self.run.tenant_id:
             return None
         return ForkOrigin(str(getattr(self.run, "fork_key", "")), turn, getattr(self.run, "fork_run", None))
-
-
-def duration(start: datetime, end: datetime | None) -> str:
-    if end is None:
-        return ""
-    seconds = max((end - start).total_seconds(), 0.0)
-    if seconds < 1:
-        return f"{round(seconds * 1000)} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, seconds = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
 
 
 @dataclass
@@ -386,33 +370,13 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-# What a policy verdict is about, by interception point; `{tool}` is the tool call's name.
-VERDICT_TARGETS = {
-    "agent_startup": "the start of the turn",
-    "input": "the user's message",
-    "pre_model_call": "a model request",
-    "post_model_call": "a model response",
-    "pre_tool_call": "{tool}",
-    "post_tool_call": "the result of {tool}",
-    "output": "the answer",
-    "agent_shutdown": "the end of the turn",
-}
 VERDICT_VERBS = {"deny": "denied", "transform": "transformed", "escalate": "escalated", "warn": "warned about"}
 SHADOW_VERBS = {"deny": "would have denied", "transform": "would have transformed", "escalate": "would have escalated"}
-# Where a transformed target shows afterwards: the event that carries it, and its key (a request's arguments are
-# read from its `permissionRequest`, see `_request_view`).
-TRANSFORMED: dict[str, dict[str, tuple[str, str]]] = {
-    "input": {EventType.USER_MESSAGE: ("content", "The message as recorded")},
-    # A call the policy let through may still wait for an approval, or be a client's to run.
-    "pre_tool_call": {
-        EventType.TOOL_EXECUTION_START: ("arguments", "The tool ran with"),
-        # An approval asked of a person, or decided by a rule (its requested / completed pair).
-        EventType.PERMISSION_REQUESTED: ("args", "Approval was asked for"),
-        EventType.EXTERNAL_TOOL_REQUESTED: ("arguments", "The client was asked to run it with"),
-    },
-    "post_tool_call": {EventType.TOOL_EXECUTION_COMPLETE: ("result", "The model was given")},
-    "output": {EventType.ASSISTANT_MESSAGE: ("content", "The answer as stored")},
-}
+
+
+def _point(name: str) -> Point:
+    """The interception point `name`; one this version does not know (an old event's) is about nothing."""
+    return INTERCEPTION_POINTS.get(name) or Point(name, "", "recorded")
 
 
 @dataclass
@@ -441,7 +405,7 @@ class PolicyVerdict:
         verbs = VERDICT_VERBS if self.enforced else {**VERDICT_VERBS, **SHADOW_VERBS}
         point = str(data.get("point"))
         tool = data.get("toolName") or (_request_view(follower).get("toolName") if follower is not None else None)
-        target = VERDICT_TARGETS.get(point, "")
+        target = _point(point).about
         if "{tool}" in target:
             before, _, after = target.partition("{tool}")
             named = format_html("<code>{}</code>", tool) if tool else "a tool call"
@@ -454,9 +418,10 @@ class PolicyVerdict:
         content before is not stored anywhere (a redaction's before is the secret): no diff is shown."""
         point = str(self.data.get("point"))
         follower = self.follower
-        if self.decision != "transform" or follower is None or follower.type not in TRANSFORMED.get(point, {}):
+        carried_by = _point(point).carried_by
+        if self.decision != "transform" or follower is None or follower.type not in carried_by:
             return None
-        key, label = TRANSFORMED[point][follower.type]
+        key, label = carried_by[follower.type]
         data = _request_view(follower)
         if key not in data:
             return None
@@ -483,16 +448,17 @@ class PolicyVerdict:
         call_id = self.data.get("toolCallId")
         if call_id is not None and data.get("toolCallId") not in (None, call_id):
             return False  # a verdict at a tool point names its call: another call's event is not its follower
-        if decision == "escalate" and point in ("pre_tool_call", "output"):
+        at = _point(str(point))
+        if decision == "escalate" and at.liftable:
             # The request it opened: of its call (checked above), or the held answer's (`hook`) at `output`.
-            return kind == EventType.PERMISSION_REQUESTED and (point != "output" or data.get("kind") == "hook")
-        if point == "pre_tool_call" and decision == "deny":
+            return kind == EventType.PERMISSION_REQUESTED and (at.tool_call or data.get("kind") == "hook")
+        if at.deny == "denies_call" and decision == "deny":
             result = data.get("result") if kind == EventType.PERMISSION_COMPLETED else None
             if not isinstance(result, dict):
                 return False
             said = self.data.get("message") or self.data.get("reason")
             return result.get("kind") == "denied-by-permission-request-hook" and result.get("message") == said
-        return kind in TRANSFORMED.get(str(point), {})
+        return kind in at.carried_by
 
 
 def _request_view(event: Event) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
-from django.db.models import Exists, FilteredRelation, OuterRef, Q
+from django.db.models import FilteredRelation, Q
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
@@ -33,6 +33,7 @@ from agents.prepare import (
     refuse_unless_approver,
     refuse_unless_approver_of,
 )
+from agents.queries import runs_matching
 from agents.replay import ReplayRequest, prepare_replay, start_replay
 from agents.runs import StartedRun, execute, finish_run, run_result, start_run
 from agents.turns import run_here
@@ -168,16 +169,13 @@ class RunFilters(Paging):
 
 @router.get("/runs", response=dict)
 def list_runs(request: ConsoleRequest, filters: Query[RunFilters]) -> dict[str, Any]:
-    runs = Run.objects.select_related("agent", "version", "session__forked_from_session").filter(tenant=request.tenant)
-    if filters.agent:
-        runs = runs.filter(agent__name=filters.agent)
-    if filters.status:
-        runs = runs.filter(status=filters.status)
-    if filters.sessionId:
-        runs = runs.filter(session__key=filters.sessionId)
-    if filters.verdicts is not None:
-        with_verdicts = Event.objects.filter(run=OuterRef("pk"), type=EventType.POLICY_VERDICT)
-        runs = runs.filter(Exists(with_verdicts)) if filters.verdicts else runs.exclude(Exists(with_verdicts))
+    runs = runs_matching(
+        Run.objects.select_related("agent", "version", "session__forked_from_session").filter(tenant=request.tenant),
+        agent=filters.agent,
+        status=filters.status,
+        session=filters.sessionId,
+        verdicts=filters.verdicts,
+    )
     # The id breaks ties between runs created in the same microsecond, so pages never overlap.
     return page_of(runs.order_by("-created_at", "-id"), filters.limit, filters.offset, run_result)
 

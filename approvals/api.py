@@ -64,19 +64,9 @@ def _requests(request: ConsoleRequest) -> PendingRequestQuerySet:
 def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> dict[str, Any]:
     """The inbox: `status=pending` (the default) lists the requests still waiting for an answer; `for=me`
     those the caller may answer."""
-    requests = _requests(request)
-    if filters.status == "pending":
-        requests = requests.open()
-    elif filters.status == "answered":
-        requests = requests.exclude(answer__isnull=True)
-    elif filters.status:
-        requests = requests.filter(status=filters.status)
-    if filters.agent:
-        requests = requests.filter(agent__name=filters.agent)
-    if filters.kind:
-        requests = requests.filter(kind=filters.kind)
-    if filters.tool:
-        requests = requests.filter(tool_name=filters.tool)
+    requests = _requests(request).matching(
+        status=filters.status, agent=filters.agent, kind=filters.kind, tool=filters.tool
+    )
     if filters.for_ == "me":
         requests = requests.answerable_by(request.membership)
     return page_of(requests.order_by("opened_at", "id"), filters.limit, filters.offset, request_wire)

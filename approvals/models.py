@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
+from agents.queries import picked
 from console.models import Membership, Tenant
 
 
@@ -110,6 +111,26 @@ class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
         if membership.allows("admin"):
             return self
         return self.filter(models.Q(approvers="") | models.Q(approvers__in=groups_of(membership)))
+
+    def matching(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        kind: str | None = None,
+        tool: str | None = None,
+    ) -> "PendingRequestQuerySet":
+        """The requests the filters pick (the inbox's and `GET /api/requests`'); an empty filter picks any.
+        `status`: `pending` is the requests still waiting (`open()`), `answered` those with an answer stored,
+        any other a status."""
+        requests: PendingRequestQuerySet = self
+        if status == "pending":
+            requests = requests.open()
+        elif status == "answered":
+            requests = requests.exclude(answer__isnull=True)
+        elif status:
+            requests = requests.filter(status=status)
+        return picked(requests, agent__name=agent, kind=kind, tool_name=tool)
 
 
 class PendingRequest(models.Model):

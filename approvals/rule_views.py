@@ -33,6 +33,7 @@ from approvals.rules import (
     revoke,
     tenant_rules,
 )
+from console.models import Tenant
 from console.rows import Row, RowKind
 from console.tenancy import ConsoleRequest, role_required
 
@@ -76,16 +77,13 @@ class RuleFilters(forms.Form):
             names = agent_names if name == "agent" else tool_names
             picker.choices = [*choices, *((value, value) for value in names)]
 
-    def apply(self, rules: QuerySet[Rule]) -> QuerySet[Rule]:
+    def rules(self, tenant: Tenant) -> QuerySet[Rule]:
+        """The tenant's rules these filters pick."""
         self.is_valid()
         wanted = self.cleaned_data
-        if not wanted.get("revoked"):
-            rules = rules.filter(revoked_at__isnull=True)
-        if wanted.get("agent"):
-            rules = rules.filter(agent__name=wanted["agent"])
-        if wanted.get("tool"):
-            rules = rules.filter(tool_name=wanted["tool"])
-        return rules
+        return tenant_rules(
+            tenant, agent=wanted.get("agent"), tool=wanted.get("tool"), revoked=bool(wanted.get("revoked"))
+        )
 
 
 @dataclass
@@ -224,7 +222,7 @@ def _gated_tools(request: ConsoleRequest) -> list[str]:
 def _page(request: ConsoleRequest, form: RuleForm | None) -> HttpResponse:
     agents, tools = _names(request)
     filters = RuleFilters(request.GET, agents, tools)
-    rules = filters.apply(tenant_rules(request.tenant))
+    rules = filters.rules(request.tenant)
     page = Paginator(rules.order_by("-created_at", "-id"), RULES_PER_PAGE).get_page(request.GET.get("page"))
     can_admin = request.membership.allows("admin")
     if form is None and can_admin:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from agents.definitions import DefinitionContent, WireModel
 from agents.models import Agent
+from agents.queries import picked
 from approvals.models import Rule
 
 Operator = Literal["equals", "not_equals", "lt", "lte", "gt", "gte", "in", "not_in"]
@@ -207,11 +208,18 @@ def refusal(definition: DefinitionContent, wanted: RuleIn) -> RuleRefused | None
     return RuleRefused(400, "unknown_tool", "toolName", detail)
 
 
-def tenant_rules(tenant: Any) -> QuerySet[Rule]:
-    """The tenant's rules of agents not deleted (a deleted agent's rules can never apply again)."""
-    return Rule.objects.select_related("agent", "created_by", "created_from").filter(
+def tenant_rules(
+    tenant: Any, *, agent: str | None = None, tool: str | None = None, revoked: bool = True
+) -> QuerySet[Rule]:
+    """The tenant's rules of agents not deleted (a deleted agent's rules can never apply again), those of
+    `agent` and for `tool` when named; without `revoked`, only the rules still in force (the rules page's
+    filters and `GET /api/rules`')."""
+    rules = Rule.objects.select_related("agent", "created_by", "created_from").filter(
         tenant=tenant, agent__deleted_at__isnull=True
     )
+    if not revoked:
+        rules = rules.filter(revoked_at__isnull=True)
+    return picked(rules, agent__name=agent, tool_name=tool)
 
 
 def create_rule(tenant: Any, user: Any, wanted: RuleIn) -> Rule:

@@ -39,13 +39,7 @@ class RuleFilters(Paging):
 @router.get("/rules", response=dict)
 def list_rules(request: ConsoleRequest, filters: Query[RuleFilters]) -> dict[str, Any]:
     """The remembered rules, newest first; revoked ones only with `includeRevoked=true`."""
-    rules = tenant_rules(request.tenant)
-    if not filters.includeRevoked:
-        rules = rules.filter(revoked_at__isnull=True)
-    if filters.agent:
-        rules = rules.filter(agent__name=filters.agent)
-    if filters.tool:
-        rules = rules.filter(tool_name=filters.tool)
+    rules = tenant_rules(request.tenant, agent=filters.agent, tool=filters.tool, revoked=filters.includeRevoked)
     return page_of(rules.order_by("-created_at", "-id"), filters.limit, filters.offset, rule_wire)
 
 

@@ -12,7 +12,6 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from django import forms
 from django.contrib import messages
 from django.db import connection
-from django.db.models import QuerySet
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -27,7 +26,7 @@ from agents.prepare import RunRejected, refuse_unless_approver_of
 from approvals.answers import ClaimRefused, Outcome, Response, ResponseRefused, claim, release, respond
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
-from approvals.models import PendingRequest, RequestKind, RequestStatus, mark_answerable
+from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind, RequestStatus, mark_answerable
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
 from console.tenancy import ConsoleRequest, role_required
@@ -54,23 +53,17 @@ class InboxFilters(AgentFilters):
         widget=forms.TextInput(attrs={"placeholder": "exact tool name", "autocomplete": "off", "list": "inbox-tools"}),
     )
 
-    def apply(self, requests: QuerySet[PendingRequest]) -> QuerySet[PendingRequest]:
+    def apply(self, requests: PendingRequestQuerySet) -> PendingRequestQuerySet:
         self.is_valid()
         wanted = self.cleaned_data
-        if wanted.get("agent"):
-            requests = requests.filter(agent__name=wanted["agent"])
-        if wanted.get("kind"):
-            requests = requests.filter(kind=wanted["kind"])
-        if wanted.get("tool"):
-            requests = requests.filter(tool_name=wanted["tool"].strip())
-        return requests
+        return requests.matching(agent=wanted.get("agent"), kind=wanted.get("kind"), tool=wanted.get("tool"))
 
     @property
     def active(self) -> bool:
         return self.is_valid() and any(self.cleaned_data.values())
 
 
-def _open_requests(tenant: Tenant) -> QuerySet[PendingRequest]:
+def _open_requests(tenant: Tenant) -> PendingRequestQuerySet:
     return (
         PendingRequest.objects.open()
         .select_related("agent", "session", "run__version", "claimed_by")

@@ -18,8 +18,8 @@ from django.db.models.functions import RowNumber, TruncDate
 from django.utils import timezone
 
 from agents.models import Run, RunStatus
-from agents.run_views import duration
 from approvals.models import PendingRequest, mark_answerable
+from console.humanize import duration
 from console.models import Membership, Tenant
 
 AGENTS_SHOWN = 8

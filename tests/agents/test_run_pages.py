@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Checkpoint, Run
-from agents.run_views import duration
 from approvals.answers import claim
 from approvals.models import ApproverGroup, PendingRequest
+from console.humanize import duration
 from tests.agents.test_session_timeline import turns_of
 from tests.conftest import Persona
 from tests.helpers import ask_to_send, run_ok, run_queued, snapshot

@@ -1,5 +1,5 @@
 """A tenant's policy cannot read the host, hold the console's CPU or save without bound (SPEC sections 2 and 8;
-agents/policies.py's manifest checks, agents/policy_sandbox.py's workers and budgets)."""
+agents/policies/acs.py's manifest checks, agents/policy_sandbox.py's workers and budgets)."""
 
 import asyncio
 import json

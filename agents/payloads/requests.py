@@ -1,0 +1,134 @@
+"""What a person is asked (section 4's kinds: input, plan, continuation, an MCP server's elicitation), and
+Airlock's own events of any request's end: `request.answered`, `request.terminated`."""
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from agents.payloads.base import EventType, Kept, Payload, Shape, optional
+
+
+class UserInputRequested(Kept):
+    type = EventType.USER_INPUT_REQUESTED
+    requestId: str
+    question: str
+    choices: list[str] | None = optional()
+    allowFreeform: bool
+    toolCallId: str | None = optional()
+
+
+class UserInputCompleted(Kept):
+    type = EventType.USER_INPUT_COMPLETED
+    requestId: str
+    answer: str | None = optional()
+    wasFreeform: bool | None = optional()
+
+
+# The SDK's actions on leaving plan mode; Airlock's plan, once approved, goes on in the agent's turn, its tools
+# still asking as their approval modes say: `interactive`. A revision is `approved: false` with `feedback`.
+PlanAction = Literal["exit_only", "interactive", "autopilot", "autopilot_fleet"]
+PLAN_ACTIONS: list[PlanAction] = ["interactive"]
+
+
+class ExitPlanModeRequested(Kept):
+    type = EventType.EXIT_PLAN_MODE_REQUESTED
+    requestId: str
+    summary: str
+    planContent: str
+    actions: list[PlanAction]
+    recommendedAction: PlanAction
+
+
+class ExitPlanModeCompleted(Kept):
+    type = EventType.EXIT_PLAN_MODE_COMPLETED
+    requestId: str
+    approved: bool | None = optional()
+    selectedAction: PlanAction | None = optional()
+    feedback: str | None = optional()
+
+
+class LimitsResponse(Shape):
+    """`add` a fresh allowance (`additionalAiCredits`: the definition's `maxModelCalls`), or `cancel`: stop."""
+
+    action: Literal["add", "cancel"]
+    additionalAiCredits: int | None = optional()
+
+
+class SessionLimitsExhaustedRequested(Kept):
+    """A run at its `maxModelCalls` (a model call counts one AI credit)."""
+
+    type = EventType.SESSION_LIMITS_EXHAUSTED_REQUESTED
+    requestId: str
+    maxAiCredits: int
+    usedAiCredits: int
+
+
+class SessionLimitsExhaustedCompleted(Kept):
+    type = EventType.SESSION_LIMITS_EXHAUSTED_COMPLETED
+    requestId: str
+    response: LimitsResponse
+
+
+class RequestedSchema(Shape):
+    """The SDK's form schema: an object's `properties` and `required` (the whole schema stays on the request)."""
+
+    type: Literal["object"]
+    properties: dict[str, Any]
+    required: list[str] | None = optional()
+
+    @classmethod
+    def of(cls, schema: dict[str, Any] | None) -> "RequestedSchema":
+        schema = schema or {}
+        required = schema.get("required")
+        return cls(
+            type="object", properties=schema.get("properties") or {}, required=list(required) if required else None
+        )
+
+
+class ElicitationRequested(Kept):
+    type = EventType.ELICITATION_REQUESTED
+    requestId: str
+    message: str
+    requestedSchema: RequestedSchema
+    mode: Literal["form"] = "form"
+    toolCallId: str | None = optional()
+
+
+class ElicitationCompleted(Kept):
+    type = EventType.ELICITATION_COMPLETED
+    requestId: str
+    action: Literal["accept", "decline", "cancel"] | None = optional()
+    content: dict[str, Any] | None = optional()
+
+
+class PolicyAsk(Shape):
+    binding: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class RequestAnswered(Payload):
+    """Airlock's own, after every `*.completed` of a request decided (by a person, a rule or a policy): what the
+    SDK's events have no field for. A request closed unanswered has `request.terminated` instead."""
+
+    type = EventType.REQUEST_ANSWERED
+    requestId: str
+    kind: str = Field(description="approval | client_tool | input | question | plan | continuation")
+    toolCallId: str | None = optional()
+    toolName: str | None = optional()
+    answeredBy: str | None = optional(description="the username; absent when a rule or a policy decided")
+    ruleId: str | None = optional(description="the remembered rule that approved the call")
+    rememberedRuleId: str | None = optional(description="the rule this answer remembered")
+    overrideArguments: dict[str, Any] | None = optional(description="the arguments the operator edited")
+    arguments: dict[str, Any] | None = optional(description="the arguments a rule or a policy decided on")
+    policy: PolicyAsk | None = optional(description="the policy that escalated or denied")
+    outcome: str | None = optional(description="a client tool's: completed | failed | rejected | background")
+    ranInFailedTurn: bool | None = optional(description="the call ran in a turn that failed; it was not run again")
+
+
+class RequestTerminated(Payload):
+    type = EventType.REQUEST_TERMINATED
+    requestId: str
+    kind: Literal["expired", "cancelled", "abandoned"]
+    toolCallId: str | None = optional()
+    toolName: str | None = optional()

@@ -1,0 +1,89 @@
+"""A definition's `hooks` as the loader reads them with Airlock's registry: what saving one checks."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent_hooks import (
+    DeclarationError,
+    HostRegistry,
+    HostSurface,
+    InterceptionEmitter,
+)
+
+from agents.policies.acs import acs_binding, acs_sources, compiled
+from agents.policies.escalations import RESOLVER, InboxResolver
+from agents.policies.points import POINTS
+from agents.policies.webhooks import webhook_binding
+from console.connections import ConnectionSpec
+
+SURFACE = HostSurface.from_capabilities(["model_calls", "tool_calls", "host_declaration"])
+
+
+def registry(connections: Mapping[str, ConnectionSpec] | None, resolver: Any) -> HostRegistry:
+    return (
+        HostRegistry(SURFACE)
+        .kind("airlock.acs", acs_binding)
+        .kind("airlock.webhook", webhook_binding(connections))
+        .approval_resolver(RESOLVER, resolver)
+    )
+
+
+def declaration_problems(document: Any) -> list[str]:
+    """Why `document` cannot be an agent's `hooks` (the loader's refusals, with their JSON pointers, and
+    surface points no binding covers, which would deny every run); empty when it can. Each `airlock.acs`
+    manifest is checked here (`safe_manifest`); its policies compile when the version is saved
+    (`compile_problems`), so a version that saves is a version that runs."""
+    try:
+        emitter = InterceptionEmitter.from_declaration_value(document, registry(None, InboxResolver({})))
+    except DeclarationError as error:
+        return [f"{error.code} at {f.pointer or '/'}: {f.detail}" for f in error.findings] or [error.code]
+    resolved = emitter.declaration
+    assert resolved is not None
+    wire = resolved.to_wire()
+    covered: set[str] = set()
+    for binding in wire.get("bindings", []):
+        covered |= set(binding.get("at") or POINTS)
+    surface = set((wire.get("surface") or {}).get("interception_points") or POINTS)
+    missing = [point for point in POINTS if point in surface and point not in covered]
+    if missing:
+        return [f"no binding covers {', '.join(missing)}: every run would be denied there (omit `at` to bind all)"]
+    return []
+
+
+def unlisted_tools(document: Any, tools: list[str]) -> list[str]:
+    """Why `tools` (the definition's server and client tools) would be denied by a valid `document`: an
+    `airlock.acs` manifest that governs tool calls denies every tool it does not list (`tool_unknown`)."""
+    problems = []
+    for binding in document.get("bindings", []):
+        if binding.get("kind") != "airlock.acs":
+            continue
+        sources = acs_sources(binding["config"])
+        missing = [name for name in tools if name not in sources.tools]
+        if sources.points & {"pre_tool_call", "post_tool_call"} and missing:
+            problems.append(
+                f"the manifest of binding {binding.get('id')!r} governs tool calls but does not list "
+                f"{', '.join(missing)} under `tools:`: every call of it would be denied"
+            )
+    return problems
+
+
+def webhook_connections(document: Any) -> list[tuple[int, str]]:
+    """(binding index, connection name) of each `airlock.webhook` binding of a valid `document`."""
+    return [
+        (i, binding.get("config", {}).get("connection"))
+        for i, binding in enumerate(document.get("bindings", []) if isinstance(document, dict) else [])
+        if isinstance(binding, dict) and binding.get("kind") == "airlock.webhook"
+    ]
+
+
+def compile_problems(document: Any, tenant: str) -> list[str]:
+    """Why the `airlock.acs` policies of a valid `document` do not compile, in the loader's words: what saving
+    a definition checks after its structure, once per process per policy text. A policy over the compile
+    budget does not compile; CompilesThrottled when `tenant` compiled too many new texts lately."""
+    problems = []
+    for index, binding in enumerate(document.get("bindings", []) if isinstance(document, dict) else []):
+        if not isinstance(binding, dict) or binding.get("kind") != "airlock.acs":
+            continue
+        found = compiled(acs_sources(binding.get("config") or {}), tenant)
+        problems += [f"declaration_error:binding_rejected at /bindings/{index}/config: {p}" for p in found]
+    return problems
