@@ -15,6 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.request_kinds import REQUEST_KINDS
+
 
 class EventType(StrEnum):
     RUN_STARTED = "run.started"
@@ -566,7 +568,7 @@ class RequestAnswered(Payload):
 
     type = EventType.REQUEST_ANSWERED
     requestId: str
-    kind: str = Field(description="approval | client_tool | input | question | plan | continuation")
+    kind: str = Field(description=" | ".join(REQUEST_KINDS))
     toolCallId: str | None = optional()
     toolName: str | None = optional()
     answeredBy: str | None = optional(description="the username; absent when a rule or a policy decided")

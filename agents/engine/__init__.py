@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 from agent_hooks import DeclarationError
 from pydantic_ai import (
@@ -91,11 +91,10 @@ from agents.payloads import (
     UserMessage,
 )
 from agents.policies import PolicyBlocked, PolicyScope, TurnPolicies
+from agents.request_kinds import RequestKindName
 from agents.tools import REGISTRY
 from approvals.rules import first_matching
 from console.connections import ConnectionSpec
-
-RequestKindName = Literal["approval", "client_tool", "input", "question", "plan", "continuation"]
 
 
 class TurnError(Exception):
