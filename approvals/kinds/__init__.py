@@ -6,8 +6,17 @@ engine and which event records it, the event and run status that announce it, an
 lifecycle calls. A new kind: docs/architecture.md, "A new request kind".
 """
 
-from approvals.kinds.base import AnswerRefused, Kind, own_state, parameters_schema, schema_problems
-from approvals.kinds.registry import KINDS, RAN_IN_FAILED_TURN, awaiting_status, close, closed, deliver, routed
+from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
+from approvals.kinds.registry import (
+    KINDS,
+    RAN_IN_FAILED_TURN,
+    awaiting_status,
+    close,
+    closed,
+    deliver,
+    parameters_schema,
+    routed,
+)
 
 __all__ = [
     "KINDS",

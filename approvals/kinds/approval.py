@@ -4,7 +4,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from agents.engine import Answers
+from agents.engine import Answers, server_tool_schema
 from agents.events import EventLog
 from agents.models import Agent, RunStatus
 from agents.payloads import (
@@ -20,7 +20,7 @@ from agents.payloads import (
     PolicyAsk,
 )
 from agents.tools import REGISTRY
-from approvals.kinds.base import AnswerRefused, Kind, own_state, parameters_schema, schema_problems
+from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.rules import arguments_hash
 
@@ -49,7 +49,7 @@ class Approval(Kind):
         if wire.get("remember") and self._mode(pending, modes) == "every_time":
             raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
         override = wire.get("overrideArguments")
-        schema = parameters_schema(pending) if override is not None else None
+        schema = self.parameters(pending) if override is not None else None
         if override is not None and schema is not None:
             # Arguments that do not fit the tool are refused now, not handed to it to fail with.
             problems = schema_problems(schema, override)
@@ -59,6 +59,13 @@ class Approval(Kind):
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"approved": value} if isinstance(value, bool) else None
+
+    def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
+        """A server tool's (its function's); None for an MCP tool's (its schema lives on its server) and for an
+        answer held at `output`."""
+        if any(t.name == pending.tool_name for t in pending.run.version.definition.tools):
+            return server_tool_schema(pending.tool_name)
+        return None
 
     @staticmethod
     def _mode(pending: PendingRequest, modes: Mapping[str, str] | None) -> str:

@@ -1,5 +1,6 @@
 """What every request kind declares (`Kind`), and what the kinds share: the refusal of an answer, the schema
-checks, the engine state of the call a request stands for.
+checks, the engine state of the call a request stands for. `parameters_schema` (a tool's parameters, for the
+card and for checking an edited call) is the registry's: each kind says whether it knows them.
 
 Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.prepare.prepare_run`) and
 the inbox / respond API (`approvals.answers.respond`).
@@ -10,7 +11,7 @@ from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
 
-from agents.engine import Answers, server_tool_schema
+from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import Payload, RequestAnswered
@@ -23,17 +24,6 @@ class AnswerRefused(Exception):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
         self.code, self.detail = code, detail
-
-
-def parameters_schema(pending: PendingRequest) -> dict[str, Any] | None:
-    """The JSON schema of the parameters of the tool `pending` asks about, where the console knows it: a client
-    tool's (its definition), a server tool's (its function); None for an MCP tool (its schema lives on its server)."""
-    definition = pending.run.version.definition
-    if pending.kind == RequestKind.CLIENT_TOOL:
-        return next((t.parameters for t in definition.client_tools if t.name == pending.tool_name), None)
-    if pending.kind == RequestKind.APPROVAL and any(t.name == pending.tool_name for t in definition.tools):
-        return server_tool_schema(pending.tool_name)
-    return None
 
 
 def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
@@ -71,6 +61,10 @@ class Kind:
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         if wire.get("remember"):
             raise AnswerRefused("remember_refused", "`remember` applies to tool approvals only.")
+
+    def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
+        """The JSON schema of the parameters of the tool `pending` asks about, where the console knows it."""
+        return None
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         """A respond's `json` answer as this kind's answer fields (snake_case), or None when it is not of

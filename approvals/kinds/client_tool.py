@@ -52,6 +52,11 @@ class ClientTool(Kind):
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"result": value}
 
+    def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
+        """The client tool's, from its definition."""
+        definition = pending.run.version.definition
+        return next((t.parameters for t in definition.client_tools if t.name == pending.tool_name), None)
+
     def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
         answer = pending.answer or {}
         outcome = self.outcome(answer)

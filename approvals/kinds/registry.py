@@ -4,6 +4,8 @@ the kind of a request: the status a run waits in, handing an answer to the engin
 Its names are `agents.request_kinds.REQUEST_KINDS` (tests/approvals/test_kinds.py holds the two together).
 """
 
+from typing import Any
+
 from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import RunStatus
@@ -45,6 +47,13 @@ def deliver(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
             log.record(kind.answered(pending, ranInFailedTurn=True))
             return
         kind.deliver(pending, answers, log)
+
+
+def parameters_schema(pending: PendingRequest) -> dict[str, Any] | None:
+    """The JSON schema of the parameters of the tool `pending` asks about, where the console knows it: a client
+    tool's (its definition), a server tool's (its function); None for an MCP tool (its schema lives on its server)
+    and for the kinds that ask about no tool's call."""
+    return KINDS[pending.kind].parameters(pending)
 
 
 def closed(pending: PendingRequest) -> Payload:
