@@ -3,7 +3,7 @@ answers for every name in it: the stored choices, the registry, the forms, the c
 routing, the engine's calls, the audit's labels."""
 
 from pathlib import Path
-from typing import get_args
+from typing import get_args, get_type_hints
 
 from django.conf import settings
 
@@ -21,7 +21,7 @@ def test_every_list_of_kinds_is_the_one_list():
     assert sorted(KINDS) == sorted(REQUEST_KINDS)
     assert sorted(form.kind for form in AnswerForm.__subclasses__()) == sorted(REQUEST_KINDS)
     assert KindRouting.model_json_schema()["properties"]["kind"]["enum"] == list(REQUEST_KINDS)
-    assert get_args(PendingCall.__annotations__["kind"]) == REQUEST_KINDS
+    assert get_args(get_type_hints(PendingCall)["kind"]) == REQUEST_KINDS
 
 
 def test_every_kind_has_its_card_partial_and_labels_its_decisions():
