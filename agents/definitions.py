@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
 from agents.policies import declaration_problems, unlisted_tools, webhook_connections
+from agents.request_kinds import RequestKindName
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 
@@ -158,7 +159,7 @@ class Escalation(WireModel):
 class KindRouting(WireModel):
     """Who answers the requests of one kind (a question, a plan, …) that no tool or server routes."""
 
-    kind: Literal["approval", "client_tool", "input", "question", "plan", "continuation"]
+    kind: RequestKindName
     approvers: str = Field(pattern=SLUG)
 
 

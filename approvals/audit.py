@@ -197,21 +197,10 @@ VIA_LABELS = {
     "run": "with the next run request",
 }
 
+# The kinds' decisions (each kind lists its own), a rule's, and the closings'.
 DECISION_LABELS = {
-    "denied": "denied",
+    **{decision: label for kind in KINDS.values() for decision, label in kind.decisions.items()},
     "approved-by-rule": "approved by rule",
-    "tool-result": "tool result",
-    "tool-error": "tool error",
-    "tool-rejected": "refused by the client",
-    "tool-background": "running in the background on the client",
-    "question-answered": "question answered",
-    "plan-approved": "plan approved",
-    "plan-revised": "plan sent back",
-    "continuation-continue": "told to go on",
-    "continuation-stop": "told to stop",
-    "input-accepted": "input accepted",
-    "input-declined": "input declined",
-    "input-cancelled": "input cancelled",
     RequestStatus.EXPIRED: "expired",
     RequestStatus.CANCELLED: "cancelled",
     RequestStatus.ABANDONED: "abandoned",

@@ -9,7 +9,7 @@ no form behind it.
 
 import json
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS
@@ -28,7 +28,10 @@ def _chosen(message: str) -> dict[str, str]:
 
 
 class AnswerForm(forms.Form):
-    """What the forms of every kind share: the request they answer and the `Response` they give."""
+    """What the forms of every kind share: the request they answer and the `Response` they give. Each form
+    names its `kind`: the kinds (approvals/kinds/) sit below the forms, which build the respond API's `Response`."""
+
+    kind: ClassVar[RequestKind]
 
     # Where the continuation goes (SPEC section 9), posted by the trial page: the version it runs on (the agent
     # was edited since the turn ran), the checkpoint the answer is given at (an earlier one forks the session).
@@ -70,6 +73,7 @@ class AnswerForm(forms.Form):
 
 
 class ApprovalForm(AnswerForm):
+    kind = RequestKind.APPROVAL
     decision = forms.ChoiceField(choices=_DECISIONS, error_messages=_chosen("Choose Approve or Deny."))
     reason = forms.CharField(required=False)
     remember = forms.BooleanField(required=False)
@@ -108,6 +112,7 @@ class ApprovalForm(AnswerForm):
 
 
 class ClientToolForm(AnswerForm):
+    kind = RequestKind.CLIENT_TOOL
     # "error" sends the error message, "reject" it as the client's refusal, "background" says it runs on; any
     # other value sends the result.
     decision = forms.CharField(required=False)
@@ -186,6 +191,8 @@ class InputForm(AnswerForm):
     """An elicitation's answer: its content has one field per property of the requested schema, posted as
     `field-<property>`, or is a JSON object as typed when the schema has no properties."""
 
+    kind = RequestKind.INPUT
+
     action = forms.ChoiceField(
         choices=[("accept", "Accept"), ("decline", "Decline"), ("cancel", "Cancel")],
         error_messages=_chosen("Choose Accept, Decline or Cancel."),
@@ -222,6 +229,8 @@ class InputForm(AnswerForm):
 class QuestionForm(AnswerForm):
     """A question's answer: a choice's button (`choice`) or the words typed (`text`)."""
 
+    kind = RequestKind.QUESTION
+
     choice = forms.CharField(required=False)
     text = forms.CharField(required=False, strip=True)
 
@@ -237,6 +246,8 @@ class QuestionForm(AnswerForm):
 
 class PlanForm(AnswerForm):
     """A plan: approve it, or send it back with what to revise."""
+
+    kind = RequestKind.PLAN
 
     decision = forms.ChoiceField(
         choices=[("approve", "Approve"), ("revise", "Revise")], error_messages=_chosen("Choose Approve or Revise.")
@@ -257,6 +268,7 @@ class PlanForm(AnswerForm):
 
 
 class ContinuationForm(AnswerForm):
+    kind = RequestKind.CONTINUATION
     decision = forms.ChoiceField(
         choices=[("continue", "Continue"), ("stop", "Stop")], error_messages=_chosen("Choose Continue or Stop.")
     )
@@ -268,19 +280,10 @@ class ContinuationForm(AnswerForm):
         return data
 
 
-_FORMS: dict[str, type[AnswerForm]] = {
-    RequestKind.APPROVAL: ApprovalForm,
-    RequestKind.CLIENT_TOOL: ClientToolForm,
-    RequestKind.INPUT: InputForm,
-    RequestKind.QUESTION: QuestionForm,
-    RequestKind.PLAN: PlanForm,
-    RequestKind.CONTINUATION: ContinuationForm,
-}
-
-
 def answer_form(pending: PendingRequest, data: Any) -> AnswerForm:
-    """The form of the request's kind, bound to what its card posted."""
-    return _FORMS[pending.kind](pending, data)
+    """The form of the request's kind (the one that names it), bound to what its card posted."""
+    form = next(form for form in AnswerForm.__subclasses__() if form.kind == pending.kind)
+    return form(pending, data)
 
 
 class RequestIds(forms.Field):

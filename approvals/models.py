@@ -4,6 +4,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models.signals import pre_save
 from django.dispatch import receiver
@@ -12,16 +13,24 @@ from django.utils import timezone
 from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
 from agents.queries import picked
+from agents.request_kinds import REQUEST_KINDS
 from console.models import Membership, Tenant
 
 
 class RequestKind(models.TextChoices):
+    """A request's stored kind: the names of `agents.request_kinds.REQUEST_KINDS`, in their order, as members the
+    ORM and the code can name (the labels are Django's own, as migration 0007 stored them)."""
+
     APPROVAL = "approval"
     CLIENT_TOOL = "client_tool"
     INPUT = "input"
     QUESTION = "question"
     PLAN = "plan"
     CONTINUATION = "continuation"
+
+
+if tuple(RequestKind.values) != REQUEST_KINDS:
+    raise ImproperlyConfigured(f"RequestKind's values {RequestKind.values} are not REQUEST_KINDS {REQUEST_KINDS}.")
 
 
 class RequestStatus(models.TextChoices):

@@ -23,6 +23,7 @@ from agents import queue
 from agents.getters import get_run_for
 from agents.models import Agent
 from agents.prepare import RunRejected, refuse_unless_approver_of
+from agents.request_kinds import REQUEST_KINDS
 from approvals.answers import ClaimRefused, Outcome, Response, ResponseRefused, claim, release, respond
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
@@ -44,7 +45,7 @@ class InboxFilters(AgentFilters):
 
     kind = forms.ChoiceField(
         required=False,
-        choices=[("", "Any kind"), ("approval", "approval"), ("client_tool", "client tool"), ("input", "input")],
+        choices=[("", "Any kind"), *((kind, kind.replace("_", " ")) for kind in REQUEST_KINDS)],
         widget=forms.Select(attrs=SUBMIT_ON_CHANGE),
     )
     tool = forms.CharField(

@@ -4,12 +4,12 @@ its code."""
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic_ai import exceptions as pai_errors
 from pydantic_ai.usage import RunUsage
 
-RequestKindName = Literal["approval", "client_tool", "input", "question", "plan", "continuation"]
+from agents.request_kinds import RequestKindName
 
 
 class TurnError(Exception):

@@ -6,6 +6,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from agents.payloads.base import EventType, Kept, Payload, Shape, optional
+from agents.request_kinds import REQUEST_KINDS
 
 
 class UserInputRequested(Kept):
@@ -113,7 +114,7 @@ class RequestAnswered(Payload):
 
     type = EventType.REQUEST_ANSWERED
     requestId: str
-    kind: str = Field(description="approval | client_tool | input | question | plan | continuation")
+    kind: str = Field(description=" | ".join(REQUEST_KINDS))
     toolCallId: str | None = optional()
     toolName: str | None = optional()
     answeredBy: str | None = optional(description="the username; absent when a rule or a policy decided")

@@ -12,7 +12,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, Rule
 from approvals.push import render_request
-from tests.helpers import ask_for_a_day, drain_queued, run_queued, snapshot
+from tests.helpers import ask_for_a_day, call_line, drain_queued, run_queued, snapshot
 
 EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
@@ -176,6 +176,23 @@ def test_it_filters_by_agent_kind_and_tool(operator, admin, mailer):
     assert listed("kind=client_tool") == []
     assert listed("kind=nonsense") == both  # an invalid filter is ignored
     assert "No open request matches these filters." in operator.client.get("/inbox/?kind=input").content.decode()
+
+
+def test_it_filters_by_every_kind_a_question_and_a_plan_too(operator, admin, mailer):
+    mail_request = ask(operator)
+    make_agent(admin, "planner", tools=[{"name": "ask_user"}, {"name": "propose_plan"}])
+    question = ask(operator, message=call_line("ask_user", {"question": "Which colour?"}), session="q", agent="planner")
+    plan = ask(operator, message=call_line("propose_plan", {"steps": ["Read the logs"]}), session="p", agent="planner")
+
+    def listed(query: str) -> list[str]:
+        return card_ids(operator.client.get(f"/inbox/?{query}").content.decode())
+
+    assert listed("kind=question") == [request_id(question)]
+    assert listed("kind=plan") == [request_id(plan)]
+    assert listed("kind=approval") == [request_id(mail_request)]
+    assert listed("kind=continuation") == []
+    page = operator.client.get("/inbox/").content.decode()
+    assert all(f'<option value="{kind}"' in page for kind in ("question", "plan", "continuation"))
 
 
 def test_it_serves_only_the_list_to_htmx(operator, mailer):

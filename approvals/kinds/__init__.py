@@ -1,0 +1,34 @@
+"""Request kinds (SPEC section 4): what a run may ask while it runs. Each kind says, once, in its own module,
+which answer fields it takes and what it stores, the checks an answer must pass, how the answer reaches the
+engine and which event records it, the event and run status that announce it, and how the audit describes it.
+
+`base` is what every kind declares (`Kind`) and shares; `registry` lists them (`KINDS`) and is what the run
+lifecycle calls. A new kind: docs/architecture.md, "A new request kind".
+"""
+
+from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
+from approvals.kinds.registry import (
+    KINDS,
+    RAN_IN_FAILED_TURN,
+    awaiting_status,
+    close,
+    closed,
+    deliver,
+    parameters_schema,
+    routed,
+)
+
+__all__ = [
+    "KINDS",
+    "RAN_IN_FAILED_TURN",
+    "AnswerRefused",
+    "Kind",
+    "awaiting_status",
+    "close",
+    "closed",
+    "deliver",
+    "own_state",
+    "parameters_schema",
+    "routed",
+    "schema_problems",
+]

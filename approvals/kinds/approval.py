@@ -1,0 +1,190 @@
+"""An approval request: a tool call (or an answer held at `output`) waiting for a person's yes or no, a rule's
+"don't ask again", or a policy's escalation (SPEC sections 4 and 8)."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from agents.engine import Answers, server_tool_schema
+from agents.events import EventLog
+from agents.models import Agent, RunStatus
+from agents.payloads import (
+    Approved,
+    Cancelled,
+    CustomToolPermission,
+    DeniedByUser,
+    HookPermission,
+    McpPermission,
+    Payload,
+    PermissionCompleted,
+    PermissionRequested,
+    PolicyAsk,
+)
+from agents.tools import REGISTRY
+from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
+from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.rules import arguments_hash
+
+
+def _policy(pending: PendingRequest) -> PolicyAsk | None:
+    return PolicyAsk(**pending.policy) if pending.policy is not None else None
+
+
+class Approval(Kind):
+    name = RequestKind.APPROVAL
+    awaiting = RunStatus.AWAITING_APPROVAL
+    fields = frozenset({"approved", "reason", "remember_arguments_only", "override_arguments"})
+    required = "approved"
+    stored = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments")
+    takes = "An approval request takes `approved` (and a reason)."
+    label, asks = "Approval", "wants to call"
+    decisions = {"approved": "approved", "denied": "denied"}
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        if wire.get("remember") and pending.policy is not None:
+            raise AnswerRefused(
+                "remember_refused", "A policy's escalation is decided each time; it cannot be remembered."
+            )
+        if wire.get("remember") and not wire.get("approved"):
+            raise AnswerRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
+        if wire.get("remember") and self._mode(pending, modes) == "every_time":
+            raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
+        override = wire.get("overrideArguments")
+        schema = self.parameters(pending) if override is not None else None
+        if override is not None and schema is not None:
+            # Arguments that do not fit the tool are refused now, not handed to it to fail with.
+            problems = schema_problems(schema, override)
+            if problems:
+                detail = f"The arguments do not fit the parameters of {pending.tool_name}: {problems}"
+                raise AnswerRefused("invalid_content", detail)
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        return {"approved": value} if isinstance(value, bool) else None
+
+    def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
+        """A server tool's (its function's); None for an MCP tool's (its schema lives on its server) and for an
+        answer held at `output`."""
+        if any(t.name == pending.tool_name for t in pending.run.version.definition.tools):
+            return server_tool_schema(pending.tool_name)
+        return None
+
+    @staticmethod
+    def _mode(pending: PendingRequest, modes: Mapping[str, str] | None) -> str:
+        return pending.approval_mode if modes is None else pending.approval_mode_in(modes)
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        answer = pending.answer or {}
+        approved = bool(answer.get("approved"))
+        override = answer.get("overrideArguments")
+        if pending.policy is not None:
+            self._decide(pending, answers, approved, override)
+        elif approved:
+            answers.approve(pending.call_id, override)
+        else:
+            answers.deny(pending.call_id, answer.get("reason") or "The operator denied the call.")
+        remembered = answer.get("rememberedRuleId")
+        if approved and answer.get("remember") and not remembered:
+            remembered = self._remember(pending, answer)
+        feedback = answer.get("reason") or None
+        result = (
+            Approved(kind="approved")
+            if approved
+            else DeniedByUser(kind="denied-interactively-by-user", feedback=feedback)
+        )
+        log.record(
+            PermissionCompleted(
+                requestId=str(pending.id),
+                toolCallId=self._call(pending),
+                result=result,
+                decisionSource="human_response",
+            )
+        )
+        facts = {"overrideArguments": override, "rememberedRuleId": remembered if approved else None}
+        log.record(self.answered(pending, **facts, policy=_policy(pending)))
+
+    @staticmethod
+    def _call(pending: PendingRequest) -> str | None:
+        """The tool call the request is about (none for an answer held at `output`)."""
+        return pending.call_id if pending.tool_name else None
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        asked: CustomToolPermission | McpPermission | HookPermission
+        if pending.policy is not None and not pending.tool_name:
+            # An answer held at `output`: the answer waits, not a call.
+            message = pending.policy.get("message") or pending.policy.get("reason")
+            asked = HookPermission(kind="hook", toolName="output", hookMessage=message, toolArgs=pending.arguments)
+        else:
+            # The engine describes the call as the SDK asks for it (agents.engine.permission_request); a request
+            # stored before it did is described from the definition.
+            described = own_state(pending).get("permissionRequest") or {
+                "kind": "custom-tool",
+                "toolName": pending.tool_name,
+                "toolDescription": _description(pending),
+            }
+            shape = McpPermission if described["kind"] == "mcp" else CustomToolPermission
+            asked = shape.model_validate({**described, "args": pending.arguments, "toolCallId": pending.call_id})
+        return PermissionRequested(requestId=str(pending.id), permissionRequest=asked)
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        reason: Any = pending.status
+        return PermissionCompleted(
+            requestId=str(pending.id),
+            toolCallId=self._call(pending),
+            result=Cancelled(kind="cancelled", reason=reason),
+        )
+
+    @staticmethod
+    def _decide(pending: PendingRequest, answers: Answers, approved: bool, override: dict[str, Any] | None) -> None:
+        """A policy's escalation: the decision goes to the policy, which asks again with the same context next
+        turn (SPEC section 8); the call runs again to be asked, or the held answer is offered again."""
+        state = own_state(pending)
+        answers.decide(state["policyKey"], approved)
+        if "heldOutput" in state:
+            answers.release = state
+        else:
+            answers.approve(pending.call_id, override)
+
+    @staticmethod
+    def _remember(pending: PendingRequest, answer: dict[str, Any]) -> str:
+        """The rule a remembered approval makes, narrowed to the arguments the operator approved (with an
+        override, never the model's own); made once: should the turn fail, the answer comes back for the
+        next one without a second rule."""
+        override = answer.get("overrideArguments")
+        approved_arguments = override if override is not None else pending.arguments
+        only_these = bool(answer.get("rememberArgumentsOnly"))
+        # A sub-agent's request is remembered for the sub-agent: its turns consult its own rules.
+        owner = pending.asker
+        agent = pending.agent if owner is None else Agent.objects.get(tenant=pending.tenant_id, name=owner[0])
+        rule = Rule.objects.create(
+            tenant=pending.tenant,
+            agent=agent,
+            tool_name=pending.tool_name,
+            arguments_hash=arguments_hash(approved_arguments) if only_these else "",
+            arguments=approved_arguments if only_these else None,
+            created_by=pending.answered_by,
+            created_from=pending,
+        )
+        pending.answer = {**answer, "rememberedRuleId": str(rule.id)}
+        PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
+        return str(rule.id)
+
+    def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
+        if pending.policy is not None and not pending.tool_name:
+            return  # an answer held for review that nobody released: there is no call to tell
+        super().close(pending, answers, reason)
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        decision = "approved" if answer.get("approved") else "denied"
+        return decision, {
+            "override_arguments": answer.get("overrideArguments"),
+            "remembered": bool(answer.get("remember")) and decision == "approved",
+            "rule_id": rule_id,
+        }
+
+
+def _description(pending: PendingRequest) -> str:
+    """What the tool `pending` asks about does, from the definition that asked (a request stored before the engine
+    described its calls)."""
+    definition = pending.run.version.definition
+    client = next((t.description for t in definition.client_tools if t.name == pending.tool_name), None)
+    server = REGISTRY.get(pending.tool_name)
+    return client or (server.description if server is not None else "") or ""

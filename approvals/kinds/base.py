@@ -1,0 +1,114 @@
+"""What every request kind declares (`Kind`), and what the kinds share: the refusal of an answer, the schema
+checks, the engine state of the call a request stands for. `parameters_schema` (a tool's parameters, for the
+card and for checking an edited call) is the registry's: each kind says whether it knows them.
+
+Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.prepare.prepare_run`) and
+the inbox / respond API (`approvals.answers.respond`).
+"""
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from jsonschema import Draft202012Validator
+
+from agents.engine import Answers
+from agents.events import EventLog
+from agents.models import RunStatus
+from agents.payloads import Payload, RequestAnswered
+from approvals.models import PendingRequest, RequestKind
+
+
+class AnswerRefused(Exception):
+    """An answer its kind refuses; nothing is stored. `code` is `remember_refused` or `invalid_content`."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code, self.detail = code, detail
+
+
+def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
+    errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
+    return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
+
+
+class Kind:
+    name: ClassVar[RequestKind]
+    awaiting: ClassVar[RunStatus]
+    # The answer fields (snake_case, as on `approvals.answers.Response`) this kind takes; `required` among them.
+    fields: ClassVar[frozenset[str]]
+    required: ClassVar[str | None] = None
+    # What a stored answer holds (camelCase, as on the wire).
+    stored: ClassVar[tuple[str, ...]]
+    # Said when an answer is not for this kind.
+    takes: ClassVar[str]
+    # The card's pill, and what the agent does, as in "helper wants to call send_email". The card's answer
+    # fields are the partial templates/approvals/kinds/<name>.html; its form names the kind (approvals/forms.py).
+    label: ClassVar[str]
+    asks: ClassVar[str]
+    # The decisions `audit` gives, and how the audit page says each.
+    decisions: ClassVar[dict[str, str]]
+
+    def answer(
+        self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The answer to store for `pending`, from its camelCase `wire` form; raises AnswerRefused. `modes`
+        are the tools' approval modes of the version the answer goes to (a next turn may name another);
+        None: the version that asked."""
+        self.check(pending, wire, modes)
+        given = {**wire, "requestId": str(pending.id), "callId": pending.call_id}
+        return {key: given.get(key) for key in self.stored}
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        if wire.get("remember"):
+            raise AnswerRefused("remember_refused", "`remember` applies to tool approvals only.")
+
+    def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
+        """The JSON schema of the parameters of the tool `pending` asks about, where the console knows it."""
+        return None
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        """A respond's `json` answer as this kind's answer fields (snake_case), or None when it is not of
+        the type this kind expects."""
+        return None
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        """Hand the stored answer of `pending` to the engine and record it in the run's log: the SDK's completion
+        (`completed`), then what it has no field for (`request.answered`)."""
+        raise NotImplementedError
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        """The SDK's event that announces `pending` (SPEC section 10's mapping table)."""
+        raise NotImplementedError
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        """The SDK's completion of `pending` closed without an answer (expired, cancelled, abandoned: its status;
+        `request.terminated` says which)."""
+        raise NotImplementedError
+
+    def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
+        """The call of `pending` closed without an answer: it did not run, for `reason`."""
+        answers.deny(pending.call_id, reason)
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        """The audit's decision for a stored answer, and the details it shows."""
+        raise NotImplementedError
+
+    def answered(self, pending: PendingRequest, **facts: Any) -> RequestAnswered:
+        """Airlock's `request.answered` of `pending`: who answered, and `facts` the SDK's completion has no field
+        for."""
+        return RequestAnswered(
+            requestId=str(pending.id),
+            kind=self.name,
+            toolCallId=pending.call_id if pending.tool_name else None,
+            toolName=pending.tool_name or None,
+            answeredBy=pending.answered_by.username if pending.answered_by else None,
+            **facts,
+        )
+
+
+def own_state(pending: PendingRequest) -> dict[str, Any]:
+    """The engine state of the call `pending` stands for (a sub-agent's own, under the way back to it)."""
+    state = pending.engine_state or {}
+    while "subagent" in state:
+        state = state.get("inner") or {}
+    return state

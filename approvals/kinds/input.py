@@ -1,0 +1,63 @@
+"""An input request: an MCP server's elicitation, answered with an action and content that fits its requested
+schema."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from agents.engine import Answers
+from agents.events import EventLog
+from agents.models import RunStatus
+from agents.payloads import ElicitationCompleted, ElicitationRequested, Payload, RequestedSchema
+from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
+from approvals.models import PendingRequest, RequestKind
+
+
+class Input(Kind):
+    name = RequestKind.INPUT
+    awaiting = RunStatus.AWAITING_INPUT
+    fields = frozenset({"action", "content"})
+    required = "action"
+    stored = ("requestId", "action", "content")
+    takes = "An input request takes `action` (and `content`)."
+    label, asks = "Input", "asks through"
+    decisions = {
+        "input-accepted": "input accepted",
+        "input-declined": "input declined",
+        "input-cancelled": "input cancelled",
+    }
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        super().check(pending, wire, modes)
+        if wire.get("action") == "accept":
+            problems = schema_problems(pending.requested_schema or {"type": "object"}, wire.get("content") or {})
+            if problems:
+                raise AnswerRefused("invalid_content", f"The content does not fit the requested schema: {problems}")
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        return {"action": "accept", "content": value} if isinstance(value, dict) else None
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        answer = pending.answer or {}
+        given = {"action": answer["action"], "content": answer.get("content")}
+        answers.answer_input(pending.call_id, {**given, "engine_state": own_state(pending) or None})
+        log.record(ElicitationCompleted(requestId=str(pending.id), **given))
+        log.record(self.answered(pending))
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        return ElicitationRequested(
+            requestId=str(pending.id),
+            message=pending.message,
+            requestedSchema=RequestedSchema.of(pending.requested_schema),
+            mode="form",
+            toolCallId=pending.call_id,
+        )
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        return ElicitationCompleted(requestId=str(pending.id), action="cancel")
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        action = str(answer.get("action") or "")
+        decision = {"accept": "input-accepted", "decline": "input-declined", "cancel": "input-cancelled"}.get(
+            action, f"input-{action}"
+        )
+        return decision, {"action": action or None, "content": answer.get("content")}

@@ -1,0 +1,66 @@
+"""A plan: `propose_plan`, approved or sent back with what to revise."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from agents.engine import Answers
+from agents.events import EventLog
+from agents.models import RunStatus
+from agents.payloads import PLAN_ACTIONS, ExitPlanModeCompleted, ExitPlanModeRequested, Payload
+from approvals.kinds.base import AnswerRefused, Kind
+from approvals.models import PendingRequest, RequestKind
+
+
+class Plan(Kind):
+    """`propose_plan(steps)`: approved (the model reads `propose_plan: approved`) or sent back with revision
+    guidance in `text` (`propose_plan: revise: <text>`)."""
+
+    name = RequestKind.PLAN
+    awaiting = RunStatus.AWAITING_APPROVAL
+    fields = frozenset({"approved", "text"})
+    required = "approved"
+    stored = ("requestId", "approved", "text")
+    takes = "A plan takes `approved` (and, to send it back, `text` with what to revise)."
+    label, asks = "Plan", "proposes a plan through"
+    decisions = {"plan-approved": "plan approved", "plan-revised": "plan sent back"}
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        super().check(pending, wire, modes)
+        if not wire.get("approved") and not (wire.get("text") or "").strip():
+            raise AnswerRefused("invalid_content", "Say what to revise (`text`) when sending a plan back.")
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        if isinstance(value, bool):
+            return {"approved": value}
+        return {"approved": False, "text": value} if isinstance(value, str) else None
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        answer = pending.answer or {}
+        approved = bool(answer.get("approved"))
+        answers.answer_person(pending.call_id, "approved" if approved else f"revise: {answer.get('text') or ''}")
+        completed = ExitPlanModeCompleted(requestId=str(pending.id), approved=approved)
+        if approved:
+            completed.selectedAction = PLAN_ACTIONS[0]
+        else:  # sent back: what to revise
+            completed.feedback = answer.get("text") or None
+        log.record(completed)
+        log.record(self.answered(pending))
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        steps = [str(step) for step in pending.arguments.get("steps") or []]
+        summary = f"A plan of {len(steps)} step{'s' if len(steps) != 1 else ''}"
+        return ExitPlanModeRequested(
+            requestId=str(pending.id),
+            summary=summary,
+            planContent="\n".join(f"{n}. {step}" for n, step in enumerate(steps, 1)),
+            actions=PLAN_ACTIONS,
+            recommendedAction=PLAN_ACTIONS[0],
+        )
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        return ExitPlanModeCompleted(requestId=str(pending.id))
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        if answer.get("approved"):
+            return "plan-approved", {}
+        return "plan-revised", {"content": answer.get("text")}

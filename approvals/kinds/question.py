@@ -1,0 +1,58 @@
+"""A question: `ask_user`, answered in words."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from agents.engine import Answers
+from agents.events import EventLog
+from agents.models import RunStatus
+from agents.payloads import Payload, UserInputCompleted, UserInputRequested
+from approvals.kinds.base import AnswerRefused, Kind
+from approvals.models import PendingRequest, RequestKind
+
+
+class Question(Kind):
+    """`ask_user(question, choices?, allow_freeform?)`: answered in words (`text`), one of the choices unless
+    free text is allowed (by default: without choices only). The model reads `ask_user: <text>`."""
+
+    name = RequestKind.QUESTION
+    awaiting = RunStatus.AWAITING_INPUT
+    fields = frozenset({"text"})
+    required = "text"
+    stored = ("requestId", "text")
+    takes = "A question takes `text` (one of its choices unless free text is allowed)."
+    label, asks = "Question", "asks through"
+    decisions = {"question-answered": "question answered"}
+
+    def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
+        super().check(pending, wire, modes)
+        choices = pending.choices
+        if choices and not pending.allows_freeform and wire.get("text") not in choices:
+            raise AnswerRefused("invalid_content", f"Answer with one of the choices: {', '.join(choices)}.")
+        if not (wire.get("text") or "").strip():
+            raise AnswerRefused("invalid_content", "The answer is empty.")
+
+    def read_json(self, value: Any) -> dict[str, Any] | None:
+        return {"text": value} if isinstance(value, str) else None
+
+    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+        text = (pending.answer or {}).get("text") or ""
+        answers.answer_person(pending.call_id, text)
+        freeform = text not in pending.choices
+        log.record(UserInputCompleted(requestId=str(pending.id), answer=text, wasFreeform=freeform))
+        log.record(self.answered(pending))
+
+    def requested(self, pending: PendingRequest) -> Payload:
+        return UserInputRequested(
+            requestId=str(pending.id),
+            question=pending.message,
+            choices=pending.choices or None,
+            allowFreeform=pending.allows_freeform,
+            toolCallId=pending.call_id,
+        )
+
+    def unanswered(self, pending: PendingRequest) -> Payload:
+        return UserInputCompleted(requestId=str(pending.id))
+
+    def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
+        return "question-answered", {"content": answer.get("text")}

@@ -1,0 +1,76 @@
+"""The registry of request kinds, `KINDS` in the order a run waits on them, and what the run lifecycle asks of
+the kind of a request: the status a run waits in, handing an answer to the engine, closing a request unanswered.
+
+Its names are `agents.request_kinds.REQUEST_KINDS` (tests/approvals/test_kinds.py holds the two together).
+"""
+
+from typing import Any
+
+from agents.engine import Answers
+from agents.events import EventLog
+from agents.models import RunStatus
+from agents.payloads import Payload
+from approvals.kinds.approval import Approval
+from approvals.kinds.base import Kind
+from approvals.kinds.client_tool import ClientTool
+from approvals.kinds.continuation import Continuation
+from approvals.kinds.input import Input
+from approvals.kinds.plan import Plan
+from approvals.kinds.question import Question
+from approvals.models import PendingRequest
+
+RAN_IN_FAILED_TURN = (
+    "This call already ran, in a turn that failed before its result was kept; it was not run again. "
+    "Repeat it only if the user asks."
+)
+
+
+# In the order a run waits on them: with several kinds open, its status is the first one's `awaiting`.
+KINDS: dict[str, Kind] = {
+    kind.name: kind for kind in (Approval(), Plan(), Continuation(), Input(), Question(), ClientTool())
+}
+
+
+def awaiting_status(kinds: set[str]) -> RunStatus:
+    """The status of a run waiting on requests of `kinds`."""
+    return next(kind.awaiting for name, kind in KINDS.items() if name in kinds)
+
+
+def deliver(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+    """Hand a stored answer to the engine; a call that already ran in a failed turn is never run twice."""
+    kind = KINDS[pending.kind]
+    answers = routed(pending, answers)
+    with log.speaking_for(pending.asker_id):
+        if (pending.answer or {}).get("ranInFailedTurn"):
+            # Its SDK completion was recorded by the turn that failed; the call is not run again.
+            answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
+            log.record(kind.answered(pending, ranInFailedTurn=True))
+            return
+        kind.deliver(pending, answers, log)
+
+
+def parameters_schema(pending: PendingRequest) -> dict[str, Any] | None:
+    """The JSON schema of the parameters of the tool `pending` asks about, where the console knows it: a client
+    tool's (its definition), a server tool's (its function); None for an MCP tool (its schema lives on its server)
+    and for the kinds that ask about no tool's call."""
+    return KINDS[pending.kind].parameters(pending)
+
+
+def closed(pending: PendingRequest) -> Payload:
+    """The SDK's completion of `pending`, closed without an answer (its status says how)."""
+    return KINDS[pending.kind].unanswered(pending)
+
+
+def close(pending: PendingRequest, answers: Answers, reason: str) -> None:
+    """Tell the engine that the call of `pending` closed without an answer and did not run, for `reason`."""
+    KINDS[pending.kind].close(pending, routed(pending, answers), reason)
+
+
+def routed(pending: PendingRequest, answers: Answers) -> Answers:
+    """Where the answer to `pending` goes: the turn's answers, or, for a sub-agent's request, the answers of
+    the call that runs the sub-agent (agents/engine/subagents.py)."""
+    state = pending.engine_state or {}
+    while "subagent" in state:
+        answers = answers.for_subagent(state["subagent"])
+        state = state.get("inner") or {}
+    return answers

@@ -1,0 +1,32 @@
+"""The request kinds are named once (agents/request_kinds.py); everything that lists them reads that list or
+answers for every name in it: the stored choices, the registry, the forms, the card partials, a definition's
+routing, the engine's calls, the audit's labels."""
+
+from pathlib import Path
+from typing import get_args, get_type_hints
+
+from django.conf import settings
+
+from agents.definitions import KindRouting
+from agents.engine import PendingCall
+from agents.request_kinds import REQUEST_KINDS
+from approvals.audit import DECISION_LABELS
+from approvals.forms import AnswerForm
+from approvals.kinds import KINDS
+from approvals.models import RequestKind
+
+
+def test_every_list_of_kinds_is_the_one_list():
+    assert tuple(RequestKind.values) == REQUEST_KINDS
+    assert sorted(KINDS) == sorted(REQUEST_KINDS)
+    assert sorted(form.kind for form in AnswerForm.__subclasses__()) == sorted(REQUEST_KINDS)
+    assert KindRouting.model_json_schema()["properties"]["kind"]["enum"] == list(REQUEST_KINDS)
+    assert get_args(get_type_hints(PendingCall)["kind"]) == REQUEST_KINDS
+
+
+def test_every_kind_has_its_card_partial_and_labels_its_decisions():
+    partials = Path(settings.BASE_DIR) / "templates" / "approvals" / "kinds"
+    for name, kind in KINDS.items():
+        assert kind.name == name
+        assert (partials / f"{name}.html").is_file(), name
+        assert kind.decisions and all(DECISION_LABELS[decision] == label for decision, label in kind.decisions.items())
