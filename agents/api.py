@@ -7,7 +7,7 @@ from ninja import Router, Schema, Status
 from pydantic import ConfigDict, StrictInt
 from pydantic.alias_generators import to_camel
 
-from agents import deletion
+from agents import actions
 from agents.definitions import ConnectionRefused, DefinitionContent, PoliciesRefused
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
@@ -103,7 +103,7 @@ def update_agent(request: ConsoleRequest, name: str, payload: DefinitionContent)
 @router.delete("/{name}", response={204: None})
 def delete_agent(request: ConsoleRequest, name: str) -> Status[None]:
     require_role(request, "admin")
-    deletion.delete_agent(get_agent_for(request, name))
+    actions.delete_agent(get_agent_for(request, name))
     return Status(204, None)
 
 

@@ -178,7 +178,7 @@ def branch(checkpoint: Checkpoint, copies: list[PendingRequest]) -> Session | No
     and nothing of the new session exists until all of it does. None when the session or its agent was deleted.
 
     Both ways to fork make their session here: an answer given at an earlier checkpoint (`fork`) and "Fork from
-    here" on an earlier turn (`agents.run_views.run_fork`). The original session's row is locked meanwhile, as
+    here" on an earlier turn (`agents.actions.fork_session`). The original session's row is locked meanwhile, as
     the deletions lock it: a deletion running now either comes first (no fork) or sees the fork's requests and
     closes them too."""
     origin = checkpoint.session

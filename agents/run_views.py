@@ -22,18 +22,16 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from agents import queue
-from agents.checkpoints import ForkOrigin, branch, fork_origin, request_copies
+from agents import actions, queue
+from agents.checkpoints import ForkOrigin, fork_origin
 from agents.events import EventType
 from agents.getters import get_run_for
 from agents.lanes import LANE_PATTERN
 from agents.models import AWAITING, Agent, Checkpoint, Event, Run, RunStatus, Session
 from agents.policies import INTERCEPTION_POINTS, Point
-from agents.prepare import RunRejected, refuse_unless_approver_of
+from agents.prepare import RunRejected
 from agents.queries import runs_matching
-from agents.replay import prepare_replay, start_replay
 from approvals.models import TERMINAL, PendingRequest, RequestStatus
-from approvals.push import notify_requests_opened
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.humanize import duration
 from console.models import Tenant
@@ -290,12 +288,10 @@ def run_cancel(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED)
     was = run.get_status_display().lower()
     try:
-        waiting = run.requests.filter(status=RequestStatus.PENDING, answered_in=None)
-        refuse_unless_approver_of(request.membership, waiting)
+        outcome = actions.cancel_run(request.membership, request.user, run)
     except RunRejected as rejected:
         messages.error(request, rejected.detail)
         return redirect("run", run_id=run.id)
-    outcome = queue.cancel(run, request.user)
     if outcome is None:
         messages.error(request, f"The run has finished ({was}) and waits on nothing; nothing to cancel.")
     elif outcome == "cancelling":
@@ -317,17 +313,15 @@ def run_replay(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         messages.error(request, "Pick one of the agent's versions.")
         return redirect("run", run_id=original.id)
     try:
-        replay = prepare_replay(original, int(picked) if picked else None)
-        started = start_replay(replay, request.user, queued=True)
+        replay = actions.replay_run(request.user, original, int(picked) if picked else None, queued=True)
     except RunRejected as rejected:
         messages.error(request, rejected.detail)
         return redirect("run", run_id=original.id)
-    version = replay.prepared.version.number
-    messages.success(request, f"Replaying the run's message on version {version}.")
+    messages.success(request, f"Replaying the run's message on version {replay.version}.")
     if replay.omitted_documents:
         names = ", ".join(str(d["name"]) for d in replay.omitted_documents)
         messages.info(request, f"This run is older than kept documents; replayed without: {names}.")
-    return redirect("run", run_id=started.run.id)
+    return redirect("run", run_id=replay.run.id)
 
 
 @role_required("operator")
@@ -337,21 +331,13 @@ def run_fork(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     conversation is the one the turn's checkpoint holds, with copies of the requests open there; the page goes
     on in it on the trial page, where the next message continues from that point. The original is untouched."""
     run = get_run_for(request, run_id, "agent")
-    checkpoint = Checkpoint.objects.select_related("session", "run", "version").filter(run=run).first()
-    if checkpoint is None:
-        messages.error(request, "This turn has not ended in a session: there is no point to fork it from.")
+    try:
+        fork = actions.fork_session(run)
+    except actions.ForkRefused as refused:
+        messages.error(request, refused.detail)
         return redirect("run", run_id=run.id)
-    if not Checkpoint.objects.filter(session=checkpoint.session_id, number__gt=checkpoint.number).exists():
-        messages.error(request, "This is the session's latest turn: its next message goes on from here, no fork.")
-        return redirect("run", run_id=run.id)
-    copies = list(request_copies(checkpoint, timezone.now()).values())
-    session = branch(checkpoint, copies)
-    if session is None:
-        messages.error(request, "The session or its agent was deleted: nothing to fork.")
-        return redirect("run", run_id=run.id)
-    notify_requests_opened(copies)
-    messages.success(request, f"Forked at turn {checkpoint.number}: the next message continues from there.")
-    return redirect(f"{reverse('trial')}?{urlencode({'agent': run.agent.name, 'session': session.key})}")
+    messages.success(request, f"Forked at turn {fork.checkpoint.number}: the next message continues from there.")
+    return redirect(f"{reverse('trial')}?{urlencode({'agent': run.agent.name, 'session': fork.session.key})}")
 
 
 def replay_of(run: Run, events: list[Event]) -> Run | None:

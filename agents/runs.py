@@ -392,7 +392,7 @@ def _store_outcome(
     run.finished_at = timezone.now()
     outcome = result.outcome
     # A turn that would leave requests open (new ones, or answers handed back) checks that its session and
-    # agent still exist, under the session's lock first, as the deletions take it (agents/deletion.py).
+    # agent still exist, under the session's lock first, as the deletions take it (agents/actions/deletion.py).
     gone = run.session is not None and (outcome is None or bool(outcome.pending)) and _session_ended(run.session)
     if result.cancelled:
         run.status = RunStatus.CANCELLED

@@ -19,7 +19,7 @@ from django.db.models import FilteredRelation, Q
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
-from agents import checkpoints, deletion, live, queue
+from agents import actions, checkpoints, live
 from agents.events import EventType, event_envelope, session_idle, session_title
 from agents.getters import get_run_for
 from agents.models import Attachment, Event, Run, RunStatus, Session
@@ -27,16 +27,9 @@ from agents.payloads import event_schema, is_stored
 from agents.prepare import (
     RunRejected,
     RunRequest,
-    live_version,
-    prepare_run,
-    refuse_ungranted_connections,
-    refuse_unless_approver,
-    refuse_unless_approver_of,
 )
 from agents.queries import runs_matching
-from agents.replay import ReplayRequest, prepare_replay, start_replay
-from agents.runs import StartedRun, execute, finish_run, run_result, start_run
-from agents.turns import run_here
+from agents.runs import StartedRun, execute, run_result
 from approvals.models import RequestStatus
 from console.api import ApiError, Paging, Problem, page_of, problem, require_role
 from console.slots import Slot, Slots
@@ -85,11 +78,7 @@ def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
     membership = require_role(request, "operator")
     queued = _prefers_async(request)
     try:
-        version = live_version(membership.tenant, name, payload.definition_version)
-        prepared = prepare_run(membership.tenant, version, payload)
-        refuse_unless_approver(membership, prepared)
-        refuse_ungranted_connections(prepared)
-        started = queue.start_queued(prepared, request.user) if queued else start_run(prepared, request.user)
+        started = actions.start_run(membership, request.user, name, payload, queued=queued)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     if queued:
@@ -109,9 +98,7 @@ def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    result = run_here(execute(started))
-    opened = finish_run(started, result)
-    return JsonResponse(run_result(started.run, opened))
+    return JsonResponse(actions.run_to_end(started).result())
 
 
 async def _stream(started: StartedRun) -> AsyncIterator[str]:
@@ -137,13 +124,13 @@ async def _stream(started: StartedRun) -> AsyncIterator[str]:
                 yield _sse(envelope)
             else:
                 getter.cancel()
-        opened = await sync_to_async(finish_run)(started, task.result())
+        ended = await sync_to_async(actions.finish)(started, task.result())
         for event in started.log.stored:
             if event.sequence > sent:
                 last = event_envelope(event)
                 yield _sse(last)
         yield _idle(last)
-        result = await sync_to_async(run_result)(started.run, opened)
+        result = await sync_to_async(ended.result)()
         yield f"event: done\ndata: {json.dumps(result)}\n\n"
     except (asyncio.CancelledError, GeneratorExit):
         # The client went away; the turn still finishes and is stored.
@@ -157,7 +144,7 @@ async def _stream(started: StartedRun) -> AsyncIterator[str]:
 async def _finish_detached(task: "asyncio.Future[Any]", started: StartedRun) -> None:
     # Outlives its request, so not on the request's thread (console.asgi keeps that for the next request,
     # and refuses work from tasks of a request that ended): a pool thread, its connection closed after.
-    await database_sync_to_async(finish_run, thread_sensitive=False)(started, await task)
+    await database_sync_to_async(actions.finish, thread_sensitive=False)(started, await task)
 
 
 class RunFilters(Paging):
@@ -251,10 +238,9 @@ def cancel_run(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
     membership = require_role(request, "operator")
     run = get_run_for(request, run_id, "agent", "version", "session")
     try:
-        refuse_unless_approver_of(membership, run.requests.filter(status=RequestStatus.PENDING, answered_in=None))
+        status = actions.cancel_run(membership, request.user, run)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
-    status = queue.cancel(run, request.user)
     if status is None:
         detail = f"The run has finished ({run.status}) and waits on nothing; there is nothing to cancel."
         raise ApiError(409, "run_finished", detail)
@@ -591,10 +577,10 @@ def delete_session(request: ConsoleRequest, session_id: str) -> Status[None]:
     if session is None:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     try:
-        refuse_unless_approver_of(membership, session.requests.filter(status=RequestStatus.PENDING, answered_in=None))
+        deleted = actions.delete_session(membership, session)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
-    if not deletion.delete_session(session):
+    if not deleted:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     return Status(204, None)
 
@@ -660,7 +646,7 @@ def upload_attachment(request: ConsoleRequest) -> Any:
 
 
 @router.post("/runs/{run_id}/replay", response={200: dict, 202: dict, 404: Problem, 409: Problem})
-def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: ReplayRequest | None = None) -> Any:
+def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: actions.ReplayRequest | None = None) -> Any:
     """Run the run's message again (SPEC section 10), admins only: a new sessionless run of the same agent with
     the same bound parameter values and culture, on the run's definition version or `definitionVersion`; its
     result says `replayOf`; the run's documents go with it (`omittedDocuments`: those of a run from before they
@@ -669,18 +655,17 @@ def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: ReplayReques
     membership = require_role(request, "admin")
     original = get_run_for(request, run_id, "tenant", "agent", "version__agent")
     queued = _prefers_async(request)
+    picked = payload.definition_version if payload else None
     try:
-        replay = prepare_replay(original, payload.definition_version if payload else None)
-        started = start_replay(replay, membership.user, queued=queued)
+        replay = actions.replay_run(membership.user, original, picked, queued=queued)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     linked = {"replayOf": str(original.id), "omittedDocuments": replay.omitted_documents}
     if queued:
-        location = f"/api/runs/{started.run.id}"
-        body = {"runId": str(started.run.id), "status": started.run.status, "location": location, **linked}
+        location = f"/api/runs/{replay.run.id}"
+        body = {"runId": str(replay.run.id), "status": replay.run.status, "location": location, **linked}
         accepted = JsonResponse({**body, "eventsLocation": f"{location}/events"}, status=202)
         accepted["Location"] = location
         accepted["Preference-Applied"] = "respond-async"
         return accepted
-    opened = finish_run(started, run_here(execute(started)))
-    return JsonResponse({**run_result(started.run, opened), **linked})
+    return JsonResponse({**actions.run_to_end(replay.started).result(), **linked})

@@ -16,7 +16,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import deletion
+from agents import actions
 from agents.definitions import ConnectionRefused, DefinitionContent
 from agents.forms import (
     APPROVAL_LABELS,
@@ -293,7 +293,7 @@ def agent_rollback(request: ConsoleRequest, name: str) -> HttpResponse:
 @require_POST
 def agent_delete(request: ConsoleRequest, name: str) -> HttpResponse:
     agent = get_agent_for(request, name)
-    deletion.delete_agent(agent)
+    actions.delete_agent(agent)
     messages.success(request, f"Deleted agent “{agent.name}”.")
     return redirect("agents:list")
 

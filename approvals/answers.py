@@ -10,15 +10,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from django.db import IntegrityError
 from django.utils import timezone
 from pydantic import Field, StrictBool
 
+from agents.actions import continue_session
 from agents.checkpoints import fork, forked_from, request_copies
 from agents.definitions import WireModel
 from agents.models import Run, RunStatus, Session
-from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
-from agents.queue import start_queued
 from agents.runs import record_closings
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import PendingRequest, RequestStatus
@@ -242,44 +240,10 @@ def _lost_with_its_worker(pending: PendingRequest) -> bool:
 
 
 def continue_when_complete(user: Any, session: Session) -> Run | None:
-    """Start the continuation run once no open request of the session is left without its answer.
-    `user` is who gave the last answer (None when the system closed the last request)."""
-    # The answers not carried yet, in one query: one missing means a request still waits.
-    stored = list(
-        session.requests.filter(status=RequestStatus.PENDING, answered_in=None).values_list("answer", flat=True)
-    )
-    if any(answer is None for answer in stored):
-        return None
-    # The continuation runs the version that asked unless an answer named another (SPEC section 9), on its
-    # lane (its parameters and culture repeat as well), through the queue: the answer returns at once.
-    runs = Run.objects.select_related("version")
-    asked = runs.filter(pk=session.last_run_id).first() if session.last_run_id else None
-    given = [answer for answer in stored if isinstance(answer, dict)]
-    chosen_version = next((a["definitionVersion"] for a in given if a.get("definitionVersion")), None)
-    chosen_id = next((a["newRunId"] for a in given if a.get("newRunId")), None)
-    try:
-        request = RunRequest(
-            session_id=session.key,
-            definition_version=chosen_version or (asked.version.number if asked else None),
-            lane=asked.lane if asked else None,
-        )
-        if chosen_version is not None:
-            version = live_version(session.tenant, session.agent.name, chosen_version)
-        else:
-            version = asked.version if asked else live_version(session.tenant, session.agent.name, None)
-        version.agent = session.agent
-        prepared = prepare_run(session.tenant, version, request)
-        prepared.run_id = uuid.UUID(chosen_id) if chosen_id else None
-        try:
-            started = start_queued(prepared, user)
-        except IntegrityError:  # the chosen id was taken since the answer was checked: a fresh one
-            prepared.run_id = None
-            started = start_queued(prepared, user)
-    except RunRejected:
-        # Another answer started the continuation at the same moment (the session is busy), or the
-        # answers were consumed by a run request meanwhile: either way the turn is on its way.
-        return None
-    return started.run
+    """Start the continuation run once no open request of the session is left without its answer
+    (`agents.actions.continue_session`). `user` is who gave the last answer (None when the system closed the
+    last request)."""
+    return continue_session(user, session)
 
 
 def expire_due(now: datetime | None = None) -> list[PendingRequest]:

@@ -19,15 +19,15 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
-from agents import queue
+from agents import actions
 from agents.getters import get_run_for
 from agents.models import Agent
-from agents.prepare import RunRejected, refuse_unless_approver_of
+from agents.prepare import RunRejected
 from agents.request_kinds import REQUEST_KINDS
 from approvals.answers import ClaimRefused, Outcome, Response, ResponseRefused, claim, release, respond
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
-from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind, RequestStatus, mark_answerable
+from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind, mark_answerable
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
 from console.tenancy import ConsoleRequest, role_required
@@ -244,12 +244,11 @@ def claim_or_release(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResp
 def cancel_run(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
     """Cancel the run a card waits for (SPEC section 9): its open requests close `cancelled` in every inbox."""
     pending = get_request_for(request, request_id, "run__version", "agent", "session")
-    waiting = pending.run.requests.filter(status=RequestStatus.PENDING, answered_in=None, session=pending.session_id)
     try:
-        refuse_unless_approver_of(request.membership, waiting)
+        cancelled = actions.cancel_run(request.membership, request.user, pending.run, session_id=pending.session_id)
     except RunRejected as refused:
         return _refused(request, pending, refused.detail)
-    if queue.cancel(pending.run, request.user) == "cancelled":
+    if cancelled == "cancelled":
         if not request.htmx:
             messages.success(request, f"Cancelled the run of {pending.agent.name}: its open requests are closed.")
             return redirect("inbox")

@@ -144,7 +144,7 @@ def after_the_winner_lands(
         return start_run(*args, **kwargs)
 
     monkeypatch.setattr(PendingRequest, "record_answer", record_second)
-    monkeypatch.setattr("agents.runs_api.start_run", start_second)  # the run route's, not the queue's
+    monkeypatch.setattr("agents.runs.start_run", start_second)  # the run route's (agents.actions), not the queue's
     return seen
 
 
@@ -204,7 +204,7 @@ def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier
         return start_run(*args, **kwargs)
 
     monkeypatch.setattr(PendingRequest, "record_answer", record_together)
-    monkeypatch.setattr("agents.runs_api.start_run", start_together)
+    monkeypatch.setattr("agents.runs.start_run", start_together)  # as above
 
 
 @pytest.mark.django_db(transaction=True)

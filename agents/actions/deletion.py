@@ -3,7 +3,8 @@
 The agent (its name is free again) or the session (its key starts a new session) is marked deleted, its
 queued and running turns are cancelled, and every open request of its sessions closes `abandoned`, all in
 one transaction: nothing it asked for can be answered into a run afterwards. Open consoles drop the cards
-once the deletion is committed.
+once the deletion is committed. Deleting a session closes its requests unanswered, which takes the right to
+answer them (`agents.prepare.refuse_unless_approver_of`); deleting an agent is an admin's.
 """
 
 from datetime import datetime
@@ -14,9 +15,11 @@ from django.utils import timezone
 
 from agents import live, queue
 from agents.models import Agent, Run, RunStatus, Session
+from agents.prepare import refuse_unless_approver_of
 from agents.runs import abandon_requests
-from approvals.models import PendingRequest
+from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_closed
+from console.models import Membership
 
 
 def delete_agent(agent: Agent) -> None:
@@ -32,8 +35,10 @@ def delete_agent(agent: Agent) -> None:
         )
 
 
-def delete_session(session: Session) -> bool:
-    """Delete a live session; False when it was deleted meanwhile."""
+def delete_session(membership: Membership, session: Session) -> bool:
+    """Delete a live session for `membership`'s member; False when it was deleted meanwhile. Raises RunRejected
+    (403 `not_an_approver`) when one of its open requests is routed to a group the member is not in."""
+    refuse_unless_approver_of(membership, session.requests.filter(status=RequestStatus.PENDING, answered_in=None))
     with transaction.atomic():
         now = timezone.now()
         if not Session.objects.live().filter(pk=session.pk).update(deleted_at=now):

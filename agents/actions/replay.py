@@ -7,7 +7,8 @@ Runs started before `Run.documents` kept of their documents only names and sizes
 `omitted_documents` says which ones the replay of such a run goes without.
 
 The replay is checked and run by the same machinery as any run request (`prepare_run`, `start_run`,
-`agents.queue.enqueue`); this module only builds the request and marks the run.
+`agents.queue.enqueue`); this module only builds the request and marks the run. A replay started here is run by
+its caller (`agents.actions.runs.run_to_end`), a queued one by a worker.
 """
 
 from dataclasses import dataclass
@@ -31,17 +32,35 @@ class ReplayRequest(WireModel):
     definition_version: StrictInt | None = Field(default=None, ge=1)
 
 
-@dataclass
-class Replay:
-    original: Run
-    prepared: PreparedRun
-    # The documents of an original from before `Run.documents`, `{name, size}`: the replay runs without them.
+@dataclass(frozen=True)
+class Replayed:
+    """A replay started: its run, and the documents of an original from before `Run.documents` (`{name, size}`),
+    which it runs without."""
+
+    started: StartedRun
     omitted_documents: list[dict[str, Any]]
 
+    @property
+    def run(self) -> Run:
+        return self.started.run
 
-def prepare_replay(original: Run, definition_version: int | None) -> Replay:
-    """Check a replay of `original` as a run request; raises RunRejected (409 `not_replayable` for a run
-    without a message of its own: a continuation that carried answers, or a message a policy refused)."""
+    @property
+    def version(self) -> int:
+        """The number of the definition version it runs."""
+        return self.started.prepared.version.number
+
+
+def replay_run(user: Any, original: Run, definition_version: int | None, *, queued: bool = False) -> Replayed:
+    """Replay `original` for `user` on `definition_version` (its own version when None): queued on its lane with
+    `queued`, else for the caller to run here. Raises RunRejected, nothing written, as a run request does, and
+    409 `not_replayable` for a run without a message of its own (a continuation that carried answers, or a
+    message a policy refused)."""
+    prepared, omitted = _prepare(original, definition_version)
+    return Replayed(_start(original, prepared, user, queued=queued), omitted)
+
+
+def _prepare(original: Run, definition_version: int | None) -> tuple[PreparedRun, list[dict[str, Any]]]:
+    """The replay of `original` checked as a run request, and the documents it goes without."""
     if not original.message:
         detail = "The run has no message of its own to replay (it carried answers, or a policy refused its message)."
         raise RunRejected(409, "not_replayable", detail)
@@ -66,16 +85,15 @@ def prepare_replay(original: Run, definition_version: int | None) -> Replay:
     if not original.documents:
         attached = original.events.filter(type=EventType.DOCUMENT_ATTACHED).order_by("sequence")
         omitted = [{"name": e.data.get("name"), "size": e.data.get("size")} for e in attached]
-    return Replay(original, prepared, omitted)
+    return prepared, omitted
 
 
-def start_replay(replay: Replay, user: Any, *, queued: bool = False) -> StartedRun:
+def _start(original: Run, prepared: PreparedRun, user: Any, *, queued: bool) -> StartedRun:
     """Start the replay as `agents.runs.start_run` starts any run (queued on its lane with `queued`)."""
     if queued:
-        enqueue = partial(_enqueue_replay, replay.original)
-        return start_run(replay.prepared, user, enqueue=enqueue)
-    started = start_run(replay.prepared, user)
-    _mark_replay(started.log, replay.original)
+        return start_run(prepared, user, enqueue=partial(_enqueue_replay, original))
+    started = start_run(prepared, user)
+    _mark_replay(started.log, original)
     return started
 
 

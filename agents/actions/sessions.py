@@ -1,0 +1,103 @@
+"""Going on with a session (SPEC section 9): its continuation once every open request has its answer, and a
+fork from an earlier turn.
+
+The continuation is queued on the lane of the run that asked, so the answer that starts it returns at once;
+the answers were committed before (`approvals.answers.respond` stores each with a conditional update), so of
+two last answers given at once both see the session complete and one starts the turn (the other finds the
+session busy). A fork is a new session made by `agents.checkpoints.branch`; every inbox hears of its copies of
+the requests once it is committed.
+"""
+
+import uuid
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.checkpoints import branch, request_copies
+from agents.models import Checkpoint, Run, Session
+from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
+from agents.queue import start_queued
+from approvals.models import RequestStatus
+from approvals.push import notify_requests_opened
+
+
+def continue_session(user: Any, session: Session) -> Run | None:
+    """Start the continuation run once no open request of the session is left without its answer; None while
+    one is (or when another answer started it meanwhile). `user` is who gave the last answer (None when the
+    system closed the last request)."""
+    # The answers not carried yet, in one query: one missing means a request still waits.
+    stored = list(
+        session.requests.filter(status=RequestStatus.PENDING, answered_in=None).values_list("answer", flat=True)
+    )
+    if any(answer is None for answer in stored):
+        return None
+    # The continuation runs the version that asked unless an answer named another (SPEC section 9), on its
+    # lane (its parameters and culture repeat as well), through the queue: the answer returns at once.
+    runs = Run.objects.select_related("version")
+    asked = runs.filter(pk=session.last_run_id).first() if session.last_run_id else None
+    given = [answer for answer in stored if isinstance(answer, dict)]
+    chosen_version = next((a["definitionVersion"] for a in given if a.get("definitionVersion")), None)
+    chosen_id = next((a["newRunId"] for a in given if a.get("newRunId")), None)
+    try:
+        request = RunRequest(
+            session_id=session.key,
+            definition_version=chosen_version or (asked.version.number if asked else None),
+            lane=asked.lane if asked else None,
+        )
+        if chosen_version is not None:
+            version = live_version(session.tenant, session.agent.name, chosen_version)
+        else:
+            version = asked.version if asked else live_version(session.tenant, session.agent.name, None)
+        version.agent = session.agent
+        prepared = prepare_run(session.tenant, version, request)
+        prepared.run_id = uuid.UUID(chosen_id) if chosen_id else None
+        try:
+            started = start_queued(prepared, user)
+        except IntegrityError:  # the chosen id was taken since the answer was checked: a fresh one
+            prepared.run_id = None
+            started = start_queued(prepared, user)
+    except RunRejected:
+        # Another answer started the continuation at the same moment (the session is busy), or the
+        # answers were consumed by a run request meanwhile: either way the turn is on its way.
+        return None
+    return started.run
+
+
+class ForkRefused(Exception):
+    """A fork that cannot be made; nothing was changed."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code, self.detail = code, detail
+
+
+@dataclass(frozen=True)
+class Fork:
+    """The new session, and the checkpoint (the turn) it starts from."""
+
+    session: Session
+    checkpoint: Checkpoint
+
+
+def fork_session(run: Run) -> Fork:
+    """Fork the run's session from this turn, without an answer (SPEC section 9): a new session whose
+    conversation is the one the turn's checkpoint holds, with copies of the requests open there; the original
+    is untouched. Raises ForkRefused for a turn that did not end in a session (`no_checkpoint`), the session's
+    latest turn (`latest_turn`: its next message goes on from there) and a session or agent deleted
+    (`session_deleted`)."""
+    checkpoint = Checkpoint.objects.select_related("session", "run", "version").filter(run=run).first()
+    if checkpoint is None:
+        raise ForkRefused("no_checkpoint", "This turn has not ended in a session: there is no point to fork it from.")
+    if not Checkpoint.objects.filter(session=checkpoint.session_id, number__gt=checkpoint.number).exists():
+        detail = "This is the session's latest turn: its next message goes on from here, no fork."
+        raise ForkRefused("latest_turn", detail)
+    copies = list(request_copies(checkpoint, timezone.now()).values())
+    with transaction.atomic():
+        session = branch(checkpoint, copies)
+        if session is None:
+            raise ForkRefused("session_deleted", "The session or its agent was deleted: nothing to fork.")
+        transaction.on_commit(partial(notify_requests_opened, copies))
+    return Fork(session, checkpoint)
