@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Checkpoint, Run
 from agents.run_views import duration
-from approvals.answers import claim
+from approvals.actions import claim
 from approvals.models import ApproverGroup, PendingRequest
 from tests.agents.test_session_timeline import turns_of
 from tests.conftest import Persona
