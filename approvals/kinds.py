@@ -3,7 +3,7 @@ fields it takes and what it stores, the checks an answer must pass, how the answ
 and which event records it, the event and run status that announce it, and how the audit describes it.
 
 Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.prepare.prepare_run`) and
-the inbox / respond API (`approvals.answers.respond`). A new kind is one class here plus its inbox form and
+the inbox / respond API (`approvals.actions.answer_request`). A new kind is one class here plus its inbox form and
 its card partial (docs/architecture.md, "A new request kind").
 """
 
