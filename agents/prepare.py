@@ -20,7 +20,14 @@ from agents.engine.subagents import SubAgent
 from agents.lanes import LANE_PATTERN
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
 from approvals.kinds import KINDS, AnswerRefused
-from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.models import (
+    NotAnApprover,
+    PendingRequest,
+    RequestKind,
+    RequestStatus,
+    Rule,
+    refuse_unless_answerable,
+)
 from console.connections import ConnectionSpec
 from console.models import Connection, Membership, Tenant
 
@@ -269,13 +276,11 @@ def refuse_unless_approver(membership: Membership, prepared: PreparedRun) -> Non
 
 
 def refuse_unless_approver_of(membership: Membership, requests: Iterable[PendingRequest]) -> None:
-    """Answering a request and closing it unanswered (abandoning it, cancelling its run, deleting its session)
-    take the same right (SPEC section 11): a request routed to a group is its members' and admins' only (403
-    `not_an_approver`), or an operator outside the group would stop what the group decides."""
-    for pending in requests:
-        if not pending.answerable_by(membership):
-            only = "only members of that group and admins answer it, or close it unanswered"
-            raise RunRejected(403, "not_an_approver", f"The request {pending.id} is for {pending.approvers}: {only}.")
+    """`approvals.models.refuse_unless_answerable` as a run route refuses (403 `not_an_approver`)."""
+    try:
+        refuse_unless_answerable(membership, requests)
+    except NotAnApprover as refused:
+        raise RunRejected(refused.status, refused.code, refused.run_detail) from None
 
 
 def refuse_if_busy_or_gone(session: Session) -> None:

@@ -10,7 +10,8 @@ from pydantic import Field
 
 from agents.definitions import UnknownGroup
 from agents.getters import get_run_for
-from approvals.answers import ClaimRefused, Response, ResponseRefused, claim, release, respond
+from approvals.actions import ClaimRefused, answer_request, claim, release
+from approvals.answers import Response, ResponseRefused
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
 from console.api import ApiError, Paging, Problem, api, page_of, problem, require_role
@@ -118,7 +119,7 @@ def respond_to_request(request: ConsoleRequest, run_id: uuid.UUID, payload: Resp
     """Answer one pending request of a run. The status says what became of the answer."""
     membership = require_role(request, "operator")
     try:
-        outcome = respond(membership, membership.user, run_id, payload, via="api")
+        outcome = answer_request(membership, membership.user, run_id, payload, via="api")
     except PendingRequest.DoesNotExist:
         get_run_for(request, run_id)  # a run not the tenant's is run_not_found
         raise ApiError(404, "request_not_found", f"The run {run_id} issued no request {payload.request_id}.") from None

@@ -1,12 +1,12 @@
 """Request deadlines: a periodic sweep closes overdue requests `expired` and lets their runs go on
-(`approvals.answers.expire_due`); beside it, the e-mail digests that are due go out (`approvals.digests`).
+(`approvals.actions.expire_due`); beside it, the e-mail digests that are due go out (`approvals.digests`).
 
 The sweep is one loop per serving process (started by `manage.py serve`) or the `sweep_deadlines`
 command; every closing is a conditional update, so several sweepers never close a request twice (and a
 digest's is too: several never send the same digest).
 """
 
-from approvals.answers import expire_due
+from approvals.actions import expire_due
 from approvals.digests import send_digests
 from console.periodic import start_periodic
 

@@ -78,6 +78,34 @@ def mark_answerable(membership: Membership, requests: Iterable["PendingRequest"]
         pending.answerable = pending.answerable_by(membership, groups)  # type: ignore[attr-defined]
 
 
+class NotAnApprover(Exception):
+    """A member outside the group a request is routed to, answering it or closing it unanswered (SPEC section
+    11): a 403 `not_an_approver`, nothing changed."""
+
+    code, status = "not_an_approver", 403
+
+    def __init__(self, pending: "PendingRequest") -> None:
+        self.pending = pending
+        self.detail = f"The request is for {pending.approvers}: only members of that group and admins answer it."
+        super().__init__(self.detail)
+
+    @property
+    def run_detail(self) -> str:
+        """The refusal as the run routes word it (a run request's answers and abandonments, a cancel, a
+        deletion): naming the request, and that closing it unanswered takes the same right."""
+        only = "only members of that group and admins answer it, or close it unanswered"
+        return f"The request {self.pending.id} is for {self.pending.approvers}: {only}."
+
+
+def refuse_unless_answerable(membership: Membership, requests: Iterable["PendingRequest"]) -> None:
+    """Answering a request and closing it unanswered (abandoning it, cancelling its run, deleting its session)
+    take the same right, or an operator outside a group would stop what the group decides: raises NotAnApprover
+    for the first of `requests` the member may not answer (`PendingRequest.answerable_by`)."""
+    for pending in requests:
+        if not pending.answerable_by(membership):
+            raise NotAnApprover(pending)
+
+
 class Digest(models.Model):
     """A member's opt-in to e-mail digests (SPEC section 11): requests of the tenant they may answer that have
     waited longer than `after_minutes`, at most one e-mail every `after_minutes` (approvals/digests.py)."""

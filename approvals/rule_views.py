@@ -22,17 +22,10 @@ from pydantic import ValidationError
 
 from agents.definitions import error_map
 from agents.models import Agent, AgentVersion
+from approvals.actions import remember_rule, revoke_rule
 from approvals.getters import get_rule_for
 from approvals.models import Rule
-from approvals.rules import (
-    RuleIn,
-    RuleRefused,
-    create_rule,
-    describe_conditions,
-    remembered_arguments,
-    revoke,
-    tenant_rules,
-)
+from approvals.rules import RuleIn, RuleRefused, describe_conditions, remembered_arguments, tenant_rules
 from console.models import Tenant
 from console.rows import Row, RowKind
 from console.tenancy import ConsoleRequest, role_required
@@ -256,7 +249,7 @@ def rule_create(request: ConsoleRequest) -> HttpResponse:
     if form.is_valid():
         assert form.wanted is not None
         try:
-            rule = create_rule(request.tenant, request.user, form.wanted)
+            rule = remember_rule(request.membership, request.user, form.wanted)
         except RuleRefused as refused:
             form.place(refused.field, refused.detail)
         else:
@@ -280,7 +273,7 @@ def condition_row(request: ConsoleRequest) -> HttpResponse:
 @require_POST
 def rule_revoke(request: ConsoleRequest, rule_id: uuid.UUID) -> HttpResponse:
     rule = get_rule_for(request, rule_id)
-    revoke(rule)
+    revoke_rule(rule)
     messages.success(request, f"Revoked the rule for {rule.agent.name} · {rule.tool_name}: its calls ask again.")
     back = request.POST.get("next", "")
     if back.startswith("/rules/") and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):

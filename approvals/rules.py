@@ -7,11 +7,9 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from django.db.models import QuerySet
-from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from agents.definitions import DefinitionContent, WireModel
-from agents.models import Agent
 from agents.queries import picked
 from approvals.models import Rule
 
@@ -220,32 +218,6 @@ def tenant_rules(
     if not revoked:
         rules = rules.filter(revoked_at__isnull=True)
     return picked(rules, agent__name=agent, tool_name=tool)
-
-
-def create_rule(tenant: Any, user: Any, wanted: RuleIn) -> Rule:
-    """Store a rule made by hand; raises RuleRefused (and stores nothing) when it cannot be made."""
-    agent = Agent.objects.live().filter(tenant=tenant, name=wanted.agent).first()
-    if agent is None:
-        raise RuleRefused(404, "agent_not_found", "agent", f"No agent named {wanted.agent!r} in this tenant.")
-    refused = refusal(agent.current.definition, wanted)
-    if refused is not None:
-        raise refused
-    return Rule.objects.create(
-        tenant=tenant,
-        agent=agent,
-        tool_name=wanted.tool_name,
-        arguments_hash=arguments_hash(wanted.arguments) if wanted.arguments is not None else "",
-        arguments=wanted.arguments,
-        conditions=[condition.model_dump(mode="json") for condition in wanted.conditions],
-        created_by=user if getattr(user, "is_authenticated", False) else None,
-    )
-
-
-def revoke(rule: Rule) -> None:
-    """Calls the rule approved ask again. Revoking a revoked rule keeps the first revocation time."""
-    now = timezone.now()
-    if Rule.objects.filter(pk=rule.pk, revoked_at__isnull=True).update(revoked_at=now):
-        rule.revoked_at = now
 
 
 def remembered_arguments(rule: Rule) -> dict[str, Any] | None:

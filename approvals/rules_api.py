@@ -5,9 +5,10 @@ from typing import Any
 
 from ninja import Query, Router, Status
 
+from approvals import actions
 from approvals.getters import get_rule_for
 from approvals.models import Rule
-from approvals.rules import RuleIn, RuleRefused, create_rule, remembered_arguments, revoke, tenant_rules
+from approvals.rules import RuleIn, RuleRefused, remembered_arguments, tenant_rules
 from console.api import ApiError, Paging, Problem, page_of, require_role
 from console.tenancy import ConsoleRequest
 
@@ -49,7 +50,7 @@ def create_rule_by_hand(request: ConsoleRequest, payload: RuleIn) -> Status[dict
     narrows it to exactly those arguments, `conditions` to calls where every condition holds."""
     membership = require_role(request, "admin")
     try:
-        rule = create_rule(membership.tenant, request.user, payload)
+        rule = actions.remember_rule(membership, request.user, payload)
     except RuleRefused as refused:
         errors = [{"field": refused.field, "message": refused.detail}]
         raise ApiError(refused.status, refused.code, refused.detail, errors=errors) from None
@@ -61,5 +62,5 @@ def revoke_rule(request: ConsoleRequest, rule_id: uuid.UUID) -> Status[None]:
     """Revoke a rule: calls it approved ask again. Revoking a revoked rule changes nothing."""
     require_role(request, "admin")
     rule = get_rule_for(request, rule_id)
-    revoke(rule)
+    actions.revoke_rule(rule)
     return Status(204, None)

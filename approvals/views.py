@@ -1,12 +1,12 @@
 """The inbox: every open request of the tenant, live; operators answer here, one request at a time or a
-run's approvals at once. Every answer goes through approvals.answers.respond(), like the respond API.
+run's approvals or a selection at once. Every answer goes through approvals.actions.answer_request(), like
+the respond API's.
 
 Answer forms work with htmx (the card is swapped out on success, re-rendered with its errors on failure)
 and without JavaScript (a normal POST, then a redirect to the inbox with a message).
 """
 
 import uuid
-from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django import forms
@@ -24,12 +24,13 @@ from agents.getters import get_run_for
 from agents.models import Agent
 from agents.prepare import RunRejected
 from agents.request_kinds import REQUEST_KINDS
-from approvals.answers import ClaimRefused, Outcome, Response, ResponseRefused, claim, release, respond
+from approvals.actions import Answered, ClaimRefused, answer_many, answer_request, claim, release
+from approvals.answers import Outcome, Response, ResponseRefused
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind, mark_answerable
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
-from console.models import Membership, Tenant
+from console.models import Tenant
 from console.tenancy import ConsoleRequest, role_required
 
 # Cards per inbox page: rendering a card costs about half a millisecond, so the page stays fast however many
@@ -178,7 +179,7 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         try:
             # The trial page answers with the inbox card's widget, posted here; it says so for the audit.
             via = "trial" if request.POST.get("via") == "trial" else "inbox"
-            outcome = respond(membership, request.user, pending.run_id, response, via=via)
+            outcome = answer_request(membership, request.user, pending.run_id, response, via=via)
         except ResponseRefused as refused:
             error = refused.detail
         else:
@@ -265,31 +266,19 @@ def _refused(request: ConsoleRequest, pending: PendingRequest, error: str, close
     return render(request, "approvals/request.html", context)
 
 
-def _answer_each(
-    membership: Membership, user: Any, listed: list[PendingRequest], approved: bool, reason: str | None
-) -> tuple[list[str], list[str]]:
-    """Answer the requests one by one through respond(), each on its own run: the last answer of a run's
-    session starts that run's continuation."""
-    answered, problems = [], []
-    for pending in listed:
-        response = Response(request_id=pending.id, approved=approved, reason=reason)
-        try:
-            outcome = respond(membership, user, pending.run_id, response, via="inbox")
-        except ResponseRefused as refused:
-            problems.append(f"{pending.agent.name} · {pending.tool_name}: {refused.detail}")
-            continue
-        if outcome.status == "accepted":
-            answered.append(str(pending.id))
-        else:
-            problems.append(f"{pending.tool_name}: {outcome.message}")
-    return answered, problems
+def _answer_listed(request: ConsoleRequest, form: BatchForm | SelectionForm, listed: list[PendingRequest]) -> Answered:
+    """A batch bar's decision and reason given to the approval requests it lists, or why the bar was refused."""
+    if not form.is_valid():
+        return Answered(problems=[str(error) for error in form.errors.get("decision", [])])
+    wanted = form.cleaned_data
+    approved, reason = wanted["decision"] == "approve", wanted["reason"] or None
+    return answer_many(request.membership, request.user, listed, approved, reason)
 
 
 @role_required("operator")
 @require_POST
 def answer_all(request: ConsoleRequest) -> HttpResponse:
     """Approve or deny a run's listed approval requests at once, with one reason for all."""
-    membership = request.membership
     form = BatchForm(request.POST)
     valid, wanted = form.is_valid(), form.cleaned_data
     if "run" in form.errors:
@@ -300,34 +289,26 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
         .filter(id__in=wanted["request"], kind=RequestKind.APPROVAL)
         .order_by("opened_at", "id")
     )
-    decision = wanted.get("decision")
-    answered: list[str] = []
-    problems = [str(error) for error in form.errors.get("decision", [])]
-    if valid:
-        reason = wanted["reason"] or None
-        answered, problems = _answer_each(membership, request.user, listed, decision == "approve", reason)
-        problems += [] if listed else ["No approval request of this run was listed."]
+    done = _answer_listed(request, form, listed)
+    if valid and not listed:
+        done.problems.append("No approval request of this run was listed.")
     if not request.htmx:
-        return _back_to_inbox(request, answered, problems, decision, "{n} request{s} of the run")
+        return _back_to_inbox(request, done, wanted.get("decision"), "{n} request{s} of the run")
     body = ""
-    if problems:  # the bar again, with what is left to answer and why the rest was not
-        left = list(
-            _open_requests(membership.tenant).filter(run=run, session=run.session_id, kind=RequestKind.APPROVAL)
-        )
-        batch = {"run_id": run.id, "requests": left, "errors": problems}
+    if done.problems:  # the bar again, with what is left to answer and why the rest was not
+        left = list(_open_requests(request.tenant).filter(run=run, session=run.session_id, kind=RequestKind.APPROVAL))
+        batch = {"run_id": run.id, "requests": left, "errors": done.problems}
         body = render(request, "approvals/inbox.html#batch", {"batch": batch}).content.decode()
-    return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})
+    return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": done.ids})
 
 
-def _back_to_inbox(
-    request: ConsoleRequest, answered: list[str], problems: list[str], decision: str | None, which: str
-) -> HttpResponse:
+def _back_to_inbox(request: ConsoleRequest, done: Answered, decision: str | None, which: str) -> HttpResponse:
     """A batch answered without htmx: what was answered (`which`: "{n} request{s} …") and what was not, as
     messages on the inbox."""
-    if answered:
-        verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(answered) != 1 else ""
-        messages.success(request, f"{verb} {which.format(n=len(answered), s=plural)}.")
-    for problem in problems:
+    if done.ids:
+        verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(done.ids) != 1 else ""
+        messages.success(request, f"{verb} {which.format(n=len(done.ids), s=plural)}.")
+    for problem in done.problems:
         messages.error(request, problem)
     return redirect("inbox")
 
@@ -336,7 +317,7 @@ def _back_to_inbox(
 @require_POST
 def answer_selection(request: ConsoleRequest) -> HttpResponse:
     """Approve or deny the approval requests selected on the inbox, whatever their runs, with one reason for
-    all; each goes through respond() on its own run, so each run gets its own continuation."""
+    all; each is answered on its own run, so each run gets its own continuation."""
     form = SelectionForm(request.POST)
     valid, wanted = form.is_valid(), form.cleaned_data
     selected = wanted.get("selected") or []
@@ -345,16 +326,12 @@ def answer_selection(request: ConsoleRequest) -> HttpResponse:
         .filter(tenant=request.tenant, id__in=selected, kind=RequestKind.APPROVAL)
         .order_by("opened_at", "id")
     )
-    decision = wanted.get("decision")
-    answered: list[str] = []
-    problems = [str(error) for error in form.errors.get("decision", [])]
-    if valid:
-        reason = wanted["reason"] or None
-        answered, problems = _answer_each(request.membership, request.user, listed, decision == "approve", reason)
-        if len(listed) < len(selected):
-            problems.append("Some selected requests are not approval requests of this tenant; they were left alone.")
-        problems += [] if selected else ["Select requests first (x on a card, or its Select box)."]
+    done = _answer_listed(request, form, listed)
+    if valid and len(listed) < len(selected):
+        done.problems.append("Some selected requests are not approval requests of this tenant; they were left alone.")
+    if valid and not selected:
+        done.problems.append("Select requests first (x on a card, or its Select box).")
     if not request.htmx:
-        return _back_to_inbox(request, answered, problems, decision, "{n} selected request{s}")
-    body = render(request, "approvals/inbox.html#selection", {"selection_errors": problems}).content.decode()
-    return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": answered})
+        return _back_to_inbox(request, done, wanted.get("decision"), "{n} selected request{s}")
+    body = render(request, "approvals/inbox.html#selection", {"selection_errors": done.problems}).content.decode()
+    return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": done.ids})

@@ -2,7 +2,7 @@
 fork from an earlier turn.
 
 The continuation is queued on the lane of the run that asked, so the answer that starts it returns at once;
-the answers were committed before (`approvals.answers.respond` stores each with a conditional update), so of
+the answers were committed before (`approvals.actions.answer_request` stores each with a conditional update), so of
 two last answers given at once both see the session complete and one starts the turn (the other finds the
 session busy). A fork is a new session made by `agents.checkpoints.branch`; every inbox hears of its copies of
 the requests once it is committed.

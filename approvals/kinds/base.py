@@ -3,7 +3,7 @@ checks, the engine state of the call a request stands for. `parameters_schema` (
 card and for checking an edited call) is the registry's: each kind says whether it knows them.
 
 Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.prepare.prepare_run`) and
-the inbox / respond API (`approvals.answers.respond`).
+the inbox / respond API (`approvals.actions.answer_request`).
 """
 
 from collections.abc import Mapping

@@ -14,7 +14,8 @@ from agents.checkpoints import FULL_COPY_EVERY, conversation_at
 from agents.engine import TurnError
 from agents.models import Agent, Checkpoint, Event, Run, RunStatus, Session
 from agents.starter_policy import starter_hooks
-from approvals.answers import Response, respond
+from approvals.actions import answer_request
+from approvals.answers import Response
 from approvals.models import PendingRequest, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import (
@@ -300,7 +301,7 @@ def test_the_respond_result_names_the_fork(operator, assistant):
     run = Run.objects.get(id=asked["runId"])
     body = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True, "checkpointId": earlier}
 
-    outcome = respond(operator.membership, operator.user, run, Response.model_validate(body), via="api").wire()
+    outcome = answer_request(operator.membership, operator.user, run, Response.model_validate(body), via="api").wire()
 
     fork = Session.objects.get(forked_from_checkpoint=earlier)
     assert outcome["sessionId"] == fork.key

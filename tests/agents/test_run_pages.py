@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Checkpoint, Run
-from approvals.answers import claim
+from approvals.actions import claim
 from approvals.models import ApproverGroup, PendingRequest
 from console.humanize import duration
 from tests.agents.test_session_timeline import turns_of

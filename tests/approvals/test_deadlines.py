@@ -12,8 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from agents.models import Agent, Run, RunStatus
-from approvals import answers
-from approvals.answers import expire_due
+from approvals.actions import answers, expire_due
 from approvals.models import PendingRequest, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import drain_queued, make_agent, run_ok, run_queued, snapshot, stored_events

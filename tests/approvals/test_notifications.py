@@ -23,7 +23,7 @@ from django.utils import timezone
 from agents.models import Run
 from agents.queue import cancel
 from approvals import webhooks
-from approvals.answers import expire_due
+from approvals.actions import expire_due
 from approvals.digests import send_digests
 from approvals.models import ApproverGroup, Digest, PendingRequest
 from tests.conftest import grant, make_persona

@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.models import Agent
-from approvals.answers import expire_due
+from approvals.actions import expire_due
 from approvals.models import ApproverGroup
 from approvals.push import tenant_group
 from console.asgi import application

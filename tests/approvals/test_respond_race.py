@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.models import Agent, Run, RunStatus
-from approvals.answers import expire_due
+from approvals.actions import expire_due
 from approvals.models import PendingRequest, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import drain_queued, make_agent, run_ok, run_queued

@@ -3,7 +3,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from approvals.answers import expire_due
+from approvals.actions import expire_due
 
 
 class Command(BaseCommand):

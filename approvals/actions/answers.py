@@ -1,0 +1,200 @@
+"""Answering pending requests outside a run (SPEC section 4, "Respond"): the inbox's card and its batch and
+selection bars, the trial page (through the inbox's answer view) and `POST /api/runs/{id}/responses`.
+
+An answer is stored as a durable fact on its request the moment it is given (a conditional update, so two
+operators answering at once get one `accepted` and one `already_resolved`), committed before the
+continuation looks at the session: when every open request of the session has its answer, the last answer
+starts the continuation run (`agents.actions.continue_session`).
+"""
+
+import uuid
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.actions import continue_session
+from agents.checkpoints import fork, forked_from, request_copies
+from agents.models import Run, RunStatus
+from approvals.actions.expiry import expire_due
+from approvals.answers import Outcome, Response, ResponseRefused, Status
+from approvals.kinds import KINDS, AnswerRefused
+from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable
+from approvals.push import notify_requests_closed, notify_requests_opened
+from console.models import Membership
+
+# The fields that carry an answer (the rest say which request and where the continuation goes; `remember`
+# is refused by the kinds that take none).
+ANSWER_FIELDS = set(Response.model_fields) - {
+    "request_id",
+    "remember",
+    "definition_version",
+    "new_run_id",
+    "checkpoint_id",
+}
+
+_TERMINAL_STATUS: dict[str, Status] = {
+    RequestStatus.EXPIRED: "expired",
+    RequestStatus.CANCELLED: "cancelled",
+    RequestStatus.ABANDONED: "execution_ended",
+}
+
+
+def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, response: Response, *, via: str) -> Outcome:
+    """Answer one request of the run `run_id`; `via` (inbox, trial, api) is kept for the audit. Raises
+    PendingRequest.DoesNotExist for a request this tenant's run never issued, ResponseRefused for a refused
+    answer (403 `not_an_approver` for a member outside the group the request is routed to)."""
+    # One query for all an answer reads; the session's conversation (a whole history) is not among it.
+    found = PendingRequest.objects.select_related("run__version", "session__agent", "session__tenant", "agent")
+    pending = found.defer("session__conversation").get(tenant=membership.tenant, run_id=run_id, id=response.request_id)
+    rid = str(pending.id)
+    try:
+        refuse_unless_answerable(membership, [pending])
+    except NotAnApprover as refused:
+        raise ResponseRefused(refused.code, refused.detail, refused.status) from None
+    if response.checkpoint_id is not None:
+        # At the session's latest checkpoint an answer is like any other; at an earlier one, where the request
+        # was pending, it forks the session from there, whatever became of the request since (SPEC section 9).
+        checkpoints = pending.session.checkpoints.select_related("session__agent", "run", "version")
+        checkpoint = checkpoints.filter(id=response.checkpoint_id).first()
+        if checkpoint is None:
+            detail = f"The request's session has no checkpoint {response.checkpoint_id}."
+            return Outcome("invalid_response", rid, detail)
+        if checkpoints.filter(number__gt=checkpoint.number).exists():
+            if rid not in checkpoint.open_requests:
+                return Outcome("invalid_response", rid, f"The request was not pending at checkpoint {checkpoint.id}.")
+            now = timezone.now()
+            copies = request_copies(checkpoint, now)
+            copy = copies[pending.id]
+            payload = _payload(copy, response)
+            if isinstance(payload, Outcome):
+                return replace(payload, request_id=rid)
+            forked = fork(checkpoint, list(copies.values()), copy, payload, user, via, now)
+            if forked is None:
+                return Outcome("execution_ended", rid, "The request's session or its agent was deleted.")
+            transaction.on_commit(partial(notify_requests_opened, forked.waiting))
+            continuation = continue_session(user, forked.session)
+            return Outcome(
+                "accepted",
+                str(copy.id),
+                f"The answer was stored in a new session, forked at checkpoint {checkpoint.id}.",
+                str(continuation.id) if continuation else None,
+                session_id=forked.session.key,
+                forked_from=forked_from(forked.session),
+            )
+    if pending.status in _TERMINAL_STATUS:
+        why: str = pending.status
+        if pending.status == RequestStatus.ABANDONED and pending.agent.deleted_at is not None:
+            why = "its agent was deleted"
+        elif pending.status == RequestStatus.ABANDONED and pending.session.deleted_at is not None:
+            why = "its session was deleted"
+        return Outcome(_TERMINAL_STATUS[pending.status], rid, f"The request was closed: {why}.")
+    now = timezone.now()
+    if pending.expires_at is not None and pending.expires_at <= now and pending.answer is None:
+        # Past its deadline but not swept yet: close it now, as the sweep would, and say so.
+        expire_due(now)
+        return Outcome("expired", rid, "The request's deadline passed before this answer arrived.")
+    payload = _payload(pending, response)
+    if isinstance(payload, Outcome):
+        return payload
+    if pending.answer is not None and _lost_with_its_worker(pending):
+        detail = (
+            "The turn that carried this request's answer was lost with its worker and cannot be resumed by an"
+            " answer; send the next turn of the session: the stored answer goes with it."
+        )
+        return Outcome("runtime_unavailable", rid, detail)
+    if pending.answer is not None or pending.status == RequestStatus.ANSWERED:
+        return Outcome("already_resolved", rid, "The request was answered before; this answer changed nothing.")
+    if not pending.record_answer(payload, user, via, timezone.now()):
+        # Another answer won, or the sweep closed the request (expired) since it was read above.
+        now_status = PendingRequest.objects.filter(pk=pending.pk).values_list("status", flat=True).first()
+        if now_status in _TERMINAL_STATUS:
+            return Outcome(_TERMINAL_STATUS[now_status], rid, f"The request was closed meanwhile: {now_status}.")
+        return Outcome("already_resolved", rid, "The request was answered meanwhile; this answer changed nothing.")
+    # Committed (its own conditional update) before the continuation reads the session's answers: of two last
+    # answers given at once, each on its own connection, one sees the other's, and the run continues once.
+    transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [rid]))
+    continuation = continue_session(user, pending.session)
+    return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
+
+
+@dataclass
+class Answered:
+    """What `answer_many` did: the requests answered, and why each of the others was not (a line each)."""
+
+    ids: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def answer_many(
+    membership: Membership, user: Any, requests: list[PendingRequest], approved: bool, reason: str | None
+) -> Answered:
+    """Approve or deny approval `requests` (with their agents) with one reason for all, one by one through
+    `answer_request`, each on its own run: the last answer of a run's session starts that run's continuation."""
+    done = Answered()
+    for pending in requests:
+        response = Response(request_id=pending.id, approved=approved, reason=reason)
+        try:
+            outcome = answer_request(membership, user, pending.run_id, response, via="inbox")
+        except ResponseRefused as refused:
+            done.problems.append(f"{pending.agent.name} · {pending.tool_name}: {refused.detail}")
+            continue
+        if outcome.status == "accepted":
+            done.ids.append(str(pending.id))
+        else:
+            done.problems.append(f"{pending.tool_name}: {outcome.message}")
+    return done
+
+
+def _given(response: Response, name: str) -> bool:
+    return bool(getattr(response, name) != Response.model_fields[name].default)
+
+
+def _payload(pending: PendingRequest, response: Response) -> dict[str, Any] | Outcome:
+    """The stored answer for `pending`, or the outcome that refuses it (raises ResponseRefused for a 400)."""
+    kind = KINDS[pending.kind]
+    if response.json_value is not None:
+        # `json` is the answer read as the kind's type (a boolean for an approval, a result for a client
+        # tool, …); given with the kind's own fields, or of no type the kind reads, it is a mismatch.
+        read = kind.read_json(response.json_value)
+        given = {name for name in ANSWER_FIELDS - {"json_value"} if _given(response, name)}
+        if read is None or given:
+            return Outcome("response_type_mismatch", str(pending.id), kind.takes)
+        response = response.model_copy(update={**read, "json_value": None})
+    # A field of another kind would be silently dropped from what the client meant (an `errorMessage`
+    # sent with an approval): the answer is for another kind of request.
+    foreign = ANSWER_FIELDS - kind.fields
+    missing = kind.required is not None and getattr(response, kind.required) is None
+    if missing or any(_given(response, name) for name in foreign):
+        return Outcome("response_type_mismatch", str(pending.id), kind.takes)
+    modes = None
+    if response.definition_version is not None:
+        version = pending.agent.versions.filter(number=response.definition_version).first()
+        if version is None:
+            detail = f"The agent {pending.agent.name!r} has no version {response.definition_version}."
+            raise ResponseRefused("unknown_version", detail)
+        modes = {t.name: t.approval for t in version.definition.tools}
+    if response.new_run_id is not None and Run.objects.filter(id=response.new_run_id).exists():
+        raise ResponseRefused("run_exists", f"A run {response.new_run_id} exists already.", 409)
+    try:
+        stored = kind.answer(pending, response.model_dump(mode="json", by_alias=True), modes)
+    except AnswerRefused as refused:
+        if refused.code == "invalid_content":
+            return Outcome("invalid_response", str(pending.id), refused.detail)
+        raise ResponseRefused(refused.code, refused.detail) from None
+    # Kept with the answer: the continuation, started by whichever answer comes last, honours them.
+    if response.definition_version is not None:
+        stored["definitionVersion"] = response.definition_version
+    if response.new_run_id is not None:
+        stored["newRunId"] = str(response.new_run_id)
+    return stored
+
+
+def _lost_with_its_worker(pending: PendingRequest) -> bool:
+    """Whether the answer stored on `pending` came back from a continuation whose worker died for good (failed
+    `worker_lost`, no attempt left): nothing runs it until the session's next turn."""
+    last = pending.session.last_run
+    lost = last is not None and last.status == RunStatus.FAILED and (last.error or {}).get("code") == "worker_lost"
+    return lost and pending.status == RequestStatus.PENDING and pending.answered_in_id is None
