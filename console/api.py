@@ -18,6 +18,7 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.openapi.schema import OpenAPISchema
+from ninja.operation import Operation
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 from ninja.security.session import SessionAuth
@@ -231,6 +232,11 @@ class ConsoleAPI(NinjaAPI):
                 read_only = pattern.name in ("openapi-json", "openapi-view")
                 pattern.callback = _api_view(pattern.callback, read_only=read_only)
         return [*patterns, re_path(r"", _no_route)], app_name, namespace
+
+    def get_openapi_operation_id(self, operation: Operation) -> str:
+        """An operation's id is its function's name (`create_run`), not ninja's module path plus name: a client
+        generated from the schema keeps its method names when a route moves to another module."""
+        return operation.view_func.__name__
 
     def get_openapi_schema(
         self, *, path_prefix: str | None = None, path_params: DictStrAny | None = None

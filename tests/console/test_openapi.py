@@ -20,6 +20,14 @@ def operations(schema: dict):
             yield f"{method.upper()} {path}", operation
 
 
+def test_each_operation_is_named_by_its_function_once(schema):
+    ids = [operation["operationId"] for _, operation in operations(schema)]
+
+    assert len(ids) == len(set(ids))
+    assert dict(operations(schema))["POST /api/agents/{name}/runs"]["operationId"] == "create_run"
+    assert dict(operations(schema))["POST /api/runs/{run_id}/responses"]["operationId"] == "respond_to_request"
+
+
 def test_it_describes_the_problem_body(schema):
     problem = schema["components"]["schemas"]["Problem"]
 
