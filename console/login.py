@@ -1,4 +1,5 @@
-"""Logging in, with password guessing throttled per username and client address.
+"""The login throttle: password guessing held up per username and client address (the login page is
+console/views/login.py).
 
 The 10th wrong password for a username from one address within 15 minutes locks that pair out for 15
 minutes: every password check of the pair is refused without looking at the password, whether it comes from
@@ -14,19 +15,16 @@ lists those of the tenant's members to its admins).
 """
 
 import logging
-import math
 from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils import timezone
 
 from console.models import LoginFailure, LoginLockout, Membership, Tenant
@@ -148,26 +146,3 @@ class ThrottledModelBackend(ModelBackend):
         self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
     ) -> User | None:
         return await sync_to_async(self.authenticate)(request, username, password, **kwargs)
-
-
-class LoginView(auth_views.LoginView):
-    """The login page; a locked username and address get 429 and when to try again."""
-
-    redirect_authenticated_user = True
-
-    def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
-        username = form.cleaned_data.get("username")
-        until = held_until(username, client_address(self.request)) if username else None
-        if until is None:
-            return super().form_invalid(form)
-        seconds = math.ceil((until - timezone.now()).total_seconds())
-        minutes = math.ceil(seconds / 60)
-        form.errors.clear()
-        form.add_error(
-            None,
-            f"Too many failed logins for this username from your address. Try again in {minutes} minute"
-            f"{'' if minutes == 1 else 's'}.",
-        )
-        response = self.render_to_response(self.get_context_data(form=form), status=429)
-        response["Retry-After"] = str(seconds)
-        return response

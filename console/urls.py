@@ -2,34 +2,34 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from console import tenant_views, views
 from console.api import api
-from console.login import LoginView
+from console.views import dashboard, health, tenant, tokens
+from console.views.login import LoginView
 
 # What reaches Django's own handlers gets the console's pages too (most never do: console.errors).
 handler403 = "console.errors.permission_denied"
 handler404 = "console.errors.page_not_found"
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
+    path("", dashboard.dashboard, name="dashboard"),
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("tenant/", tenant_views.tenant_page, name="tenant"),
-    path("tenant/switch/", views.switch_tenant, name="switch_tenant"),
-    path("tenant/webhook/", tenant_views.choose_webhook, name="tenant_webhook"),
-    path("tenant/groups/", tenant_views.create_group, name="tenant_group_create"),
-    path("tenant/groups/<int:group_id>/members/", tenant_views.add_member, name="tenant_group_add"),
+    path("tenant/", tenant.tenant_page, name="tenant"),
+    path("tenant/switch/", tenant.switch_tenant, name="switch_tenant"),
+    path("tenant/webhook/", tenant.choose_webhook, name="tenant_webhook"),
+    path("tenant/groups/", tenant.create_group, name="tenant_group_create"),
+    path("tenant/groups/<int:group_id>/members/", tenant.add_member, name="tenant_group_add"),
     path(
         "tenant/groups/<int:group_id>/members/<int:user_id>/remove/",
-        tenant_views.remove_member,
+        tenant.remove_member,
         name="tenant_group_remove",
     ),
-    path("tenant/groups/<int:group_id>/delete/", tenant_views.delete_group, name="tenant_group_delete"),
-    path("notifications/", tenant_views.notifications, name="notifications"),
-    path("tokens/", views.tokens, name="tokens"),
-    path("tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke_token"),
+    path("tenant/groups/<int:group_id>/delete/", tenant.delete_group, name="tenant_group_delete"),
+    path("notifications/", tenant.notifications, name="notifications"),
+    path("tokens/", tokens.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", tokens.revoke_token, name="revoke_token"),
     path("agents/", include("agents.urls")),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", health.healthz, name="healthz"),
     path("api/", api.urls),
     path("admin/", admin.site.urls),
     path("", include("agents.run_urls")),

@@ -1,5 +1,5 @@
-"""What the dashboard shows (SPEC section 6): the oldest waiting requests, recent failed and blocked runs,
-and the last 14 days of requests and decisions as an SVG chart drawn on the server
+"""The dashboard (SPEC section 6), the first page: the oldest waiting requests, recent failed and blocked
+runs, and the last 14 days of requests and decisions as an SVG chart drawn on the server
 (templates/console/dashboard.html draws what `chart()` measures; no script, no library).
 
 Every number is read by a bounded number of queries, whatever the tenant's history: the chart reads the
@@ -15,18 +15,41 @@ from typing import Any
 
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber, TruncDate
+from django.http import HttpResponse
+from django.shortcuts import render
 from django.utils import timezone
+from django.views.decorators.http import require_GET
 
-from agents.models import Run, RunStatus
+from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, mark_answerable
 from console.humanize import duration
 from console.models import Membership, Tenant
+from console.tenancy import ConsoleRequest, role_required
 
 AGENTS_SHOWN = 8
 WAITING_SHOWN = 6
 TROUBLE_SHOWN = 8
 TROUBLE_WINDOW = timedelta(days=7)
 CHART_DAYS = 14
+
+
+@role_required("reader")
+@require_GET
+def dashboard(request: ConsoleRequest) -> HttpResponse:
+    """The first look: what waits longest, what went wrong lately, and the last 14 days as a chart."""
+    tenant, now = request.tenant, timezone.now()
+    agents = list(Agent.objects.live().filter(tenant=tenant).order_by("name")[: AGENTS_SHOWN + 1])
+    chart_days = days(tenant, timezone.localdate(now))
+    context = {
+        "agents": agents[:AGENTS_SHOWN],
+        "more_agents": len(agents) > AGENTS_SHOWN,
+        "has_runs": Run.objects.filter(tenant=tenant).exists() if agents else False,
+        "waiting": oldest_waiting(request.membership),
+        "trouble": recent_trouble(tenant, now),
+        "days": chart_days,
+        "chart": chart(chart_days),
+    }
+    return render(request, "console/dashboard.html", context)
 
 
 def oldest_waiting(membership: Membership) -> list[PendingRequest]:

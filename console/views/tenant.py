@@ -1,5 +1,6 @@
 """The Tenant page (admins): where the tenant's request events go (a webhook connection granted to it) and its
-approver groups (SPEC section 11); and the Notifications page, where every member opts in to e-mail digests.
+approver groups (SPEC section 11); the switch to another of the member's tenants; and the Notifications page,
+where every member opts in to e-mail digests.
 
 Each form posts to its own address and comes back to the page (with the form's errors and a 400 when refused).
 """
@@ -9,8 +10,9 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
 from django.db.models import F
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -19,8 +21,8 @@ from agents.models import AgentVersion
 from approvals.digests import MOST_MINUTES
 from approvals.models import ApproverGroup, Digest, PendingRequest
 from approvals.webhooks import webhook_of
-from console.models import Connection, ConnectionKind, Tenant
-from console.tenancy import ConsoleRequest, role_required
+from console.models import Connection, ConnectionKind, Membership, Tenant
+from console.tenancy import SESSION_KEY, ConsoleRequest, role_required
 
 User = get_user_model()
 
@@ -143,6 +145,26 @@ def _tenant_page(
 @require_GET
 def tenant_page(request: ConsoleRequest) -> HttpResponse:
     return _tenant_page(request)
+
+
+class SwitchTenantForm(forms.Form):
+    tenant = forms.IntegerField(min_value=1, max_value=2**63 - 1)
+
+
+@login_required
+@require_POST
+def switch_tenant(request: HttpRequest) -> HttpResponse:
+    form = SwitchTenantForm(request.POST)
+    # A tampered value ("", "abc", 30 digits) is no tenant of the user's rather than a database error.
+    membership = (
+        Membership.objects.filter(user_id=request.user.pk or 0, tenant_id=form.cleaned_data["tenant"]).first()
+        if form.is_valid()
+        else None
+    )
+    if membership is None:
+        raise Http404("You are not a member of that tenant.")
+    request.session[SESSION_KEY] = membership.tenant_id
+    return redirect("dashboard")
 
 
 @role_required("admin")
