@@ -341,15 +341,14 @@ def _invalid_multipart(request: HttpRequest, exc: MultiPartParserError) -> HttpR
 
 
 @api.exception_handler(TooManyFieldsSent)
-def _too_many_fields(request: HttpRequest, exc: TooManyFieldsSent) -> HttpResponse:
-    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
-    return problem(400, "too_many_fields", f"The body has more than {limit} fields.")
-
-
 @api.exception_handler(TooManyFilesSent)
-def _too_many_files(request: HttpRequest, exc: TooManyFilesSent) -> HttpResponse:
-    limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
-    return problem(400, "too_many_files", f"The body has more than {limit} files.")
+def _too_many_parts(request: HttpRequest, exc: TooManyFieldsSent | TooManyFilesSent) -> HttpResponse:
+    """A body of more fields or more files than Django reads: `too_many_fields` or `too_many_files`."""
+    if isinstance(exc, TooManyFilesSent):
+        parts, limit = "files", settings.DATA_UPLOAD_MAX_NUMBER_FILES
+    else:
+        parts, limit = "fields", settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    return problem(400, f"too_many_{parts}", f"The body has more than {limit} {parts}.")
 
 
 @api.exception_handler(SuspiciousOperation)

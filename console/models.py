@@ -125,6 +125,11 @@ def _strings(value: Any) -> None:
         raise ValidationError("a list of strings")
 
 
+def _variable_field(label: str, help_text: str) -> "models.CharField[str, str]":
+    """A setting that names the environment variable holding a secret: the secret itself is never stored."""
+    return models.CharField(label, max_length=128, blank=True, validators=[_env_name], help_text=help_text)
+
+
 class ConnectionQuerySet(models.QuerySet["Connection"]):
     def granted_to(self, tenant: Tenant) -> "ConnectionQuerySet":
         return self.filter(Q(all_tenants=True) | Q(tenants=tenant)).distinct()
@@ -151,13 +156,7 @@ class Connection(models.Model):
     kind = models.CharField(max_length=16, choices=ConnectionKind.choices)
     description = models.CharField(max_length=500, blank=True)
     base_url = models.URLField("base URL", max_length=500, blank=True, help_text="Model providers: the API's base URL.")
-    api_key_env = models.CharField(
-        "API key variable",
-        max_length=128,
-        blank=True,
-        validators=[_env_name],
-        help_text="Model providers: the variable holding the key.",
-    )
+    api_key_env = _variable_field("API key variable", "Model providers: the variable holding the key.")
     command = models.CharField(max_length=500, blank=True, help_text="MCP over stdio: the program to start.")
     args = models.JSONField(default=list, blank=True, validators=[_strings], help_text="MCP over stdio: arguments.")
     env = models.JSONField(
@@ -168,13 +167,7 @@ class Connection(models.Model):
         help_text="MCP over stdio: variables passed on.",
     )
     url = models.URLField("URL", max_length=500, blank=True, help_text="MCP over streamable HTTP, or the webhook.")
-    secret_env = models.CharField(
-        "secret variable",
-        max_length=128,
-        blank=True,
-        validators=[_env_name],
-        help_text="Webhooks: the variable holding the secret.",
-    )
+    secret_env = _variable_field("secret variable", "Webhooks: the variable holding the secret.")
     all_tenants = models.BooleanField(default=False, help_text="Granted to every tenant, present and future.")
     tenants = models.ManyToManyField(Tenant, blank=True, related_name="connections")
     created_at = models.DateTimeField(default=timezone.now)

@@ -38,9 +38,16 @@ class WebhookForm(forms.Form):
 
     def __init__(self, tenant: Tenant, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.tenant = tenant
         # Only webhooks granted to the tenant: any other (or a made-up id) is "not one of the available choices".
         granted = Connection.objects.granted_to(tenant).filter(kind=ConnectionKind.WEBHOOK).order_by("name")
         self.fields["connection"].queryset = granted  # type: ignore[attr-defined]
+
+    def save(self) -> str:
+        """Send the tenant's request events to the chosen webhook (or none); what to tell the admin."""
+        self.tenant.request_webhook = chosen = self.cleaned_data["connection"]
+        self.tenant.save(update_fields=["request_webhook"])
+        return f"Request events go to {chosen.name}." if chosen else "No request events are sent."
 
 
 class GroupForm(forms.Form):
@@ -62,17 +69,28 @@ class GroupForm(forms.Form):
             raise forms.ValidationError(f"There is a group named {name} already.")
         return name
 
+    def save(self) -> str:
+        name = self.cleaned_data["name"]
+        ApproverGroup.objects.create(tenant=self.tenant, name=name)
+        return f"Group {name} created; add its members below."
+
 
 class MemberForm(forms.Form):
     user = forms.ModelChoiceField(queryset=User.objects.none(), label="Add a member", empty_label="Choose a member")
 
     def __init__(self, group: ApproverGroup, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.group = group
         # Members of the tenant only, and not those in the group already.
         candidates = User.objects.filter(memberships__tenant_id=group.tenant_id).exclude(approver_groups=group)
         self.fields["user"].queryset = candidates.order_by("username")  # type: ignore[attr-defined]
         self.fields["user"].label_from_instance = lambda user: user.username  # type: ignore[attr-defined]
         self.prefix = f"group-{group.pk}"
+
+    def save(self) -> str:
+        user = self.cleaned_data["user"]
+        self.group.members.add(user)
+        return f"{user.username} added to {self.group.name}."
 
 
 class DigestForm(forms.Form):
@@ -116,29 +134,35 @@ def _group(request: ConsoleRequest, group_id: int) -> ApproverGroup:
     return group
 
 
-def _tenant_page(
-    request: ConsoleRequest,
-    *,
-    status: int = 200,
-    webhook_form: WebhookForm | None = None,
-    group_form: GroupForm | None = None,
-    member_form: MemberForm | None = None,
-) -> HttpResponse:
-    """The page, with the unbound forms except the one given (bound, with its errors)."""
+type TenantForm = WebhookForm | GroupForm | MemberForm
+
+
+def _tenant_page(request: ConsoleRequest, refused: TenantForm | None = None) -> HttpResponse:
+    """The page, with the unbound forms except the one `refused` (bound, with its errors: a 400)."""
     tenant = request.tenant
     routes = routes_by_group(tenant)
     groups = []
     for group in ApproverGroup.objects.filter(tenant=tenant).prefetch_related("members"):
-        form = member_form if member_form is not None and member_form.prefix == f"group-{group.pk}" else None
-        groups.append({"group": group, "routed_by": routes.get(group.name, []), "form": form or MemberForm(group)})
+        mine = isinstance(refused, MemberForm) and refused.prefix == f"group-{group.pk}"
+        form = refused if mine else MemberForm(group)
+        groups.append({"group": group, "routed_by": routes.get(group.name, []), "form": form})
+    initial = {"connection": tenant.request_webhook_id}
     context = {
-        "webhook_form": webhook_form or WebhookForm(tenant, initial={"connection": tenant.request_webhook_id}),
+        "webhook_form": refused if isinstance(refused, WebhookForm) else WebhookForm(tenant, initial=initial),
         "webhook": tenant.request_webhook,
         "webhook_granted": webhook_of(tenant.pk) is not None,
-        "group_form": group_form or GroupForm(tenant),
+        "group_form": refused if isinstance(refused, GroupForm) else GroupForm(tenant),
         "groups": groups,
     }
-    return render(request, "console/tenant.html", context, status=status)
+    return render(request, "console/tenant.html", context, status=200 if refused is None else 400)
+
+
+def _save(request: ConsoleRequest, form: TenantForm) -> HttpResponse:
+    """A form of the Tenant page posted: saved, back to the page with what it did; refused, the page again."""
+    if not form.is_valid():
+        return _tenant_page(request, form)
+    messages.success(request, form.save())
+    return redirect("tenant")
 
 
 @role_required("admin")
@@ -170,38 +194,19 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 @role_required("admin")
 @require_POST
 def choose_webhook(request: ConsoleRequest) -> HttpResponse:
-    form = WebhookForm(request.tenant, request.POST)
-    if not form.is_valid():
-        return _tenant_page(request, status=400, webhook_form=form)
-    tenant = request.tenant
-    tenant.request_webhook = form.cleaned_data["connection"]
-    tenant.save(update_fields=["request_webhook"])
-    chosen = tenant.request_webhook
-    messages.success(request, f"Request events go to {chosen.name}." if chosen else "No request events are sent.")
-    return redirect("tenant")
+    return _save(request, WebhookForm(request.tenant, request.POST))
 
 
 @role_required("admin")
 @require_POST
 def create_group(request: ConsoleRequest) -> HttpResponse:
-    form = GroupForm(request.tenant, request.POST)
-    if not form.is_valid():
-        return _tenant_page(request, status=400, group_form=form)
-    ApproverGroup.objects.create(tenant=request.tenant, name=form.cleaned_data["name"])
-    messages.success(request, f"Group {form.cleaned_data['name']} created; add its members below.")
-    return redirect("tenant")
+    return _save(request, GroupForm(request.tenant, request.POST))
 
 
 @role_required("admin")
 @require_POST
 def add_member(request: ConsoleRequest, group_id: int) -> HttpResponse:
-    group = _group(request, group_id)
-    form = MemberForm(group, request.POST)
-    if not form.is_valid():
-        return _tenant_page(request, status=400, member_form=form)
-    group.members.add(form.cleaned_data["user"])
-    messages.success(request, f"{form.cleaned_data['user'].username} added to {group.name}.")
-    return redirect("tenant")
+    return _save(request, MemberForm(_group(request, group_id), request.POST))
 
 
 @role_required("admin")
