@@ -34,6 +34,7 @@ from agents.engine import Answers, TurnError, warm_engine
 from agents.events import EventLog
 from agents.lanes import queue_name
 from agents.models import AWAITING, Run, RunStatus
+from agents.outcomes import finish_run
 from agents.payloads import ErrorInfo, RunRetrying
 from agents.prepare import PreparedRun, RunRequest, granted_connections, subagents_for
 from agents.runs import (
@@ -43,7 +44,6 @@ from agents.runs import (
     calls_with_side_effects,
     cancel_waiting,
     execute,
-    finish_run,
     start_run,
 )
 from agents.turns import PROCESS_ID, cancel_here, keep_held, keeper_started, lease, run_here
