@@ -22,7 +22,7 @@ from agents.payloads import Abort, DocumentAttached, RequestTerminated, RunCance
 from agents.policies import PolicyScope
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
-from approvals.kinds import close, closed, deliver
+from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.push import notify_requests_closed
 
@@ -47,7 +47,7 @@ class StartedRun:
         self.before_turn = len(self.log.stored)
 
 
-Enqueue = Callable[[Run, PreparedRun, Answers, EventLog], None]
+Enqueue = Callable[[Run, PreparedRun, EventLog], None]
 
 
 def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = None) -> StartedRun:
@@ -109,19 +109,19 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             close(pending, answers, ABANDONED_REASON)
             record_terminated(log, pending)
         for pending in prepared.terminated:
-            _deliver_terminated(pending, run, answers, log)
+            _carry_terminated(pending, run, answers)
         # Answers given in this request, then answers stored before (from the inbox): a request answered
         # or closed since prepare_run found it rejects the whole run, so a call is never answered twice.
         for pending, payload in prepared.answered:
-            if not pending.deliver_to(run, now, answer=payload, user=_person(user)):
+            if not pending.carry(run, now, answer=payload, user=_person(user)):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
-        if not PendingRequest.deliver_stored(prepared.stored_answers, run, now):
+        if not PendingRequest.carry_stored(prepared.stored_answers, run, now):
             detail = "A request whose stored answer this run carries was carried or closed meanwhile."
             raise RunRejected(409, "already_answered", detail)
         carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
         for pending, _ in carried:
-            deliver(pending, answers, log)
+            hand_over(pending, answers, log)
         rules = active_rules(prepared.agent, prepared.version)
         if request.message and prepared.version.definition.hooks is None:
             # Under policies the engine records it once `input` gave its verdict (SPEC section 8).
@@ -129,7 +129,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         for name, text in prepared.documents:
             log.record(DocumentAttached(name=name, size=len(text.encode())))
         if enqueue is not None:
-            enqueue(run, prepared, answers, log)
+            enqueue(run, prepared, log)
     closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
     notify_requests_closed(run.tenant_id, [str(i) for i in closed])
     conversation = session.conversation if session is not None else None
@@ -166,14 +166,34 @@ TERMINATED_REASONS = {
 }
 
 
-def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log: EventLog) -> None:
-    """Tell the engine that a call closed without an answer (expired, cancelled) did not run; the
-    decision is recorded apart from a human "no"."""
+def _carry_terminated(pending: PendingRequest, run: Run, answers: Answers) -> None:
+    """Mark a request closed without an answer (expired, cancelled) carried by `run`, and tell the engine that its
+    call did not run; the decision is recorded apart from a human "no"."""
     claimed = PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run)
     if not claimed:
         raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
     # Its closing was recorded when it closed (`record_terminated`); the model learns of it now.
     close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])
+
+
+def carried_answers(run: Run) -> Answers:
+    """The answers `run` carries, rebuilt from the database as `start_run` gave them to the engine, recording
+    nothing (a queued run's worker): the requests it abandoned (the `request.terminated` its start recorded), the
+    closed ones it carries (`answered_in`: expired, cancelled), then the answers it carries."""
+    answers = Answers()
+    closings = run.events.filter(type=EventType.REQUEST_TERMINATED, data__kind=RequestStatus.ABANDONED)
+    if ids := list(closings.values_list("data__requestId", flat=True)):
+        abandoned = PendingRequest.objects.filter(id__in=ids, status=RequestStatus.ABANDONED)
+        for pending in abandoned.order_by("opened_at", "id"):
+            close(pending, answers, ABANDONED_REASON)
+    carried = list(PendingRequest.objects.filter(answered_in=run).order_by("opened_at", "id"))
+    for pending in carried:
+        if pending.status in TERMINATED_REASONS:
+            close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])
+    for pending in carried:
+        if pending.status == RequestStatus.ANSWERED:
+            to_engine(pending, answers)
+    return answers
 
 
 def record_terminated(log: EventLog, pending: PendingRequest) -> None:
