@@ -78,12 +78,9 @@ class PersonAnswer(WireModel):
     approved: StrictBool | None = None
 
 
-# The kinds `answers` answers, and the fields each reads.
-PERSON_KINDS = {
-    RequestKind.QUESTION: {"text"},
-    RequestKind.PLAN: {"approved", "text"},
-    RequestKind.CONTINUATION: {"approved"},
-}
+# The kinds `answers` answers (those whose every answer field a `PersonAnswer` has), and the fields each reads.
+PERSON_FIELDS = frozenset({"text", "approved"})
+PERSON_KINDS = {name: kind.fields for name, kind in KINDS.items() if kind.fields <= PERSON_FIELDS}
 
 
 SESSION_KEY = re.compile(r"[^/\x00-\x1f\x7f]+")

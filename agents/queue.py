@@ -1,9 +1,9 @@
 """Queued runs (SPEC section 4, `Prefer: respond-async`; section 7): lanes, workers, leases.
 
 - `start_queued` starts a run queued: `enqueue`, inside `start_run`'s transaction, keeps on the run
-  what its turn needs (`queued_input`: instructions, documents, answers) and puts a task on the lane's
-  queue: Django's tasks framework with the django-tasks-db backend, a row in the same database and
-  transaction.
+  what its turn needs (`queued_input`: instructions, documents; the answers it carries are on their requests,
+  `agents.runs.carried_answers`) and puts a task on the lane's queue: Django's tasks framework with the
+  django-tasks-db backend, a row in the same database and transaction.
 - A `WorkerPool` (threads of `manage.py serve`, or `manage.py run_worker`) has one claimer thread that
   claims for all its idle threads in one transaction (`claim_batch`: `SKIP LOCKED`, each lane counted
   under its own lock), so a lane never runs more turns at once than its limit (`RUN_LANES`) over all
@@ -34,6 +34,7 @@ from agents.engine import Answers, TurnError, warm_engine
 from agents.events import EventLog
 from agents.lanes import queue_name
 from agents.models import AWAITING, Run, RunStatus
+from agents.outcomes import finish_run
 from agents.payloads import ErrorInfo, RunRetrying
 from agents.prepare import PreparedRun, RunRequest, granted_connections, subagents_for
 from agents.runs import (
@@ -42,8 +43,8 @@ from agents.runs import (
     active_rules,
     calls_with_side_effects,
     cancel_waiting,
+    carried_answers,
     execute,
-    finish_run,
     start_run,
 )
 from agents.turns import PROCESS_ID, cancel_here, keep_held, keeper_started, lease, run_here
@@ -64,12 +65,12 @@ def start_queued(prepared: PreparedRun, user: Any) -> StartedRun:
     return start_run(prepared, user, enqueue=enqueue)
 
 
-def enqueue(run: Run, prepared: PreparedRun, answers: Answers, log: EventLog) -> None:
-    """Keep what the turn needs on the run and queue it (inside `start_run`'s transaction)."""
+def enqueue(run: Run, prepared: PreparedRun, log: EventLog) -> None:
+    """Keep what the turn needs on the run and queue it (inside `start_run`'s transaction). Not its answers: each
+    is stored on its request, and the worker rebuilds them from there (`carried_answers`)."""
     run.queued_input = {
         "instructions": prepared.instructions,
         "documents": [list(document) for document in prepared.documents],
-        "answers": answers.dump(),
     }
     log.flush()
     run.task_id = str(execute_queued.using(queue_name=queue_name(run.lane)).enqueue(str(run.id)).id)
@@ -99,7 +100,8 @@ def load_started(run: Run) -> StartedRun:
         run=run,
         prepared=prepared,
         log=EventLog.resume(run),
-        answers=Answers.load(data.get("answers", {})),
+        # A run queued before its answers were left on their requests only kept a copy of them beside its input.
+        answers=Answers.load(data["answers"]) if "answers" in data else carried_answers(run),
         rules=active_rules(run.agent, run.version),
         conversation=session.conversation if session is not None else None,
     )

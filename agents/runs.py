@@ -1,46 +1,30 @@
-"""Starting, executing and finishing a run checked by `agents.prepare.prepare_run`.
+"""Starting and executing a run checked by `agents.prepare.prepare_run`.
 
 `start_run` records the run, the answers it carries and any remembered rules in one transaction;
-`execute` runs the engine turn; `finish_run` stores the outcome.
+`execute` runs the engine turn; `agents.outcomes.finish_run` stores the outcome.
 """
 
 import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents import checkpoints
-from agents.engine import Answers, TurnBlocked, TurnContext, TurnError, TurnOutcome, run_turn
+from agents.engine import Answers, TurnContext, TurnError, TurnOutcome, run_turn
 from agents.events import EventLog, EventType
 from agents.lanes import DEFAULT_LANE
 from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
-from agents.payloads import (
-    Abort,
-    BlockedError,
-    DocumentAttached,
-    ErrorInfo,
-    RequestTerminated,
-    RunAwaiting,
-    RunBlocked,
-    RunCancelled,
-    RunCompleted,
-    RunFailed,
-    RunStarted,
-    SessionError,
-    UserMessage,
-)
+from agents.payloads import Abort, DocumentAttached, RequestTerminated, RunCancelled, RunStarted, UserMessage
 from agents.policies import PolicyScope
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
-from approvals.kinds import KINDS, awaiting_status, close, closed, deliver
+from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
-from approvals.push import notify_requests_closed, notify_requests_opened
+from approvals.push import notify_requests_closed
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +47,7 @@ class StartedRun:
         self.before_turn = len(self.log.stored)
 
 
-Enqueue = Callable[[Run, PreparedRun, Answers, EventLog], None]
+Enqueue = Callable[[Run, PreparedRun, EventLog], None]
 
 
 def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = None) -> StartedRun:
@@ -125,19 +109,19 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             close(pending, answers, ABANDONED_REASON)
             record_terminated(log, pending)
         for pending in prepared.terminated:
-            _deliver_terminated(pending, run, answers, log)
+            _carry_terminated(pending, run, answers)
         # Answers given in this request, then answers stored before (from the inbox): a request answered
         # or closed since prepare_run found it rejects the whole run, so a call is never answered twice.
         for pending, payload in prepared.answered:
-            if not pending.deliver_to(run, now, answer=payload, user=_person(user)):
+            if not pending.carry(run, now, answer=payload, user=_person(user)):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
-        if not PendingRequest.deliver_stored(prepared.stored_answers, run, now):
+        if not PendingRequest.carry_stored(prepared.stored_answers, run, now):
             detail = "A request whose stored answer this run carries was carried or closed meanwhile."
             raise RunRejected(409, "already_answered", detail)
         carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
         for pending, _ in carried:
-            deliver(pending, answers, log)
+            hand_over(pending, answers, log)
         rules = active_rules(prepared.agent, prepared.version)
         if request.message and prepared.version.definition.hooks is None:
             # Under policies the engine records it once `input` gave its verdict (SPEC section 8).
@@ -145,7 +129,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         for name, text in prepared.documents:
             log.record(DocumentAttached(name=name, size=len(text.encode())))
         if enqueue is not None:
-            enqueue(run, prepared, answers, log)
+            enqueue(run, prepared, log)
     closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
     notify_requests_closed(run.tenant_id, [str(i) for i in closed])
     conversation = session.conversation if session is not None else None
@@ -182,14 +166,34 @@ TERMINATED_REASONS = {
 }
 
 
-def _deliver_terminated(pending: PendingRequest, run: Run, answers: Answers, log: EventLog) -> None:
-    """Tell the engine that a call closed without an answer (expired, cancelled) did not run; the
-    decision is recorded apart from a human "no"."""
+def _carry_terminated(pending: PendingRequest, run: Run, answers: Answers) -> None:
+    """Mark a request closed without an answer (expired, cancelled) carried by `run`, and tell the engine that its
+    call did not run; the decision is recorded apart from a human "no"."""
     claimed = PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run)
     if not claimed:
         raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
     # Its closing was recorded when it closed (`record_terminated`); the model learns of it now.
     close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])
+
+
+def carried_answers(run: Run) -> Answers:
+    """The answers `run` carries, rebuilt from the database as `start_run` gave them to the engine, recording
+    nothing (a queued run's worker): the requests it abandoned (the `request.terminated` its start recorded), the
+    closed ones it carries (`answered_in`: expired, cancelled), then the answers it carries."""
+    answers = Answers()
+    closings = run.events.filter(type=EventType.REQUEST_TERMINATED, data__kind=RequestStatus.ABANDONED)
+    if ids := list(closings.values_list("data__requestId", flat=True)):
+        abandoned = PendingRequest.objects.filter(id__in=ids, status=RequestStatus.ABANDONED)
+        for pending in abandoned.order_by("opened_at", "id"):
+            close(pending, answers, ABANDONED_REASON)
+    carried = list(PendingRequest.objects.filter(answered_in=run).order_by("opened_at", "id"))
+    for pending in carried:
+        if pending.status in TERMINATED_REASONS:
+            close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])
+    for pending in carried:
+        if pending.status == RequestStatus.ANSWERED:
+            to_engine(pending, answers)
+    return answers
 
 
 def record_terminated(log: EventLog, pending: PendingRequest) -> None:
@@ -292,210 +296,6 @@ async def execute(started: StartedRun) -> ExecutionResult:
         logger.exception("Run %s failed unexpectedly", started.run.id)
         return ExecutionResult(None, TurnError("engine_error", f"The turn failed unexpectedly: {error}"))
     return ExecutionResult(outcome, None)
-
-
-NOT_STORED = TurnError(
-    "outcome_not_stored",
-    "The turn ended, but its outcome could not be stored: the run failed without its output, its policy records"
-    " and the events of the turn not written yet.",
-)
-
-
-def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequest]:
-    """Store the turn's outcome: status, output, pending requests, conversation and the event log. An outcome the
-    database refuses (a value too big, one it cannot hold) or that is not JSON ends the run `failed`
-    (`outcome_not_stored`) rather than leave it `running` and its caller with a 500."""
-    run = started.run
-    opened: list[PendingRequest] = []
-    kept, written = max(started.before_turn, started.log.flushed), started.log.flushed
-    try:
-        try:
-            with transaction.atomic():
-                _store_outcome(started, result, opened)
-        except (DatabaseError, TypeError, ValueError):
-            logger.exception("Run %s: its outcome could not be stored; it ends failed", run.id)
-            opened.clear()
-            ran = _forget_outcome(started, kept, written)
-            with transaction.atomic():
-                _store_outcome(started, ExecutionResult(None, NOT_STORED), opened, ran)
-    except _Reclaimed:
-        logger.warning("Run %s was reclaimed while its turn ran; this outcome is dropped", run.id)
-        run.refresh_from_db()
-        return []
-    started.log.publish_rest()
-    notify_requests_opened(opened)
-    return opened
-
-
-class _Reclaimed(Exception):
-    pass
-
-
-def _forget_outcome(started: StartedRun, kept: int, written: int) -> set[str]:
-    """Put the run, its session and its log back as the database has them after a turn's outcome rolled back:
-    only the first `kept` events of the log remain (`written` of them stored), and none of its records. The calls
-    with side effects the turn ran, as its log said before it forgot them."""
-    run, log = started.run, started.log
-    ran = calls_with_side_effects(run, log)
-    refused_input = run.message is None  # a policy refused it: not kept, as in a stored outcome
-    run.refresh_from_db(fields=["output", "usage", "error", "message", "records"])
-    run.message = None if refused_input else run.message
-    if run.session is not None:  # the turn's conversation: its checkpoint would copy it
-        run.session.refresh_from_db(fields=["conversation"])
-    log.forget_after(kept, written)
-    started.records.clear()
-    return ran
-
-
-def _session_ended(session: Session) -> bool:
-    """Whether the session or its agent is deleted, read under the session's lock (taken here, as the
-    deletions take it: a deletion running now is either seen whole or waits for this turn's outcome)."""
-    locked = Session.objects.select_for_update(of=("self",)).filter(pk=session.pk)
-    row = locked.values_list("deleted_at", "agent__deleted_at").first()
-    return row is None or row != (None, None)
-
-
-def abandon_requests(
-    requests: QuerySet[PendingRequest], now: datetime, current: EventLog | None = None
-) -> list[PendingRequest]:
-    """Close the still pending ones of `requests` `abandoned`, with an answer stored on them or not: their
-    session or agent is deleted, so no run will ever carry them. Each closing goes into the log of the run that asked,
-    after its last event (`current` is the log of a run finishing now, whose events are not all stored)."""
-    abandoned = [
-        pending
-        for pending in requests.filter(status=RequestStatus.PENDING).select_related("run").order_by("opened_at", "id")
-        if pending.close(RequestStatus.ABANDONED, now, answered_too=True)
-    ]
-    record_closings(abandoned, current)
-    return abandoned
-
-
-def record_closings(requests: list[PendingRequest], current: EventLog | None = None) -> None:
-    """`record_terminated` for requests just closed, each into the log of the run that asked, after its last event
-    (`current` is the log of a run finishing now, whose events are not all stored)."""
-    logs = {current.run.pk: current} if current is not None else {}
-    for pending in requests:
-        if pending.run_id not in logs:
-            logs[pending.run_id] = EventLog.resume(pending.run)
-        record_terminated(logs[pending.run_id], pending)
-    for log in logs.values():
-        if log is not current:
-            log.flush()
-
-
-def _store_outcome(
-    started: StartedRun, result: ExecutionResult, opened: list[PendingRequest], ran: set[str] | None = None
-) -> None:
-    """`ran`: the calls with side effects the turn ran, when its log no longer has their events."""
-    run, log, prepared = started.run, started.log, started.prepared
-    run.lease_expires_at = run.queued_input = None
-    run.finished_at = timezone.now()
-    outcome = result.outcome
-    # A turn that would leave requests open (new ones, or answers handed back) checks that its session and
-    # agent still exist, under the session's lock first, as the deletions take it (agents/actions/deletion.py).
-    gone = run.session is not None and (outcome is None or bool(outcome.pending)) and _session_ended(run.session)
-    if result.cancelled:
-        run.status = RunStatus.CANCELLED
-        record_cancelled(log)
-    elif isinstance(result.error, TurnBlocked):
-        run.status = RunStatus.BLOCKED
-        run.error = result.error.error
-        if run.error["point"] == "input":
-            run.message = None  # what the policy refused is not kept
-        log.record(RunBlocked(error=BlockedError(**run.error)))
-    elif outcome is None:
-        assert result.error is not None
-        run.status = RunStatus.FAILED
-        run.error = {"code": result.error.code, "message": result.error.message}
-        _record_failed(log, run.error)
-    elif outcome.pending and run.session is None:
-        # A sessionless run cannot be answered: its requests would have nowhere to go.
-        run.status = RunStatus.FAILED
-        run.error = {
-            "code": "session_required",
-            "message": (
-                "The agent asked for an approval, an input or a client tool's result, which a run without a session"
-                " (a replay, an API run without a sessionId) cannot wait for: run it in a session to answer."
-            ),
-        }
-        _record_failed(log, run.error)
-    else:
-        run.usage = outcome.usage
-        if outcome.message is not None:
-            run.message = outcome.message  # as the policy's `input` verdict left it
-        deadline = prepared.version.definition.request_deadline_seconds
-        expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
-        for call in outcome.pending:
-            pending = PendingRequest(
-                tenant=run.tenant,
-                agent=run.agent,
-                session=run.session,
-                run=run,
-                kind=call.kind,
-                tool_name=call.tool_name,
-                call_id=call.call_id,
-                arguments=call.arguments,
-                message=call.message,
-                requested_schema=call.requested_schema,
-                engine_state=call.engine_state,
-                policy=call.policy,
-                approvers=prepared.version.definition.approvers_for(call.kind, call.tool_name, call.policy),
-                expires_at=expires_at,
-            )
-            opened.append(pending)
-            log.record(KINDS[call.kind].requested(pending), agent_id=pending.asker_id)
-        if opened:
-            kinds = {p.kind for p in opened}
-            run.status = awaiting_status(kinds)
-            log.record(RunAwaiting(status=run.status, pendingRequests=[p.wire() for p in opened]))
-        else:
-            run.status = RunStatus.COMPLETED
-            run.output = outcome.output
-            log.record(RunCompleted(output=outcome.output))
-        if run.session is not None and outcome.conversation is not None:
-            run.session.conversation = outcome.conversation
-    if outcome is None and not isinstance(result.error, TurnBlocked):
-        # The answers this run carried were not consumed: keep them for the next turn of the session,
-        # except that a call with side effects that already ran is never run again.
-        ran = calls_with_side_effects(run, log) if ran is None else ran
-        for pending in PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED, call_id__in=ran):
-            pending.answer = {**(pending.answer or {}), "ranInFailedTurn": True}
-            pending.save(update_fields=["answer"])
-        PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED).update(
-            status=RequestStatus.PENDING, answered_in=None, closed_at=None
-        )
-        PendingRequest.objects.filter(answered_in=run).update(answered_in=None)
-    if opened:
-        PendingRequest.objects.bulk_create(opened)
-    if gone:
-        # The session or agent was deleted while this turn ran: what it leaves open closes as the deletion
-        # closed the rest.
-        assert run.session is not None
-        abandon_requests(run.session.requests.all(), run.finished_at, current=log)
-        opened.clear()
-    # Only the holder of the run's lease finishes it: a run reclaimed meanwhile (its lease ran out)
-    # was finished or queued again by the reclaimer, and this outcome rolls back.
-    run.records = started.records
-    fields = ["status", "output", "usage", "error", "finished_at", "lease_expires_at", "queued_input", "message"]
-    fields += ["records"] if run.records else []
-    held = Run.objects.held_by(run)
-    if not held.update(**{name: getattr(run, name) for name in fields}):
-        raise _Reclaimed
-    if run.session is not None:
-        run.session.last_run = run
-        run.session.updated_at = run.finished_at
-        fields = ["last_run", "updated_at"] + (
-            ["conversation"] if outcome is not None and outcome.conversation is not None else []
-        )
-        run.session.save(update_fields=fields)
-    checkpoints.record(run)
-    log.flush()
-
-
-def _record_failed(log: EventLog, error: dict[str, str]) -> None:
-    """`run.failed`, and the SDK's `session.error` alongside (its `errorType` is the error's code)."""
-    log.record(RunFailed(error=ErrorInfo(**error)))
-    log.record(SessionError(errorType=error["code"], message=error["message"]))
 
 
 def run_result(run: Run, pending: list[PendingRequest] | None = None) -> dict[str, Any]:

@@ -262,10 +262,10 @@ class PendingRequest(models.Model):
             setattr(self, name, value)
         return True
 
-    def deliver_to(self, run: Run, now: datetime, answer: dict[str, Any], user: Any) -> bool:
-        """Mark the request answered by `run` with `answer`, given in that run request, while it is as the run
-        request found it: open and unanswered; False when an answer or a closing came in between (two
-        operators, two turns at once). Answers stored before are carried by `deliver_stored`."""
+    def carry(self, run: Run, now: datetime, answer: dict[str, Any], user: Any) -> bool:
+        """Mark the request answered with `answer`, given in the run request of `run`, and carried by that run
+        (`answered_in`), while it is as the run request found it: open and unanswered; False when an answer or a
+        closing came in between (two operators, two turns at once). Answers stored before: `carry_stored`."""
         changes: dict[str, Any] = {
             "status": RequestStatus.ANSWERED,
             "answered_in": run,
@@ -285,8 +285,8 @@ class PendingRequest(models.Model):
         return True
 
     @staticmethod
-    def deliver_stored(requests: list["PendingRequest"], run: Run, now: datetime) -> bool:
-        """Mark the requests whose answers were stored before (inbox, respond API) answered by `run`, in one
+    def carry_stored(requests: list["PendingRequest"], run: Run, now: datetime) -> bool:
+        """Mark the requests whose answers were stored before (inbox, respond API) carried by `run`, in one
         conditional update while each is as it was found: open with its answer, carried by no run. False
         when any was carried or closed in between (the caller's transaction then writes nothing)."""
         if not requests:

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from agents import live, queue
 from agents.models import Agent, Run, RunStatus, Session
+from agents.outcomes import abandon_requests
 from agents.prepare import refuse_unless_approver_of
-from agents.runs import abandon_requests
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_closed
 from console.models import Membership

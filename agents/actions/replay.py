@@ -19,7 +19,6 @@ from pydantic import Field, StrictInt
 
 from agents import queue
 from agents.definitions import WireModel
-from agents.engine import Answers
 from agents.events import EventLog, EventType
 from agents.models import Run
 from agents.prepare import PreparedRun, RunRejected, RunRequest, prepare_run, refuse_ungranted_connections
@@ -97,9 +96,9 @@ def _start(original: Run, prepared: PreparedRun, user: Any, *, queued: bool) -> 
     return started
 
 
-def _enqueue_replay(original: Run, run: Run, prepared: PreparedRun, answers: Answers, log: EventLog) -> None:
+def _enqueue_replay(original: Run, run: Run, prepared: PreparedRun, log: EventLog) -> None:
     _mark_replay(log, original)
-    queue.enqueue(run, prepared, answers, log)
+    queue.enqueue(run, prepared, log)
 
 
 def _mark_replay(log: EventLog, original: Run) -> None:

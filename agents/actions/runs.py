@@ -13,6 +13,7 @@ from typing import Any
 
 from agents import queue, runs
 from agents.models import Run
+from agents.outcomes import finish_run
 from agents.prepare import (
     RunRequest,
     live_version,
@@ -21,7 +22,7 @@ from agents.prepare import (
     refuse_unless_approver,
     refuse_unless_approver_of,
 )
-from agents.runs import ExecutionResult, StartedRun, execute, finish_run, run_result
+from agents.runs import ExecutionResult, StartedRun, execute, run_result
 from agents.turns import run_here
 from approvals.models import PendingRequest, RequestStatus
 from console.models import Membership
@@ -59,7 +60,7 @@ def run_to_end(started: StartedRun) -> Ended:
 
 
 def finish(started: StartedRun, result: ExecutionResult) -> Ended:
-    """Store the outcome of a turn this process ran (`agents.runs.finish_run`); every inbox hears of the requests
+    """Store the outcome of a turn this process ran (`agents.outcomes.finish_run`); every inbox hears of the requests
     it opened."""
     return Ended(started.run, finish_run(started, result))
 

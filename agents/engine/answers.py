@@ -1,6 +1,7 @@
 """The answers a turn carries to the engine (`Answers`): approvals, client tools' results, elicitations' and people's
 answers, policy decisions, a held answer's release, a continuation, and the answers of waiting sub-agents; as
-JSON for a queued run (`dump`, `load`) and as pydantic-ai's deferred tool results."""
+pydantic-ai's deferred tool results, and as JSON (`dump`, `load`) for a waiting sub-agent's call (and a run
+queued with a copy of its answers, before they were rebuilt from its requests: `agents.runs.carried_answers`)."""
 
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +83,7 @@ class Answers:
         self.inputs[call_id] = answer
 
     def dump(self) -> dict[str, Any]:
-        """JSON for a queued run's stored input; `load` reads it back."""
+        """JSON for the metadata of a waiting sub-agent's call; `load` reads it back."""
         approvals = {
             call_id: {"approved": True, "overrideArguments": answer.override_args}
             if isinstance(answer, ToolApproved)

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.actions import continue_session
-from agents.runs import record_closings
+from agents.outcomes import record_closings
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_closed
 

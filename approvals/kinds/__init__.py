@@ -13,9 +13,10 @@ from approvals.kinds.registry import (
     awaiting_status,
     close,
     closed,
-    deliver,
+    hand_over,
     parameters_schema,
     routed,
+    to_engine,
 )
 
 __all__ = [
@@ -26,9 +27,10 @@ __all__ = [
     "awaiting_status",
     "close",
     "closed",
-    "deliver",
+    "hand_over",
     "own_state",
     "parameters_schema",
     "routed",
     "schema_problems",
+    "to_engine",
 ]

@@ -71,7 +71,7 @@ class Approval(Kind):
     def _mode(pending: PendingRequest, modes: Mapping[str, str] | None) -> str:
         return pending.approval_mode if modes is None else pending.approval_mode_in(modes)
 
-    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+    def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
         answer = pending.answer or {}
         approved = bool(answer.get("approved"))
         override = answer.get("overrideArguments")
@@ -81,6 +81,12 @@ class Approval(Kind):
             answers.approve(pending.call_id, override)
         else:
             answers.deny(pending.call_id, answer.get("reason") or "The operator denied the call.")
+
+    def record_carried(self, pending: PendingRequest, log: EventLog) -> None:
+        """Also makes the rule of a remembered approval (once: `rememberedRuleId`)."""
+        answer = pending.answer or {}
+        approved = bool(answer.get("approved"))
+        override = answer.get("overrideArguments")
         remembered = answer.get("rememberedRuleId")
         if approved and answer.get("remember") and not remembered:
             remembered = self._remember(pending, answer)

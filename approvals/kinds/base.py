@@ -71,9 +71,13 @@ class Kind:
         the type this kind expects."""
         return None
 
-    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
-        """Hand the stored answer of `pending` to the engine and record it in the run's log: the SDK's completion
-        (`completed`), then what it has no field for (`request.answered`)."""
+    def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
+        """Put the stored answer of `pending` into the turn's `answers`, as the engine takes it; writes nothing."""
+        raise NotImplementedError
+
+    def record_carried(self, pending: PendingRequest, log: EventLog) -> None:
+        """Record in the run's log that it carries the stored answer of `pending`: the SDK's completion, then what
+        it has no field for (`request.answered`)."""
         raise NotImplementedError
 
     def requested(self, pending: PendingRequest) -> Payload:

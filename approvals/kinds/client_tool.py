@@ -57,7 +57,7 @@ class ClientTool(Kind):
         definition = pending.run.version.definition
         return next((t.parameters for t in definition.client_tools if t.name == pending.tool_name), None)
 
-    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+    def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
         answer = pending.answer or {}
         outcome = self.outcome(answer)
         if outcome == "failed":
@@ -68,6 +68,9 @@ class ClientTool(Kind):
             answers.background(pending.call_id)
         else:
             answers.result(pending.call_id, answer.get("result"))
+
+    def record_carried(self, pending: PendingRequest, log: EventLog) -> None:
+        outcome = self.outcome(pending.answer or {})
         # What the client returned is the call's `tool.execution_complete`, in the turn it goes on in.
         log.record(ExternalToolCompleted(requestId=str(pending.id)))
         log.record(self.answered(pending, outcome=outcome))

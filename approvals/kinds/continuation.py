@@ -26,9 +26,11 @@ class Continuation(Kind):
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"approved": value} if isinstance(value, bool) else None
 
-    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+    def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
+        answers.resume = {"approved": bool((pending.answer or {}).get("approved"))}
+
+    def record_carried(self, pending: PendingRequest, log: EventLog) -> None:
         approved = bool((pending.answer or {}).get("approved"))
-        answers.resume = {"approved": approved}
         # Going on adds a fresh allowance of the definition's `maxModelCalls` (a model call is one AI credit).
         response = LimitsResponse(action="add", additionalAiCredits=self._limit(pending)) if approved else None
         log.record(

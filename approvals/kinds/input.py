@@ -36,12 +36,19 @@ class Input(Kind):
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"action": "accept", "content": value} if isinstance(value, dict) else None
 
-    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
-        answer = pending.answer or {}
-        given = {"action": answer["action"], "content": answer.get("content")}
+    def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
+        given = self._given(pending)
         answers.answer_input(pending.call_id, {**given, "engine_state": own_state(pending) or None})
+
+    def record_carried(self, pending: PendingRequest, log: EventLog) -> None:
+        given = self._given(pending)
         log.record(ElicitationCompleted(requestId=str(pending.id), **given))
         log.record(self.answered(pending))
+
+    @staticmethod
+    def _given(pending: PendingRequest) -> dict[str, Any]:
+        answer = pending.answer or {}
+        return {"action": answer["action"], "content": answer.get("content")}
 
     def requested(self, pending: PendingRequest) -> Payload:
         return ElicitationRequested(

@@ -34,10 +34,14 @@ class Plan(Kind):
             return {"approved": value}
         return {"approved": False, "text": value} if isinstance(value, str) else None
 
-    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+    def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
         answer = pending.answer or {}
         approved = bool(answer.get("approved"))
         answers.answer_person(pending.call_id, "approved" if approved else f"revise: {answer.get('text') or ''}")
+
+    def record_carried(self, pending: PendingRequest, log: EventLog) -> None:
+        answer = pending.answer or {}
+        approved = bool(answer.get("approved"))
         completed = ExitPlanModeCompleted(requestId=str(pending.id), approved=approved)
         if approved:
             completed.selectedAction = PLAN_ACTIONS[0]

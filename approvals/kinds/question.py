@@ -35,9 +35,11 @@ class Question(Kind):
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"text": value} if isinstance(value, str) else None
 
-    def deliver(self, pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+    def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
+        answers.answer_person(pending.call_id, (pending.answer or {}).get("text") or "")
+
+    def record_carried(self, pending: PendingRequest, log: EventLog) -> None:
         text = (pending.answer or {}).get("text") or ""
-        answers.answer_person(pending.call_id, text)
         freeform = text not in pending.choices
         log.record(UserInputCompleted(requestId=str(pending.id), answer=text, wasFreeform=freeform))
         log.record(self.answered(pending))

@@ -1,5 +1,5 @@
 """The registry of request kinds, `KINDS` in the order a run waits on them, and what the run lifecycle asks of
-the kind of a request: the status a run waits in, handing an answer to the engine, closing a request unanswered.
+the kind of a request: the status a run waits in, giving an answer to the engine, closing a request unanswered.
 
 Its names are `agents.request_kinds.REQUEST_KINDS` (tests/approvals/test_kinds.py holds the two together).
 """
@@ -36,17 +36,31 @@ def awaiting_status(kinds: set[str]) -> RunStatus:
     return next(kind.awaiting for name, kind in KINDS.items() if name in kinds)
 
 
-def deliver(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
-    """Hand a stored answer to the engine; a call that already ran in a failed turn is never run twice."""
+def to_engine(pending: PendingRequest, answers: Answers) -> None:
+    """Put the stored answer of `pending` into the turn's `answers` (where `routed` says), writing nothing: what
+    `hand_over` gives the engine, and what a queued run's worker rebuilds. A call that already ran in a failed turn
+    is denied, never run twice."""
+    if _ran_in_failed_turn(pending):
+        routed(pending, answers).deny(pending.call_id, RAN_IN_FAILED_TURN)
+    else:
+        KINDS[pending.kind].to_engine(pending, routed(pending, answers))
+
+
+def hand_over(pending: PendingRequest, answers: Answers, log: EventLog) -> None:
+    """Give the stored answer of `pending` to the engine (`to_engine`) and record in the run's log that the run
+    carries it."""
+    to_engine(pending, answers)
     kind = KINDS[pending.kind]
-    answers = routed(pending, answers)
     with log.speaking_for(pending.asker_id):
-        if (pending.answer or {}).get("ranInFailedTurn"):
+        if _ran_in_failed_turn(pending):
             # Its SDK completion was recorded by the turn that failed; the call is not run again.
-            answers.deny(pending.call_id, RAN_IN_FAILED_TURN)
             log.record(kind.answered(pending, ranInFailedTurn=True))
-            return
-        kind.deliver(pending, answers, log)
+        else:
+            kind.record_carried(pending, log)
+
+
+def _ran_in_failed_turn(pending: PendingRequest) -> bool:
+    return bool((pending.answer or {}).get("ranInFailedTurn"))
 
 
 def parameters_schema(pending: PendingRequest) -> dict[str, Any] | None:

@@ -8,8 +8,9 @@ from django.core import mail
 
 from agents import queue
 from agents.models import Run, RunStatus
+from agents.outcomes import finish_run
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
-from agents.runs import execute, finish_run, start_run
+from agents.runs import execute, start_run
 from approvals.models import PendingRequest, RequestStatus
 from tests.helpers import (
     EMAIL,

@@ -17,6 +17,7 @@ from django_tasks_db.models import DBTaskResult
 
 from agents import queue
 from agents.definitions import DefinitionContent
+from agents.engine import Answers
 from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, RequestStatus, Rule
 from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401
@@ -125,6 +126,56 @@ def test_it_keeps_documents_until_the_turn_and_forgets_them_after(operator, assi
 
     run_row = Run.objects.get(id=accepted["runId"])
     assert (run_row.output, run_row.queued_input) == ("spec.md", None)
+
+
+def test_a_queued_run_keeps_its_answers_on_their_requests_and_the_worker_hands_them_over(operator, assistant):
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "a1"})
+    request_id = asked["pendingRequests"][0]["requestId"]
+    accepted = queue_run(operator, {"sessionId": "a1", "approvals": [{"requestId": request_id, "approved": True}]})
+
+    assert set(Run.objects.get(id=accepted["runId"]).queued_input) == {"instructions", "documents"}
+    assert queue.drain() == 1
+    assert get_run(operator, accepted["runId"])["output"] == f"send_email: sent to {EMAIL['to']}"
+    assert len(mail.outbox) == 1
+
+
+def test_a_queued_turn_that_abandons_requests_goes_on_as_a_turn_run_here(operator, assistant):
+    message = call_line("send_email", EMAIL) + "\n" + call_line("get_user_location")
+    ended = []
+    for session, queued in (("here", False), ("queued", True)):
+        run_ok(operator, {"message": message, "sessionId": session})
+        body = {"sessionId": session, "message": "never mind", "abandonPending": True}
+        if queued:
+            accepted = queue_run(operator, body)
+            assert queue.drain() == 1
+            ended.append(get_run(operator, accepted["runId"]))
+        else:
+            ended.append(run_ok(operator, body))
+
+    here, worked = ended
+    assert (worked["status"], worked["output"]) == (here["status"], here["output"])
+    assert [e.type for e in stored_events(worked["runId"])] == [e.type for e in stored_events(here["runId"])]
+    assert mail.outbox == []
+
+
+def test_a_run_queued_with_a_copy_of_its_answers_runs_on_that_copy(operator, assistant):
+    """A run queued before the answers were left on their requests only kept the engine's answers beside its
+    input; its worker reads them from there."""
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "a2"})
+    pending = asked["pendingRequests"][0]
+    outcome = operator.api(
+        "POST", f"/api/runs/{asked['runId']}/responses", {"requestId": pending["requestId"], "approved": True}
+    ).json()
+    continuation = Run.objects.get(id=outcome["continuationRunId"])
+    copy = Answers()
+    copy.deny(pending["callId"], "Not today")  # unlike the request's answer: the copy is what the worker reads
+    continuation.queued_input = {**continuation.queued_input, "answers": copy.dump()}
+    continuation.save(update_fields=["queued_input"])
+
+    assert queue.drain() == 1
+
+    assert get_run(operator, str(continuation.id))["output"] == "send_email denied: Not today"
+    assert mail.outbox == []
 
 
 def test_it_refuses_a_bad_lane_and_changes_nothing(operator, assistant):

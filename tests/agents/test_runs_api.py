@@ -12,8 +12,9 @@ from django.core import mail
 
 from agents import queue
 from agents.models import Attachment, Run, RunStatus, Session
+from agents.outcomes import finish_run
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
-from agents.runs import execute, finish_run, start_run
+from agents.runs import execute, start_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from tests.helpers import (
     EMAIL,
