@@ -213,6 +213,10 @@ async def test_it_ignores_a_malformed_frame_and_stays_open(frame):
     await ws.disconnect()
 
 
+# 100 sockets' handshakes on a loaded machine (PostgreSQL, xdist): a second each is not always enough.
+HANDSHAKE_SECONDS = 10
+
+
 async def test_it_closes_a_users_101st_socket_while_another_user_opens_one():
     """One user's sockets are capped (WEBSOCKETS_PER_USER, 100): the next is accepted and closed with 4429 at
     once, so its client sees why."""
@@ -224,12 +228,12 @@ async def test_it_closes_a_users_101st_socket_while_another_user_opens_one():
         for _ in range(100):
             ws = communicator((b"cookie", rita), (b"origin", LOCAL))
             held.append(ws)
-            assert (await ws.connect())[0]
-            assert (await ws.receive_json_from())["type"] == "heartbeat"
+            assert (await ws.connect(timeout=HANDSHAKE_SECONDS))[0]
+            assert (await ws.receive_json_from(timeout=HANDSHAKE_SECONDS))["type"] == "heartbeat"
 
         over = communicator((b"cookie", rita), (b"origin", LOCAL))
-        assert (await over.connect())[0]
-        assert await over.receive_output() == {
+        assert (await over.connect(timeout=HANDSHAKE_SECONDS))[0]
+        assert await over.receive_output(timeout=HANDSHAKE_SECONDS) == {
             "type": "websocket.close",
             "code": 4429,
             "reason": "too many open websockets",
@@ -237,14 +241,14 @@ async def test_it_closes_a_users_101st_socket_while_another_user_opens_one():
         await over.wait()
         other = communicator((b"cookie", sam), (b"origin", LOCAL))
         held.append(other)
-        assert (await other.connect())[0]
-        assert (await other.receive_json_from())["type"] == "heartbeat"
+        assert (await other.connect(timeout=HANDSHAKE_SECONDS))[0]
+        assert (await other.receive_json_from(timeout=HANDSHAKE_SECONDS))["type"] == "heartbeat"
 
         await held.pop(0).disconnect()  # a socket closed gives its place back
         again = communicator((b"cookie", rita), (b"origin", LOCAL))
         held.append(again)
-        assert (await again.connect())[0]
-        assert (await again.receive_json_from())["type"] == "heartbeat"
+        assert (await again.connect(timeout=HANDSHAKE_SECONDS))[0]
+        assert (await again.receive_json_from(timeout=HANDSHAKE_SECONDS))["type"] == "heartbeat"
     finally:
         for ws in held:
             await ws.disconnect()
