@@ -421,8 +421,7 @@ def page_of(query: Any, limit: int, offset: int, wire: Callable[[Any], dict[str,
     }
 
 
-api.add_router("/agents", "agents.api.router")
-api.add_router("", "agents.runs_api.router")
+api.add_router("", "agents.api.router")
 api.add_router("", "approvals.api.router")
 api.add_router("", "approvals.rules_api.router")
 api.add_router("", "console.connections_api.router")
