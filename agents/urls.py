@@ -1,9 +1,11 @@
-from django.urls import path
+"""The agents app's pages: the agents' under `/agents/` (URL names namespaced: `{% url 'agents:detail' name %}`),
+the trial-run and runs pages at the root (not namespaced: `{% url 'runs' %}`)."""
+
+from django.urls import include, path
 
 from agents import views
 
-app_name = "agents"
-urlpatterns = [
+agent_pages = [
     path("", views.agent_list, name="list"),
     path("new/", views.agent_create, name="create"),
     path("row/<str:section>/", views.blank_row, name="row"),
@@ -16,4 +18,16 @@ urlpatterns = [
     path("<slug:name>/diff/", views.agent_diff, name="diff"),
     path("<slug:name>/rollback/", views.agent_rollback, name="rollback"),
     path("<slug:name>/delete/", views.agent_delete, name="delete"),
+]
+
+urlpatterns = [
+    path("agents/", include((agent_pages, "agents"))),
+    path("trial/", views.trial, name="trial"),
+    path("trial/turns/<uuid:run_id>/", views.trial_turn, name="trial_turn"),
+    path("runs/", views.run_list, name="runs"),
+    path("runs/jobs/", views.jobs_panel, name="jobs"),
+    path("runs/<uuid:run_id>/", views.run_detail, name="run"),
+    path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<uuid:run_id>/replay/", views.run_replay, name="run_replay"),
+    path("runs/<uuid:run_id>/fork/", views.run_fork, name="run_fork"),
 ]

@@ -28,10 +28,9 @@ urlpatterns = [
     path("notifications/", tenant.notifications, name="notifications"),
     path("tokens/", tokens.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", tokens.revoke_token, name="revoke_token"),
-    path("agents/", include("agents.urls")),
+    path("", include("agents.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("api/", api.urls),
     path("admin/", admin.site.urls),
-    path("", include("agents.run_urls")),
     path("", include("approvals.urls")),
 ]

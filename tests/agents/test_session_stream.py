@@ -193,9 +193,9 @@ def comparable(frame: dict[str, Any]) -> dict[str, Any]:
 def no_recheck(monkeypatch):
     """Every stream here shows what comes live or with a wake (agents.live): its safety-net look at the database
     never comes within a test."""
-    import console.urls  # noqa: F401  # the API's modules, loaded in their order (runs_api alone would be a cycle)
+    import console.urls  # noqa: F401  # the API's modules, loaded in their order (agents.api alone would be a cycle)
 
-    monkeypatch.setattr("agents.runs_api.SESSION_RECHECK_SECONDS", 60.0)
+    monkeypatch.setattr("agents.api.streams.SESSION_RECHECK_SECONDS", 60.0)
 
 
 async def open_served(persona: Persona, key: str = "s1") -> tuple[HttpCommunicator, dict[str, Any]]:
@@ -455,7 +455,8 @@ async def test_it_refuses_a_users_101st_stream_while_another_user_opens_one(oper
 async def test_it_gives_a_streams_place_back_however_the_stream_ends(operator, assistant, settings, monkeypatch):
     from django.db import DatabaseError
 
-    from agents import live, runs_api
+    from agents import live
+    from agents.api import streams
     from agents.models import Session
 
     settings.SESSION_STREAMS_PER_USER = 1
@@ -478,7 +479,7 @@ async def test_it_gives_a_streams_place_back_however_the_stream_ends(operator, a
         raise DatabaseError("the database went away")
 
     with monkeypatch.context() as patched:
-        patched.setattr(runs_api, "_session_events_after", unreadable)
+        patched.setattr(streams, "_session_events_after", unreadable)
         await live.wake((await Session.objects.aget(key="s2")).pk)  # the stream reads the database, and fails
         with pytest.raises(DatabaseError):
             await failing.wait(10)
@@ -492,20 +493,21 @@ async def test_it_gives_a_streams_place_back_however_the_stream_ends(operator, a
 async def test_it_waits_for_what_is_published_without_reading_the_database_meanwhile(operator, assistant, monkeypatch):
     """An idle stream reads the database for nothing: what a turn publishes reaches it from the channel layer. It
     read the database every 0.2 s (100 idle streams took 0.73 of a core)."""
-    from agents import live, runs_api
+    from agents import live
+    from agents.api import streams
 
     await sync_to_async(run_ok)(operator, {"message": "hello", "sessionId": "s1"})
     session, run = await running_run()  # placed by the stream's first look at the database
     stream = await open_stream(operator)
     await stream.turn()
     reads: list[Any] = []
-    read = runs_api._session_events_after
+    read = streams._session_events_after
 
     def counted(*args: Any) -> Any:
         reads.append(args)
         return read(*args)
 
-    monkeypatch.setattr(runs_api, "_session_events_after", counted)
+    monkeypatch.setattr(streams, "_session_events_after", counted)
     waiting = asyncio.ensure_future(stream.frame())
     await asyncio.sleep(1)
     await live.publish(session.pk, [envelope(run.id, "run.started")])
@@ -523,7 +525,7 @@ async def test_it_still_reads_the_database_now_and_then_for_what_nobody_publishe
     SESSION_RECHECK_SECONDS all the same."""
     from django.utils import timezone
 
-    monkeypatch.setattr("agents.runs_api.SESSION_RECHECK_SECONDS", 0.5)
+    monkeypatch.setattr("agents.api.streams.SESSION_RECHECK_SECONDS", 0.5)
     await sync_to_async(run_ok)(operator, {"message": "hello", "sessionId": "s1"})
     _, run = await running_run()
     stream = await open_stream(operator)
@@ -580,9 +582,9 @@ def test_a_delta_of_a_run_the_stream_does_not_know_yet_waits_for_it_instead_of_b
     after the event it follows; a delta whose moment passed is dropped."""
     from datetime import UTC, datetime
 
-    import console.urls  # noqa: F401  # the API's modules, loaded in their order (runs_api alone would be a cycle)
+    import console.urls  # noqa: F401  # the API's modules, loaded in their order (agents.api alone would be a cycle)
     from agents import live
-    from agents.runs_api import SessionPosition, _SessionFollower
+    from agents.api.streams import SessionPosition, _SessionFollower
 
     def published(run: str, sequence: int, kind: str, ephemeral: bool = False) -> live.Published:
         envelope = {"runId": run, "sequence": sequence, "ephemeral": ephemeral, "type": kind, "id": f"{run}.{sequence}"}
@@ -611,14 +613,14 @@ def test_a_delta_of_a_run_the_stream_does_not_know_yet_waits_for_it_instead_of_b
 
 
 def test_a_delta_that_came_while_the_database_was_read_comes_between_the_events_the_database_gave():
-    """The live events that arrive while the stream reads the database are held first (`_follow_session` drains
+    """The live events that arrive while the stream reads the database are held first (`follow_session` drains
     them): when the database then gives the stored events around a delta, the delta comes right after the
     event it follows instead of being dropped as late."""
     from datetime import UTC, datetime
 
-    import console.urls  # noqa: F401  # the API's modules, loaded in their order (runs_api alone would be a cycle)
+    import console.urls  # noqa: F401  # the API's modules, loaded in their order (agents.api alone would be a cycle)
     from agents import live
-    from agents.runs_api import SessionPosition, _SessionFollower
+    from agents.api.streams import SessionPosition, _SessionFollower
 
     def published(sequence: int, kind: str, ephemeral: bool = False) -> live.Published:
         envelope = {"runId": "b", "sequence": sequence, "ephemeral": ephemeral, "type": kind, "id": f"b.{sequence}"}

@@ -1,8 +1,8 @@
-"""The run routes of the JSON API: start a run (JSON or SSE), history, events, session state and events,
-cancel."""
+"""The event streams of the JSON API (server-sent events): a run's as it runs (`stream_run`), a run's stored
+events followed until it ends (`follow_run`), and a session's, followed live across its turns (`follow_session`),
+with the slots that bound how many one user holds open."""
 
 import asyncio
-import hashlib
 import json
 import random
 import uuid
@@ -13,30 +13,17 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import FilteredRelation, Q
-from django.http import JsonResponse, StreamingHttpResponse
-from ninja import Field, Query, Router, Schema, Status
 
-from agents import actions, checkpoints, live
+from agents import actions, live
 from agents.events import EventType, event_envelope, session_idle, session_title
-from agents.getters import get_run_for
-from agents.models import Attachment, Event, Run, RunStatus, Session
-from agents.payloads import event_schema, is_stored
-from agents.prepare import (
-    RunRejected,
-    RunRequest,
-)
-from agents.queries import runs_matching
+from agents.models import Event, Run, RunStatus, Session
+from agents.payloads import is_stored
 from agents.runs import StartedRun, execute, run_result
-from approvals.models import RequestStatus
-from console.api import ApiError, Paging, Problem, page_of, problem, require_role
+from console.api import ApiError
 from console.slots import Slot, Slots
 from console.tenancy import ConsoleRequest
-
-router = Router(tags=["runs"])
-EVENT_SCHEMA = event_schema()
 
 _DETACHED: set["asyncio.Future[None]"] = set()
 
@@ -62,46 +49,11 @@ def _sse(envelope: dict[str, Any]) -> str:
     return f"{head}event: {envelope['type']}\ndata: {json.dumps(envelope)}\n\n"
 
 
-def _wants_sse(request: ConsoleRequest) -> bool:
+def wants_sse(request: ConsoleRequest) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
-def _prefers_async(request: ConsoleRequest) -> bool:
-    preferences = request.headers.get("Prefer", "").lower().replace(";", ",").split(",")
-    return "respond-async" in (p.strip() for p in preferences)
-
-
-@router.post("/agents/{name}/runs", response={200: dict, 202: dict, 409: Problem})
-def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
-    """Start a run. `Prefer: respond-async` queues it on its lane (202); `Accept: text/event-stream`
-    streams its events; otherwise the result comes when the turn ends."""
-    membership = require_role(request, "operator")
-    queued = _prefers_async(request)
-    try:
-        started = actions.start_run(membership, request.user, name, payload, queued=queued)
-    except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
-    if queued:
-        location = f"/api/runs/{started.run.id}"
-        body = {
-            "runId": str(started.run.id),
-            "status": started.run.status,
-            "location": location,
-            "eventsLocation": f"{location}/events",
-        }
-        accepted = JsonResponse(body, status=202)
-        accepted["Location"] = location
-        accepted["Preference-Applied"] = "respond-async"
-        return accepted
-    if _wants_sse(request):
-        response = StreamingHttpResponse(_stream(started), content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
-    return JsonResponse(actions.run_to_end(started).result())
-
-
-async def _stream(started: StartedRun) -> AsyncIterator[str]:
+async def stream_run(started: StartedRun) -> AsyncIterator[str]:
     arrivals: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     sent, last = 0, None
     for event in started.log.stored:
@@ -147,61 +99,7 @@ async def _finish_detached(task: "asyncio.Future[Any]", started: StartedRun) -> 
     await database_sync_to_async(actions.finish, thread_sensitive=False)(started, await task)
 
 
-class RunFilters(Paging):
-    agent: str | None = None
-    status: RunStatus | None = None
-    sessionId: str | None = None
-    verdicts: bool | None = Field(default=None, description="Only runs where a policy gave a verdict other than allow.")
-
-
-@router.get("/runs", response=dict)
-def list_runs(request: ConsoleRequest, filters: Query[RunFilters]) -> dict[str, Any]:
-    runs = runs_matching(
-        Run.objects.select_related("agent", "version", "session__forked_from_session").filter(tenant=request.tenant),
-        agent=filters.agent,
-        status=filters.status,
-        session=filters.sessionId,
-        verdicts=filters.verdicts,
-    )
-    # The id breaks ties between runs created in the same microsecond, so pages never overlap.
-    return page_of(runs.order_by("-created_at", "-id"), filters.limit, filters.offset, run_result)
-
-
-@router.get("/runs/{run_id}", response=dict)
-def get_run(request: ConsoleRequest, run_id: uuid.UUID) -> dict[str, Any]:
-    return run_result(get_run_for(request, run_id, "agent", "version", "session"))
-
-
-@router.get("/runs/{run_id}/records", response=dict)
-def run_records(request: ConsoleRequest, run_id: uuid.UUID) -> dict[str, Any]:
-    """The interception records of the run's policies, in order (SPEC section 8; AGENT-HOOKS-0.1 wire shape)."""
-    run = get_run_for(request, run_id)
-    return {"items": run.records}
-
-
-@router.get("/events/schema.json", response=dict)
-def events_schema(request: ConsoleRequest) -> dict[str, Any]:
-    """The JSON schema of the event envelope and of each event type's `data` (SPEC sections 5 and 10)."""
-    return EVENT_SCHEMA
-
-
-@router.get("/runs/{run_id}/events", response=dict)
-def run_events(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
-    """The stored events; with `Accept: text/event-stream` they stream, live until the run ends,
-    resuming after `Last-Event-ID`."""
-    run = get_run_for(request, run_id, "agent", "version", "session")
-    if not _wants_sse(request):
-        return {"items": [event_envelope(e) for e in run.events.all()]}
-    after = request.headers.get("Last-Event-ID", "0")
-    # str.isdigit() also takes digits int() cannot read, such as "²".
-    if not (after.isascii() and after.isdigit()):
-        raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be a sequence number.")
-    response = StreamingHttpResponse(_follow(run.id, int(after)), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    return response
-
-
-async def _follow(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
+async def follow_run(run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
     """Stored events after `after`, polling until the run has finished."""
     last = None
     while True:
@@ -233,90 +131,6 @@ def _events_after(run_id: uuid.UUID, after: int) -> tuple[list[Event], str]:
     return list(Event.objects.filter(run_id=run_id, sequence__gt=after).order_by("sequence")), status
 
 
-@router.post("/runs/{run_id}/cancel", response={200: dict, 409: Problem})
-def cancel_run(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
-    membership = require_role(request, "operator")
-    run = get_run_for(request, run_id, "agent", "version", "session")
-    try:
-        status = actions.cancel_run(membership, request.user, run)
-    except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
-    if status is None:
-        detail = f"The run has finished ({run.status}) and waits on nothing; there is nothing to cancel."
-        raise ApiError(409, "run_finished", detail)
-    return {"runId": str(run.id), "status": status}
-
-
-class SessionState(Schema):
-    sessionId: str
-    agent: str
-    lastRunId: str | None
-    pendingRequests: list[dict[str, Any]]
-    forkedFrom: dict[str, Any] | None = Field(
-        default=None, description="A fork's `{sessionId, checkpointId}` (SPEC section 9); absent for other sessions."
-    )
-
-
-@router.get("/sessions/{session_id}/state", response=SessionState, exclude_unset=True)
-def session_state(request: ConsoleRequest, session_id: str) -> dict[str, Any]:
-    session = Session.objects.live().select_related("agent").filter(tenant=request.tenant, key=session_id).first()
-    if session is None:
-        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
-    pending = session.requests.filter(status=RequestStatus.PENDING)
-    forked_from = checkpoints.forked_from(session)
-    return {
-        "sessionId": session.key,
-        "agent": session.agent.name,
-        "lastRunId": str(session.last_run_id) if session.last_run_id else None,
-        "pendingRequests": [p.wire() for p in pending],
-        **({"forkedFrom": forked_from} if forked_from is not None else {}),
-    }
-
-
-@router.get("/sessions/{session_id}/checkpoints", response=dict)
-def session_checkpoints(request: ConsoleRequest, session_id: str, paging: Query[Paging]) -> dict[str, Any]:
-    """The session's checkpoints, newest first: its state after each of its runs ended (SPEC section 9). An
-    answer given at an earlier one forks the session (`checkpointId` on the respond route)."""
-    session = Session.objects.live().filter(tenant=request.tenant, key=session_id).first()
-    if session is None:
-        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
-    return page_of(checkpoints.checkpoints_of(session), paging.limit, paging.offset, checkpoints.wire)
-
-
-@router.get("/sessions/{session_id}/events", response={200: dict, 429: Problem})
-def session_events(request: ConsoleRequest, session_id: str) -> Any:
-    """The stored events of every run of the session (a fork's own runs only): runs in the order they were
-    created, each run's events in sequence. With `Accept: text/event-stream` they stream and the stream
-    follows the session live: a later run (an answer's continuation) comes on the same connection, each turn
-    that ends is followed by an ephemeral `session.idle` frame without an id (`{"aborted": true}` when the
-    turn was cancelled), the session's first message by an ephemeral `session.title_changed` (`{"title"}`:
-    its first line), and the stream ends once the session is deleted and its last turn has ended.
-
-    A frame's id is `<run>.<sequence>`: the index of the event's run among the session's runs (0 for the
-    first, in creation order) and the event's sequence in that run. Frames come in the order of these pairs
-    of integers; `Last-Event-ID` resumes after one (400 `invalid_last_event_id` for anything else).
-
-    A user holds at most `SESSION_STREAMS_PER_USER` streams open at once (per console process): the next is
-    429 `too_many_streams`, with `Retry-After`."""
-    session = Session.objects.live().filter(tenant=request.tenant, key=session_id).first()
-    if session is None:
-        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
-    if not _wants_sse(request):
-        events = Event.objects.filter(run__session=session).order_by("run__created_at", "run_id", "sequence")
-        return {"items": [event_envelope(e) for e in events]}
-    after = _session_position(session, request.headers.get("Last-Event-ID"))
-    slot = SESSION_STREAMS.take(request.membership.user_id)
-    if slot is None:
-        held = settings.SESSION_STREAMS_PER_USER
-        detail = f"You have {held} session streams open, the most one user may; close one and try again."
-        refused = problem(429, "too_many_streams", detail)
-        refused["Retry-After"] = str(STREAMS_RETRY_AFTER_SECONDS)
-        return refused
-    response = StreamingHttpResponse(_follow_session(session.pk, after, slot), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    return response
-
-
 @dataclass(frozen=True)
 class SessionPosition:
     """Where a session stream stands: after event `sequence` of the session's run number `index`, which sorts
@@ -331,7 +145,7 @@ class SessionPosition:
         return f"{self.index}.{self.sequence}"
 
 
-def _session_position(session: Session, last_event_id: str | None) -> SessionPosition:
+def session_position(session: Session, last_event_id: str | None) -> SessionPosition:
     """The position a `Last-Event-ID` names: `<run>.<sequence>`, its run one of the session's."""
     if last_event_id is None:
         return SessionPosition()
@@ -356,7 +170,7 @@ def _session_frame(event: live.Published, cursor: str | None) -> str:
     return f"{head}event: {event.type}\ndata: {event.encoded}\n\n"
 
 
-async def _follow_session(session_pk: int, after: SessionPosition, slot: Slot) -> AsyncIterator[str]:
+async def follow_session(session_pk: int, after: SessionPosition, slot: Slot) -> AsyncIterator[str]:
     """The session's events after `after`, a turn's end followed by `session.idle`, until the session is deleted
     with none of its turns still to end. Live (agents.live) as the turns report them, deltas included; from
     the database where the stream starts or resumes, whenever the live events leave a gap (an event it did
@@ -566,106 +380,3 @@ def _session_events_after(
         return fresh, not Session.objects.live().filter(pk=session_pk).exists(), places
     turning = any(row["status"] in (RunStatus.QUEUED, RunStatus.RUNNING) for row in rows)
     return fresh, rows[0]["session__deleted_at"] is not None and not turning, places
-
-
-@router.delete("/sessions/{session_id}", response={204: None})
-def delete_session(request: ConsoleRequest, session_id: str) -> Status[None]:
-    """Delete a session's future (SPEC section 9): its turns are cancelled, its open requests close
-    `abandoned`, and a later run with this id starts a new session. Its finished runs stay."""
-    membership = require_role(request, "operator")
-    session = Session.objects.live().filter(tenant=request.tenant, key=session_id).first()
-    if session is None:
-        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
-    try:
-        deleted = actions.delete_session(membership, session)
-    except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
-    if not deleted:
-        raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
-    return Status(204, None)
-
-
-# The view reads the upload itself (its size is checked before the body is read); the schema says what it takes.
-ATTACHMENT_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "properties": {"file": {"type": "string", "format": "binary"}},
-                "required": ["file"],
-            }
-        }
-    },
-}
-
-
-@router.post("/attachments", response={201: dict}, openapi_extra={"requestBody": ATTACHMENT_BODY})
-def upload_attachment(request: ConsoleRequest) -> Any:
-    """Upload a file (multipart field `file`) to reference from runs by id."""
-    membership = require_role(request, "operator")
-    if request.content_type != "multipart/form-data":
-        raise ApiError(415, "unsupported_media_type", "Send the file as multipart/form-data, in the field `file`.")
-    limit = settings.ATTACHMENT_MAX_BYTES
-    # Refuse an oversized body before reading it (the multipart envelope adds a little to the file).
-    declared = request.headers.get("Content-Length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > limit + 64 * 1024:
-        raise ApiError(413, "attachment_too_large", f"The file is larger than the limit of {limit} bytes.")
-    upload = request.FILES.get("file")
-    if upload is None:
-        raise ApiError(400, "file_required", "Send the file as the multipart field `file`.")
-    if "\x00" in f"{upload.name}{upload.content_type}":
-        errors = [{"field": "file", "message": "its name or content type contains a NUL character"}]
-        raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
-    if upload.size is None or upload.size > limit:
-        raise ApiError(413, "attachment_too_large", f"The file is larger than the limit of {limit} bytes.")
-    digest = hashlib.sha256()
-    for chunk in upload.chunks():
-        digest.update(chunk)
-    upload.seek(0)
-    attachment = Attachment(
-        tenant=membership.tenant,
-        name=(upload.name or "file")[:255],
-        content_type=upload.content_type or "application/octet-stream",
-        size=upload.size,
-        sha256=digest.hexdigest(),
-        created_by=membership.user,
-    )
-    attachment.file.save(attachment.name, upload, save=False)
-    attachment.save()
-    return Status(
-        201,
-        {
-            "id": str(attachment.id),
-            "name": attachment.name,
-            "contentType": attachment.content_type,
-            "size": attachment.size,
-            "sha256": attachment.sha256,
-        },
-    )
-
-
-@router.post("/runs/{run_id}/replay", response={200: dict, 202: dict, 404: Problem, 409: Problem})
-def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: actions.ReplayRequest | None = None) -> Any:
-    """Run the run's message again (SPEC section 10), admins only: a new sessionless run of the same agent with
-    the same bound parameter values and culture, on the run's definition version or `definitionVersion`; its
-    result says `replayOf`; the run's documents go with it (`omittedDocuments`: those of a run from before they
-    were kept, which it goes without). `Prefer:
-    respond-async` queues it (202)."""
-    membership = require_role(request, "admin")
-    original = get_run_for(request, run_id, "tenant", "agent", "version__agent")
-    queued = _prefers_async(request)
-    picked = payload.definition_version if payload else None
-    try:
-        replay = actions.replay_run(membership.user, original, picked, queued=queued)
-    except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
-    linked = {"replayOf": str(original.id), "omittedDocuments": replay.omitted_documents}
-    if queued:
-        location = f"/api/runs/{replay.run.id}"
-        body = {"runId": str(replay.run.id), "status": replay.run.status, "location": location, **linked}
-        accepted = JsonResponse({**body, "eventsLocation": f"{location}/events"}, status=202)
-        accepted["Location"] = location
-        accepted["Preference-Applied"] = "respond-async"
-        return accepted
-    return JsonResponse({**actions.run_to_end(replay.started).result(), **linked})

@@ -43,7 +43,7 @@ class TrialTurn:
     # An earlier turn that asked: its checkpoint and the requests open there, which a fork answers again.
     checkpoint: Checkpoint | None = None
     fork_requests: list[PendingRequest] = field(default_factory=list)
-    # Any earlier ended turn: "Fork from here" starts a new session from its checkpoint (`run_views.run_fork`).
+    # Any earlier ended turn: "Fork from here" starts a new session from its checkpoint (`agents.views.run.run_fork`).
     forkable: bool = False
 
     @property

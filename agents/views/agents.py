@@ -1,0 +1,223 @@
+"""The console's agent pages: list, create and edit (each save is a new version), versions, diff, rollback,
+delete, and the policies' Try panel (one interception point evaluated against a sample context)."""
+
+import json
+import re
+from typing import Any
+
+from django.contrib import messages
+from django.db import IntegrityError
+from django.db.models import F
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agents import actions
+from agents.definitions import ConnectionRefused
+from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, PolicyTryForm, as_text, choices, hooks_text
+from agents.getters import get_agent_for
+from agents.models import Agent, AgentVersion
+from agents.starter_policy import starter_hooks
+from agents.tools import REGISTRY
+from agents.views.diff import diff_rows
+from agents.views.policies import PolicySummary, try_form, try_policies
+from console.connections import ConnectionSpec
+from console.models import Connection
+from console.tenancy import ConsoleRequest, role_required
+
+
+def _granted(request: ConsoleRequest) -> dict[str, ConnectionSpec]:
+    return Connection.objects.specs_for(request.tenant)
+
+
+def _version(agent: Agent, number: str | int | None) -> AgentVersion:
+    version = agent.versions.select_related("created_by").filter(number=_number(number)).first()
+    if version is None:
+        raise Http404("No such version.")
+    return version
+
+
+def _number(text: str | int | None) -> int:
+    try:
+        return int(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise Http404("Not a version number.") from None
+
+
+@role_required("reader")
+@require_GET
+def agent_list(request: ConsoleRequest) -> HttpResponse:
+    agents = list(Agent.objects.live().filter(tenant=request.tenant))
+    current = AgentVersion.objects.filter(agent__in=agents, number=F("agent__current_version"))
+    definitions = {version.agent_id: version.definition for version in current}
+    rows = [(agent, definitions.get(agent.pk)) for agent in agents]
+    return render(request, "agents/list.html", {"rows": rows})
+
+
+@role_required("admin")
+@require_http_methods(["GET", "POST"])
+def agent_create(request: ConsoleRequest) -> HttpResponse:
+    granted = _granted(request)
+    form = DefinitionForm.from_post(request.POST) if request.method == "POST" else DefinitionForm.blank()
+    if request.method == "POST" and form.is_valid(granted):
+        assert form.content is not None
+        try:
+            agent = Agent.create(request.tenant, form.content, request.user)
+        except IntegrityError:
+            form.errors["name"] = f"An agent named “{form.content.name}” exists already."
+        except ConnectionRefused as refused:  # a grant withdrawn since the check
+            form.refuse(refused.errors)
+        else:
+            messages.success(request, f"Created agent “{agent.name}” (version 1).")
+            return redirect("agents:detail", agent.name)
+    return render(request, "agents/form.html", {"form": form, "agent": None, **choices(granted)})
+
+
+@role_required("admin")
+@require_http_methods(["GET", "POST"])
+def agent_edit(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
+    current = agent.current.definition
+    granted = _granted(request)
+    if request.method == "GET":
+        form = DefinitionForm.from_content(current)
+    else:
+        form = DefinitionForm.from_post(request.POST, editing=current)
+        if form.is_valid(granted):
+            assert form.content is not None
+            if form.content.wire() == current.wire():
+                messages.info(request, "Nothing changed, so no new version was saved.")
+                return redirect("agents:detail", agent.name)
+            note = request.POST.get("note", "").strip()[:200] or "edited"
+            try:
+                version = agent.append_version(form.content, request.user, note=note)
+            except ConnectionRefused as refused:  # a grant withdrawn since the check
+                form.refuse(refused.errors)
+            else:
+                messages.success(request, f"Saved version {version.number}.")
+                return redirect("agents:detail", agent.name)
+    context = {"form": form, "agent": agent, "note": request.POST.get("note", ""), **choices(granted)}
+    return render(request, "agents/form.html", context)
+
+
+@role_required("admin")
+@require_GET
+def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
+    """One empty row of a form section, added to its table by htmx."""
+    if section not in SECTIONS:
+        raise Http404("No such section.")
+    context = {"row": SECTIONS[section].new(), **choices(_granted(request))}
+    return render(request, f"agents/rows.html#{section}", context)
+
+
+@role_required("admin")
+@require_GET
+def starter_policy(request: ConsoleRequest) -> HttpResponse:
+    """The editor's Policies field filled with the starter policy (enforced, or in shadow mode)."""
+    mode = "evaluate_only" if request.GET.get("mode") == "evaluate_only" else "enforce"
+    # The tools the form lists (its rows come along, `hx-include`): the manifest names them all, as one that
+    # governs tool calls denies a tool it does not name.
+    named = [request.GET.get(key, "") for key in request.GET if re.fullmatch(r"(tools|client_tools)-[\w-]+-name", key)]
+    tools = [name.strip() for name in named if name.strip()]
+    form = DefinitionForm.blank()
+    form.values["hooks"] = hooks_text(starter_hooks(mode, tools))
+    return render(request, "agents/form.html#hooks-field", {"form": form, "starter_mode": mode})
+
+
+@role_required("reader")
+@require_GET
+def agent_detail(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
+    version = _version(agent, agent.current_version)
+    context = _definition_context(agent, version)
+    if version.definition.hooks is not None and request.membership.allows("admin"):
+        context["try_form"] = try_form(request, agent, version, None)
+    return render(request, "agents/detail.html", context)
+
+
+@role_required("admin")
+@require_http_methods(["GET", "POST"])
+def agent_try(request: ConsoleRequest, name: str) -> HttpResponse:
+    """The Try panel: GET loads the sample context of a point, POST evaluates a context with the current
+    version's policies (nothing is stored: no run, no event, no request)."""
+    agent = get_agent_for(request, name)
+    version = _version(agent, agent.current_version)
+    if version.definition.hooks is None:
+        raise Http404("The current version has no policies.")
+    outcome = None
+    if request.method == "POST":
+        form = PolicyTryForm(request.POST)
+        if form.is_valid():
+            outcome = try_policies(request, agent, version, form.cleaned_data["context"])
+    else:
+        form = try_form(request, agent, version, request.GET.get("point"))
+    context = {"try_form": form, "outcome": outcome}
+    if request.htmx:
+        policies = PolicySummary.of(version.definition.hooks)
+        return render(request, "agents/detail.html#try", {"agent": agent, "policies": policies, **context})
+    return render(request, "agents/detail.html", _definition_context(agent, version) | context)
+
+
+@role_required("reader")
+@require_GET
+def agent_version(request: ConsoleRequest, name: str, number: int) -> HttpResponse:
+    agent = get_agent_for(request, name)
+    return render(request, "agents/detail.html", _definition_context(agent, _version(agent, number)))
+
+
+@role_required("reader")
+@require_GET
+def agent_versions(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
+    versions = agent.versions.select_related("created_by")
+    return render(request, "agents/versions.html", {"agent": agent, "versions": versions})
+
+
+@role_required("reader")
+@require_GET
+def agent_diff(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
+    a = _version(agent, request.GET.get("a", max(agent.current_version - 1, 1)))
+    b = _version(agent, request.GET.get("b", agent.current_version))
+    rows = diff_rows(a.definition, b.definition)
+    unchanged = [row for row in rows if not row["changed"]]
+    context = {"agent": agent, "a": a, "b": b, "rows": rows, "changed": len(rows) - len(unchanged)}
+    context["unchanged"] = unchanged
+    return render(request, "agents/diff.html", context)
+
+
+@role_required("admin")
+@require_POST
+def agent_rollback(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
+    old = _version(agent, request.POST.get("version"))
+    try:
+        new = agent.rollback(old.number, request.user)
+    except ConnectionRefused as refused:
+        messages.error(request, f"Version {old.number} cannot come back: {refused}.")
+        return redirect("agents:versions", agent.name)
+    messages.success(request, f"Rolled back: version {new.number} now holds version {old.number}'s content.")
+    return redirect("agents:versions", agent.name)
+
+
+@role_required("admin")
+@require_POST
+def agent_delete(request: ConsoleRequest, name: str) -> HttpResponse:
+    agent = get_agent_for(request, name)
+    actions.delete_agent(agent)
+    messages.success(request, f"Deleted agent “{agent.name}”.")
+    return redirect("agents:list")
+
+
+def _definition_context(agent: Agent, version: AgentVersion) -> dict[str, Any]:
+    content = version.definition
+    return {
+        "policies": PolicySummary.of(content.hooks) if content.hooks is not None else None,
+        "agent": agent,
+        "version": version,
+        "content": content,
+        "server_tools": [(tool, REGISTRY.get(tool.name), APPROVAL_LABELS[tool.approval]) for tool in content.tools],
+        "mcp_servers": [(server, APPROVAL_LABELS[server.approval]) for server in content.mcp_servers],
+        "client_tools": [(tool, json.dumps(tool.parameters, indent=2)) for tool in content.client_tools],
+        "parameters": [(parameter, as_text(parameter.default)) for parameter in content.parameters],
+    }

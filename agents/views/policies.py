@@ -1,0 +1,137 @@
+"""The policies as the agent page shows them (`PolicySummary`), and the Try panel's evaluation: one
+interception point's context evaluated with a version's policies, nothing stored."""
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agent_hooks import DeclarationError
+
+from agents.forms import PolicyTryForm, hooks_text, sample_context, try_builder
+from agents.models import Agent, AgentVersion, Run
+from agents.payloads import Payload
+from agents.policies import LIFTABLE, POINTS, PolicyBlocked, TurnPolicies
+from agents.prepare import granted_connections
+from agents.turns import run_here
+from console.tenancy import ConsoleRequest
+
+
+@dataclass
+class PolicyBinding:
+    """One binding of a declaration as the agent page shows it: its settings, and the policy sources of an
+    `airlock.acs` binding (manifest and modules) as text rather than JSON strings."""
+
+    id: str
+    kind: str
+    points: list[str]  # empty: every point
+    settings: list[tuple[str, str]]
+    sources: list[tuple[str, str]]
+
+    @classmethod
+    def of(cls, binding: dict[str, Any]) -> "PolicyBinding":
+        config = dict(binding.get("config") or {})
+        sources: list[tuple[str, str]] = []
+        if binding.get("kind") == "airlock.acs":
+            sources.append(("manifest", str(config.pop("manifest", ""))))
+            for policy, files in (config.pop("modules", None) or {}).items():
+                sources += [(f"{policy}/{file}", str(text)) for file, text in files.items()]
+        settings = [(key, value if isinstance(value, str) else json.dumps(value)) for key, value in config.items()]
+        return cls(
+            str(binding.get("id", "")), str(binding.get("kind", "")), list(binding.get("at") or []), settings, sources
+        )
+
+
+@dataclass
+class PolicySummary:
+    mode: str
+    resolver: str | None
+    bindings: list[PolicyBinding]
+    declaration: str
+
+    @classmethod
+    def of(cls, hooks: dict[str, Any]) -> "PolicySummary":
+        configuration = hooks.get("configuration") or {}
+        return cls(
+            mode=configuration.get("mode") or "enforce",
+            resolver=(configuration.get("approval") or {}).get("resolver"),
+            bindings=[PolicyBinding.of(binding) for binding in hooks.get("bindings", [])],
+            declaration=hooks_text(hooks),
+        )
+
+    @property
+    def shadow(self) -> bool:
+        return self.mode == "evaluate_only"
+
+
+def try_form(request: ConsoleRequest, agent: Agent, version: AgentVersion, point: str | None) -> PolicyTryForm:
+    """The Try form with the sample context of `point` (pre_tool_call unless a known point is asked for)."""
+    point = point if point in POINTS else "pre_tool_call"
+    runs = Run.objects.filter(agent=agent, message__gt="").order_by("-created_at")
+    latest = runs.values_list("message", flat=True).first()
+    builder = try_builder(agent.name, version.number, str(request.tenant.pk))
+    sample = sample_context(point, builder, version.definition, latest)
+    return PolicyTryForm(initial={"point": point, "context": json.dumps(sample, indent=2, ensure_ascii=False)})
+
+
+@dataclass
+class TryOutcome:
+    """What the policies said of one context: the verdict as a run's `policy.verdict` event would carry it
+    (decision `allow` when there is none), the target the action would go on with, the interception record."""
+
+    point: str
+    decision: str = "allow"
+    reason: str | None = None
+    message: str | None = None
+    binding: str | None = None
+    before: str = ""
+    after: str | None = None  # None when nothing goes on (deny, escalate)
+    liftable: bool = False  # an escalation an operator may lift here (the run would wait in the inbox)
+    record: str = ""
+    problem: str = ""  # the policies could not be loaded
+
+
+def try_policies(request: ConsoleRequest, agent: Agent, version: AgentVersion, context: dict[str, Any]) -> TryOutcome:
+    """Emit `context` once with the version's policies, enforced (a shadow-mode agent's runs would only
+    record the verdict; the page says so), with no operator decision known."""
+    hooks = copy.deepcopy(version.definition.hooks) or {}
+    hooks.setdefault("configuration", {})["mode"] = "enforce"
+    point = context["interception_point"]
+    outcome = TryOutcome(point=point, before=pretty_json(context.get("target")))
+    verdicts: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+
+    async def collect(payload: Payload) -> None:
+        verdicts.append(payload.dump())
+
+    try:
+        policies = TurnPolicies.build(
+            hooks,
+            connections=granted_connections(request.tenant, version),
+            decisions={},
+            agent=agent.name,
+            version=version.number,
+            run_id="try",
+            session_id=None,
+            tenant=str(request.tenant.pk),
+            emit=collect,
+            records=records,
+        )
+    except DeclarationError as error:
+        outcome.problem = "; ".join(f"{error.code} at {f.pointer or '/'}: {f.detail}" for f in error.findings)
+        outcome.problem = outcome.problem or error.code
+        return outcome
+    try:
+        outcome.after = pretty_json(run_here(policies.check(context)))
+    except PolicyBlocked as blocked:
+        outcome.liftable = blocked.escalation is not None and point in LIFTABLE
+    if verdicts:
+        verdict = verdicts[-1]
+        outcome.decision, outcome.reason = verdict["decision"], verdict["reason"]
+        outcome.message, outcome.binding = verdict["message"], verdict["binding"]
+    outcome.record = pretty_json(records[-1]) if records else ""
+    return outcome
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
