@@ -7,7 +7,7 @@ connection), and the approval resolver `airlock-inbox` (an escalation becomes an
 answer decides it next turn).
 
 `TurnPolicies.check` emits one context and returns the target to go on with (transformed where a verdict
-said so); a deny raises `PolicyBlocked`. The engine (agents/engine/__init__.py) calls it at each point:
+said so); a deny raises `PolicyBlocked`. The engine (agents/engine/turn.py, gate.py, seams.py) calls it at each point:
 `agent_startup`, `input` and `agent_shutdown` around the turn, `pre_model_call`/`post_model_call`/`output`
 in `PolicyCapability`, `pre_tool_call`/`post_tool_call` in the tool gate. This module knows nothing of the
 database: the caller resolves connections and hands in the operator's decisions.

@@ -1,6 +1,6 @@
 """The eight interception points of AGENT-HOOKS-0.1 (SPEC section 8), each declared once: what a verdict there is
 about, what a deny does, whether an escalation waits for an operator, and which later event carries the target a
-verdict let through. The engine emits each where it sits (agents/engine/__init__.py, agents/engine/seams.py);
+verdict let through. The engine emits each where it sits (agents/engine/turn.py, gate.py, seams.py);
 the declaration checks (`declarations.py`), the turn's emitter (`turn.py`), the Try form and the run page read
 them here."""
 
