@@ -1,8 +1,8 @@
 """Queued runs (SPEC section 4, `Prefer: respond-async`; section 7): lanes, workers, leases.
 
 - `start_queued` starts a run queued: `enqueue`, inside `start_run`'s transaction, keeps on the run
-  what its turn needs (`queued_input`: instructions, documents; the answers it carries are on their requests,
-  `agents.runs.carried_answers`) and puts a task on the lane's queue: Django's tasks framework with the
+  what its turn needs (`queued_input`: instructions, documents, the ids of the requests it carries: their answers are on
+  them, `agents.runs.carried_answers`) and puts a task on the lane's queue: Django's tasks framework with the
   django-tasks-db backend, a row in the same database and transaction.
 - A `WorkerPool` (threads of `manage.py serve`, or `manage.py run_worker`) has one claimer thread that
   claims for all its idle threads in one transaction (`claim_batch`: `SKIP LOCKED`, each lane counted
@@ -44,6 +44,7 @@ from agents.runs import (
     calls_with_side_effects,
     cancel_waiting,
     carried_answers,
+    carried_ids,
     execute,
     start_run,
 )
@@ -67,10 +68,11 @@ def start_queued(prepared: PreparedRun, user: Any) -> StartedRun:
 
 def enqueue(run: Run, prepared: PreparedRun, log: EventLog) -> None:
     """Keep what the turn needs on the run and queue it (inside `start_run`'s transaction). Not its answers: each
-    is stored on its request, and the worker rebuilds them from there (`carried_answers`)."""
+    is stored on its request, and the worker rebuilds them from there (`carried_answers`) by the ids it keeps."""
     run.queued_input = {
         "instructions": prepared.instructions,
         "documents": [list(document) for document in prepared.documents],
+        "carried": carried_ids(prepared),
     }
     log.flush()
     run.task_id = str(execute_queued.using(queue_name=queue_name(run.lane)).enqueue(str(run.id)).id)
@@ -101,7 +103,7 @@ def load_started(run: Run) -> StartedRun:
         prepared=prepared,
         log=EventLog.resume(run),
         # A run queued before its answers were left on their requests only kept a copy of them beside its input.
-        answers=Answers.load(data["answers"]) if "answers" in data else carried_answers(run),
+        answers=Answers.load(data["answers"]) if "answers" in data else carried_answers(data.get("carried", [])),
         rules=active_rules(run.agent, run.version),
         conversation=session.conversation if session is not None else None,
     )

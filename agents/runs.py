@@ -6,6 +6,7 @@
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,19 +177,25 @@ def _carry_terminated(pending: PendingRequest, run: Run, answers: Answers) -> No
     close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])
 
 
-def carried_answers(run: Run) -> Answers:
-    """The answers `run` carries, rebuilt from the database as `start_run` gave them to the engine, recording
-    nothing (a queued run's worker): the requests it abandoned (the `request.terminated` its start recorded), the
-    closed ones it carries (`answered_in`: expired, cancelled), then the answers it carries."""
+def carried_ids(prepared: PreparedRun) -> list[str]:
+    """The requests a run carries, in the order `start_run` hands them to the engine: those it abandons, the
+    closed ones (expired, cancelled), then the answered ones. A queued run keeps these ids, not its answers."""
+    carried = [*prepared.abandoned, *prepared.terminated, *(p for p, _ in prepared.answered), *prepared.stored_answers]
+    return [str(pending.id) for pending in carried]
+
+
+def carried_answers(ids: list[str]) -> Answers:
+    """The answers of the requests `ids` (`carried_ids`), rebuilt from the database as `start_run` gave them to
+    the engine, recording nothing (a queued run's worker); none to read when the run carries none."""
     answers = Answers()
-    closings = run.events.filter(type=EventType.REQUEST_TERMINATED, data__kind=RequestStatus.ABANDONED)
-    if ids := list(closings.values_list("data__requestId", flat=True)):
-        abandoned = PendingRequest.objects.filter(id__in=ids, status=RequestStatus.ABANDONED)
-        for pending in abandoned.order_by("opened_at", "id"):
-            close(pending, answers, ABANDONED_REASON)
-    carried = list(PendingRequest.objects.filter(answered_in=run).order_by("opened_at", "id"))
+    if not ids:
+        return answers
+    found = PendingRequest.objects.in_bulk(ids)
+    carried = [found[pk] for pk in map(uuid.UUID, ids) if pk in found]
     for pending in carried:
-        if pending.status in TERMINATED_REASONS:
+        if pending.status == RequestStatus.ABANDONED:
+            close(pending, answers, ABANDONED_REASON)
+        elif pending.status in TERMINATED_REASONS:
             close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])
     for pending in carried:
         if pending.status == RequestStatus.ANSWERED:

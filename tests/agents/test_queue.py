@@ -133,7 +133,9 @@ def test_a_queued_run_keeps_its_answers_on_their_requests_and_the_worker_hands_t
     request_id = asked["pendingRequests"][0]["requestId"]
     accepted = queue_run(operator, {"sessionId": "a1", "approvals": [{"requestId": request_id, "approved": True}]})
 
-    assert set(Run.objects.get(id=accepted["runId"]).queued_input) == {"instructions", "documents"}
+    kept = Run.objects.get(id=accepted["runId"]).queued_input
+    assert set(kept) == {"instructions", "documents", "carried"}
+    assert kept["carried"] == [request_id]  # the request it carries, not a copy of the answer
     assert queue.drain() == 1
     assert get_run(operator, accepted["runId"])["output"] == f"send_email: sent to {EMAIL['to']}"
     assert len(mail.outbox) == 1
