@@ -266,12 +266,6 @@ def refuse_ungranted_connections(prepared: PreparedRun) -> None:
         raise RunRejected(400, problems[0], "; ".join(f"{path}: {text}" for path, text in problems[1].items()))
 
 
-def refuse_unless_approver(membership: Membership, prepared: PreparedRun) -> None:
-    """The requests a run request answers, and those it abandons (`abandonPending`), pass the routing check
-    of `refuse_unless_approver_of`."""
-    refuse_unless_approver_of(membership, chain((pending for pending, _ in prepared.answered), prepared.abandoned))
-
-
 def refuse_unless_approver_of(membership: Membership, requests: Iterable[PendingRequest]) -> None:
     """`approvals.models.refuse_unless_answerable` as a run route refuses (403 `not_an_approver`)."""
     try:

@@ -19,7 +19,6 @@ from agents.prepare import (
     live_version,
     prepare_run,
     refuse_ungranted_connections,
-    refuse_unless_approver,
     refuse_unless_approver_of,
 )
 from agents.runs import ExecutionResult, StartedRun, execute, run_result
@@ -47,7 +46,8 @@ def start_run(membership: Membership, user: Any, name: str, request: RunRequest,
     for answers to requests routed to a group the member is not in (403 `not_an_approver`)."""
     version = live_version(membership.tenant, name, request.definition_version)
     prepared = prepare_run(membership.tenant, version, request)
-    refuse_unless_approver(membership, prepared)
+    # What it answers and what it abandons (`abandonPending`) take the right to answer them.
+    refuse_unless_approver_of(membership, [*(pending for pending, _ in prepared.answered), *prepared.abandoned])
     refuse_ungranted_connections(prepared)
     if queued:
         return queue.start_queued(prepared, user)
