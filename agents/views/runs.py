@@ -16,10 +16,9 @@ from django.views.decorators.vary import vary_on_headers
 
 from agents import queue
 from agents.checkpoints import ForkOrigin
-from agents.events import EventType
 from agents.lanes import LANE_PATTERN
-from agents.models import AWAITING, Agent, Event, Run, RunStatus
-from agents.queries import runs_matching
+from agents.models import AWAITING, Agent, Run, RunStatus
+from agents.queries import runs_matching, with_verdicts
 from approvals.models import PendingRequest, RequestStatus
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.humanize import duration
@@ -103,11 +102,6 @@ def with_afterwards(runs: QuerySet[Run]) -> QuerySet[Run]:
     )
 
 
-def _verdicts() -> QuerySet[Event]:
-    """The `policy.verdict` events of the outer run (a verdict other than allow)."""
-    return Event.objects.filter(run=OuterRef("pk"), type=EventType.POLICY_VERDICT)
-
-
 @dataclass
 class RunRow:
     run: Run
@@ -156,7 +150,7 @@ def _shown(runs: QuerySet[Run]) -> QuerySet[Run]:
     whether a policy gave a verdict, and where its session was forked from."""
     origin = "session__forked_from_checkpoint__"
     runs = runs.select_related("agent", "version", "session", "created_by").annotate(
-        has_verdicts=Exists(_verdicts()),
+        has_verdicts=Exists(with_verdicts()),
         fork_key=F(f"{origin}session__key"),
         fork_turn=F(f"{origin}number"),
         fork_run=F(f"{origin}run_id"),
