@@ -108,10 +108,6 @@ def checkpoints_of(session: Session) -> QuerySet[Checkpoint]:
     return session.checkpoints.select_related("version").defer("messages", "state").order_by("-number")
 
 
-def latest_checkpoint(session: Session) -> Checkpoint | None:
-    return checkpoints_of(session).first()
-
-
 def wire(checkpoint: Checkpoint) -> dict[str, Any]:
     return {
         "checkpointId": str(checkpoint.id),

@@ -18,9 +18,6 @@ from agents.definitions import DefinitionContent
 from agents.payloads import Payload, ToolExecutionStart
 from console.connections import ConnectionSpec
 
-# How deep sub-agents may call sub-agents (the parent's turn is depth 0).
-MAX_DEPTH = 3
-
 
 class Emit(Protocol):
     def __call__(self, payload: Payload, agent_id: str | None = None) -> Awaitable[None]: ...

@@ -46,11 +46,6 @@ class TrialTurn:
     # Any earlier ended turn: "Fork from here" starts a new session from its checkpoint (`agents.views.run.run_fork`).
     forkable: bool = False
 
-    @property
-    def id_prefix(self) -> str:
-        """Keeps the ids of the fork form's fields apart from the answer form's (the same requests may show in both)."""
-        return f"fork{self.checkpoint.number}-" if self.checkpoint is not None else ""
-
 
 def _for_form(pending: PendingRequest) -> PendingRequest:
     pending.arguments_json = json.dumps(pending.arguments, indent=2, ensure_ascii=False)  # type: ignore[attr-defined]
