@@ -13,6 +13,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import (
     AfterValidator,
+    TypeAdapter,
+    ValidatorFunctionWrapHandler,
     BaseModel,
     ConfigDict,
     Field,
@@ -123,6 +125,25 @@ class ToolBinding(WireModel):
     approvers: Approvers
 
 
+class ExternalTool(WireModel):
+    """A tool of an external agent (SPEC section 12): it runs in the agent's own process; Airlock knows what the
+    tool is (its description and JSON-schema parameters, which requests' arguments must fit) and who decides."""
+
+    name: str = Field(pattern=IDENTIFIER)
+    description: str = Field(default="", max_length=2000)
+    parameters: Annotated[dict[str, Any], AfterValidator(_json_schema)] = Field(
+        default_factory=lambda: {"type": "object"}
+    )
+    approval: Approval = "always"
+    approvers: Approvers
+
+
+_HOSTED_TOOLS: TypeAdapter[list[ToolBinding]] = TypeAdapter(list[ToolBinding])
+_EXTERNAL_TOOLS: TypeAdapter[list[ExternalTool]] = TypeAdapter(list[ExternalTool])
+# What an external agent leaves out: it runs elsewhere, with its own model, instructions and parameters.
+HOSTED_ONLY = ("instructions", "instructions_by_culture", "client_tools", "mcp_servers", "parameters", "sub_agents")
+
+
 class ClientTool(WireModel):
     name: str = Field(pattern=IDENTIFIER)
     description: str = Field(default="", max_length=2000)
@@ -230,12 +251,15 @@ class DefinitionContent(WireModel):
     """Everything a version of an agent definition holds."""
 
     name: str = Field(pattern=SLUG)
+    # "external": an agent that runs elsewhere and brings its requests (SPEC section 12); left out when hosted.
+    runtime: Literal["hosted", "external"] = Field(default="hosted", exclude_if=lambda value: value == "hosted")
     display_name: str = Field(default="", max_length=200)
     description: str = Field(default="", max_length=5000)
     instructions: str = Field(default="", max_length=100_000)
     instructions_by_culture: Annotated[dict[str, str], AfterValidator(_cultures)] = Field(default_factory=dict)
     model: ModelBinding = Field(default_factory=lambda: ModelBinding.model_validate({}))
-    tools: Annotated[list[ToolBinding], _unique("server tools")] = Field(default_factory=list)
+    # A hosted agent's server tools, or an external agent's declared tools.
+    tools: list[ToolBinding | ExternalTool] = Field(default_factory=list)
     client_tools: Annotated[list[ClientTool], _unique("client tools")] = Field(default_factory=list)
     mcp_servers: Annotated[list[McpServer], _unique("MCP servers")] = Field(default_factory=list)
     parameters: Annotated[list[Parameter], _unique("parameters")] = Field(default_factory=list)
@@ -254,6 +278,30 @@ class DefinitionContent(WireModel):
     sub_agents: Annotated[list[Annotated[str, StringConstraints(pattern=SLUG)]], AfterValidator(_distinct)] = Field(
         default_factory=list, max_length=16, exclude_if=lambda value: not value
     )
+
+    @field_validator("tools", mode="wrap")
+    @classmethod
+    def _tools_of_runtime(
+        cls, tools: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> list[ToolBinding | ExternalTool]:
+        """A hosted agent binds server tools by name; an external one declares its own."""
+        if info.data.get("runtime") == "external":
+            return _unique("tools").func(list(_EXTERNAL_TOOLS.validate_python(tools)))  # type: ignore[no-any-return]
+        return _unique("server tools").func(list(_HOSTED_TOOLS.validate_python(tools)))  # type: ignore[no-any-return]
+
+    @field_validator(*HOSTED_ONLY, "model")
+    @classmethod
+    def _hosted_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("runtime") != "external":
+            return value
+        default = cls.model_fields[info.field_name or ""].get_default(call_default_factory=True)
+        if value != default:
+            raise ValueError("an external agent runs elsewhere: it has no model, instructions, parameters or other tools")
+        return value
+
+    @property
+    def external(self) -> bool:
+        return self.runtime == "external"
 
     @field_validator("sub_agents")
     @classmethod
@@ -354,7 +402,7 @@ class DefinitionContent(WireModel):
             chosen = chosen or next((e for e in self.escalations if e.binding is None), None)
             if chosen is not None:
                 return chosen.approvers
-        tools: list[ToolBinding | ClientTool] = [*self.tools, *self.client_tools]
+        tools: list[ToolBinding | ExternalTool | ClientTool] = [*self.tools, *self.client_tools]
         tool = next((t for t in tools if t.name == tool_name), None)
         group: str | None
         if tool is not None:

@@ -173,6 +173,12 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
     """Check the whole request (SPEC section 4, "Rules") for a run of `version` (see `live_version`);
     raises RunRejected, writes nothing."""
     agent = version.agent
+    if version.definition.external:
+        detail = (
+            f"The agent {agent.name!r} is external: it runs elsewhere and brings its requests to"
+            f" POST /api/agents/{agent.name}/requests (SPEC section 12)."
+        )
+        raise RunRejected(409, "external_agent", detail)
     if request.has_answers and not request.session_id:
         raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
     session = None
