@@ -13,16 +13,16 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import (
     AfterValidator,
-    TypeAdapter,
-    ValidatorFunctionWrapHandler,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
     StrictInt,
     StringConstraints,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -141,6 +141,7 @@ class ExternalTool(WireModel):
 _HOSTED_TOOLS: TypeAdapter[list[ToolBinding]] = TypeAdapter(list[ToolBinding])
 _EXTERNAL_TOOLS: TypeAdapter[list[ExternalTool]] = TypeAdapter(list[ExternalTool])
 # What an external agent leaves out: it runs elsewhere, with its own model, instructions and parameters.
+EXTERNAL_HAS_NONE = "an external agent runs elsewhere: it has no model, instructions, parameters or other tools"
 HOSTED_ONLY = ("instructions", "instructions_by_culture", "client_tools", "mcp_servers", "parameters", "sub_agents")
 
 
@@ -296,7 +297,7 @@ class DefinitionContent(WireModel):
             return value
         default = cls.model_fields[info.field_name or ""].get_default(call_default_factory=True)
         if value != default:
-            raise ValueError("an external agent runs elsewhere: it has no model, instructions, parameters or other tools")
+            raise ValueError(EXTERNAL_HAS_NONE)
         return value
 
     @property
