@@ -6,7 +6,7 @@ On the wire the fields are camelCase (`displayName`); in Python they are snake_c
 import json
 import re
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
@@ -234,18 +234,18 @@ def _distinct(names: list[str]) -> list[str]:
     return names
 
 
-def _unique(what: str) -> AfterValidator:
+def _distinct_names(what: str, items: list[Any]) -> list[Any]:
     """Names must differ within the list; the error points at the list ("parameters")."""
+    seen: set[str] = set()
+    for item in items:
+        if item.name in seen:
+            raise ValueError(f"two {what} are named {item.name!r}")
+        seen.add(item.name)
+    return items
 
-    def check(items: list[Any]) -> list[Any]:
-        seen: set[str] = set()
-        for item in items:
-            if item.name in seen:
-                raise ValueError(f"two {what} are named {item.name!r}")
-            seen.add(item.name)
-        return items
 
-    return AfterValidator(check)
+def _unique(what: str) -> AfterValidator:
+    return AfterValidator(partial(_distinct_names, what))
 
 
 class DefinitionContent(WireModel):
@@ -287,8 +287,8 @@ class DefinitionContent(WireModel):
     ) -> list[ToolBinding | ExternalTool]:
         """A hosted agent binds server tools by name; an external one declares its own."""
         if info.data.get("runtime") == "external":
-            return _unique("tools").func(list(_EXTERNAL_TOOLS.validate_python(tools)))  # type: ignore[no-any-return]
-        return _unique("server tools").func(list(_HOSTED_TOOLS.validate_python(tools)))  # type: ignore[no-any-return]
+            return _distinct_names("tools", list(_EXTERNAL_TOOLS.validate_python(tools)))
+        return _distinct_names("server tools", list(_HOSTED_TOOLS.validate_python(tools)))
 
     @field_validator(*HOSTED_ONLY, "model")
     @classmethod
