@@ -71,7 +71,7 @@ class WireModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
-def _json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as error:
@@ -131,7 +131,7 @@ class ExternalTool(WireModel):
 
     name: str = Field(pattern=IDENTIFIER)
     description: str = Field(default="", max_length=2000)
-    parameters: Annotated[dict[str, Any], AfterValidator(_json_schema)] = Field(
+    parameters: Annotated[dict[str, Any], AfterValidator(object_schema)] = Field(
         default_factory=lambda: {"type": "object"}
     )
     approval: Approval = "always"
@@ -148,7 +148,7 @@ HOSTED_ONLY = ("instructions", "instructions_by_culture", "client_tools", "mcp_s
 class ClientTool(WireModel):
     name: str = Field(pattern=IDENTIFIER)
     description: str = Field(default="", max_length=2000)
-    parameters: Annotated[dict[str, Any], AfterValidator(_json_schema)] = Field(
+    parameters: Annotated[dict[str, Any], AfterValidator(object_schema)] = Field(
         default_factory=lambda: {"type": "object"}
     )
     approvers: Approvers

@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
-from approvals import webhooks
+from approvals import waiting, webhooks
 from approvals.models import ApproverGroup, PendingRequest
 from console.models import ROLE_RANK, Membership, Role
 
@@ -126,6 +126,7 @@ def notify_requests_closed(tenant_id: int, request_ids: list[str]) -> None:
     if not request_ids:
         return
     webhooks.announce(webhooks.CLOSED, tenant_id, request_ids)
+    waiting.wake(request_ids)
     _push(tenant_id, {"type": "requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)})
 
 

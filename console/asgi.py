@@ -1,4 +1,5 @@
 import os
+import re
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,10 +15,14 @@ get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from approvals import waiting  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
 from console.origins import ConsoleOriginValidator  # noqa: E402
 
 IDLE_REQUEST_THREADS = 32
+# `GET /api/requests/{id}?wait=N` (SPEC section 12): held by `ConsoleASGIHandler._long_poll`.
+LONG_POLL = re.compile(r"^/api/requests/([0-9a-fA-F-]{32,36})$")
+WAIT = re.compile(rb"(?:^|&)wait=([0-9]{1,2})(?:&|$)")
 
 
 class ConsoleASGIHandler(ASGIHandler):
@@ -49,6 +54,14 @@ class ConsoleASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        poll = LONG_POLL.match(scope["path"]) if scope["method"] == "GET" else None
+        wait = WAIT.search(scope.get("query_string", b"")) if poll else None
+        if poll and wait and 0 < int(wait.group(1)) <= waiting.MAX_WAIT:
+            await self._long_poll(scope, receive, send, poll.group(1), int(wait.group(1)))
+        else:
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:
             executor = self.idle.pop()
         except IndexError:
@@ -58,6 +71,38 @@ class ConsoleASGIHandler(ASGIHandler):
                 await self.handle(scope, receive, send)
         finally:
             executor.submit(lambda: None).add_done_callback(lambda _: self._give_back(executor))
+
+    async def _long_poll(self, scope: dict[str, Any], receive: Any, send: Any, request_id: str, seconds: int) -> None:
+        """A request's JSON once it is decided or `seconds` passed: Django answers once (on a borrowed thread, given
+        back); while that answer says to wait, nothing but a channel of the layer is held until the decision's
+        wake, the time, or the client's disconnect; then Django answers again, and that answer goes out."""
+        async with waiting.subscribed(request_id) as woken:
+            first: list[dict[str, Any]] = []
+
+            async def keep(message: dict[str, Any]) -> None:
+                first.append(message)
+
+            await self._serve(scope, receive, keep)
+            start = first[0] if first else {}
+            headers = start.get("headers", [])
+            told = waiting.WAIT_HEADER.encode()
+            if not any(name.lower() == told for name, _ in headers):
+                for message in first:
+                    await send(message)
+                return
+            if await woken(seconds, receive()) == "gone":
+                return
+        asked = False
+
+        async def again() -> dict[str, Any]:
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            return await receive()
+
+        query = WAIT.sub(b"&", scope.get("query_string", b"")).strip(b"&")
+        await self._serve({**scope, "query_string": query}, again, send)
 
     def _give_back(self, executor: ThreadPoolExecutor) -> None:
         if len(self.idle) < IDLE_REQUEST_THREADS:

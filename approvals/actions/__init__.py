@@ -2,19 +2,26 @@
 commands and the deadline sweep: each checks the member's right, writes, and announces the change to the
 open consoles once it is committed."""
 
-from approvals.actions.answers import Answered, answer_many, answer_request
+from approvals.actions.answers import Answered, answer_many, answer_request, decide
 from approvals.actions.claims import ClaimRefused, claim, release
 from approvals.actions.expiry import expire_due
+from approvals.actions.external import Opened, RequestRefused, cancel_request, open_request, report_outcome
 from approvals.actions.rules import remember_rule, revoke_rule
 
 __all__ = [
     "Answered",
     "ClaimRefused",
+    "Opened",
+    "RequestRefused",
     "answer_many",
     "answer_request",
+    "cancel_request",
     "claim",
+    "decide",
     "expire_due",
+    "open_request",
     "release",
     "remember_rule",
+    "report_outcome",
     "revoke_rule",
 ]

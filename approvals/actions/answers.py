@@ -19,6 +19,7 @@ from agents.actions import continue_session
 from agents.checkpoints import fork, forked_from, request_copies
 from agents.models import Run, RunStatus
 from approvals.actions.expiry import expire_due
+from approvals.actions.external import is_external, settle
 from approvals.answers import Outcome, Response, ResponseRefused, Status
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable
@@ -116,8 +117,21 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
     # Committed (its own conditional update) before the continuation reads the session's answers: of two last
     # answers given at once, each on its own connection, one sees the other's, and the run continues once.
     transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [rid]))
+    if is_external(pending):
+        settle(pending)  # an external agent reads its decision; no run of Airlock's continues
+        return Outcome("accepted", rid, "The answer was stored.", None)
     continuation = continue_session(user, pending.session)
     return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
+
+
+def decide(membership: Membership, user: Any, request_id: uuid.UUID, response: Response, *, via: str) -> Outcome:
+    """Answer the request `request_id` of the tenant, hosted or external (`POST /api/requests/{id}/responses`,
+    SPEC section 12), as `answer_request` answers it. Raises PendingRequest.DoesNotExist, ResponseRefused."""
+    run_id = PendingRequest.objects.filter(tenant=membership.tenant, id=request_id).values_list("run_id", flat=True)
+    found = run_id.first()
+    if found is None:
+        raise PendingRequest.DoesNotExist
+    return answer_request(membership, user, found, response.model_copy(update={"request_id": request_id}), via=via)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from agents.actions import continue_session
 from agents.outcomes import record_closings
+from approvals.actions.external import is_external, settle_closed
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_closed
 
@@ -24,6 +25,7 @@ def expire_due(now: datetime | None = None) -> list[PendingRequest]:
     for tenant_id in {p.tenant_id for p in expired}:
         ids = [str(p.id) for p in expired if p.tenant_id == tenant_id]
         transaction.on_commit(partial(notify_requests_closed, tenant_id, ids))
-    for session in {p.session_id: p.session for p in expired}.values():
+    settle_closed(expired)
+    for session in {p.session_id: p.session for p in expired if not is_external(p)}.values():
         continue_session(None, session)
     return expired

@@ -5,13 +5,25 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from agents.definitions import UnknownGroup
 from agents.getters import get_run_for
-from approvals.actions import ClaimRefused, answer_request, claim, release
+from approvals import waiting
+from approvals.actions import (
+    ClaimRefused,
+    RequestRefused,
+    answer_request,
+    cancel_request,
+    claim,
+    decide,
+    open_request,
+    release,
+    report_outcome,
+)
 from approvals.answers import Response, ResponseRefused
+from approvals.external import OpenRequest, decision
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
 from console.api import ApiError, Paging, Problem, api, page_of, problem, require_role
@@ -26,6 +38,10 @@ def _unknown_group(request: HttpRequest, exc: UnknownGroup) -> HttpResponse:
     errors = [{"field": field, "message": message} for field, message in exc.errors.items()]
     detail = "The definition routes requests to groups this tenant does not have (manage.py create_group)."
     return problem(400, exc.code, detail, errors=errors)
+
+
+# What a request's JSON reads besides the request.
+SHOWN = ("agent", "session", "answered_by", "claimed_by", "closed_by")
 
 
 def request_wire(pending: PendingRequest) -> dict[str, Any]:
@@ -44,6 +60,7 @@ def request_wire(pending: PendingRequest) -> dict[str, Any]:
         "claimedBy": pending.claimed_by.username if pending.claimed_by else None,
         "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
         "approvers": pending.approvers or None,
+        "decision": decision(pending),
     }
 
 
@@ -58,7 +75,8 @@ class RequestFilters(Paging):
 
 def _requests(request: ConsoleRequest) -> PendingRequestQuerySet:
     tenant = request.tenant
-    return PendingRequest.objects.select_related("agent", "session", "answered_by", "claimed_by").filter(tenant=tenant)
+    requests = PendingRequest.objects.select_related(*SHOWN)
+    return requests.filter(tenant=tenant)
 
 
 @router.get("/requests", response=dict)
@@ -73,9 +91,119 @@ def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> di
     return page_of(requests.order_by("opened_at", "id"), filters.limit, filters.offset, request_wire)
 
 
+class RespondResult(Schema):
+    status: str
+    requestId: str
+    message: str
+    continuationRunId: str | None
+    # When the answer forked the session from an earlier checkpoint: the fork, and where it came from.
+    sessionId: str | None = None
+    forkedFrom: dict[str, Any] | None = None
+
+
+class Wait(Schema):
+    wait: int = Field(default=0, ge=0, le=waiting.MAX_WAIT, description="seconds to hold until the decision")
+
+
 @router.get("/requests/{request_id}", response=dict)
-def get_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
-    return request_wire(get_request_for(request, request_id, "agent", "session", "answered_by", "claimed_by"))
+def get_request(
+    request: ConsoleRequest, request_id: uuid.UUID, held: Query[Wait], response: HttpResponse
+) -> dict[str, Any]:
+    """One request; `wait=N` holds the answer until the request is decided or N seconds (at most 60) pass (SPEC
+    section 12): `decision` is null until then."""
+    wire = request_wire(get_request_for(request, request_id, *SHOWN))
+    if held.wait and wire["decision"] is None:
+        response[waiting.WAIT_HEADER] = str(held.wait)  # console.asgi holds it, without a thread
+    return wire
+
+
+class OpenedResult(Schema):
+    requestId: str
+    sessionId: str
+    runId: str
+    status: Literal["pending", "decided"]
+    decision: dict[str, Any] | None
+
+
+@router.post("/agents/{name}/requests", response={200: OpenedResult, 201: OpenedResult, 409: Problem})
+def open_external_request(request: ConsoleRequest, name: str, payload: OpenRequest) -> Status[dict[str, Any]]:
+    """Open a request of an external agent (SPEC section 12): a remembered rule or a tool that needs no approval
+    decides it at once, else it waits in the inbox. `requestId` makes a retry safe: the same id with the same
+    body answers the same request (200), with another body 409 `request_conflict`."""
+    membership = require_role(request, "operator")
+    try:
+        opened = open_request(membership, membership.user, name, payload)
+    except RequestRefused as refused:
+        raise ApiError(refused.status, refused.code, refused.detail, **_errors(refused)) from None
+    pending = opened.request
+    decided = decision(pending)
+    wire = {
+        "requestId": str(pending.id),
+        "sessionId": pending.session.key,
+        "runId": str(pending.run_id),
+        "status": "pending" if decided is None else "decided",
+        "decision": decided,
+    }
+    return Status(201 if opened.created else 200, wire)
+
+
+def _errors(refused: RequestRefused) -> dict[str, Any]:
+    if not refused.errors:
+        return {}
+    return {"errors": [{"field": field, "message": message} for field, message in refused.errors.items()]}
+
+
+class OneAnswer(Response):
+    """An answer to the request the path names (its `requestId` is the path's)."""
+
+    request_id: uuid.UUID | None = None  # type: ignore[assignment]
+
+
+@router.post("/requests/{request_id}/responses", response=RespondResult)
+def answer_one_request(request: ConsoleRequest, request_id: uuid.UUID, payload: OneAnswer) -> dict[str, Any]:
+    """Answer one request, hosted or external, as its inbox card does (SPEC section 12); the status says what
+    became of the answer."""
+    membership = require_role(request, "operator")
+    if payload.request_id is not None and payload.request_id != request_id:
+        raise ApiError(400, "invalid_request", "The body's requestId is not the path's.")
+    try:
+        outcome = decide(membership, membership.user, request_id, payload, via="api")
+    except PendingRequest.DoesNotExist:
+        raise ApiError(404, "request_not_found", f"No request {request_id} in this tenant.") from None
+    except ResponseRefused as refused:
+        raise ApiError(refused.status, refused.code, refused.detail) from None
+    return outcome.wire()
+
+
+@router.delete("/requests/{request_id}", response={200: dict, 409: Problem})
+def cancel_external_request(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
+    """The agent gives up on its request: it closes `cancelled` and leaves every inbox (external requests; the
+    member who opened it or an admin). 409 `request_closed` once decided or closed."""
+    membership = require_role(request, "operator")
+    pending = get_request_for(request, request_id, *SHOWN, "run")
+    try:
+        cancel_request(membership, membership.user, pending)
+    except RequestRefused as refused:
+        raise ApiError(refused.status, refused.code, refused.detail) from None
+    return request_wire(get_request_for(request, request_id, *SHOWN))
+
+
+class ToolOutcome(Schema):
+    success: bool
+    result: Any = None
+    error: str | None = Field(default=None, max_length=5000)
+
+
+@router.post("/requests/{request_id}/outcome", response={200: dict, 409: Problem})
+def report_request_outcome(request: ConsoleRequest, request_id: uuid.UUID, payload: ToolOutcome) -> dict[str, Any]:
+    """What the approved tool did (`tool.execution_complete` in the session, the run history and the audit)."""
+    membership = require_role(request, "operator")
+    pending = get_request_for(request, request_id, *SHOWN, "run")
+    try:
+        report_outcome(membership, membership.user, pending, payload.success, payload.result, payload.error)
+    except RequestRefused as refused:
+        raise ApiError(refused.status, refused.code, refused.detail) from None
+    return request_wire(pending)
 
 
 @router.post("/requests/{request_id}/claim", response={200: dict, 409: Problem})
@@ -102,16 +230,6 @@ def _claim_change(
     except ClaimRefused as refused:
         raise ApiError(refused.status, refused.code, refused.detail) from None
     return request_wire(pending)
-
-
-class RespondResult(Schema):
-    status: str
-    requestId: str
-    message: str
-    continuationRunId: str | None
-    # When the answer forked the session from an earlier checkpoint: the fork, and where it came from.
-    sessionId: str | None = None
-    forkedFrom: dict[str, Any] | None = None
 
 
 @router.post("/runs/{run_id}/responses", response=RespondResult)

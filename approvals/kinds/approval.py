@@ -4,6 +4,7 @@
 from collections.abc import Mapping
 from typing import Any
 
+from agents.definitions import ClientTool, ExternalTool
 from agents.engine import Answers, server_tool_schema
 from agents.events import EventLog
 from agents.models import Agent, RunStatus
@@ -61,11 +62,12 @@ class Approval(Kind):
         return {"approved": value} if isinstance(value, bool) else None
 
     def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
-        """A server tool's (its function's); None for an MCP tool's (its schema lives on its server) and for an
-        answer held at `output`."""
-        if any(t.name == pending.tool_name for t in pending.run.version.definition.tools):
-            return server_tool_schema(pending.tool_name)
-        return None
+        """A server tool's (its function's), an external agent's (declared); None for an MCP tool's (its schema
+        lives on its server) and for an answer held at `output`."""
+        tool = next((t for t in pending.run.version.definition.tools if t.name == pending.tool_name), None)
+        if isinstance(tool, ExternalTool):
+            return tool.parameters  # declared by an external agent (SPEC section 12)
+        return server_tool_schema(pending.tool_name) if tool is not None else None
 
     @staticmethod
     def _mode(pending: PendingRequest, modes: Mapping[str, str] | None) -> str:
@@ -191,6 +193,13 @@ def _description(pending: PendingRequest) -> str:
     """What the tool `pending` asks about does, from the definition that asked (a request stored before the engine
     described its calls)."""
     definition = pending.run.version.definition
-    client = next((t.description for t in definition.client_tools if t.name == pending.tool_name), None)
+    client = next(
+        (
+            t.description
+            for t in [*definition.client_tools, *definition.tools]
+            if t.name == pending.tool_name and isinstance(t, ClientTool | ExternalTool)
+        ),
+        None,
+    )
     server = REGISTRY.get(pending.tool_name)
     return client or (server.description if server is not None else "") or ""

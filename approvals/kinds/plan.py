@@ -52,11 +52,13 @@ class Plan(Kind):
 
     def requested(self, pending: PendingRequest) -> Payload:
         steps = [str(step) for step in pending.arguments.get("steps") or []]
-        summary = f"A plan of {len(steps)} step{'s' if len(steps) != 1 else ''}"
+        # An external agent's plan keeps its own words (SPEC section 12); `propose_plan`'s is its steps.
+        summary = pending.arguments.get("summary") or f"A plan of {len(steps)} step{'s' if len(steps) != 1 else ''}"
+        content = pending.arguments.get("planContent") or "\n".join(f"{n}. {step}" for n, step in enumerate(steps, 1))
         return ExitPlanModeRequested(
             requestId=str(pending.id),
             summary=summary,
-            planContent="\n".join(f"{n}. {step}" for n, step in enumerate(steps, 1)),
+            planContent=content,
             actions=PLAN_ACTIONS,
             recommendedAction=PLAN_ACTIONS[0],
         )

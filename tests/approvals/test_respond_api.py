@@ -636,6 +636,7 @@ def test_it_lists_the_tenants_open_requests(operator, outsider, assistant):
         "claimedBy": None,
         "claimedAt": None,
         "approvers": None,
+        "decision": None,
     }
     assert operator.api("GET", "/api/requests?status=pending").json()["items"] == listed["items"]
     done = operator.api("GET", "/api/requests?status=answered").json()["items"]

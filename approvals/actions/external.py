@@ -1,0 +1,379 @@
+"""The requests of external agents (SPEC section 12): opening one from outside, settling it once decided, the
+agent cancelling it, and the agent reporting what its tool did.
+
+Each request of an external agent is an ordinary `PendingRequest`, in a session of the agent (the client's
+`sessionId`, or one of its own), asked by a run of its own: the run stands for the agent's turn that paused, so
+the inbox, routing, claims, deadlines, digests, webhooks, the audit and the session stream treat it as any other.
+The run waits while its request does and completes once it is decided; no continuation follows (the agent runs
+elsewhere and reads the decision with `GET /api/requests/{id}?wait=N`, woken through `approvals.waiting`).
+"""
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.definitions import ExternalTool, object_schema
+from agents.events import EventLog
+from agents.models import AgentVersion, Run, RunStatus, Session
+from agents.payloads import (
+    Approved,
+    PermissionCompleted,
+    PermissionRequested,
+    RequestAnswered,
+    RunAwaiting,
+    RunCompleted,
+    RunStarted,
+    ToolExecutionComplete,
+    ToolExecutionStart,
+)
+from agents.prepare import RunRejected, live_version
+from agents.runs import active_rules, cancel_waiting
+from approvals.external import OpenRequest
+from approvals.kinds import KINDS, awaiting_status
+from approvals.kinds.base import schema_problems
+from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.push import notify_requests_opened
+from approvals.rules import first_matching
+from console.models import Membership
+
+
+class RequestRefused(Exception):
+    """A request of an external agent refused; nothing was changed. `status`, `code` and `detail` are the HTTP
+    answer (`errors`: field -> message, for a 400)."""
+
+    def __init__(self, status: int, code: str, detail: str, errors: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.errors = status, code, detail, errors
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The request opened (`created`), or the one a retry with the same `requestId` names."""
+
+    request: PendingRequest
+    created: bool
+
+
+def open_request(membership: Membership, user: Any, name: str, body: OpenRequest) -> Opened:
+    """Open a request of the external agent `name` (SPEC section 12). A remembered rule, or a tool in approval
+    mode `never`, decides an approval at once; otherwise it waits in every inbox. Raises RequestRefused."""
+    tenant = membership.tenant
+    if body.request_id is not None:
+        known = _known(membership, body)
+        if known is not None:
+            return Opened(known, created=False)
+    try:
+        version = live_version(tenant, name, None)
+    except RunRejected as rejected:
+        raise RequestRefused(rejected.status, rejected.code, rejected.detail) from None
+    definition = version.definition
+    if not definition.external:
+        detail = f"The agent {name!r} is hosted: its requests open in its runs (POST /api/agents/{name}/runs)."
+        raise RequestRefused(409, "not_external", detail)
+    request_id = body.request_id or uuid.uuid4()
+    fields = _fields(version, body, request_id)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            session = _session(version, body, request_id, now)
+            opened = _open(version, session, user, body, fields, request_id, now)
+    except IntegrityError:
+        # A retry of the same request at the same moment (its id is taken now), or a session of that key made
+        # meanwhile: the retry finds the request; a second try finds the session.
+        known = _known(membership, body)
+        if known is not None:
+            return Opened(known, created=False)
+        with transaction.atomic():
+            session = _session(version, body, request_id, now)
+            opened = _open(version, session, user, body, fields, request_id, now)
+    if opened.answer is None:
+        transaction.on_commit(partial(notify_requests_opened, [opened]))
+    return Opened(opened, created=True)
+
+
+def _known(membership: Membership, body: OpenRequest) -> PendingRequest | None:
+    """The request a retry names: the same when its body is the same; another body is a conflict."""
+    found = PendingRequest.objects.select_related("agent", "session", "answered_by", "closed_by", "claimed_by")
+    known = found.filter(id=body.request_id).first() if body.request_id is not None else None
+    if known is None:
+        return None
+    state = (known.engine_state or {}).get("external") or {}
+    if known.tenant_id != membership.tenant_id or state.get("digest") != body.digest():
+        detail = f"A request {body.request_id} was opened with another body; a retry sends the same one."
+        raise RequestRefused(409, "request_conflict", detail)
+    return known
+
+
+def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID) -> dict[str, Any]:
+    """The request's stored fields for its kind, checked (RequestRefused 400)."""
+    definition = version.definition
+    call_id = body.tool_call_id or f"call_{request_id.hex}"
+    base: dict[str, Any] = {
+        "call_id": call_id,
+        "tool_name": "",
+        "arguments": {},
+        "message": "",
+        "requested_schema": None,
+    }
+    state: dict[str, Any] = {"external": {"digest": body.digest()}}
+    if body.kind == RequestKind.APPROVAL:
+        if body.tool_name is None:
+            raise _invalid("toolName", "an approval names the tool it asks to call")
+        tool = next((t for t in definition.tools if t.name == body.tool_name), None)
+        if not isinstance(tool, ExternalTool):
+            declared = ", ".join(t.name for t in definition.tools) or "none"
+            detail = f"The agent {version.agent.name!r} declares no tool {body.tool_name!r} (declared: {declared})."
+            raise RequestRefused(400, "unknown_tool", detail)
+        arguments = body.arguments or {}
+        problems = schema_problems(tool.parameters, arguments)
+        if problems:
+            raise RequestRefused(400, "invalid_arguments", f"The arguments do not fit {tool.name}: {problems}")
+        described = {
+            "kind": "custom-tool",
+            "toolName": tool.name,
+            "toolDescription": body.description or tool.description,
+        }
+        state |= {"permissionRequest": described, "approvalMode": tool.approval}
+        return {**base, "tool_name": tool.name, "arguments": arguments, "engine_state": state}
+    if body.kind == RequestKind.QUESTION:
+        if body.question is None:
+            raise _invalid("question", "a question says what it asks")
+        arguments = {"question": body.question, "choices": body.choices or [], "allow_freeform": body.allow_freeform}
+        return {
+            **base,
+            "tool_name": "ask_user",
+            "arguments": arguments,
+            "message": body.question,
+            "engine_state": state,
+        }
+    if body.kind == RequestKind.INPUT:
+        if body.message is None:
+            raise _invalid("message", "an input request says what it asks for")
+        schema = body.requested_schema or {"type": "object", "properties": {}}
+        try:
+            object_schema(schema)
+        except ValueError as error:
+            raise _invalid("requestedSchema", str(error)) from None
+        return {**base, "message": body.message, "requested_schema": schema, "engine_state": state}
+    if body.plan_content is None:
+        raise _invalid("planContent", "a plan says what it plans")
+    steps = [line.strip() for line in body.plan_content.splitlines() if line.strip()]
+    arguments = {"steps": steps, "summary": body.summary, "planContent": body.plan_content}
+    return {**base, "tool_name": "propose_plan", "arguments": arguments, "engine_state": state}
+
+
+def _invalid(field: str, message: str) -> RequestRefused:
+    return RequestRefused(400, "invalid_request", "The request has invalid fields.", {field: message})
+
+
+def _session(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID, now: datetime) -> Session:
+    """The live session the request goes to: the client's `sessionId` (made on first use), else one of its own."""
+    key = body.session_id or f"external-{request_id}"
+    session = Session.objects.live().filter(tenant=version.agent.tenant, key=key).first()
+    if session is None:
+        return Session.objects.create(tenant=version.agent.tenant, key=key, agent=version.agent, created_at=now)
+    if session.agent_id != version.agent.pk:
+        raise RequestRefused(409, "session_agent_mismatch", "This session belongs to another agent.")
+    return session
+
+
+def _open(
+    version: AgentVersion,
+    session: Session,
+    user: Any,
+    body: OpenRequest,
+    fields: dict[str, Any],
+    request_id: uuid.UUID,
+    now: datetime,
+) -> PendingRequest:
+    """The run, the request and their events, in the caller's transaction; decided at once when a rule or the
+    tool's approval mode `never` says so."""
+    agent, definition = version.agent, version.definition
+    run = Run.objects.create(
+        tenant=agent.tenant,
+        agent=agent,
+        version=version,
+        session=session,
+        previous_run=session.last_run,
+        status=RunStatus.RUNNING,
+        created_by=user,
+        created_at=now,
+    )
+    expires_in = body.expires_in or definition.request_deadline_seconds
+    pending = PendingRequest(
+        id=request_id,
+        tenant=agent.tenant,
+        agent=agent,
+        session=session,
+        run=run,
+        kind=body.kind,
+        approvers=definition.approvers_for(body.kind, fields["tool_name"]),
+        opened_at=now,
+        expires_at=now + timedelta(seconds=expires_in) if expires_in else None,
+        **fields,
+    )
+    log = EventLog(run)
+    log.record(
+        RunStarted(
+            agent=agent.name,
+            definitionVersion=version.number,
+            sessionId=session.key,
+            culture=None,
+            parameters={},
+            previousRunId=str(run.previous_run_id) if run.previous_run_id else None,
+        )
+    )
+    decided_by = _decided_at_once(version, pending)
+    if decided_by is None:
+        pending.save(force_insert=True)
+        log.record(KINDS[pending.kind].requested(pending))
+        run.status = awaiting_status({pending.kind})
+        log.record(RunAwaiting(status=run.status, pendingRequests=[pending.wire()]))
+    else:
+        # Nobody is asked: as a hosted turn records a call a rule approved (agents.engine.permissions.decided).
+        pending.status, pending.closed_at, pending.answered_at = RequestStatus.ANSWERED, now, now
+        pending.answer = {"requestId": str(request_id), "approved": True, "ruleId": decided_by or None}
+        pending.answered_via = "rule" if decided_by else "never"
+        pending.answered_in = run
+        pending.save(force_insert=True)
+        asked = KINDS[pending.kind].requested(pending)
+        assert isinstance(asked, PermissionRequested)
+        log.record(asked)
+        approved = PermissionCompleted(
+            requestId=str(request_id),
+            toolCallId=pending.call_id,
+            result=Approved(kind="approved"),
+            decisionSource="host_policy",
+        )
+        log.record(approved)
+        log.record(
+            RequestAnswered(
+                requestId=str(request_id),
+                kind="approval",
+                toolCallId=pending.call_id,
+                toolName=pending.tool_name,
+                ruleId=decided_by or None,
+                arguments=pending.arguments,
+            )
+        )
+        run.status, run.finished_at = RunStatus.COMPLETED, now
+        log.record(RunCompleted(output=None))
+    if run.status != RunStatus.COMPLETED:
+        run.finished_at = now
+    run.save(update_fields=["status", "finished_at"])
+    session.last_run, session.updated_at = run, now
+    session.save(update_fields=["last_run", "updated_at"])
+    log.flush()
+    return pending
+
+
+def _decided_at_once(version: AgentVersion, pending: PendingRequest) -> str | None:
+    """Who decides an approval without asking: a remembered rule (its id), or "" for a tool in mode `never`; None
+    when a person is asked."""
+    if pending.kind != RequestKind.APPROVAL:
+        return None
+    mode = pending.approval_mode_in({t.name: t.approval for t in version.definition.tools})
+    if mode == "never":
+        return ""
+    if mode != "always":
+        return None
+    rule = first_matching(active_rules(version.agent, version), pending.tool_name, pending.arguments)
+    return str(rule.id) if rule is not None else None
+
+
+def is_external(pending: PendingRequest) -> bool:
+    return bool((pending.engine_state or {}).get("external"))
+
+
+def settle(pending: PendingRequest) -> None:
+    """An external request whose answer was just stored: its own run carries the answer (the SDK's completion,
+    `request.answered`, a remembered rule) and completes. Its waiters were woken with the answer's push."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not PendingRequest.carry_stored([pending], pending.run, now):
+            return
+        log = EventLog.resume(pending.run)
+        KINDS[pending.kind].record_carried(pending, log)
+        _complete(pending.run, log, now)
+        log.flush()
+
+
+def settle_closed(requests: list[PendingRequest]) -> None:
+    """External requests just closed unanswered (expired): their runs complete (the closing was recorded)."""
+    now = timezone.now()
+    for pending in requests:
+        if is_external(pending):
+            with transaction.atomic():
+                log = EventLog.resume(pending.run)
+                _complete(pending.run, log, now)
+                log.flush()
+
+
+def _complete(run: Run, log: EventLog, now: datetime) -> None:
+    """The external run completes once none of its requests waits."""
+    if run.requests.filter(status=RequestStatus.PENDING).exists():
+        return
+    if Run.objects.filter(pk=run.pk, status__in=[k.awaiting for k in KINDS.values()]).update(
+        status=RunStatus.COMPLETED, finished_at=now
+    ):
+        run.status, run.finished_at = RunStatus.COMPLETED, now
+        log.record(RunCompleted(output=None))
+
+
+def cancel_request(membership: Membership, user: Any, pending: PendingRequest) -> None:
+    """The agent's side gives up on its request (`DELETE /api/requests/{id}`): it closes `cancelled` and leaves
+    every inbox; its run ends cancelled. RequestRefused 409 `request_closed` once decided or closed."""
+    _refuse_unless_its_agent(membership, pending)
+    if pending.answer is not None or pending.status != RequestStatus.PENDING:
+        raise RequestRefused(409, "request_closed", f"The request was {_what_became(pending)} already.")
+    if not cancel_waiting(pending.run, user):
+        raise RequestRefused(409, "request_closed", "The request was decided or closed meanwhile.")
+    pending.refresh_from_db()
+
+
+def report_outcome(
+    membership: Membership, user: Any, pending: PendingRequest, success: bool, result: Any, error: str | None
+) -> None:
+    """What the tool did once approved (`POST /api/requests/{id}/outcome`): `tool.execution_start` and
+    `tool.execution_complete` in the request's run, once. RequestRefused 409 before approval or a second time."""
+    _refuse_unless_its_agent(membership, pending)
+    answer = pending.answer or {}
+    if pending.kind != RequestKind.APPROVAL or not answer.get("approved") or pending.status != RequestStatus.ANSWERED:
+        raise RequestRefused(409, "request_not_approved", "Only an approved call has an outcome to report.")
+    with transaction.atomic():
+        locked = PendingRequest.objects.select_for_update().get(pk=pending.pk)
+        state = locked.engine_state or {}
+        if state.get("external", {}).get("outcome") is not None:
+            raise RequestRefused(409, "outcome_reported", "The outcome of this call was reported already.")
+        override = answer.get("overrideArguments")
+        arguments = override if override is not None else pending.arguments
+        log = EventLog.resume(pending.run)
+        log.record(ToolExecutionStart(toolCallId=pending.call_id, toolName=pending.tool_name, arguments=arguments))
+        log.record(
+            ToolExecutionComplete.of(pending.call_id, value=result, error=None if success else (error or "failed"))
+        )
+        state["external"] = {
+            **state.get("external", {}),
+            "outcome": {"success": success, "at": timezone.now().isoformat()},
+        }
+        PendingRequest.objects.filter(pk=pending.pk).update(engine_state=state)
+        pending.engine_state = state
+        log.flush()
+
+
+def _refuse_unless_its_agent(membership: Membership, pending: PendingRequest) -> None:
+    """Only the agent's side speaks for its request: the member who opened it, or an admin."""
+    if not is_external(pending):
+        detail = "The request was opened by a hosted run: its run cancels it, and reports what its tools did."
+        raise RequestRefused(409, "not_external", detail)
+    if pending.run.created_by_id != membership.user_id and not membership.allows("admin"):
+        raise RequestRefused(403, "forbidden", "Only the member who opened the request, or an admin, speaks for it.")
+
+
+def _what_became(pending: PendingRequest) -> str:
+    return "decided" if pending.answer is not None else str(pending.status)

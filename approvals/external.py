@@ -1,0 +1,88 @@
+"""The wire of external agents' requests (SPEC section 12): what an agent that runs elsewhere sends to open one
+(`OpenRequest`), and the decision it waits for (`decision`), which any request has once it is decided, hosted
+or external. The actions are `approvals.actions.external`; the routes `approvals.api.requests`."""
+
+import hashlib
+import json
+import uuid
+from typing import Any, Literal
+
+from pydantic import Field, StrictBool, StrictInt
+
+from agents.definitions import WireModel
+from approvals.models import PendingRequest, RequestKind, RequestStatus
+
+# How long a request of an external agent may wait at most (SPEC section 12).
+MAX_EXPIRES_IN = 30 * 24 * 3600
+
+OpenKind = Literal["approval", "question", "input", "plan"]
+
+
+class OpenRequest(WireModel):
+    """`POST /api/agents/{name}/requests`: the fields of each kind as in SPEC sections 9 and 10."""
+
+    request_id: uuid.UUID | None = Field(default=None, description="the idempotency key: the same id opens once")
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    kind: OpenKind = "approval"
+    tool_name: str | None = Field(default=None, min_length=1, max_length=200)
+    tool_call_id: str | None = Field(default=None, min_length=1, max_length=200)
+    arguments: dict[str, Any] | None = None
+    description: str | None = Field(default=None, max_length=2000)
+    question: str | None = Field(default=None, min_length=1, max_length=10_000)
+    choices: list[str] | None = Field(default=None, max_length=50)
+    allow_freeform: StrictBool | None = None
+    message: str | None = Field(default=None, min_length=1, max_length=10_000)
+    requested_schema: dict[str, Any] | None = None
+    summary: str | None = Field(default=None, max_length=2000)
+    plan_content: str | None = Field(default=None, max_length=100_000)
+    expires_in: StrictInt | None = Field(default=None, ge=1, le=MAX_EXPIRES_IN)
+
+    def digest(self) -> str:
+        """The body as a retry must repeat it: the same id with another body is a conflict."""
+        body = self.model_dump(mode="json", by_alias=True, exclude={"request_id"}, exclude_none=True)
+        return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def decision(pending: PendingRequest) -> dict[str, Any] | None:
+    """What became of `pending` once decided, as its agent reads it (SPEC section 12); None while it waits. An
+    answer counts once stored, whether or not a run has carried it yet."""
+    answer = pending.answer
+    if answer is None and pending.status == RequestStatus.PENDING:
+        return None
+    who = pending.answered_by or pending.closed_by
+    common = {
+        "answeredBy": who.username if who is not None else None,
+        "answeredAt": (pending.answered_at or pending.closed_at or pending.opened_at).isoformat(),
+        "via": pending.answered_via or pending.status,
+        "receiptId": None,
+        "text": None,
+        "json": None,
+        "action": None,
+        "arguments": None,
+    }
+    if answer is None:  # closed unanswered: expired, cancelled, abandoned
+        return {**common, "result": {"kind": "cancelled", "reason": pending.status}, "approved": False}
+    if pending.kind == RequestKind.QUESTION:
+        return {**common, "result": {"kind": "answered"}, "approved": True, "text": answer.get("text")}
+    if pending.kind == RequestKind.INPUT:
+        action = answer.get("action")
+        accepted = action == "accept"
+        return {
+            **common,
+            "result": {"kind": action},
+            "approved": accepted,
+            "action": action,
+            "json": answer.get("content"),
+        }
+    approved = bool(answer.get("approved"))
+    text = answer.get("reason") if pending.kind == RequestKind.APPROVAL else answer.get("text")
+    result: dict[str, Any]
+    if approved:
+        result = {"kind": "approved"}
+    elif answer.get("deniedBy") == "policy":
+        result = {"kind": "denied-by-permission-request-hook", "message": text}
+    else:
+        result = {"kind": "denied-interactively-by-user", "feedback": text}
+    override = answer.get("overrideArguments")
+    arguments = override if override is not None else pending.arguments
+    return {**common, "result": result, "approved": approved, "text": text, "arguments": arguments}

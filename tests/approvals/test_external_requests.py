@@ -1,0 +1,211 @@
+"""External agents' requests through the API (SPEC section 12): open, decide, wait, cancel, report."""
+
+import uuid
+from typing import Any
+
+import pytest
+
+from agents.definitions import DefinitionContent
+from agents.models import Agent, Run, RunStatus
+from approvals.actions import expire_due
+from approvals.models import PendingRequest, RequestStatus
+from tests.conftest import Persona
+from tests.helpers import assert_problem, snapshot, stored_events
+
+pytestmark = pytest.mark.django_db
+
+DEPLOY = {
+    "name": "deploy",
+    "description": "Deploy a service",
+    "parameters": {
+        "type": "object",
+        "properties": {"service": {"type": "string"}, "environment": {"enum": ["staging", "production"]}},
+        "required": ["service", "environment"],
+        "additionalProperties": False,
+    },
+}
+STATUS = {"name": "status", "description": "Read a service's status", "approval": "never"}
+
+
+@pytest.fixture
+def deployer(admin: Persona) -> Agent:
+    content = DefinitionContent.model_validate({"name": "deployer", "runtime": "external", "tools": [DEPLOY, STATUS]})
+    return Agent.create(admin.tenant, content, admin.user)
+
+
+def open_deploy(persona: Persona, **fields: Any) -> Any:
+    body = {"kind": "approval", "toolName": "deploy", "arguments": {"service": "billing", "environment": "staging"}}
+    return persona.api("post", "/api/agents/deployer/requests", {**body, **fields})
+
+
+def test_an_approval_waits_in_the_inbox_and_its_answer_completes_its_run(deployer, operator, admin):
+    opened = open_deploy(operator, sessionId="ci-42")
+    assert opened.status_code == 201, opened.content
+    body = opened.json()
+    assert body["status"] == "pending" and body["decision"] is None and body["sessionId"] == "ci-42"
+    rid = body["requestId"]
+    listed = admin.api("get", "/api/requests?agent=deployer").json()["items"]
+    assert [r["requestId"] for r in listed] == [rid]
+    assert Run.objects.get(id=body["runId"]).status == RunStatus.AWAITING_APPROVAL
+
+    answered = admin.api("post", f"/api/requests/{rid}/responses", {"approved": False, "reason": "not today"})
+    assert answered.json()["status"] == "accepted"
+    got = operator.api("get", f"/api/requests/{rid}?wait=0").json()
+    assert got["status"] == "answered"
+    decision = got["decision"]
+    assert decision["approved"] is False and decision["text"] == "not today" and decision["answeredBy"] == "ada"
+    assert decision["result"] == {"kind": "denied-interactively-by-user", "feedback": "not today"}
+    assert decision["via"] == "api"
+    run = Run.objects.get(id=body["runId"])
+    assert run.status == RunStatus.COMPLETED
+    types = [e.type for e in stored_events(body["runId"])]
+    assert types == [
+        "run.started",
+        "permission.requested",
+        "run.awaiting",
+        "permission.completed",
+        "request.answered",
+        "run.completed",
+    ]
+    assert not PendingRequest.objects.open().exists()
+    # A second answer changes nothing.
+    again = admin.api("post", f"/api/requests/{rid}/responses", {"approved": True})
+    assert again.json()["status"] == "already_resolved"
+
+
+def test_a_retry_with_the_same_request_id_is_the_same_request_and_another_body_conflicts(deployer, operator):
+    rid = str(uuid.uuid4())
+    first = open_deploy(operator, requestId=rid)
+    assert first.status_code == 201
+    before = snapshot()
+    second = open_deploy(operator, requestId=rid)
+    assert second.status_code == 200 and second.json()["requestId"] == rid
+    assert second.json()["runId"] == first.json()["runId"]
+    other = open_deploy(operator, requestId=rid, arguments={"service": "billing", "environment": "production"})
+    assert_problem(other, 409, "request_conflict")
+    assert snapshot() == before
+
+
+def test_unknown_tools_and_arguments_that_do_not_fit_are_refused_and_change_nothing(deployer, operator):
+    before = snapshot()
+    assert_problem(open_deploy(operator, toolName="launch"), 400, "unknown_tool")
+    assert_problem(open_deploy(operator, arguments={"service": "billing"}), 400, "invalid_arguments")
+    assert_problem(open_deploy(operator, arguments={"service": 3, "environment": "staging"}), 400, "invalid_arguments")
+    assert_problem(operator.api("post", "/api/agents/deployer/requests", {"kind": "question"}), 400, "invalid_request")
+    assert_problem(operator.api("post", "/api/agents/nobody/requests", {"kind": "question"}), 404, "agent_not_found")
+    assert snapshot() == before
+
+
+def test_a_tool_that_needs_no_approval_and_a_remembered_rule_decide_at_once(deployer, operator, admin):
+    quick = operator.api("post", "/api/agents/deployer/requests", {"toolName": "status", "arguments": {}})
+    assert quick.status_code == 201
+    assert quick.json()["status"] == "decided" and quick.json()["decision"]["approved"] is True
+    asked = open_deploy(operator).json()
+    remembered = admin.api(
+        "post", f"/api/requests/{asked['requestId']}/responses", {"approved": True, "remember": True}
+    )
+    assert remembered.json()["status"] == "accepted"
+    repeated = open_deploy(operator)
+    assert repeated.status_code == 201
+    decided = repeated.json()
+    assert decided["status"] == "decided"
+    assert decided["decision"]["via"] == "rule" and decided["decision"]["result"] == {"kind": "approved"}
+    assert not PendingRequest.objects.open().exists()
+
+
+def test_a_reader_is_refused_and_another_tenant_sees_nothing(deployer, operator, reader, outsider):
+    before = snapshot()
+    assert_problem(open_deploy(reader), 403, "forbidden")
+    assert_problem(open_deploy(outsider), 404, "agent_not_found")
+    assert snapshot() == before
+    rid = open_deploy(operator).json()["requestId"]
+    for method, path, body in [
+        ("get", f"/api/requests/{rid}?wait=0", None),
+        ("post", f"/api/requests/{rid}/responses", {"approved": True}),
+        ("delete", f"/api/requests/{rid}", None),
+        ("post", f"/api/requests/{rid}/outcome", {"success": True}),
+    ]:
+        assert_problem(outsider.api(method, path, body), 404, "request_not_found")
+    assert_problem(reader.api("post", f"/api/requests/{rid}/responses", {"approved": True}), 403, "forbidden")
+    assert PendingRequest.objects.open().count() == 1
+
+
+def test_the_agent_cancels_its_request_and_it_leaves_the_inbox(deployer, operator, admin):
+    rid = open_deploy(operator).json()["requestId"]
+    cancelled = operator.api("delete", f"/api/requests/{rid}")
+    assert cancelled.status_code == 200, cancelled.content
+    assert cancelled.json()["status"] == "cancelled"
+    assert cancelled.json()["decision"]["result"] == {"kind": "cancelled", "reason": "cancelled"}
+    assert not PendingRequest.objects.open().exists()
+    assert_problem(operator.api("delete", f"/api/requests/{rid}"), 409, "request_closed")
+    late = admin.api("post", f"/api/requests/{rid}/responses", {"approved": True})
+    assert late.json()["status"] == "cancelled"
+
+
+def test_the_outcome_of_an_approved_call_is_recorded_once(deployer, operator, admin):
+    opened = open_deploy(operator).json()
+    rid = opened["requestId"]
+    assert_problem(operator.api("post", f"/api/requests/{rid}/outcome", {"success": True}), 409, "request_not_approved")
+    admin.api("post", f"/api/requests/{rid}/responses", {"approved": True})
+    reported = operator.api("post", f"/api/requests/{rid}/outcome", {"success": True, "result": {"url": "x"}})
+    assert reported.status_code == 200
+    assert_problem(operator.api("post", f"/api/requests/{rid}/outcome", {"success": True}), 409, "outcome_reported")
+    events = stored_events(opened["runId"])
+    assert [e.type for e in events][-2:] == ["tool.execution_start", "tool.execution_complete"]
+    assert events[-1].data["success"] is True
+
+
+def test_an_expired_request_is_decided_cancelled_and_its_run_completes(deployer, operator):
+    opened = open_deploy(operator, expiresIn=1).json()
+    pending = PendingRequest.objects.get(id=opened["requestId"])
+    expire_due(pending.expires_at)
+    got = operator.api("get", f"/api/requests/{pending.id}").json()
+    assert got["status"] == "expired"
+    assert got["decision"]["result"] == {"kind": "cancelled", "reason": "expired"}
+    assert Run.objects.get(id=opened["runId"]).status == RunStatus.COMPLETED
+
+
+def test_questions_inputs_and_plans_open_and_take_their_answers(deployer, operator, admin):
+    question = operator.api(
+        "post",
+        "/api/agents/deployer/requests",
+        {"kind": "question", "question": "Which region?", "choices": ["eu", "us"]},
+    ).json()
+    form = operator.api(
+        "post",
+        "/api/agents/deployer/requests",
+        {
+            "kind": "input",
+            "message": "Release notes",
+            "requestedSchema": {"type": "object", "properties": {"notes": {"type": "string"}}},
+        },
+    ).json()
+    plan = operator.api(
+        "post", "/api/agents/deployer/requests", {"kind": "plan", "summary": "Roll out", "planContent": "1. a\n2. b"}
+    ).json()
+    admin.api("post", f"/api/requests/{question['requestId']}/responses", {"text": "eu"})
+    admin.api("post", f"/api/requests/{form['requestId']}/responses", {"action": "accept", "content": {"notes": "hi"}})
+    admin.api("post", f"/api/requests/{plan['requestId']}/responses", {"approved": False, "text": "smaller"})
+    decided = {
+        name: operator.api("get", f"/api/requests/{opened['requestId']}").json()["decision"]
+        for name, opened in [("question", question), ("input", form), ("plan", plan)]
+    }
+    assert decided["question"]["text"] == "eu"
+    assert decided["input"]["action"] == "accept" and decided["input"]["json"] == {"notes": "hi"}
+    assert decided["plan"]["approved"] is False and decided["plan"]["text"] == "smaller"
+    assert PendingRequest.objects.get(id=plan["requestId"]).status == RequestStatus.ANSWERED
+
+
+def test_a_run_of_an_external_agent_is_refused(deployer, operator):
+    assert_problem(operator.api("post", "/api/agents/deployer/runs", {"message": "hi"}), 409, "external_agent")
+
+
+def test_a_hosted_request_is_answered_by_its_id(operator, admin):
+    from tests.helpers import ask_to_send, make_agent
+
+    make_agent(admin)
+    asked = ask_to_send(operator)
+    rid = asked["pendingRequests"][0]["requestId"]
+    outcome = admin.api("post", f"/api/requests/{rid}/responses", {"approved": True}).json()
+    assert outcome["status"] == "accepted" and outcome["continuationRunId"]
+    assert operator.api("get", f"/api/requests/{rid}").json()["decision"]["approved"] is True
