@@ -6,12 +6,14 @@ from approvals.actions.answers import Answered, answer_many, answer_request, dec
 from approvals.actions.claims import ClaimRefused, claim, release
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import Opened, RequestRefused, cancel_request, open_request, report_outcome
+from approvals.actions.interceptions import PoliciesUnavailable, verdict_for
 from approvals.actions.rules import remember_rule, revoke_rule
 
 __all__ = [
     "Answered",
     "ClaimRefused",
     "Opened",
+    "PoliciesUnavailable",
     "RequestRefused",
     "answer_many",
     "answer_request",
@@ -24,4 +26,5 @@ __all__ = [
     "remember_rule",
     "report_outcome",
     "revoke_rule",
+    "verdict_for",
 ]

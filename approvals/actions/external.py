@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -22,8 +23,10 @@ from agents.events import EventLog
 from agents.models import AgentVersion, Run, RunStatus, Session
 from agents.payloads import (
     Approved,
+    DeniedByHook,
     PermissionCompleted,
     PermissionRequested,
+    PolicyAsk,
     RequestAnswered,
     RunAwaiting,
     RunCompleted,
@@ -31,8 +34,9 @@ from agents.payloads import (
     ToolExecutionComplete,
     ToolExecutionStart,
 )
-from agents.prepare import RunRejected, live_version
+from agents.prepare import RunRejected, granted_connections, live_version
 from agents.runs import active_rules, cancel_waiting
+from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call
 from approvals.external import OpenRequest
 from approvals.kinds import KINDS, awaiting_status
 from approvals.kinds.base import schema_problems
@@ -77,11 +81,13 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
         raise RequestRefused(409, "not_external", detail)
     request_id = body.request_id or uuid.uuid4()
     fields = _fields(version, body, request_id)
+    run_id = uuid.uuid4()
+    check = _checked(version, body, fields, request_id, run_id)
     now = timezone.now()
+    opening = partial(_open, version, user=user, body=body, fields=fields, ids=(request_id, run_id), check=check)
     try:
         with transaction.atomic():
-            session = _session(version, body, request_id, now)
-            opened = _open(version, session, user, body, fields, request_id, now)
+            opened = opening(_session(version, body, request_id, now), now=now)
     except IntegrityError:
         # A retry of the same request at the same moment (its id is taken now), or a session of that key made
         # meanwhile: the retry finds the request; a second try finds the session.
@@ -89,8 +95,7 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
         if known is not None:
             return Opened(known, created=False)
         with transaction.atomic():
-            session = _session(version, body, request_id, now)
-            opened = _open(version, session, user, body, fields, request_id, now)
+            opened = opening(_session(version, body, request_id, now), now=now)
     if opened.answer is None:
         transaction.on_commit(partial(notify_requests_opened, [opened]))
     return Opened(opened, created=True)
@@ -167,13 +172,30 @@ def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID) -> 
     return {**base, "tool_name": "propose_plan", "arguments": arguments, "engine_state": state}
 
 
+def _checked(
+    version: AgentVersion, body: OpenRequest, fields: dict[str, Any], request_id: uuid.UUID, run_id: uuid.UUID
+) -> PolicyCheck | None:
+    """An approval under the agent's policies passes `pre_tool_call` first, as a hosted call does: its
+    arguments become the ones a verdict let through; None without policies."""
+    if body.kind != RequestKind.APPROVAL or version.definition.hooks is None:
+        return None
+    connections = granted_connections(version.agent.tenant, version)
+    call = (fields["tool_name"], fields["call_id"], fields["arguments"])
+    try:
+        check = async_to_sync(pre_tool_call)(version, connections, run_id, _session_key(body, request_id), call)
+    except PoliciesUnavailable as error:
+        raise RequestRefused(409, "policy_unavailable", str(error)) from None
+    fields["arguments"] = check.arguments
+    return check
+
+
 def _invalid(field: str, message: str) -> RequestRefused:
     return RequestRefused(400, "invalid_request", "The request has invalid fields.", {field: message})
 
 
 def _session(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID, now: datetime) -> Session:
     """The live session the request goes to: the client's `sessionId` (made on first use), else one of its own."""
-    key = body.session_id or f"external-{request_id}"
+    key = _session_key(body, request_id)
     session = Session.objects.live().filter(tenant=version.agent.tenant, key=key).first()
     if session is None:
         return Session.objects.create(tenant=version.agent.tenant, key=key, agent=version.agent, created_at=now)
@@ -182,19 +204,31 @@ def _session(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID, no
     return session
 
 
+def _session_key(body: OpenRequest, request_id: uuid.UUID) -> str:
+    return body.session_id or f"external-{request_id}"
+
+
 def _open(
     version: AgentVersion,
     session: Session,
+    *,
     user: Any,
     body: OpenRequest,
     fields: dict[str, Any],
-    request_id: uuid.UUID,
+    ids: tuple[uuid.UUID, uuid.UUID],
+    check: PolicyCheck | None,
     now: datetime,
 ) -> PendingRequest:
-    """The run, the request and their events, in the caller's transaction; decided at once when a rule or the
-    tool's approval mode `never` says so."""
+    """The run, the request and their events, in the caller's transaction (`ids`: the request's and the run's);
+    decided at once when a policy denies it, or a rule or the tool's approval mode `never` approves it."""
     agent, definition = version.agent, version.definition
+    request_id, run_id = ids
+    escalation = check.escalation if check is not None else None
+    policy = escalation.wire() if escalation is not None else None
+    if escalation is not None:
+        fields["engine_state"]["policyKey"] = escalation.key
     run = Run.objects.create(
+        id=run_id,
         tenant=agent.tenant,
         agent=agent,
         version=version,
@@ -203,6 +237,7 @@ def _open(
         status=RunStatus.RUNNING,
         created_by=user,
         created_at=now,
+        records=check.records if check is not None else [],
     )
     expires_in = body.expires_in or definition.request_deadline_seconds
     pending = PendingRequest(
@@ -212,7 +247,8 @@ def _open(
         session=session,
         run=run,
         kind=body.kind,
-        approvers=definition.approvers_for(body.kind, fields["tool_name"]),
+        approvers=definition.approvers_for(body.kind, fields["tool_name"], policy),
+        policy=policy,
         opened_at=now,
         expires_at=now + timedelta(seconds=expires_in) if expires_in else None,
         **fields,
@@ -228,41 +264,19 @@ def _open(
             previousRunId=str(run.previous_run_id) if run.previous_run_id else None,
         )
     )
-    decided_by = _decided_at_once(version, pending)
-    if decided_by is None:
+    for verdict in check.events if check is not None else ():
+        log.record(verdict)
+    denied = check.denied if check is not None else None
+    decided_by = None if escalation is not None or denied is not None else _decided_at_once(version, pending)
+    if denied is not None:
+        _decided(pending, log, now, denied=denied)
+    elif decided_by is None:
         pending.save(force_insert=True)
         log.record(KINDS[pending.kind].requested(pending))
         run.status = awaiting_status({pending.kind})
         log.record(RunAwaiting(status=run.status, pendingRequests=[pending.wire()]))
     else:
-        # Nobody is asked: as a hosted turn records a call a rule approved (agents.engine.permissions.decided).
-        pending.status, pending.closed_at, pending.answered_at = RequestStatus.ANSWERED, now, now
-        pending.answer = {"requestId": str(request_id), "approved": True, "ruleId": decided_by or None}
-        pending.answered_via = "rule" if decided_by else "never"
-        pending.answered_in = run
-        pending.save(force_insert=True)
-        asked = KINDS[pending.kind].requested(pending)
-        assert isinstance(asked, PermissionRequested)
-        log.record(asked)
-        approved = PermissionCompleted(
-            requestId=str(request_id),
-            toolCallId=pending.call_id,
-            result=Approved(kind="approved"),
-            decisionSource="host_policy",
-        )
-        log.record(approved)
-        log.record(
-            RequestAnswered(
-                requestId=str(request_id),
-                kind="approval",
-                toolCallId=pending.call_id,
-                toolName=pending.tool_name,
-                ruleId=decided_by or None,
-                arguments=pending.arguments,
-            )
-        )
-        run.status, run.finished_at = RunStatus.COMPLETED, now
-        log.record(RunCompleted(output=None))
+        _decided(pending, log, now, rule_id=decided_by)
     if run.status != RunStatus.COMPLETED:
         run.finished_at = now
     run.save(update_fields=["status", "finished_at"])
@@ -270,6 +284,53 @@ def _open(
     session.save(update_fields=["last_run", "updated_at"])
     log.flush()
     return pending
+
+
+def _decided(
+    pending: PendingRequest,
+    log: EventLog,
+    now: datetime,
+    *,
+    rule_id: str | None = None,
+    denied: PolicyAsk | None = None,
+) -> None:
+    """An approval nobody is asked for, as a hosted turn records it (agents.engine.permissions.decided): a policy
+    denied it (`denied`), else a rule (`rule_id`) or the tool's mode `never` ("") approved it. Its run completes."""
+    run = pending.run
+    pending.status, pending.closed_at, pending.answered_at = RequestStatus.ANSWERED, now, now
+    result: Approved | DeniedByHook
+    if denied is not None:
+        message = denied.message or denied.reason
+        pending.answer = {"requestId": str(pending.id), "approved": False, "reason": message, "deniedBy": "policy"}
+        pending.answered_via = "policy"
+        result = DeniedByHook(kind="denied-by-permission-request-hook", message=message)
+    else:
+        pending.answer = {"requestId": str(pending.id), "approved": True, "ruleId": rule_id or None}
+        pending.answered_via = "rule" if rule_id else "never"
+        result = Approved(kind="approved")
+    pending.answered_in = run
+    pending.save(force_insert=True)
+    asked = KINDS[pending.kind].requested(pending)
+    assert isinstance(asked, PermissionRequested)
+    log.record(asked)
+    log.record(
+        PermissionCompleted(
+            requestId=str(pending.id), toolCallId=pending.call_id, result=result, decisionSource="host_policy"
+        )
+    )
+    log.record(
+        RequestAnswered(
+            requestId=str(pending.id),
+            kind="approval",
+            toolCallId=pending.call_id,
+            toolName=pending.tool_name,
+            ruleId=rule_id or None,
+            arguments=pending.arguments,
+            policy=denied,
+        )
+    )
+    run.status, run.finished_at = RunStatus.COMPLETED, now
+    log.record(RunCompleted(output=None))
 
 
 def _decided_at_once(version: AgentVersion, pending: PendingRequest) -> str | None:

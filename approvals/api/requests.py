@@ -6,13 +6,16 @@ from typing import Any, Literal
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema, Status
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.definitions import UnknownGroup
 from agents.getters import get_run_for
+from agents.policies import POINTS
+from agents.prepare import RunRejected
 from approvals import waiting
 from approvals.actions import (
     ClaimRefused,
+    PoliciesUnavailable,
     RequestRefused,
     answer_request,
     cancel_request,
@@ -21,6 +24,7 @@ from approvals.actions import (
     open_request,
     release,
     report_outcome,
+    verdict_for,
 )
 from approvals.answers import Response, ResponseRefused
 from approvals.external import OpenRequest, decision
@@ -244,3 +248,25 @@ def respond_to_request(request: ConsoleRequest, run_id: uuid.UUID, payload: Resp
     except ResponseRefused as refused:
         raise ApiError(refused.status, refused.code, refused.detail) from None
     return outcome.wire()
+
+
+class InterceptionEvent(BaseModel):
+    """An AGENT-HOOKS-0.1 interception event (the agent-hooks SDK's JSON form of an `AgentContext`): every member
+    is passed on as sent (the policies' emitter checks the envelope)."""
+
+    model_config = ConfigDict(extra="allow")
+    interception_point: Literal[POINTS]  # type: ignore[valid-type]
+
+
+@router.post("/agents/{name}/interceptions", response={200: dict, 409: Problem})
+def intercept(request: ConsoleRequest, name: str, payload: InterceptionEvent) -> dict[str, Any]:
+    """The verdict of the agent's bound policies (`hooks`) on one interception event, as an agent-hooks
+    interceptor answers (SPEC section 12); no policies: allow. An escalation is the caller's to resolve: its
+    approval resolver opens a request (`POST /api/agents/{name}/requests`)."""
+    membership = require_role(request, "operator")
+    try:
+        return verdict_for(membership, name, payload.model_dump())
+    except RunRejected as rejected:
+        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+    except PoliciesUnavailable as error:
+        raise ApiError(409, "policy_unavailable", str(error)) from None

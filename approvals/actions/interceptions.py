@@ -1,0 +1,121 @@
+"""An external agent's policies (SPEC section 12): `pre_tool_call` before its approval request opens, as a hosted
+turn's tool gate has it (agents/engine/gate.py), and any interception point over HTTP (`POST
+/api/agents/{name}/interceptions`), for an agent-hooks host that registers Airlock as its interceptor.
+
+Over HTTP the verdict is the caller's to enforce: its escalations are not resolved here (the declaration's
+approval resolver is dropped, so a liftable deny stands as the verdict) but by the caller's approval resolver,
+which opens a request (clients/python/airlock_client/agent_hooks.py)."""
+
+import copy
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_hooks import DeclarationError, EnforcementMode, InterceptionEmitter, InterceptorResponse, Transform
+from agent_hooks.path import resolve
+from asgiref.sync import async_to_sync
+
+from agents.models import AgentVersion
+from agents.payloads import Payload, PolicyAsk
+from agents.policies import Escalation, InboxResolver, PolicyBlocked, PolicyScope, registry
+from agents.prepare import granted_connections, live_version
+from console.connections import ConnectionSpec
+from console.models import Membership
+
+
+@dataclass
+class PolicyCheck:
+    """What `pre_tool_call` made of an external agent's call: the arguments to ask about (transformed where a
+    verdict said so), a deny (`denied`: decided at once) or an escalation (the request stands for it), and the
+    events and records the run keeps."""
+
+    arguments: dict[str, Any]
+    denied: PolicyAsk | None = None
+    escalation: Escalation | None = None
+    events: list[Payload] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+class PoliciesUnavailable(Exception):
+    """The agent's policies cannot run (e.g. a webhook connection no longer granted)."""
+
+
+async def pre_tool_call(
+    version: AgentVersion,
+    connections: Mapping[str, ConnectionSpec],
+    run_id: uuid.UUID,
+    session_key: str,
+    call: tuple[str, str, dict[str, Any]],
+) -> PolicyCheck:
+    """`pre_tool_call` of an external agent's `call` (tool name, call id, arguments) under its version's `hooks`,
+    with the `connections` granted to its tenant (`agents.prepare.granted_connections`)."""
+    tool_name, call_id, arguments = call
+    agent = version.agent
+    check = PolicyCheck(copy.deepcopy(arguments))
+
+    async def emit(payload: Payload) -> None:
+        check.events.append(payload)
+
+    scope = PolicyScope(str(run_id), session_key, str(agent.tenant_id), check.records)
+    try:
+        policies = scope.policies(
+            version.definition.hooks,
+            connections=connections,
+            decisions={},
+            agent=agent.name,
+            version=version.number,
+            emit=emit,
+        )
+    except DeclarationError as error:
+        raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
+    if policies is None:
+        return check
+    context = policies.builder.pre_tool_call(call_id=call_id, name=tool_name, args=check.arguments)
+    try:
+        check.arguments = await policies.check(context)
+    except PolicyBlocked as blocked:
+        if blocked.escalation is not None:
+            check.escalation = blocked.escalation
+        else:
+            check.denied = PolicyAsk(binding=blocked.binding, reason=blocked.reason, message=blocked.message)
+    return check
+
+
+async def intercept(version: AgentVersion, connections: Mapping[str, ConnectionSpec], context: Any) -> dict[str, Any]:
+    """The verdict of `version`'s policies on one AGENT-HOOKS-0.1 interception event, as an interceptor answers
+    it (agent-hooks section 5.5: the verdict, and in `extensions.airlock` the interception record). No `hooks`:
+    allow. Under `evaluate_only` the answer is allow; the record says what the policies would have done."""
+    document = version.definition.hooks
+    if document is None:
+        return {"decision": "allow"}
+    document = copy.deepcopy(document)
+    # The caller resolves escalations (its approval resolver opens a request): here a liftable deny stands.
+    configuration = document.setdefault("configuration", {})
+    configuration["approval"] = {**configuration.get("approval", {}), "resolver": None}
+    agent = version.agent
+    try:
+        emitter = InterceptionEmitter.from_declaration_value(document, registry(connections, InboxResolver({})))
+    except DeclarationError as error:
+        raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
+    record = await emitter.emit_unchecked(context)
+    extensions = {"airlock": {"agent": agent.name, "definitionVersion": version.number, "record": record.to_wire()}}
+    if emitter.mode is not EnforcementMode.ENFORCE:
+        return {"verdict": {"decision": "allow"}, "extensions": extensions}
+    verdict = record.verdict
+    if verdict.transform is not None:
+        # A record keeps no transform's value: the answer carries what the folded transforms left at its path
+        # (the whole target where the path was the policy's own view of it).
+        path = verdict.transform.path if verdict.transform.path.startswith("$target") else "$target"
+        value = resolve(context.get("target"), path)
+        verdict = dataclasses.replace(verdict, transform=Transform(path=path, value=value))
+    return InterceptorResponse(verdict=verdict, extensions=extensions).to_wire()
+
+
+def verdict_for(membership: Membership, name: str, context: dict[str, Any]) -> dict[str, Any]:
+    """`intercept` for the agent `name` of the member's tenant, on its current version (RunRejected 404, or
+    PoliciesUnavailable)."""
+    version = live_version(membership.tenant, name, None)
+    connections = granted_connections(membership.tenant, version)
+    return async_to_sync(intercept)(version, connections, context)
