@@ -1,6 +1,7 @@
 """A definition's `hooks` as the loader reads them with Airlock's registry: what saving one checks."""
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_hooks import (
@@ -19,13 +20,40 @@ from console.connections import ConnectionSpec
 SURFACE = HostSurface.from_capabilities(["model_calls", "tool_calls", "host_declaration"])
 
 
-def registry(connections: Mapping[str, ConnectionSpec] | None, resolver: Any) -> HostRegistry:
-    return (
-        HostRegistry(SURFACE)
-        .kind("airlock.acs", acs_binding)
-        .kind("airlock.webhook", webhook_binding(connections))
-        .approval_resolver(RESOLVER, resolver)
-    )
+def registry(
+    connections: Mapping[str, ConnectionSpec] | None, resolver: Any, answered: Callable[[Any], None] | None = None
+) -> HostRegistry:
+    """Airlock's kinds and resolver for a declaration; `answered`, when given, hears every binding's answer as
+    it gave it, before the emitter checks it (the HTTP interceptor passes an unusable one on as given)."""
+    kinds: dict[str, Callable[[Any, Any], Any]] = {
+        "airlock.acs": acs_binding,
+        "airlock.webhook": webhook_binding(connections),
+    }
+    found = HostRegistry(SURFACE)
+    for name, build in kinds.items():
+        found = found.kind(name, build if answered is None else _heard(build, answered))
+    return found.approval_resolver(RESOLVER, resolver)
+
+
+def _heard(build: Callable[[Any, Any], Any], answered: Callable[[Any], None]) -> Callable[[Any, Any], Any]:
+    def heard(config: Any, binding: Any) -> Any:
+        return _Heard(build(config, binding), answered)
+
+    return heard
+
+
+class _Heard:
+    """An interceptor whose answers `answered` hears on their way to the emitter."""
+
+    def __init__(self, inner: Any, answered: Callable[[Any], None]) -> None:
+        self.inner, self.answered = inner, answered
+
+    async def intercept(self, context: Any) -> Any:
+        answer = self.inner.intercept(context)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        self.answered(answer.to_wire() if hasattr(answer, "to_wire") else answer)
+        return answer
 
 
 def declaration_problems(document: Any) -> list[str]:

@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_hooks import DeclarationError, EnforcementMode, InterceptionEmitter, InterceptorResponse, Transform
+from agent_hooks import (
+    Decision,
+    DeclarationError,
+    EnforcementMode,
+    HostError,
+    InterceptionEmitter,
+    InterceptorResponse,
+    Transform,
+)
 from agent_hooks.path import resolve
 from asgiref.sync import async_to_sync
 
@@ -23,6 +31,16 @@ from agents.policies import Escalation, InboxResolver, PolicyBlocked, PolicyScop
 from agents.prepare import granted_connections, live_version
 from console.connections import ConnectionSpec
 from console.models import Membership
+
+# A host's refusals of what an interceptor answered, as opposed to an interceptor's failure (agent-hooks section 11).
+POLICY_ANSWER_INVALID = frozenset(
+    {
+        HostError.VERDICT_INVALID.value,
+        HostError.TRANSFORM_INVALID.value,
+        HostError.TRANSFORM_TARGET_FORBIDDEN.value,
+        HostError.CONTEXT_INVALID.value,
+    }
+)
 
 
 @dataclass
@@ -95,8 +113,11 @@ async def intercept(version: AgentVersion, connections: Mapping[str, ConnectionS
     configuration = document.setdefault("configuration", {})
     configuration["approval"] = {**configuration.get("approval", {}), "resolver": None}
     agent = version.agent
+    answers: list[Any] = []
     try:
-        emitter = InterceptionEmitter.from_declaration_value(document, registry(connections, InboxResolver({})))
+        emitter = InterceptionEmitter.from_declaration_value(
+            document, registry(connections, InboxResolver({}), answers.append)
+        )
     except DeclarationError as error:
         raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
     record = await emitter.emit_unchecked(context)
@@ -104,6 +125,10 @@ async def intercept(version: AgentVersion, connections: Mapping[str, ConnectionS
     if emitter.mode is not EnforcementMode.ENFORCE:
         return {"verdict": {"decision": "allow"}, "extensions": extensions}
     verdict = record.verdict
+    if len(answers) == 1 and (verdict.decision is not Decision.DENY or verdict.reason in POLICY_ANSWER_INVALID):
+        # One policy answered: its answer goes on as given (its reasons, its transform's value), for the caller's
+        # emitter to apply or refuse as it would its own interceptor's.
+        return {"verdict": answers[0], "extensions": extensions}
     if verdict.transform is not None:
         # A record keeps no transform's value: the answer carries what the folded transforms left at its path
         # (the whole target where the path was the policy's own view of it).

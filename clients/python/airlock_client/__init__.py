@@ -1,0 +1,1 @@
+"""Airlock's Python client and its adapters (docs/external-agents.md)."""
