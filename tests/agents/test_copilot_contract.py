@@ -623,3 +623,54 @@ def test_every_type_is_the_sdks_or_a_listed_extension():
     for kind in EventType:
         known = SessionEventType(kind.value) != SessionEventType.UNKNOWN
         assert known != (kind in EXTENSION_TYPES), kind
+
+
+# --- an external agent's session (SPEC section 12) ---------------------------------------------------------
+
+DEPLOY = {
+    "name": "deploy",
+    "description": "Deploy a service",
+    "parameters": {"type": "object", "properties": {"service": {"type": "string"}}, "required": ["service"]},
+}
+EXTERNAL = {"name": "deployer", "runtime": "external", "tools": [DEPLOY, {"name": "status", "approval": "never"}]}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
+async def test_an_sdk_client_reads_an_external_agents_session(admin, operator):
+    """Every kind of request an external agent opens in one session, answered, decided at once, cancelled and
+    reported, reads as the SDK's events. An external session has no assistant turns (its model runs
+    elsewhere): a reported outcome's tool events stand outside any turn, as the only order rule it cannot keep."""
+    assert (await sync_to_async(admin.api)("POST", "/api/agents", EXTERNAL)).status_code == 201
+    session = Session(operator, "deployer", "external-contract")
+
+    async def request(**body: Any) -> dict[str, Any]:
+        body = {"sessionId": session.key, **body}
+        opened = await sync_to_async(operator.api)("POST", "/api/agents/deployer/requests", body)
+        assert opened.status_code == 201, opened.content
+        return opened.json()
+
+    async def answer(opened: dict[str, Any], **fields: Any) -> None:
+        path = f"/api/requests/{opened['requestId']}/responses"
+        assert (await sync_to_async(admin.api)("POST", path, fields)).json()["status"] == "accepted"
+
+    approved = await request(kind="approval", toolName="deploy", arguments={"service": "billing"})
+    await answer(approved, approved=True)
+    await session.api("POST", f"/api/requests/{approved['requestId']}/outcome", {"success": True, "result": "ok"})
+    denied = await request(kind="approval", toolName="deploy", arguments={"service": "search"})
+    await answer(denied, approved=False, reason="not today")
+    assert (await request(kind="approval", toolName="status", arguments={}))["status"] == "decided"
+    await answer(await request(kind="question", question="Which region?", choices=["eu", "us"]), text="eu")
+    schema = {"type": "object", "properties": {"notes": {"type": "string"}}}
+    await answer(await request(kind="input", message="Notes?", requestedSchema=schema), json={"notes": "hi"})
+    await answer(await request(kind="plan", summary="Roll out", planContent="1. canary\n2. all"), approved=True)
+    cancelled = await request(kind="approval", toolName="deploy", arguments={"service": "mail"})
+    await session.api("DELETE", f"/api/requests/{cancelled['requestId']}")
+    read = await session.read()
+
+    problems = [p for p in contract_problems(read, session) if "outside any turn" not in p]
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)
+    results = [e["result"]["kind"] for e in of_type(read, "permission.completed")]
+    assert results == ["approved", "denied-interactively-by-user", "approved", "cancelled"]
+    assert [e["toolName"] for e in of_type(read, "tool.execution_start")] == ["deploy"]
+    assert [e["success"] for e in of_type(read, "tool.execution_complete")] == [True]
