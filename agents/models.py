@@ -98,7 +98,7 @@ class Agent(models.Model):
 def subagent_problems(tenant: Tenant, content: DefinitionContent) -> tuple[str, dict[str, str]] | None:
     """Why `content`'s sub-agents cannot be saved (SPEC section 10): one is not an agent of the tenant (400
     `unknown_subagent`), a chain of sub-agents leads back to the agent (400 `subagent_cycle`), or goes deeper
-    than MAX_SUBAGENT_DEPTH (400 `subagent_too_deep`); None when all is well. Other agents are read as their
+    than MAX_SUBAGENT_DEPTH (400 `subagent_too_deep`), or one is external (400 `external_subagent`); None when all is well. Other agents are read as their
     current versions are, level by level."""
     live = Agent.objects.live().filter(tenant=tenant)
     known = set(live.filter(name__in=content.sub_agents).values_list("name", flat=True))
@@ -109,6 +109,14 @@ def subagent_problems(tenant: Tenant, content: DefinitionContent) -> tuple[str, 
     }
     if unknown:
         return "unknown_subagent", unknown
+    named = AgentVersion.objects.filter(
+        agent__in=live.filter(name__in=content.sub_agents), number=F("agent__current_version")
+    ).select_related("agent")
+    external = {version.agent.name for version in named if version.definition.external}
+    if external:
+        says = "is an external agent: it runs elsewhere, so no agent here can call it"
+        fields = {f"subAgents.{i}": f"{name!r} {says}" for i, name in enumerate(content.sub_agents) if name in external}
+        return "external_subagent", fields
     chains = [(f"subAgents.{i}", [content.name, name]) for i, name in enumerate(content.sub_agents)]
     for _ in range(MAX_SUBAGENT_DEPTH + 1):
         for field, chain in chains:

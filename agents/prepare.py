@@ -227,7 +227,7 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
 def subagents_for(tenant: Tenant, content: DefinitionContent, culture: str, depth: int = 1) -> dict[str, SubAgent]:
     """The sub-agents `content` names, each on its agent's current version with its connections, rules and
     default parameter values, and theirs down to MAX_SUBAGENT_DEPTH. One whose parameters need a value it has
-    no default for, or which was deleted since, is not offered."""
+    no default for, which was deleted or made external since, is not offered."""
     if not content.sub_agents or depth > MAX_SUBAGENT_DEPTH:
         return {}
     versions = AgentVersion.objects.select_related("agent").filter(
@@ -239,6 +239,9 @@ def subagents_for(tenant: Tenant, content: DefinitionContent, culture: str, dept
     found: dict[str, SubAgent] = {}
     for version in versions:
         sub = version.definition
+        if sub.external:  # made external after the parent named it: it runs elsewhere
+            logger.warning("Sub-agent %s is not offered: it is an external agent", sub.name)
+            continue
         try:
             bound = bind_parameters(sub, {})
         except BindingError:

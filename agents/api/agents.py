@@ -23,6 +23,7 @@ _REFUSED = {
     "unknown_subagent": "The definition names sub-agents that are not agents of this tenant.",
     "subagent_cycle": "The definition's sub-agents lead back to the agent itself.",
     "subagent_too_deep": "The definition's sub-agents call each other too deep.",
+    "external_subagent": "An external agent runs elsewhere: no agent here can call it as a sub-agent.",
     "invalid_hooks": "The definition's hooks cannot be loaded.",
     "too_many_policy_compiles": "This tenant saved too many new policies in the last minute; try again later.",
 }

@@ -175,3 +175,13 @@ def test_a_sub_agent_named_like_a_tool_is_refused(admin, researcher):
         "POST", "/api/agents", {"name": "x", "tools": [{"name": "get_time"}], "subAgents": ["get_time"]}
     )
     assert response.status_code == 400
+
+
+def test_an_external_agent_cannot_be_a_sub_agent(admin):
+    external = {"name": "deployer", "runtime": "external", "tools": [{"name": "deploy", "description": "Deploy"}]}
+    assert admin.api("POST", "/api/agents", external).status_code == 201
+    before = snapshot()
+    response = admin.api("POST", "/api/agents", {"name": "boss", "subAgents": ["deployer"]})
+    problem = assert_problem(response, 400, "external_subagent")
+    assert "runs elsewhere" in json.dumps(problem)
+    assert snapshot() == before
