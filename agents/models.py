@@ -98,8 +98,8 @@ class Agent(models.Model):
 def subagent_problems(tenant: Tenant, content: DefinitionContent) -> tuple[str, dict[str, str]] | None:
     """Why `content`'s sub-agents cannot be saved (SPEC section 10): one is not an agent of the tenant (400
     `unknown_subagent`), a chain of sub-agents leads back to the agent (400 `subagent_cycle`), or goes deeper
-    than MAX_SUBAGENT_DEPTH (400 `subagent_too_deep`), or one is external (400 `external_subagent`); None when all is well. Other agents are read as their
-    current versions are, level by level."""
+    than MAX_SUBAGENT_DEPTH (400 `subagent_too_deep`), or one is external (400 `external_subagent`); None when
+    all is well. Other agents are read as their current versions are, level by level."""
     live = Agent.objects.live().filter(tenant=tenant)
     known = set(live.filter(name__in=content.sub_agents).values_list("name", flat=True))
     unknown = {
