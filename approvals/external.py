@@ -1,6 +1,7 @@
 """The wire of external agents' requests (SPEC section 12): what an agent that runs elsewhere sends to open one
 (`OpenRequest`), and the decision it waits for (`decision`), which any request has once it is decided, hosted
-or external. The actions are `approvals.actions.external`; the routes `approvals.api.requests`."""
+or external, in the request's JSON (`request_wire`, which a woken long poll is answered with). The actions are
+`approvals.actions.external`; the routes `approvals.api.requests`."""
 
 import hashlib
 import json
@@ -86,3 +87,27 @@ def decision(pending: PendingRequest) -> dict[str, Any] | None:
     override = answer.get("overrideArguments")
     arguments = override if override is not None else pending.arguments
     return {**common, "result": result, "approved": approved, "text": text, "arguments": arguments}
+
+
+# What a request's JSON reads besides the request.
+SHOWN = ("agent", "session", "answered_by", "claimed_by", "closed_by")
+
+
+def request_wire(pending: PendingRequest) -> dict[str, Any]:
+    return {
+        **pending.wire(),
+        "status": pending.status,
+        "answered": pending.answer is not None,
+        "agent": pending.agent.name,
+        "runId": str(pending.run_id),
+        "sessionId": pending.session.key,
+        "openedAt": pending.opened_at.isoformat(),
+        "closedAt": pending.closed_at.isoformat() if pending.closed_at else None,
+        "answer": pending.answer,
+        "answeredBy": pending.answered_by.username if pending.answered_by else None,
+        "answeredAt": pending.answered_at.isoformat() if pending.answered_at else None,
+        "claimedBy": pending.claimed_by.username if pending.claimed_by else None,
+        "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
+        "approvers": pending.approvers or None,
+        "decision": decision(pending),
+    }

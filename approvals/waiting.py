@@ -4,16 +4,23 @@ a thread: a waiter is a channel of the channel layer in the group of its request
 sends to that group. With the Redis layer, an answer given on one console process wakes a waiter on another.
 
 `console.asgi.ConsoleASGIHandler` holds the long poll: it subscribes, answers the request through Django once
-(which says whether to wait), waits here with no thread and no database connection, then answers it again.
+(which says whether to wait), waits here with no thread and no database connection, then answers with the
+request's JSON the wake carried (or, without it, through Django again).
 """
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.core.serializers.json import DjangoJSONEncoder
+
+from approvals.external import SHOWN, request_wire
+from approvals.models import PendingRequest
 
 # The header the request route sets when the caller asked to wait and the request is not decided yet; the ASGI
 # handler takes it off (a client never sees it).
@@ -28,34 +35,57 @@ def group(request_id: str) -> str:
     return f"request.{request_id}"
 
 
+# A woken waiter is answered with the request's JSON the wake carries, up to this size; a larger one, or a wake
+# without it, is answered by the view again.
+BODY_LIMIT = 256 * 1024
+
+
 def wake(request_ids: Iterable[str]) -> None:
-    """Wake the waiters of `request_ids` (from synchronous code, once the change is committed)."""
+    """Wake the waiters of `request_ids` (from synchronous code, once the change is committed), each with its
+    request's JSON as `GET /api/requests/{id}` answers it, so a woken waiter costs no second request."""
     layer = get_channel_layer()
     ids = list(request_ids)
     if layer is None or not ids:
         return
+    found = PendingRequest.objects.select_related(*SHOWN).filter(id__in=ids)
+    bodies = {str(pending.id): json.dumps(request_wire(pending), cls=DjangoJSONEncoder) for pending in found}
 
     async def send_all() -> None:
-        await asyncio.gather(*(layer.group_send(group(rid), {"type": "request.decided"}) for rid in ids))
+        # One after another: gathering them would open a connection of the layer per group at once.
+        for rid in ids:
+            message: dict[str, Any] = {"type": "request.decided"}
+            body = bodies.get(rid)
+            if body is not None and len(body) <= BODY_LIMIT:
+                message["body"] = body
+            await layer.group_send(group(rid), message)
 
     async_to_sync(send_all)()
 
 
+@dataclass(frozen=True)
+class Wake:
+    """How a wait ended: decided ("decided", with the request's JSON when the wake carried it), "timeout" when
+    the seconds passed, "gone" when the client left first."""
+
+    outcome: Woken
+    body: bytes | None = None
+
+
 @contextlib.asynccontextmanager
-async def subscribed(request_id: str) -> AsyncIterator[Callable[[float, Awaitable[object]], Awaitable[Woken]]]:
+async def subscribed(request_id: str) -> AsyncIterator[Callable[[float, Awaitable[object]], Awaitable[Wake]]]:
     """Listen for the decision of `request_id` from here on (before reading it: an answer given in between is not
-    missed). Gives `woken(seconds, gone)`: "decided" when woken within `seconds`, "timeout" when they passed,
-    "gone" when `gone` (the client's disconnect) came first."""
+    missed). Gives `woken(seconds, gone)`, the `Wake` of whichever came first: the decision, `seconds` passing,
+    or `gone` (the client's disconnect)."""
     layer = get_channel_layer()
     name = group(request_id)
     channel = await layer.new_channel("wait.") if layer is not None else None
     if layer is not None and channel is not None:
         await layer.group_add(name, channel)
 
-    async def woken(seconds: float, gone: Awaitable[object]) -> Woken:
+    async def woken(seconds: float, gone: Awaitable[object]) -> Wake:
         if layer is None or channel is None:
             await asyncio.sleep(seconds)
-            return "timeout"
+            return Wake("timeout")
         message = asyncio.ensure_future(layer.receive(channel))
         left = asyncio.ensure_future(gone)
         try:
@@ -64,8 +94,9 @@ async def subscribed(request_id: str) -> AsyncIterator[Callable[[float, Awaitabl
             message.cancel()
             left.cancel()
         if message in done:
-            return "decided"
-        return "gone" if left in done else "timeout"
+            body = message.result().get("body")
+            return Wake("decided", body.encode() if isinstance(body, str) else None)
+        return Wake("gone" if left in done else "timeout")
 
     try:
         yield woken

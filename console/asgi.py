@@ -75,7 +75,8 @@ class ConsoleASGIHandler(ASGIHandler):
     async def _long_poll(self, scope: dict[str, Any], receive: Any, send: Any, request_id: str, seconds: int) -> None:
         """A request's JSON once it is decided or `seconds` passed: Django answers once (on a borrowed thread, given
         back); while that answer says to wait, nothing but a channel of the layer is held until the decision's
-        wake, the time, or the client's disconnect; then Django answers again, and that answer goes out."""
+        wake, the time, or the client's disconnect; then the request's JSON the wake carried goes out (Django
+        answers again after a timeout, or a wake without it)."""
         async with waiting.subscribed(request_id) as woken:
             first: list[dict[str, Any]] = []
 
@@ -90,7 +91,16 @@ class ConsoleASGIHandler(ASGIHandler):
                 for message in first:
                     await send(message)
                 return
-            if await woken(seconds, receive()) == "gone":
+            wake = await woken(seconds, receive())
+            if wake.outcome == "gone":
+                return
+            if wake.body is not None:
+                # The request's JSON as the view answers it, with the first answer's status and headers.
+                dropped = {told, b"content-length", b"content-encoding"}
+                kept = [(name, value) for name, value in headers if name.lower() not in dropped]
+                length = (b"content-length", str(len(wake.body)).encode())
+                await send({**start, "headers": [*kept, length]})
+                await send({"type": "http.response.body", "body": wake.body})
                 return
         asked = False
 

@@ -148,7 +148,7 @@ async def assert_nothing_pushed(tenant_id: int, *sockets: WebsocketCommunicator)
     the tenant now must be the next message of each: a socket gets its messages in the order they were sent,
     so a push sent before the marker cannot slip past, however late it arrives (a short `receive_nothing()`
     wait can miss one)."""
-    marker = f"marker-{uuid.uuid4()}"
+    marker = str(uuid.uuid4())  # the id of no request
     await sync_to_async(notify_requests_closed)(tenant_id, [marker])
     for ws in sockets:
         pushed = await ws.receive_json_from(timeout=5)

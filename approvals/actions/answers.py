@@ -116,9 +116,12 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
         return Outcome("already_resolved", rid, "The request was answered meanwhile; this answer changed nothing.")
     # Committed (its own conditional update) before the continuation reads the session's answers: of two last
     # answers given at once, each on its own connection, one sees the other's, and the run continues once.
-    transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [rid]))
-    if is_external(pending):
+    external = is_external(pending)
+    if external:
         settle(pending)  # an external agent reads its decision; no run of Airlock's continues
+    # Its waiters are woken with the request as it now is (an external one settled: answered).
+    transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [rid]))
+    if external:
         return Outcome("accepted", rid, "The answer was stored.", None)
     continuation = continue_session(user, pending.session)
     return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)

@@ -27,7 +27,7 @@ from approvals.actions import (
     verdict_for,
 )
 from approvals.answers import Response, ResponseRefused
-from approvals.external import OpenRequest, decision
+from approvals.external import SHOWN, OpenRequest, decision, request_wire
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
 from console.api import ApiError, Paging, Problem, api, page_of, problem, require_role
@@ -42,30 +42,6 @@ def _unknown_group(request: HttpRequest, exc: UnknownGroup) -> HttpResponse:
     errors = [{"field": field, "message": message} for field, message in exc.errors.items()]
     detail = "The definition routes requests to groups this tenant does not have (manage.py create_group)."
     return problem(400, exc.code, detail, errors=errors)
-
-
-# What a request's JSON reads besides the request.
-SHOWN = ("agent", "session", "answered_by", "claimed_by", "closed_by")
-
-
-def request_wire(pending: PendingRequest) -> dict[str, Any]:
-    return {
-        **pending.wire(),
-        "status": pending.status,
-        "answered": pending.answer is not None,
-        "agent": pending.agent.name,
-        "runId": str(pending.run_id),
-        "sessionId": pending.session.key,
-        "openedAt": pending.opened_at.isoformat(),
-        "closedAt": pending.closed_at.isoformat() if pending.closed_at else None,
-        "answer": pending.answer,
-        "answeredBy": pending.answered_by.username if pending.answered_by else None,
-        "answeredAt": pending.answered_at.isoformat() if pending.answered_at else None,
-        "claimedBy": pending.claimed_by.username if pending.claimed_by else None,
-        "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
-        "approvers": pending.approvers or None,
-        "decision": decision(pending),
-    }
 
 
 class RequestFilters(Paging):
