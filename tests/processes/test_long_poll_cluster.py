@@ -121,6 +121,7 @@ def test_an_answer_on_console_b_wakes_the_agent_waiting_on_console_a(consoles):
     assert body["decision"]["approved"] is True and body["decision"]["text"] == "go", body
     assert body["decision"]["answeredBy"] == "ada"
     late = poll.answered_at - answered_at
+    print(f"woken {late * 1000:.0f} ms after the answer's response")  # shown with -s
     assert late < WAKE_SECONDS, f"the poll came back {late:.3f} s after the answer"
 
 
@@ -133,6 +134,7 @@ def test_a_short_wait_on_an_open_request_comes_back_pending_when_its_time_is_up(
     took = poll.answered_at - poll.started_at
     assert status == 200, body
     assert (body["status"], body["decision"]) == ("pending", None), body
+    print(f"wait=2 came back after {took:.2f} s")  # shown with -s
     assert 1.9 <= took < 3.5, f"wait=2 came back after {took:.2f} s"
 
 
@@ -153,4 +155,5 @@ def test_a_cancel_on_console_b_wakes_the_agent_waiting_on_console_a(consoles):
     assert body["status"] == "cancelled", body
     assert body["decision"]["result"] == {"kind": "cancelled", "reason": "cancelled"}, body
     late = poll.answered_at - cancelled_at
+    print(f"woken {late * 1000:.0f} ms after the cancel's response")  # shown with -s
     assert late < WAKE_SECONDS, f"the poll came back {late:.3f} s after the cancel"
