@@ -188,6 +188,44 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def thread_count(pid: int) -> int:
+    """Threads of a process (Threads of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no Threads for {pid}")
+
+
+def local_tcp_ports(pid: int) -> set[int]:
+    """The local ports of the TCP sockets process `pid` holds (its fds' socket inodes in /proc/PID/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def pg_connections_of(pid: int, database: str) -> int:
+    """PostgreSQL connections to `database` that process `pid` holds (pg_stat_activity's client ports)."""
+    import psycopg
+
+    ports = local_tcp_ports(pid)
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT client_port FROM pg_stat_activity WHERE datname = %s AND client_port IS NOT NULL", [database]
+        ).fetchall()
+    return sum(1 for (port,) in rows if port in ports)
+
+
 # --- scratch stores ------------------------------------------------------------------------------
 
 

@@ -37,6 +37,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("queue_throughput", ["bench/queue_throughput.py"]),
     ("session_stream", ["bench/session_stream.py"]),
     ("idle_streams", ["bench/idle_streams.py"]),
+    ("long_polls", ["bench/long_polls.py"]),
     ("scale", ["bench/scale.py"]),
 ]
 

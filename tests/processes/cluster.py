@@ -16,7 +16,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,37 @@ def new_cluster(folder: Path, **env: str) -> Cluster:
 
 
 PASSWORD = "process-tests-only-5d1c"
+PG_ADMIN_URL = os.environ.get("AIRLOCK_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def unreachable(redis_url: str) -> str | None:
+    """Why this machine's PostgreSQL (PG_ADMIN_URL) or the Redis at `redis_url` cannot be used, or None."""
+    import psycopg
+    import redis
+
+    try:
+        psycopg.connect(PG_ADMIN_URL, connect_timeout=3).close()
+        redis.Redis.from_url(redis_url, socket_connect_timeout=3).ping()
+    except Exception as error:
+        return str(error)
+    return None
+
+
+@contextmanager
+def scratch_database(prefix: str) -> Iterator[str]:
+    """The URL of a fresh PostgreSQL database `prefix_<random>` of its own, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class Api:
