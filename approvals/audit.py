@@ -1,7 +1,8 @@
 """The audit of decisions: who decided what, when and why, newest first.
 
 An entry is one of three facts, each stored elsewhere:
-- a human answer: a PendingRequest with an answer (who = `answered_by`, when = `answered_at`);
+- an answer: a PendingRequest with an answer (who = `answered_by`, when = `answered_at`; an external agent's
+  request decided at once by its tool's mode `never` or a policy has no one, and says `via`);
 - a terminal closing: a request closed expired, cancelled or abandoned (who = who cancelled it, else "system";
   when = `closed_at`);
   recorded apart from a human "no", so a request answered and then closed gives two entries;
@@ -164,7 +165,9 @@ class AuditEntry:
         return {
             "when": self.when.isoformat(),
             "who": self.who,
-            "actor": {ANSWER: "user", CLOSING: "system", RULE: "rule"}[self.source],
+            "actor": "system"
+            if self.who == "system"
+            else {ANSWER: "user", CLOSING: "system", RULE: "rule"}[self.source],
             "decision": self.decision,
             "reason": self.reason,
             "via": self.via or None,
@@ -224,6 +227,8 @@ def _answers(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
         DecisionFilter.TOOL_RESULT: Q(kind=RequestKind.CLIENT_TOOL),
     }
     requests = PendingRequest.objects.filter(tenant=tenant, answer__isnull=False, answered_at__isnull=False)
+    # An external agent's request a rule decided at once is the rule's entry (its `request.answered` event).
+    requests = requests.exclude(answered_via="rule")
     if criteria.decision:
         if criteria.decision not in decision_filters:
             return None
@@ -366,7 +371,8 @@ def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, st
         when=pending.answered_at,
         source=ANSWER,
         decision=decision,
-        who=pending.answered_by.username if pending.answered_by else None,
+        # Decided at once for an external agent (its tool's mode `never`, a policy): nobody was asked.
+        who=pending.answered_by.username if pending.answered_by else "system",
         reason=answer.get("reason") or None,
         via=pending.answered_via,
         policy=pending.policy,

@@ -40,23 +40,30 @@ def group(request_id: str) -> str:
 BODY_LIMIT = 256 * 1024
 
 
+def messages(request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The wake of each of `request_ids`: its request's JSON as `GET /api/requests/{id}` answers it (none for an
+    id of no request, or JSON over BODY_LIMIT), so a woken waiter costs no second request."""
+    ids = list(request_ids)
+    found = PendingRequest.objects.select_related(*SHOWN).filter(id__in=ids)
+    bodies = {str(pending.id): json.dumps(request_wire(pending), cls=DjangoJSONEncoder) for pending in found}
+    woken: dict[str, dict[str, Any]] = {}
+    for rid in ids:
+        body = bodies.get(rid)
+        woken[rid] = {"type": "request.decided", **({"body": body} if body and len(body) <= BODY_LIMIT else {})}
+    return woken
+
+
 def wake(request_ids: Iterable[str]) -> None:
-    """Wake the waiters of `request_ids` (from synchronous code, once the change is committed), each with its
-    request's JSON as `GET /api/requests/{id}` answers it, so a woken waiter costs no second request."""
+    """Wake the waiters of `request_ids` (from synchronous code, once the change is committed)."""
     layer = get_channel_layer()
     ids = list(request_ids)
     if layer is None or not ids:
         return
-    found = PendingRequest.objects.select_related(*SHOWN).filter(id__in=ids)
-    bodies = {str(pending.id): json.dumps(request_wire(pending), cls=DjangoJSONEncoder) for pending in found}
+    sends = messages(ids)
 
     async def send_all() -> None:
         # One after another: gathering them would open a connection of the layer per group at once.
-        for rid in ids:
-            message: dict[str, Any] = {"type": "request.decided"}
-            body = bodies.get(rid)
-            if body is not None and len(body) <= BODY_LIMIT:
-                message["body"] = body
+        for rid, message in sends.items():
             await layer.group_send(group(rid), message)
 
     async_to_sync(send_all)()

@@ -13,9 +13,10 @@ sampled too.
 Then the requests are answered in batches (`--batch`, default all at once): this process stores each answer as
 `approvals.actions.decide` does (`PendingRequest.record_answer`, its conditional update: the full answer path
 costs ~75 ms a request in process here, and a thousand of them would outlast the 60 s wait), then sends the
-batch's wakes at once through `approvals.waiting.wake` (what the answer's `notify_requests_closed` calls); each
-waiter's latency is the time from that call to its response's last byte. So the time measured is the console's
-(wake -> Django's second answer -> socket), not the answer's own.
+batch's wakes back to back as `approvals.waiting.wake` does (what the answer's `notify_requests_closed` calls:
+each wake carries its request's JSON); each waiter's latency is the time from its wake's send to its response's
+last byte. So the time measured is the console's (wake -> the woken handler's answer -> socket), not the
+answer's own.
 
 Baseline: as many bare websockets on the same daphne, each round one plain `group_send` of a message as long as a
 poll's response (push_latency's bare broadcast), latency from the send to the arrival.
@@ -179,14 +180,10 @@ def store_answers(persona: dict[str, Any], ids: list[str]) -> None:
         assert pending.record_answer({"approved": True}, persona["user"], "api", now), pending.id
 
 
-def wake_message(request_id: str) -> dict[str, Any]:
-    """What the wake of `request_id` sends to its group (approvals.waiting.wake's message)."""
-    return {"type": "request.decided"}
-
-
 def send_wakes(request_ids: list[str]) -> dict[str, float]:
-    """The wakes of `request_ids`, one group_send after another on one event loop of this thread (as many answers,
-    each waking its own request, would send them); the time.time() each one left."""
+    """The wakes of `request_ids` (`approvals.waiting.messages`: each with its request's JSON), one group_send
+    after another on one event loop of this thread (as many answers, each waking its own request, would send
+    them); the time.time() each one left."""
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
@@ -195,11 +192,12 @@ def send_wakes(request_ids: list[str]) -> dict[str, float]:
     layer = get_channel_layer()
     assert layer is not None
     sent: dict[str, float] = {}
+    sends = waiting.messages(request_ids)
 
     async def each() -> None:
-        for rid in request_ids:
+        for rid, message in sends.items():
             sent[rid] = time.time()
-            await layer.group_send(waiting.group(rid), wake_message(rid))
+            await layer.group_send(waiting.group(rid), message)
 
     async_to_sync(each)()
     return sent

@@ -1,5 +1,6 @@
 """External agents' requests through the API (SPEC section 12): open, decide, wait, cancel, report."""
 
+import json
 import uuid
 from typing import Any
 
@@ -8,7 +9,7 @@ import pytest
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.actions import expire_due
-from approvals.models import PendingRequest, RequestStatus
+from approvals.models import PendingRequest, RequestStatus, Rule
 from tests.conftest import Persona
 from tests.helpers import assert_problem, snapshot, stored_events
 
@@ -111,6 +112,14 @@ def test_a_tool_that_needs_no_approval_and_a_remembered_rule_decide_at_once(depl
     assert decided["status"] == "decided"
     assert decided["decision"]["via"] == "rule" and decided["decision"]["result"] == {"kind": "approved"}
     assert not PendingRequest.objects.open().exists()
+    # The audit has each decision once: the person's, the rule's, and the tool's mode `never`.
+    exported = admin.client.get("/audit/?format=json")
+    entries = [e for e in json.loads(b"".join(exported.streaming_content)) if e["agent"] == "deployer"]
+    assert [(e["actor"], e["who"], e["via"], e["toolName"]) for e in entries] == [
+        ("rule", f"rule {Rule.objects.get().id}", None, "deploy"),
+        ("user", admin.user.username, "api", "deploy"),
+        ("system", "system", "never", "status"),
+    ]
 
 
 def test_a_reader_is_refused_and_another_tenant_sees_nothing(deployer, operator, reader, outsider):
