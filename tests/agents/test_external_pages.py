@@ -329,3 +329,17 @@ def test_seed_demo_adds_the_deployer_and_its_waiting_deploy_once(db, monkeypatch
     [waiting] = PendingRequest.objects.filter(agent=deployer)
     assert waiting.status == "pending" and waiting.tool_name == "deploy" and is_external(waiting)
     assert waiting.arguments == {"service": "billing", "version": "2.4.1", "env": "production"}
+
+
+def test_the_diff_of_a_hosted_agent_made_external_shows_the_runtime_and_both_kinds_of_tools(admin, agent):
+    data = browser_post(admin.client.get("/agents/helper/edit/"))
+    data |= {"runtime": "external", **rows("external_tools", {"name": "ping", "approval": "never"})}
+    admin.client.post("/agents/helper/edit/", data)
+
+    response = admin.client.get("/agents/helper/diff/?a=1&b=2")
+
+    assert response.status_code == 200
+    changed = {row["label"]: (row["a"], row["b"]) for row in response.context["rows"] if row["changed"]}
+    assert changed["Runtime"] == ("", "external")
+    assert changed["Model"][1] == "" and changed["Instructions"][1] == ""
+    assert changed["Declared tools"][0] == "" and '"name": "ping"' in changed["Declared tools"][1]
