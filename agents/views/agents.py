@@ -137,9 +137,7 @@ def starter_policy(request: ConsoleRequest) -> HttpResponse:
 def agent_detail(request: ConsoleRequest, name: str) -> HttpResponse:
     agent = get_agent_for(request, name)
     version = _version(agent, agent.current_version)
-    context = _definition_context(agent, version)
-    if version.definition.external:
-        context["curl_example"] = _curl_example(request, agent.name, version.definition)
+    context = _definition_context(agent, version, request)
     if version.definition.hooks is not None and request.membership.allows("admin"):
         context["try_form"] = try_form(request, agent, version, None)
     return render(request, "agents/detail.html", context)
@@ -165,7 +163,7 @@ def agent_try(request: ConsoleRequest, name: str) -> HttpResponse:
     if request.htmx:
         policies = PolicySummary.of(version.definition.hooks)
         return render(request, "agents/detail.html#try", {"agent": agent, "policies": policies, **context})
-    return render(request, "agents/detail.html", _definition_context(agent, version) | context)
+    return render(request, "agents/detail.html", _definition_context(agent, version, request) | context)
 
 
 @role_required("reader")
@@ -248,10 +246,12 @@ def _curl_example(request: ConsoleRequest, name: str, content: DefinitionContent
     )
 
 
-def _definition_context(agent: Agent, version: AgentVersion) -> dict[str, Any]:
+def _definition_context(agent: Agent, version: AgentVersion, request: ConsoleRequest | None = None) -> dict[str, Any]:
+    """What a version's page shows; with `request` (the current version), how an external agent calls Airlock."""
     content = version.definition
     external = [tool for tool in content.tools if isinstance(tool, ExternalTool)]
     return {
+        "curl_example": _curl_example(request, agent.name, content) if request and content.external else "",
         "external_tools": [
             (tool, APPROVAL_LABELS[tool.approval], json.dumps(tool.parameters, indent=2)) for tool in external
         ],

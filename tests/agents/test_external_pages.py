@@ -343,3 +343,14 @@ def test_the_diff_of_a_hosted_agent_made_external_shows_the_runtime_and_both_kin
     assert changed["Runtime"] == ("", "external")
     assert changed["Model"][1] == "" and changed["Instructions"][1] == ""
     assert changed["Declared tools"][0] == "" and '"name": "ping"' in changed["Declared tools"][1]
+
+
+def test_cancelling_an_external_run_from_its_card_closes_the_request_for_the_agent(operator, deployer):
+    opened = open_deploy(operator)
+
+    response = operator.client.post(f"/inbox/{opened['requestId']}/cancel-run/", follow=True)
+
+    assert response.status_code == 200
+    got = operator.api("get", f"/api/requests/{opened['requestId']}?wait=0").json()
+    assert got["status"] == "cancelled", got
+    assert got["decision"]["approved"] is False

@@ -58,6 +58,7 @@ def test_it_creates_an_external_agent_and_answers_its_request_from_the_inbox(
     admin.get_by_label("Name", exact=True).fill(name)
     add_tool(admin, "deploy", "Deploy a service.", "Ask unless a rule answers", json.dumps(DEPLOY_SCHEMA))
     add_tool(admin, "status", "Read a service's status.", "Never ask")
+    admin.screenshot(path="/tmp/airlock-new-external-agent.png", full_page=True)
     admin.get_by_role("button", name="Create agent").click()
 
     admin.wait_for_url(f"**/agents/{name}/")
@@ -68,6 +69,7 @@ def test_it_creates_an_external_agent_and_answers_its_request_from_the_inbox(
     expect(tools).to_contain_text("Never ask")
     expect(admin.locator("#curl-example")).to_contain_text(f"/api/agents/{name}/requests")
     expect(admin.get_by_role("link", name="Try it")).to_have_count(0)
+    admin.screenshot(path="/tmp/airlock-external-agent.png", full_page=True)
 
     operator = sign_in("otto")
     open_filtered(operator, name)
@@ -78,6 +80,7 @@ def test_it_creates_an_external_agent_and_answers_its_request_from_the_inbox(
     expect(card).to_contain_text(f"external · {name}")
     expect(card).to_contain_text("Deploy a service.")
     expect(card).to_contain_text("billing")
+    operator.screenshot(path="/tmp/airlock-external-card.png", full_page=True)
 
     operator.keyboard.press("Tab")
     operator.keyboard.press("Enter")
