@@ -4,6 +4,7 @@ module only re-exports."""
 from agents.forms.definition import (
     APPROVAL_LABELS,
     KEPT_FIELDS,
+    RUNTIMES,
     SECTIONS,
     TOP_FIELDS,
     DefinitionForm,
@@ -16,6 +17,7 @@ from agents.forms.policy_try import SAMPLE_EMAIL, SAMPLE_MESSAGE, PolicyTryForm,
 __all__ = [
     "APPROVAL_LABELS",
     "KEPT_FIELDS",
+    "RUNTIMES",
     "SAMPLE_EMAIL",
     "SAMPLE_MESSAGE",
     "SECTIONS",

@@ -4,17 +4,21 @@ Every list section is a table of rows (console/rows.py): inputs named `<section>
 validation error found at `parameters.2.default` put back on the third kept parameter row. The policies
 (`hooks`) are one JSON text, the declaration document as the API takes it; the loader's refusals are shown
 next to it.
+
+The runtime (SPEC section 12) picks the sections that count: a hosted agent's model, instructions, server and
+client tools, MCP servers and parameters, or an external agent's declared tools. The page posts both (it only
+hides the other runtime's, so switching back loses nothing) and the form reads those of the chosen runtime.
 """
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.http import QueryDict
 from pydantic import ValidationError
 
-from agents.definitions import CULTURE, IDENTIFIER, SLUG, DefinitionContent, error_map
+from agents.definitions import CULTURE, IDENTIFIER, SLUG, DefinitionContent, ExternalTool, ToolBinding, error_map
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 from console.rows import Row, RowKind, clean_text
@@ -55,11 +59,30 @@ SECTIONS: dict[str, RowKind] = {
             choices=("kind", "required"),
             multiline=("description",),
         ),
+        RowKind(
+            "external_tools",
+            ("name", "description", "parameters", "approval", "approvers"),
+            error_field="name",
+            wire="tools",
+            blank={"approval": "always"},
+            choices=("approval",),
+            multiline=("description", "parameters"),
+        ),
     )
 }
+# The sections each runtime reads; the other runtime's rows are posted too (hidden) and kept as typed.
+RUNTIME_SECTIONS = {
+    "hosted": ("cultures", "tools", "client_tools", "mcp_servers", "parameters"),
+    "external": ("external_tools",),
+}
+RUNTIMES = [
+    ("hosted", "Hosted", "Airlock runs it: a model, instructions and tools of this server."),
+    ("external", "External", "It runs elsewhere and brings its tool calls to the inbox, through the API."),
+]
 # Top-level form field -> pydantic error path.
 TOP_FIELDS = {
     "name": "name",
+    "runtime": "runtime",
     "display_name": "displayName",
     "description": "description",
     "instructions": "instructions",
@@ -71,6 +94,7 @@ TOP_FIELDS = {
 _TOP_BY_PATH = {path: name for name, path in TOP_FIELDS.items()} | {"model": "model_name"}
 # What the form does not show, kept from the version being edited (the API changes them).
 KEPT_FIELDS = ("maxModelCalls", "subAgents", "escalations", "requestKinds")
+_HOSTED_KEPT = {"subAgents"}  # an external agent has none: switching to external drops them
 _TEXTAREAS = {"instructions", "description", "hooks"}  # top-level fields kept as typed
 _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
@@ -79,8 +103,9 @@ _FALSE = {"false", "no", "0"}
 APPROVAL_LABELS = {"never": "Never ask", "always": "Ask unless a rule answers", "every_time": "Ask every time"}
 
 
-def choices(granted: Mapping[str, ConnectionSpec]) -> dict[str, Any]:
-    """The options of the form's selects; connections are those granted to the tenant."""
+def choices(granted: Mapping[str, ConnectionSpec], groups: Collection[str] = ()) -> dict[str, Any]:
+    """The options of the form's selects; connections are those granted to the tenant, `groups` its approver
+    groups (an external tool's approvers)."""
     specs = sorted(granted.values(), key=lambda spec: spec.name)
     return {
         "model_connections": [(spec.name, spec.kind) for spec in specs if spec.kind in MODEL_KINDS],
@@ -90,6 +115,8 @@ def choices(granted: Mapping[str, ConnectionSpec]) -> dict[str, Any]:
         "kinds": [("text", "Text"), ("number", "Number"), ("boolean", "Boolean")],
         "server_tools": sorted(REGISTRY.values(), key=lambda tool: tool.name),
         "server_tool_names": set(REGISTRY),
+        "runtimes": RUNTIMES,
+        "groups": sorted(groups),
     }
 
 
@@ -106,7 +133,7 @@ class DefinitionForm:
 
     @classmethod
     def blank(cls) -> "DefinitionForm":
-        values = dict.fromkeys(TOP_FIELDS, "") | {"model_connection": "scripted"}
+        values = dict.fromkeys(TOP_FIELDS, "") | {"model_connection": "scripted", "runtime": "hosted"}
         return cls(values, {section: [] for section in SECTIONS})
 
     @classmethod
@@ -117,6 +144,7 @@ class DefinitionForm:
         the form does not show (its model-call limit, sub-agents, approver routing) is kept from it.
         """
         values = {name: clean_text(data.get(name, ""), name in _TEXTAREAS) for name in TOP_FIELDS}
+        values["runtime"] = values["runtime"] or "hosted"  # a post from before runtimes (or by hand) is hosted
         if editing is not None:
             values["name"] = editing.name
         form = cls(values, {name: section.posted(data) for name, section in SECTIONS.items()})
@@ -125,9 +153,12 @@ class DefinitionForm:
 
     @classmethod
     def from_content(cls, content: DefinitionContent) -> "DefinitionForm":
+        hosted_tools = [t for t in content.tools if isinstance(t, ToolBinding)]
+        external_tools = [t for t in content.tools if isinstance(t, ExternalTool)]
         model = content.model
         values = {
             "name": content.name,
+            "runtime": content.runtime,
             "display_name": content.display_name,
             "description": content.description,
             "instructions": content.instructions,
@@ -141,7 +172,17 @@ class DefinitionForm:
                 SECTIONS["cultures"].new(culture=culture, instructions=text)
                 for culture, text in content.instructions_by_culture.items()
             ],
-            "tools": [SECTIONS["tools"].new(name=t.name, approval=t.approval) for t in content.tools],
+            "tools": [SECTIONS["tools"].new(name=t.name, approval=t.approval) for t in hosted_tools],
+            "external_tools": [
+                SECTIONS["external_tools"].new(
+                    name=t.name,
+                    description=t.description,
+                    parameters=json.dumps(t.parameters, indent=2),
+                    approval=t.approval,
+                    approvers=t.approvers or "",
+                )
+                for t in external_tools
+            ],
             "client_tools": [
                 SECTIONS["client_tools"].new(
                     name=t.name, description=t.description, parameters=json.dumps(t.parameters, indent=2)
@@ -166,6 +207,15 @@ class DefinitionForm:
             ],
         }
         return cls(values, rows)
+
+    @property
+    def external(self) -> bool:
+        return self.values["runtime"] == "external"
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """The row sections the chosen runtime reads."""
+        return RUNTIME_SECTIONS["external" if self.external else "hosted"]
 
     @property
     def has_row_errors(self) -> bool:
@@ -221,6 +271,16 @@ class DefinitionForm:
     def _wire(self) -> dict[str, Any]:
         """The camelCase dict `DefinitionContent` validates; conversions that fail become field errors."""
         v = self.values
+        if v["runtime"] != "hosted":  # external, or a runtime typed by hand, which pydantic refuses by name
+            return {
+                "name": v["name"],
+                "runtime": v["runtime"],
+                "displayName": v["display_name"],
+                "description": v["description"],
+                "requestDeadlineSeconds": self._whole_number("request_deadline_seconds"),
+                "tools": [self._external_tool(row) for row in self.rows["external_tools"]],
+                "hooks": self._hooks(),
+            }
         return {
             "name": v["name"],
             "displayName": v["display_name"],
@@ -245,8 +305,14 @@ class DefinitionForm:
         if self.kept is None:
             return wire
         kept = self.kept.wire()
-        wire |= {key: kept[key] for key in KEPT_FIELDS if key in kept}
-        for section, key in (("tools", "name"), ("clientTools", "name"), ("mcpServers", "connection")):
+        external = wire.get("runtime") == "external"
+        wire |= {key: kept[key] for key in KEPT_FIELDS if key in kept and not (external and key in _HOSTED_KEPT)}
+        routed_sections = [("clientTools", "name"), ("mcpServers", "connection")]
+        if not external and not self.kept.external:  # an external agent's form edits its tools' approvers
+            routed_sections.append(("tools", "name"))
+        for section, key in routed_sections:
+            if section not in wire:
+                continue
             routed = {item[key]: item["approvers"] for item in kept.get(section, []) if item.get("approvers")}
             for item in wire[section]:
                 if item.get(key) in routed:
@@ -302,6 +368,13 @@ class DefinitionForm:
                 row.errors["parameters"] = f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
         return tool
 
+    def _external_tool(self, row: Row) -> dict[str, Any]:
+        v = row.values
+        tool = self._client_tool(row) | {"approval": v["approval"]}
+        if v["approvers"]:
+            tool["approvers"] = v["approvers"]
+        return tool
+
     def _parameter(self, row: Row) -> dict[str, Any]:
         v = row.values
         parameter = {
@@ -323,13 +396,18 @@ class DefinitionForm:
             ("client_tools", "name", "Another client tool is named “{}”."),
             ("mcp_servers", "connection", "Another MCP server uses “{}”."),
             ("parameters", "name", "Another parameter is named “{}”."),
+            ("external_tools", "name", "Another tool is named “{}”."),
         ):
+            if section not in self.sections:
+                continue
             seen: set[str] = set()
             for row in self.rows[section]:
                 name = row.values[key]
                 if name and name in seen:
                     row.errors.setdefault(key, clash.format(name))
                 seen.add(name)
+        if self.external:
+            return
         server_tools = {row.values["name"] for row in self.rows["tools"]}
         for row in self.rows["client_tools"]:
             if row.values["name"] in server_tools:
@@ -346,7 +424,7 @@ class DefinitionForm:
         if path in _TOP_BY_PATH:
             self.errors.setdefault(_TOP_BY_PATH[path], message)
             return
-        if not any(section.place(self.rows[name], path, message) for name, section in SECTIONS.items()):
+        if not any(SECTIONS[name].place(self.rows[name], path, message) for name in self.sections):
             self.errors.setdefault("__all__", message)
 
 

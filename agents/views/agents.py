@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents import actions
-from agents.definitions import ConnectionRefused
+from agents.definitions import ConnectionRefused, DefinitionContent, ExternalTool, ToolBinding
 from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, PolicyTryForm, as_text, choices, hooks_text
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
@@ -21,6 +21,7 @@ from agents.starter_policy import starter_hooks
 from agents.tools import REGISTRY
 from agents.views.diff import diff_rows
 from agents.views.policies import PolicySummary, try_form, try_policies
+from approvals.models import ApproverGroup
 from console.connections import ConnectionSpec
 from console.models import Connection
 from console.tenancy import ConsoleRequest, role_required
@@ -28,6 +29,12 @@ from console.tenancy import ConsoleRequest, role_required
 
 def _granted(request: ConsoleRequest) -> dict[str, ConnectionSpec]:
     return Connection.objects.specs_for(request.tenant)
+
+
+def _choices(request: ConsoleRequest, granted: dict[str, ConnectionSpec]) -> dict[str, Any]:
+    """The form's options: the tenant's granted connections and its approver groups."""
+    groups = ApproverGroup.objects.filter(tenant=request.tenant).values_list("name", flat=True)
+    return choices(granted, list(groups))
 
 
 def _version(agent: Agent, number: str | int | None) -> AgentVersion:
@@ -70,7 +77,7 @@ def agent_create(request: ConsoleRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created agent “{agent.name}” (version 1).")
             return redirect("agents:detail", agent.name)
-    return render(request, "agents/form.html", {"form": form, "agent": None, **choices(granted)})
+    return render(request, "agents/form.html", {"form": form, "agent": None, **_choices(request, granted)})
 
 
 @role_required("admin")
@@ -96,7 +103,7 @@ def agent_edit(request: ConsoleRequest, name: str) -> HttpResponse:
             else:
                 messages.success(request, f"Saved version {version.number}.")
                 return redirect("agents:detail", agent.name)
-    context = {"form": form, "agent": agent, "note": request.POST.get("note", ""), **choices(granted)}
+    context = {"form": form, "agent": agent, "note": request.POST.get("note", ""), **_choices(request, granted)}
     return render(request, "agents/form.html", context)
 
 
@@ -106,7 +113,7 @@ def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
     """One empty row of a form section, added to its table by htmx."""
     if section not in SECTIONS:
         raise Http404("No such section.")
-    context = {"row": SECTIONS[section].new(), **choices(_granted(request))}
+    context = {"row": SECTIONS[section].new(), **_choices(request, _granted(request))}
     return render(request, f"agents/rows.html#{section}", context)
 
 
@@ -117,7 +124,8 @@ def starter_policy(request: ConsoleRequest) -> HttpResponse:
     mode = "evaluate_only" if request.GET.get("mode") == "evaluate_only" else "enforce"
     # The tools the form lists (its rows come along, `hx-include`): the manifest names them all, as one that
     # governs tool calls denies a tool it does not name.
-    named = [request.GET.get(key, "") for key in request.GET if re.fullmatch(r"(tools|client_tools)-[\w-]+-name", key)]
+    sections = "external_tools" if request.GET.get("runtime") == "external" else "tools|client_tools"
+    named = [request.GET.get(key, "") for key in request.GET if re.fullmatch(rf"({sections})-[\w-]+-name", key)]
     tools = [name.strip() for name in named if name.strip()]
     form = DefinitionForm.blank()
     form.values["hooks"] = hooks_text(starter_hooks(mode, tools))
@@ -129,7 +137,7 @@ def starter_policy(request: ConsoleRequest) -> HttpResponse:
 def agent_detail(request: ConsoleRequest, name: str) -> HttpResponse:
     agent = get_agent_for(request, name)
     version = _version(agent, agent.current_version)
-    context = _definition_context(agent, version)
+    context = _definition_context(agent, version, request)
     if version.definition.hooks is not None and request.membership.allows("admin"):
         context["try_form"] = try_form(request, agent, version, None)
     return render(request, "agents/detail.html", context)
@@ -155,7 +163,7 @@ def agent_try(request: ConsoleRequest, name: str) -> HttpResponse:
     if request.htmx:
         policies = PolicySummary.of(version.definition.hooks)
         return render(request, "agents/detail.html#try", {"agent": agent, "policies": policies, **context})
-    return render(request, "agents/detail.html", _definition_context(agent, version) | context)
+    return render(request, "agents/detail.html", _definition_context(agent, version, request) | context)
 
 
 @role_required("reader")
@@ -209,14 +217,53 @@ def agent_delete(request: ConsoleRequest, name: str) -> HttpResponse:
     return redirect("agents:list")
 
 
-def _definition_context(agent: Agent, version: AgentVersion) -> dict[str, Any]:
+def _example_value(schema: Any) -> Any:
+    """A value a property of this JSON schema would take, for the example request."""
+    if not isinstance(schema, dict):
+        return "…"
+    if schema.get("enum"):
+        return schema["enum"][0]
+    examples: dict[Any, Any] = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+    return examples.get(schema.get("type"), "…")
+
+
+def _curl_example(request: ConsoleRequest, name: str, content: DefinitionContent) -> str:
+    """How the external agent `name` opens a request for its first tool and waits for the decision (SPEC 12)."""
+    tool = next((t for t in content.tools if isinstance(t, ExternalTool) and t.approval != "never"), None)
+    tool = tool or next((t for t in content.tools if isinstance(t, ExternalTool)), None)
+    body: dict[str, Any] = {"kind": "approval", "toolName": tool.name if tool else "your_tool"}
+    properties = (tool.parameters.get("properties") if tool else None) or {}
+    body["arguments"] = {key: _example_value(schema) for key, schema in properties.items()}
+    opened = request.build_absolute_uri(f"/api/agents/{name}/requests")
+    waited = request.build_absolute_uri("/api/requests/")
+    return (
+        f"curl -X POST {opened} \\\n"
+        '  -H "Authorization: Bearer $AIRLOCK_TOKEN" -H "Content-Type: application/json" \\\n'
+        f"  -d '{json.dumps(body, ensure_ascii=False)}'\n"
+        '# -> 201 {"requestId": "…", "status": "pending"} (or "decided" at once, by a rule or approval "never")\n\n'
+        f'curl "{waited}$REQUEST_ID?wait=60" -H "Authorization: Bearer $AIRLOCK_TOKEN"\n'
+        '# -> {"status": "answered", "decision": {"approved": true, …}} once an operator answers'
+    )
+
+
+def _definition_context(agent: Agent, version: AgentVersion, request: ConsoleRequest | None = None) -> dict[str, Any]:
+    """What a version's page shows; with `request` (the current version), how an external agent calls Airlock."""
     content = version.definition
+    external = [tool for tool in content.tools if isinstance(tool, ExternalTool)]
     return {
+        "curl_example": _curl_example(request, agent.name, content) if request and content.external else "",
+        "external_tools": [
+            (tool, APPROVAL_LABELS[tool.approval], json.dumps(tool.parameters, indent=2)) for tool in external
+        ],
         "policies": PolicySummary.of(content.hooks) if content.hooks is not None else None,
         "agent": agent,
         "version": version,
         "content": content,
-        "server_tools": [(tool, REGISTRY.get(tool.name), APPROVAL_LABELS[tool.approval]) for tool in content.tools],
+        "server_tools": [
+            (tool, REGISTRY.get(tool.name), APPROVAL_LABELS[tool.approval])
+            for tool in content.tools
+            if isinstance(tool, ToolBinding)
+        ],
         "mcp_servers": [(server, APPROVAL_LABELS[server.approval]) for server in content.mcp_servers],
         "client_tools": [(tool, json.dumps(tool.parameters, indent=2)) for tool in content.client_tools],
         "parameters": [(parameter, as_text(parameter.default)) for parameter in content.parameters],

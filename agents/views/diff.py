@@ -47,10 +47,14 @@ def _comparable(content: DefinitionContent, cultures: list[str]) -> dict[str, st
         "Description": content.description,
         "Instructions": content.instructions,
         "Request deadline (seconds)": as_text(content.request_deadline_seconds),
-        "Model": content.model.label,
+        # An external agent has no model (SPEC section 12); its tools are the ones it declares.
+        "Model": "" if content.external else content.model.label,
     }
+    if content.external:
+        fields = {"Runtime": "external", **fields}
     fields |= {f"Instructions ({culture})": content.instructions_by_culture.get(culture, "") for culture in cultures}
-    fields |= {label: json.dumps(wire[key], indent=2) if wire[key] else "" for label, key in _LIST_FIELDS}
+    lists = [("Declared tools" if content.external and key == "tools" else label, key) for label, key in _LIST_FIELDS]
+    fields |= {label: json.dumps(wire[key], indent=2) if wire[key] else "" for label, key in lists}
     return fields | _policy_texts(content.hooks)
 
 

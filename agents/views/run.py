@@ -98,8 +98,12 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     turns = session_turns(run.session, run)
     [viewed] = [turn for turn in turns if turn.viewed]
     events = [entry.event for entry in viewed.entries or []]
+    external = run.version.definition.external
     context = {
         "run": run,
+        # A run of an external agent stands for the agent's pause (SPEC section 12): nothing here can replay,
+        # fork or continue it, as the agent runs elsewhere.
+        "external": external,
         "row": RunRow(run),
         "parameters": [(name, pretty(value)) for name, value in run.parameters.items()],
         # A fork's first run follows this one too, in another session: the timeline shows it as a branch.
@@ -111,7 +115,7 @@ def run_detail(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         "replay_of": replay_of(run, events),
         # The Replay button's version picker, for admins.
         "versions": list(run.agent.versions.order_by("-number").values_list("number", flat=True))
-        if request.membership.allows("admin")
+        if request.membership.allows("admin") and not external
         else [],
         # A fork's copies of this run's requests are the fork's.
         "requests": PendingRequest.objects.filter(run=run, session=run.session_id).select_related("answered_by"),

@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
+from django.db.models import F
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -107,9 +108,15 @@ def _turns(
 def trial(request: ConsoleRequest) -> HttpResponse:
     tenant = request.tenant
     agents = list(Agent.objects.live().filter(tenant=tenant))
-    agent = next((a for a in agents if a.name == request.GET.get("agent")), agents[0] if agents else None)
-    context: dict[str, object] = {"agents": agents, "agent": agent}
-    if agent is not None:
+    current = AgentVersion.objects.filter(agent__in=agents, number=F("agent__current_version"))
+    external = {version.agent_id for version in current if version.definition.external}
+    # Unless one is named, the first hosted agent: an external one runs elsewhere, not here (SPEC section 12).
+    first = next((a for a in agents if a.pk not in external), agents[0] if agents else None)
+    agent = next((a for a in agents if a.name == request.GET.get("agent")), first)
+    context: dict[str, object] = {"agents": agents, "agent": agent, "external_ids": external}
+    if agent is not None and agent.pk in external:
+        context["external"] = True
+    elif agent is not None:
         versions = list(agent.versions.all())
         chosen = request.GET.get("version", "")
         version = next((v for v in versions if str(v.number) == chosen), versions[0])

@@ -13,8 +13,10 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
+from agents.definitions import ExternalTool
 from agents.models import Run
 from agents.tools import REGISTRY
+from approvals.actions.external import is_external
 from approvals.models import PendingRequest, RequestKind
 
 register = template.Library()
@@ -39,11 +41,22 @@ def tool_description(pending: PendingRequest) -> SafeString:
     from the definition of the run that asked; "" when there is none (an MCP tool's lives on its server)."""
     definition = pending.run.version.definition
     text = ""
-    if pending.kind == RequestKind.CLIENT_TOOL:
+    if is_external(pending):
+        # What the agent said about this call, else its declared tool's description (approvals.actions.external).
+        asked = (pending.engine_state or {}).get("permissionRequest") or {}
+        declared = [t for t in definition.tools if isinstance(t, ExternalTool) and t.name == pending.tool_name]
+        text = asked.get("toolDescription") or (declared[0].description if declared else "")
+    elif pending.kind == RequestKind.CLIENT_TOOL:
         text = next((t.description for t in definition.client_tools if t.name == pending.tool_name), "")
     elif pending.tool_name in REGISTRY and any(t.name == pending.tool_name for t in definition.tools):
         text = REGISTRY[pending.tool_name].description
     return render_markdown(text) if text.strip() else SafeString("")
+
+
+@register.filter
+def external(pending: PendingRequest) -> bool:
+    """Whether an external agent asked (SPEC section 12): the card says so, "external · deployer"."""
+    return is_external(pending)
 
 
 @register.filter

@@ -58,8 +58,8 @@ class FormReader(HTMLParser):
         a = {key: value or "" for key, value in attrs}
         if "name" in a:
             self.attrs_by_name[a["name"]] = a
-        if tag == "input" and "name" in a and a.get("type") not in {"submit", "radio"}:
-            if a.get("type") != "checkbox" or "checked" in a:
+        if tag == "input" and "name" in a and a.get("type") != "submit":
+            if a.get("type") not in {"checkbox", "radio"} or "checked" in a:
                 self.fields.append((a["name"], a.get("value", "on" if a.get("type") == "checkbox" else "")))
         elif tag == "select" and "name" in a:
             self._select, self._first_option, self._chosen = a["name"], None, None

@@ -129,6 +129,7 @@ def test_it_seeds_the_demo_once(db, monkeypatch):
     demo = Tenant.objects.get(slug="demo")
     assert set(Agent.objects.live().filter(tenant=demo).values_list("name", flat=True)) == {
         "assistant",
+        "deployer",
         "guarded",
         "researcher",
     }

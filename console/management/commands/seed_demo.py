@@ -10,6 +10,8 @@ from django.db import transaction
 from agents.definitions import DefinitionContent
 from agents.models import Agent
 from agents.starter_policy import starter_hooks
+from approvals.actions import RequestRefused, open_request
+from approvals.external import OpenRequest
 from console.models import Membership, Role, Tenant
 
 DEMO_USERS = {"admin": Role.ADMIN, "operator": Role.OPERATOR, "viewer": Role.READER}
@@ -95,6 +97,55 @@ def guarded_agent() -> DefinitionContent:
     )
 
 
+def deployer_agent() -> DefinitionContent:
+    """`deployer`: an external agent (SPEC section 12), a deploy script that runs elsewhere and asks before it
+    deploys; reading a service's status needs nobody."""
+    return DefinitionContent.model_validate(
+        {
+            "name": "deployer",
+            "runtime": "external",
+            "displayName": "Deployer",
+            "description": "An external agent: a CI deploy script that runs elsewhere and asks before each deploy.",
+            "tools": [
+                {
+                    "name": "deploy",
+                    "description": "Deploy a version of a service to an environment.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "service": {"type": "string"},
+                            "version": {"type": "string"},
+                            "env": {"enum": ["staging", "production"]},
+                        },
+                        "required": ["service", "version", "env"],
+                        "additionalProperties": False,
+                    },
+                    "approval": "always",
+                },
+                {
+                    "name": "status",
+                    "description": "Read a service's status.",
+                    "parameters": {"type": "object", "properties": {"service": {"type": "string"}}},
+                    "approval": "never",
+                },
+            ],
+        }
+    )
+
+
+# The demo's waiting deploy: a fixed request id, so a second seed finds it (the API's idempotency key) rather
+# than opening another, whether it still waits or was answered since.
+DEPLOY_REQUEST = OpenRequest.model_validate(
+    {
+        "requestId": "5eed0000-de91-4000-8000-000000000001",
+        "sessionId": "ci-billing-1042",
+        "kind": "approval",
+        "toolName": "deploy",
+        "arguments": {"service": "billing", "version": "2.4.1", "env": "production"},
+    }
+)
+
+
 class Command(BaseCommand):
     help = "Create the demo tenant, users and agents (safe to run again)."
 
@@ -126,9 +177,9 @@ class Command(BaseCommand):
             self.stdout.write("with the passwords they had (set DEMO_PASSWORD to set them all again).")
 
     def _seed_agents(self, tenant: Tenant, admin: Any) -> None:
-        """`researcher`, `assistant` and `guarded`, each created when the tenant has no live agent of that name. An
-        `assistant` seeded before it had the policy, and never edited since, gets it as a new version; one a
-        person changed is theirs and stays as it is."""
+        """`researcher`, `assistant`, `guarded` and `deployer`, each created when the tenant has no live agent of
+        that name, and the deployer's waiting request. An `assistant` seeded before it had the policy, and never
+        edited since, gets it as a new version; one a person changed is theirs and stays as it is."""
         live = {agent.name: agent for agent in Agent.objects.live().filter(tenant=tenant)}
         if "researcher" not in live:
             Agent.create(tenant, researcher_agent(), admin)
@@ -141,6 +192,17 @@ class Command(BaseCommand):
             assistant.append_version(demo_agent(), admin, note="seed_demo: the researcher sub-agent")
         if "guarded" not in live:
             Agent.create(tenant, guarded_agent(), admin)
+        if "deployer" not in live:
+            Agent.create(tenant, deployer_agent(), admin)
+        self._seed_deploy_request(tenant, admin)
+
+    def _seed_deploy_request(self, tenant: Tenant, admin: Any) -> None:
+        """The deployer's waiting `deploy`, opened as the agent opens it (approvals.actions.open_request)."""
+        membership = Membership.objects.get(user=admin, tenant=tenant)
+        try:
+            open_request(membership, admin, "deployer", DEPLOY_REQUEST)
+        except RequestRefused as refused:  # a deployer a person made hosted, or without `deploy`: theirs
+            self.stdout.write(f"No demo deploy request: {refused.detail}")
 
     def _generated(self) -> str:
         """The password kept in the data folder, made on the first run without DEMO_PASSWORD."""
