@@ -68,4 +68,6 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy .
+	cd clients/python && ../../.venv/bin/mypy --python-executable ../../.venv-openai-agents/bin/python \
+		airlock_client/openai_agents.py examples/openai_agents_example.py
 	.venv/bin/lint-imports --no-cache

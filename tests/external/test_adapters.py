@@ -181,3 +181,29 @@ async def test_langgraph_async_a_denial_reaches_the_node(console):
     assert approval["text"] == "billing is frozen" and approval["answeredBy"] == "ada"
     assert approval["result"] == {"kind": "denied-interactively-by-user", "feedback": "billing is frozen"}
     assert question["text"] == "mail"
+
+
+def test_the_client_example_deploys_with_the_arguments_the_approver_edited(console):
+    agent = console.external_agent()
+    run = start_example(console, "client_example.py", agent)
+    try:
+        request = one_pending(console, agent)
+        production = {"service": "billing", "environment": "production"}
+        with console.client("ada") as ada:
+            ada.decide(request["requestId"], approved=True, override_arguments=production)
+        out = finished(run)
+    finally:
+        run.kill()
+    assert f"approved by ada (api), with {production}" in out
+    events = console.api("ada").ok("GET", f"/api/runs/{request['runId']}/events")["items"]
+    assert [e["data"]["success"] for e in events if e["type"] == "tool.execution_complete"] == [True]
+
+
+def test_the_langgraph_example_prints_who_answered(console):
+    agent = console.external_agent()
+    answering = answer_in_turn(console, agent, [{"approved": True}, {"text": "chat"}])
+    out = finished(start_example(console, "langgraph_example.py", agent, AIRLOCK_SESSION="lg-example"))
+    answering.join(10)
+    assert "approval: approved=True by ada via api" in out
+    assert "question: 'chat' from ada" in out
+    assert "'announce': 'chat'" in out
