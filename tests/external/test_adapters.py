@@ -207,3 +207,46 @@ def test_the_langgraph_example_prints_who_answered(console):
     assert "approval: approved=True by ada via api" in out
     assert "question: 'chat' from ada" in out
     assert "'announce': 'chat'" in out
+
+
+# The synchronous entry with the synchronous client; `status` needs no approval, so Airlock decides at once.
+SYNC_RUN = """
+import os, sys
+from agents import Agent, function_tool, set_tracing_disabled
+from agents.testing import ScriptedModel, assistant_message, function_call
+from airlock_client import Airlock, run_with_airlock_sync
+
+set_tracing_disabled(True)
+read = []
+
+@function_tool(needs_approval=True)
+def status() -> str:
+    read.append("status")
+    return "green"
+
+model = ScriptedModel([[function_call("status", {}, call_id="call_status_1")], [assistant_message("It is green.")]])
+with Airlock(os.environ["AIRLOCK_URL"], os.environ["AIRLOCK_TOKEN"]) as airlock:
+    result = run_with_airlock_sync(
+        Agent(name="a", model=model, tools=[status]), "status?", airlock=airlock, airlock_agent=sys.argv[1]
+    )
+print(read, result.final_output)
+"""
+
+
+def test_openai_agents_sync_a_tool_that_needs_no_approval_runs_at_once(console):
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} is missing: make setup installs it")
+    agent = console.external_agent()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE")}
+    env |= {
+        "AIRLOCK_URL": console.url,
+        "AIRLOCK_TOKEN": console.tokens["otto"],
+        "PYTHONPATH": str(ROOT / "clients" / "python"),
+    }
+    done = subprocess.run(
+        [str(SDK_PYTHON), "-c", SYNC_RUN, agent], cwd="/", env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "['status'] It is green."
+    decided = console.api("ada").ok("GET", f"/api/requests?agent={agent}&status=answered")["items"]
+    assert [(r["toolName"], r["decision"]["approved"]) for r in decided] == [("status", True)]
