@@ -15,8 +15,10 @@ UV := $(shell uv --version >/dev/null 2>&1 && echo uv || echo .tools/bin/uv)
 
 # Bytecode compiled once at install: these machines set PYTHONDONTWRITEBYTECODE, so without it every Python
 # process (servers, workers, management commands, test workers) compiled its libraries again, ~6 s of CPU each.
+# The OpenAI Agents SDK gets an environment of its own: its package `agents` would shadow the app (pyproject.toml).
 setup: $(filter .tools/bin/uv,$(UV))
 	$(UV) sync --frozen --quiet --compile-bytecode
+	UV_PROJECT_ENVIRONMENT=.venv-openai-agents $(UV) sync --frozen --quiet --compile-bytecode --only-group openai-agents
 	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py collectstatic --noinput -v0
 
@@ -66,4 +68,6 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy .
+	cd clients/python && ../../.venv/bin/mypy --python-executable ../../.venv-openai-agents/bin/python \
+		airlock_client/openai_agents.py examples/openai_agents_example.py
 	.venv/bin/lint-imports --no-cache
