@@ -2,8 +2,10 @@
 bound policies (`POST /api/agents/{name}/interceptions`), and an approval resolver that turns an escalation into
 an Airlock request and answers it with the operator's decision.
 
-    emitter = InterceptionEmitter(interceptors=[AirlockInterceptor(url, token, "mailer")],
-                                  resolver=AirlockResolver(AsyncAirlock(url, token), "mailer"))
+    emitter = InterceptionEmitter(resolver=AirlockResolver(AsyncAirlock(url, token), "mailer"), timeout=600)
+    emitter.register(AirlockInterceptor(url, token, "mailer"), name="airlock")
+
+The emitter's `timeout` bounds the resolver too: give it as long as a person may take to answer.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from agent_hooks import (
     InterceptionPoint,
     Verdict,
 )
+
+from airlock_client.client import RequestClosed
 
 if TYPE_CHECKING:
     from airlock_client.client import AsyncAirlock
@@ -93,7 +97,10 @@ class AirlockResolver:
                 summary=verdict.message or verdict.reason or "A policy asks for approval.",
                 plan_content=json.dumps(context.get("target"), indent=2, default=str),
             )
-        decision = await self.airlock.wait(opened.request_id, timeout=self.timeout)
+        try:
+            decision = opened.decision or await self.airlock.wait(opened.request_id, timeout=self.timeout)
+        except RequestClosed as closed:  # cancelled, expired or abandoned: nobody approved it
+            decision = closed.decision
         if decision.approved:
             return ApprovalResolution(
                 outcome=ApprovalOutcome.APPROVE, context_identity=identity, verdict=Verdict.allow()
