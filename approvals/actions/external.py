@@ -135,9 +135,10 @@ def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID) -> 
             detail = f"The agent {version.agent.name!r} declares no tool {body.tool_name!r} (declared: {declared})."
             raise RequestRefused(400, "unknown_tool", detail)
         arguments = body.arguments or {}
-        problems = schema_problems(tool.parameters, arguments)
+        problems = schema_problems(tool.parameters, arguments, root="arguments")
         if problems:
-            raise RequestRefused(400, "invalid_arguments", f"The arguments do not fit {tool.name}: {problems}")
+            detail = f"The arguments do not fit the parameters of {tool.name}."
+            raise RequestRefused(400, "invalid_arguments", detail, {"arguments": problems})
         described = {
             "kind": "custom-tool",
             "toolName": tool.name,

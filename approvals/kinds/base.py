@@ -26,9 +26,10 @@ class AnswerRefused(Exception):
         self.code, self.detail = code, detail
 
 
-def schema_problems(schema: dict[str, Any], content: dict[str, Any]) -> str:
+def schema_problems(schema: dict[str, Any], content: dict[str, Any], root: str = "(content)") -> str:
+    """Where `content` does not fit `schema`: each problem at its path (`root` for the whole), joined by "; "."""
     errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
-    return "; ".join(f"{'/'.join(map(str, e.path)) or '(content)'}: {e.message}" for e in errors)
+    return "; ".join(f"{'/'.join(map(str, e.path)) or root}: {e.message}" for e in errors)
 
 
 class Kind:

@@ -90,7 +90,8 @@ def test_a_retry_with_the_same_request_id_is_the_same_request_and_another_body_c
 def test_unknown_tools_and_arguments_that_do_not_fit_are_refused_and_change_nothing(deployer, operator):
     before = snapshot()
     assert_problem(open_deploy(operator, toolName="launch"), 400, "unknown_tool")
-    assert_problem(open_deploy(operator, arguments={"service": "billing"}), 400, "invalid_arguments")
+    missing = assert_problem(open_deploy(operator, arguments={"service": "billing"}), 400, "invalid_arguments")
+    assert missing["errors"] == [{"field": "arguments", "message": "arguments: 'environment' is a required property"}]
     assert_problem(open_deploy(operator, arguments={"service": 3, "environment": "staging"}), 400, "invalid_arguments")
     assert_problem(operator.api("post", "/api/agents/deployer/requests", {"kind": "question"}), 400, "invalid_request")
     assert_problem(operator.api("post", "/api/agents/nobody/requests", {"kind": "question"}), 404, "agent_not_found")

@@ -61,7 +61,7 @@ def test_a_retry_is_the_same_request_and_another_body_conflicts(console):
             otto.request(agent, tool_name="deploy", arguments={"service": "billing"})
     assert (conflict.value.status, conflict.value.code) == (409, "request_conflict")
     assert (unknown.value.status, unknown.value.code) == (400, "unknown_tool")
-    assert invalid.value.code == "invalid_arguments" and "environment" in invalid.value.detail
+    assert invalid.value.code == "invalid_arguments" and "environment" in str(invalid.value.errors)
     assert pending_ids(console, agent) == [str(rid)]
 
 
