@@ -5,7 +5,6 @@ connected to console 2; answering there continues the run on worker 2."""
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 import redis
 from websockets.sync.client import connect
 
-from tests.processes.cluster import Api, Cluster, login, new_cluster, wait_for
+from tests.processes.cluster import Api, Cluster, login, new_cluster, scratch_database, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -39,15 +38,8 @@ def database() -> Iterator[str]:
     problem = _reachable()
     if problem is not None:
         pytest.skip(f"PostgreSQL and Redis are needed: {problem}")  # a failure under CI (tests/conftest.py)
-    name = f"airlock_scaleout_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    with scratch_database("airlock_scaleout") as url:
+        yield url
 
 
 @pytest.fixture
