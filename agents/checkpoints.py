@@ -26,6 +26,7 @@ from django.db.models import Q, QuerySet
 
 from agents.models import Checkpoint, Run, Session
 from approvals.models import PendingRequest, RequestStatus
+from approvals.receipts import record_requests
 
 # The longest chain of deltas behind a checkpoint, its full copy included.
 FULL_COPY_EVERY = 32
@@ -210,9 +211,11 @@ def fork(
     """The session `branch` makes from `checkpoint` with `copies`, `answered` (one of them) holding `answer`.
     None when the session or its agent was deleted."""
     answered.answer, answered.answered_by, answered.answered_at, answered.answered_via = answer, user, now, via
-    session = branch(checkpoint, copies)
-    if session is None:
-        return None
+    with transaction.atomic():
+        session = branch(checkpoint, copies)
+        if session is None:
+            return None
+        record_requests([answered], now)  # the copy's decision: its receipt
     return Forked(session, answered, [c for c in copies if c is not answered])
 
 

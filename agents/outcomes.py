@@ -12,13 +12,15 @@ from django.utils import timezone
 
 from agents import checkpoints
 from agents.engine import TurnBlocked, TurnError
-from agents.events import EventLog
+from agents.events import EventLog, EventType
 from agents.models import Run, RunStatus, Session
 from agents.payloads import BlockedError, ErrorInfo, RunAwaiting, RunBlocked, RunCompleted, RunFailed, SessionError
 from agents.runs import ExecutionResult, StartedRun, calls_with_side_effects, record_cancelled, record_terminated
+from approvals import receipts
 from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened
+from approvals.rules import rule_versions
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +221,37 @@ def _store_outcome(
         run.session.save(update_fields=fields)
     checkpoints.record(run)
     log.flush()
+    _record_receipts(run, log)
+
+
+def _record_receipts(run: Run, log: EventLog) -> None:
+    """The receipts of the calls the turn decided without a request (SPEC section 13): a rule approved them or a
+    policy denied them (`request.answered` naming the rule or policy, whose request id is no request's)."""
+    decided = [
+        event
+        for event in log.stored
+        if event.type == EventType.REQUEST_ANSWERED and (event.data.get("ruleId") or event.data.get("policy"))
+    ]
+    if not decided:
+        return
+    asked = PendingRequest.objects.filter(id__in=[e.data["requestId"] for e in decided]).values_list("id", flat=True)
+    known = {str(request_id) for request_id in asked}
+    versions = rule_versions([e.data["ruleId"] for e in decided if e.data.get("ruleId")])
+    facts = []
+    for event in decided:
+        data = event.data
+        if data["requestId"] in known:
+            continue  # a person's answer to a request (a policy's escalation): its receipt was written then
+        rule_id = data.get("ruleId")
+        if rule_id:
+            decider, result = receipts.rule_decider(rule_id, versions.get(rule_id, 1)), "approved"
+        else:
+            decider = receipts.policy_decider(data["policy"].get("binding"), run.version.number)
+            result = "denied-by-permission-request-hook"
+        name = data.get("toolName") or ""
+        arguments, at = data.get("arguments"), event.timestamp
+        facts.append(receipts.call_facts(run, run.agent.name, data["requestId"], name, arguments, decider, result, at))
+    receipts.record(run.tenant_id, facts)
 
 
 def _record_failed(log: EventLog, error: dict[str, str]) -> None:

@@ -3,11 +3,13 @@
 
 The sweep is one loop per serving process (started by `manage.py serve`) or the `sweep_deadlines`
 command; every closing is a conditional update, so several sweepers never close a request twice (and a
-digest's is too: several never send the same digest).
+digest's is too: several never send the same digest). The third loop signs each tenant's chain of receipts
+(`approvals.signing`).
 """
 
 from approvals.actions import expire_due
 from approvals.digests import send_digests
+from approvals.signing import sign_heads, signing_key
 from console.periodic import start_periodic
 
 
@@ -20,3 +22,10 @@ def start_digests(every_seconds: float) -> None:
     """Send the digests that are due every `every_seconds` in a daemon thread of this process (once per
     process)."""
     start_periodic("digests", every_seconds, send_digests)
+
+
+def start_signer(every_seconds: float) -> None:
+    """Sign the chain heads of receipts that moved every `every_seconds` in a daemon thread of this process
+    (once per process; several signers sign a head twice at worst)."""
+    signing_key()  # made now, on first run, not by the first decision
+    start_periodic("receipts", every_seconds, sign_heads)

@@ -5,8 +5,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models
-from django.db.models.signals import pre_save
+from django.db import models, transaction
+from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -14,6 +14,9 @@ from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
 from agents.queries import picked
 from agents.request_kinds import REQUEST_KINDS
+from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis, record_requests
+
+__all__ = ["ChainSignature", "Receipt", "ReceiptHead"]  # the receipts' tables, declared in approvals.receipts
 from console.models import Membership, Tenant
 
 
@@ -118,6 +121,13 @@ class Digest(models.Model):
 
     def __str__(self) -> str:
         return f"digest of {self.membership} after {self.after_minutes} min"
+
+
+@receiver(post_save, sender=Tenant)
+def _start_chain(sender: type[Tenant], instance: Tenant, created: bool, **kwargs: Any) -> None:
+    """A new tenant's chain of receipts starts empty, its head ready to be locked by the first decision."""
+    if created:
+        ReceiptHead.objects.get_or_create(tenant=instance, defaults={"hash": genesis(instance.pk)})
 
 
 @receiver(pre_save, sender=AgentVersion)
@@ -235,9 +245,13 @@ class PendingRequest(models.Model):
         (its agent is gone, so no run will ever carry it); the answer stays for the audit. `by`: the user who
         closed it (a cancel)."""
         still_open = PendingRequest.objects.filter(pk=self.pk, status=RequestStatus.PENDING, answered_in=None)
-        if not answered_too:
-            still_open = still_open.filter(answer__isnull=True)
-        if not still_open.update(status=kind, closed_at=now, closed_by=by):
+        with transaction.atomic(savepoint=False):
+            # Unanswered, it gets its receipt now; answered, it had one when the answer was stored.
+            if still_open.filter(answer__isnull=True).update(status=kind, closed_at=now, closed_by=by):
+                self.status, self.closed_at, self.closed_by, self.answer = kind, now, by, None
+                record_requests([self], now)
+                return True
+        if not answered_too or not still_open.update(status=kind, closed_at=now, closed_by=by):
             return False
         self.status, self.closed_at, self.closed_by = kind, now, by
         return True
@@ -256,10 +270,12 @@ class PendingRequest(models.Model):
         """Store the answer given outside a run (inbox, respond API) while the request is open and has
         none; False when another answer or a closing came first (a conditional update: one wins)."""
         changes = {"answer": answer, "answered_by": user, "answered_at": now, "answered_via": via}
-        if not PendingRequest.objects.open().filter(pk=self.pk).update(**changes):
-            return False
-        for name, value in changes.items():
-            setattr(self, name, value)
+        with transaction.atomic(savepoint=False):
+            if not PendingRequest.objects.open().filter(pk=self.pk).update(**changes):
+                return False
+            for name, value in changes.items():
+                setattr(self, name, value)
+            record_requests([self], now)
         return True
 
     def carry(self, run: Run, now: datetime, answer: dict[str, Any], user: Any) -> bool:
@@ -278,10 +294,12 @@ class PendingRequest(models.Model):
         found = PendingRequest.objects.filter(
             pk=self.pk, status=RequestStatus.PENDING, answered_in=None, answer__isnull=True
         )
-        if not found.update(**changes):
-            return False
-        for name, value in changes.items():
-            setattr(self, name, value)
+        with transaction.atomic(savepoint=False):
+            if not found.update(**changes):
+                return False
+            for name, value in changes.items():
+                setattr(self, name, value)
+            record_requests([self], now)
         return True
 
     @staticmethod

@@ -89,6 +89,11 @@ def rule_matches(arguments_digest: str, conditions: list[dict[str, Any]], argume
         return False
 
 
+def rule_versions(rule_ids: Iterable[str]) -> dict[str, int]:
+    """The version each of the rules is at now (the receipts of the calls they decided name it)."""
+    return {}
+
+
 def first_matching(rules: Iterable[Any], tool_name: str, arguments: dict[str, Any]) -> Any | None:
     """The first active rule (objects with tool_name, arguments_hash, conditions) that approves the call."""
     for rule in rules:

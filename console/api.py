@@ -26,7 +26,7 @@ from ninja.types import DictStrAny
 from pydantic import ConfigDict, Field
 
 from console.models import ApiToken, Membership
-from console.tenancy import ConsoleRequest, NotFound, current_membership
+from console.tenancy import AUTH_METHOD, ConsoleRequest, NotFound, current_membership
 
 
 class ApiError(Exception):
@@ -177,6 +177,7 @@ class BearerToken(HttpBearer):
         console_request.membership = api_token.membership
         console_request.tenant = api_token.membership.tenant
         request.user = api_token.membership.user
+        AUTH_METHOD.set(f"token:{api_token.pk}")  # reset with the request (TenantMiddleware)
         return api_token.membership
 
 

@@ -221,6 +221,10 @@ CONSOLE_URL = env_url("CONSOLE_URL", "http://127.0.0.1:8000", schemes=("http", "
 # How often `manage.py serve` sends the e-mail digests that are due (0: never; then `manage.py send_digests
 # --every N`). Each member still gets at most one every N minutes, the N they chose.
 DIGEST_SWEEP_SECONDS = env_int("DIGEST_SWEEP_SECONDS", 60)
+# The installation's Ed25519 key that signs each tenant's chain of receipts (SPEC section 13), made on first use,
+# and how often a serving process signs the chain heads that moved (at least every minute).
+RECEIPT_SIGNING_KEY_FILE = env_str("RECEIPT_SIGNING_KEY_FILE", str(DATA_DIR / "receipt-signing.key"))
+RECEIPT_SIGN_SECONDS = env_int("RECEIPT_SIGN_SECONDS", 30, minimum=1)
 
 SESSION_COOKIE_HTTPONLY = True
 # Every script and style comes from the console's own static files (no CDN: it works offline); nothing inline

@@ -1,6 +1,7 @@
 """The current tenant and role of a request, and the guards views use."""
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from functools import wraps
 from typing import Any, cast
 
@@ -13,6 +14,10 @@ from django_htmx.middleware import HtmxDetails
 from console.models import Membership, Tenant
 
 SESSION_KEY = "tenant_id"
+
+# How the person acting in this request signed in: "session" (a console page, or the API with a browser session)
+# or "token:<token id>" (the API's bearer token); None outside a request. Their receipts say it (SPEC section 13).
+AUTH_METHOD: ContextVar[str | None] = ContextVar("airlock_auth_method", default=None)
 
 
 class ConsoleRequest(HttpRequest):
@@ -57,7 +62,12 @@ class TenantMiddleware:
         console_request.membership = cast("Membership", SimpleLazyObject(lambda: current_membership(request)))
         # Read through `membership` when first used, so the API's auth, which replaces it, is seen.
         console_request.tenant = cast("Tenant", SimpleLazyObject(lambda: console_request.membership.tenant))
-        return self.get_response(request)
+        # How a person deciding in this request signed in, for their receipts (the API's token auth says "token").
+        signed_in = AUTH_METHOD.set("session" if request.user.is_authenticated else None)
+        try:
+            return self.get_response(request)
+        finally:
+            AUTH_METHOD.reset(signed_in)
 
 
 def membership_of(request: HttpRequest) -> Membership | None:

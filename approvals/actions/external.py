@@ -42,6 +42,7 @@ from approvals.kinds import KINDS, awaiting_status
 from approvals.kinds.base import schema_problems
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from approvals.push import notify_requests_opened
+from approvals.receipts import record_requests
 from approvals.rules import first_matching
 from console.models import Membership
 
@@ -302,7 +303,13 @@ def _decided(
     result: Approved | DeniedByHook
     if denied is not None:
         message = denied.message or denied.reason
-        pending.answer = {"requestId": str(pending.id), "approved": False, "reason": message, "deniedBy": "policy"}
+        pending.answer = {
+            "requestId": str(pending.id),
+            "approved": False,
+            "reason": message,
+            "deniedBy": "policy",
+            "binding": denied.binding,
+        }
         pending.answered_via = "policy"
         result = DeniedByHook(kind="denied-by-permission-request-hook", message=message)
     else:
@@ -311,6 +318,7 @@ def _decided(
         result = Approved(kind="approved")
     pending.answered_in = run
     pending.save(force_insert=True)
+    record_requests([pending], now)
     asked = KINDS[pending.kind].requested(pending)
     assert isinstance(asked, PermissionRequested)
     log.record(asked)

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 import console.asgi  # noqa: F401  (loaded here, before tune_collector(), so the freeze covers it)
 from agents.queue import WorkerPool, start_keeper
-from approvals.deadlines import start_digests, start_sweeper
+from approvals.deadlines import start_digests, start_signer, start_sweeper
 
 
 def tune_collector() -> None:
@@ -21,8 +21,8 @@ def tune_collector() -> None:
 
 class Command(BaseCommand):
     help = (
-        "Serve the console with daphne; this process also sweeps request deadlines, sends the e-mail digests"
-        " and works queued runs."
+        "Serve the console with daphne; this process also sweeps request deadlines, sends the e-mail digests,"
+        " signs the chains of receipts and works queued runs."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -34,6 +34,7 @@ class Command(BaseCommand):
             start_sweeper(settings.DEADLINE_SWEEP_SECONDS)
         if settings.DIGEST_SWEEP_SECONDS:
             start_digests(settings.DIGEST_SWEEP_SECONDS)
+        start_signer(settings.RECEIPT_SIGN_SECONDS)
         # The keeper renews the leases of the turns this process runs (and reclaims lost ones); the
         # worker threads make the one-command default work queued runs without a second process.
         start_keeper()

@@ -1,0 +1,397 @@
+"""Receipts (SPEC section 13): one per closed request, however it closed, chained per tenant.
+
+A receipt says what was decided about exactly which arguments (`argumentsDigest`: the SHA-256 of their RFC 8785
+canonical JSON), by whom and how they were signed in, and by which rule or policy at which version. Each one's
+`hash` is the SHA-256 of its canonical JSON with the previous receipt's hash in it (`prevHash`; the first of a
+tenant's chain names the tenant's `genesis`), so editing, deleting, inserting or reordering a row breaks the
+chain (`verify`). An installation key signs each tenant's head (`approvals.signing`), so a chain rewritten whole
+by someone holding the database but not the key fails too.
+
+They are written by the three closings of `approvals.models.PendingRequest` (`record_answer`, `carry`, `close`),
+by the decisions made at once (an external agent's request a rule, a policy or the tool's mode decided) and by a
+hosted turn's outcome for the calls a rule approved or a policy denied without a request
+(`agents.outcomes`). `record` takes the tenant's head under a row lock: the chain's order is the order the
+decisions were committed in. This module sits below the models it describes: it reads them duck-typed.
+"""
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import rfc8785
+from django.db import models, transaction
+
+from console.models import Tenant
+from console.tenancy import AUTH_METHOD
+
+# What the receipt's `decisionSource` says decided.
+HUMAN, RULE, POLICY, APPROVAL_MODE, EXPIRY, CANCEL, ABANDON = (
+    "human",
+    "rule",
+    "policy",
+    "approval_mode",
+    "expiry",
+    "cancel",
+    "abandon",
+)
+SYSTEM = "system"
+
+# Integers JSON readers keep exactly (I-JSON, RFC 7493): RFC 8785 canonicalizes numbers as IEEE doubles.
+_SAFE_INTEGER = 2**53 - 1
+
+
+def _as_ijson(value: Any) -> Any:
+    """`value` as RFC 8785 reads it: an integer past 2^53 is the double every JSON reader of ECMAScript makes of
+    it (RFC 8785 section 3.2.2.3), which the library refuses to guess."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return float(value) if abs(value) > _SAFE_INTEGER else value
+    if isinstance(value, dict):
+        return {str(key): _as_ijson(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_ijson(item) for item in value]
+    return value
+
+
+def canonical(value: Any) -> bytes:
+    """The RFC 8785 (JCS) canonical JSON of `value`."""
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError:
+        return rfc8785.dumps(_as_ijson(value))
+
+
+def digest(value: Any) -> str:
+    """SHA-256 (hex) of the canonical JSON of `value`: a call's arguments, a receipt."""
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def genesis(tenant_id: Any) -> str:
+    """The `prevHash` of a tenant's first receipt: binds the chain to its tenant (a chain copied into another
+    tenant does not verify)."""
+    return hashlib.sha256(f"airlock-receipts:{tenant_id}".encode()).hexdigest()
+
+
+class Receipt(models.Model):
+    """One decision, as hashed into its tenant's chain. `body` is the receipt without its `hash`; the columns
+    beside it are copies for filtering (verification checks they agree with the body)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="receipts")
+    sequence = models.PositiveBigIntegerField()
+    # Not a foreign key: the receipt outlives its request, and the calls a rule approved in a hosted turn have
+    # a request id of their own (their events') without a request.
+    request_id = models.UUIDField(unique=True)
+    agent = models.CharField(max_length=63)
+    tool_name = models.CharField(max_length=200, blank=True)
+    result = models.CharField(max_length=64)
+    at = models.DateTimeField()
+    body = models.JSONField()
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        app_label = "approvals"
+        constraints = [models.UniqueConstraint(fields=["tenant", "sequence"], name="receipt_chain_position")]
+        indexes = [
+            models.Index(fields=["tenant", "agent", "sequence"], name="receipt_agent"),
+            models.Index(fields=["tenant", "at"], name="receipt_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"receipt {self.sequence} of {self.tenant_id}"
+
+    def wire(self) -> dict[str, Any]:
+        return {**self.body, "hash": self.hash}
+
+
+class ReceiptHead(models.Model):
+    """The end of a tenant's chain: the position and hash the next receipt follows (locked while writing)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    sequence = models.PositiveBigIntegerField(default=0)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        app_label = "approvals"
+
+    def __str__(self) -> str:
+        return f"receipt head {self.sequence} of {self.tenant_id}"
+
+
+class ChainSignature(models.Model):
+    """The installation key's Ed25519 signature of a tenant's chain head (`approvals.signing`)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    sequence = models.PositiveBigIntegerField()
+    hash = models.CharField(max_length=64)
+    # The public key's fingerprint (SHA-256 of its raw bytes, hex), so a rotated key's signatures are told apart.
+    key_id = models.CharField(max_length=64)
+    signature = models.CharField(max_length=128)
+    signed_at = models.DateTimeField()
+
+    class Meta:
+        app_label = "approvals"
+        indexes = [models.Index(fields=["tenant", "sequence"], name="chain_signature_position")]
+
+    def __str__(self) -> str:
+        return f"signature of receipt {self.sequence} of {self.tenant_id}"
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "tenant": str(self.tenant_id),
+            "sequence": self.sequence,
+            "hash": self.hash,
+            "keyId": self.key_id,
+            "signature": self.signature,
+            "signedAt": self.signed_at.isoformat(),
+        }
+
+
+def signed_head(tenant_id: Any, sequence: int, hash_: str) -> bytes:
+    """What a chain signature signs: the tenant, the position and the hash of its receipt there."""
+    return canonical({"tenant": str(tenant_id), "sequence": sequence, "hash": hash_})
+
+
+# --- what a receipt says --------------------------------------------------------------------------------
+
+
+def result_kind(kind: str, status: str, answer: Mapping[str, Any] | None) -> str:
+    """What became of a request, in the words of SPEC section 10: an approval's (and a plan's) permission result
+    kind; an input's action; `answered` for a question, a client tool's result and a continuation; `cancelled` for
+    a request closed unanswered (its status says why)."""
+    if answer is None:
+        return "cancelled"
+    if kind == "input":
+        return str(answer.get("action") or "cancel")
+    if kind in ("question", "client_tool"):
+        return "answered"
+    if answer.get("approved"):
+        return "approved-for-session" if answer.get("remember") == "session" else "approved"
+    if answer.get("deniedBy") == "policy":
+        return "denied-by-permission-request-hook"
+    return "denied-interactively-by-user"
+
+
+@dataclass(frozen=True)
+class Decider:
+    """Who decided: `source` (the receipt's `decisionSource`), `by` (`answeredBy`) and `auth` (`authMethod`)."""
+
+    source: str
+    by: str
+    auth: str | None = None
+
+
+def person(user: Any) -> Decider:
+    """A person deciding now, signed in as `AUTH_METHOD` says ("cli" outside a request: a command)."""
+    name = getattr(user, "username", None) or "unknown"
+    return Decider(HUMAN, name, AUTH_METHOD.get() or "cli")
+
+
+def rule_decider(rule_id: Any, version: int) -> Decider:
+    return Decider(RULE, f"rule:{rule_id}@{version}")
+
+
+def policy_decider(binding: Any, definition_version: int) -> Decider:
+    """A policy's decision: its binding in the agent's `hooks`, at the definition version that declared it."""
+    return Decider(POLICY, f"policy:{binding or '?'}@{definition_version}")
+
+
+def _request_decider(pending: Any) -> Decider:
+    answer = pending.answer
+    if answer is None:
+        closer = pending.closed_by
+        if closer is not None:
+            return Decider(CANCEL, closer.username, AUTH_METHOD.get() or "cli")
+        source = {"expired": EXPIRY, "cancelled": CANCEL}.get(pending.status, ABANDON)
+        return Decider(source, SYSTEM)
+    via = pending.answered_via
+    if via == "rule":
+        return rule_decider(answer.get("ruleId"), answer.get("ruleVersion") or 1)
+    if via == "policy":
+        return policy_decider(answer.get("binding"), pending.run.version.number)
+    if via == "never":
+        return Decider(APPROVAL_MODE, SYSTEM)
+    return person(pending.answered_by)
+
+
+def _digests(arguments: Any, override: Any) -> tuple[str, str | None]:
+    ran = override if isinstance(override, dict) else arguments
+    ran_digest = digest(ran if ran is not None else {})
+    original = digest(arguments if arguments is not None else {})
+    return ran_digest, (original if original != ran_digest else None)
+
+
+def request_facts(pending: Any, at: datetime) -> dict[str, Any]:
+    """The receipt of a request just closed (`pending`, with its run's version, session and agent), without
+    its place in the chain."""
+    answer = pending.answer
+    decider = _request_decider(pending)
+    ran, original = _digests(pending.arguments, (answer or {}).get("overrideArguments"))
+    return {
+        "requestId": str(pending.id),
+        "runId": str(pending.run_id),
+        "sessionId": pending.session.key,
+        "agent": pending.agent.name,
+        "definitionVersion": pending.run.version.number,
+        "kind": pending.kind,
+        "toolName": pending.tool_name or None,
+        "argumentsDigest": ran,
+        "originalArgumentsDigest": original,
+        "result": result_kind(pending.kind, pending.status, answer),
+        "reason": pending.status if answer is None else None,
+        "decisionSource": decider.source,
+        "answeredBy": decider.by,
+        "authMethod": decider.auth,
+        "at": at.isoformat(),
+    }
+
+
+def call_facts(
+    run: Any, agent: str, request_id: str, tool_name: str, arguments: Any, decider: Decider, result: str, at: datetime
+) -> dict[str, Any]:
+    """The receipt of a call a hosted turn decided without a request: a rule approved it, a policy denied it."""
+    ran, _ = _digests(arguments, None)
+    return {
+        "requestId": request_id,
+        "runId": str(run.id),
+        "sessionId": run.session.key if run.session_id is not None else None,
+        "agent": agent,
+        "definitionVersion": run.version.number,
+        "kind": "approval",
+        "toolName": tool_name or None,
+        "argumentsDigest": ran,
+        "originalArgumentsDigest": None,
+        "result": result,
+        "reason": None,
+        "decisionSource": decider.source,
+        "answeredBy": decider.by,
+        "authMethod": decider.auth,
+        "at": at.isoformat(),
+    }
+
+
+# --- the chain ----------------------------------------------------------------------------------------
+
+
+def record(tenant_id: Any, facts: list[dict[str, Any]]) -> list[Receipt]:
+    """Append receipts for `facts` (in order) to the tenant's chain, in the caller's transaction (one is opened
+    when there is none). The head's row lock is held until it commits: take it after the requests' own locks
+    (the closings do), so two closings never wait on each other in opposite orders."""
+    if not facts:
+        return []
+    with transaction.atomic(savepoint=False):
+        head = ReceiptHead.objects.select_for_update().filter(tenant_id=tenant_id).first()
+        if head is None:  # made with its tenant (`approvals.models`); a tenant from before receipts gets it now
+            head, _ = ReceiptHead.objects.select_for_update().get_or_create(
+                tenant_id=tenant_id, defaults={"hash": genesis(tenant_id)}
+            )
+        written = []
+        for fact in facts:
+            body = {**fact, "receiptId": str(uuid.uuid4()), "sequence": head.sequence + 1, "prevHash": head.hash}
+            receipt = Receipt(
+                id=body["receiptId"],
+                tenant_id=tenant_id,
+                sequence=body["sequence"],
+                request_id=body["requestId"],
+                agent=body["agent"],
+                tool_name=body["toolName"] or "",
+                result=body["result"],
+                at=datetime.fromisoformat(body["at"]),
+                body=body,
+                hash=digest(body),
+            )
+            head.sequence, head.hash = receipt.sequence, receipt.hash
+            written.append(receipt)
+        Receipt.objects.bulk_create(written)
+        head.save(update_fields=["sequence", "hash"])
+    return written
+
+
+def record_requests(requests: Iterable[Any], at: datetime) -> None:
+    """The receipts of requests just closed, each in its tenant's chain."""
+    by_tenant: dict[Any, list[dict[str, Any]]] = {}
+    for pending in requests:
+        by_tenant.setdefault(pending.tenant_id, []).append(request_facts(pending, at))
+    for tenant_id, facts in by_tenant.items():
+        record(tenant_id, facts)
+
+
+# --- verification -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Broken:
+    """The first receipt of a chain that does not verify, and why."""
+
+    sequence: int
+    receipt_id: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"receipt {self.receipt_id} (#{self.sequence}): {self.why}"
+
+
+# How long a receipt may stay unsigned while later ones are written (the signer runs every minute at least).
+UNSIGNED_GRACE = timedelta(minutes=5)
+
+# The columns copied out of a receipt's body for filtering, and the body's names for them.
+COLUMNS = {"request_id": "requestId", "agent": "agent", "tool_name": "toolName", "result": "result"}
+
+
+def _column_problem(body: Mapping[str, Any], columns: Mapping[str, Any]) -> str | None:
+    for column, name in COLUMNS.items():
+        said = body.get(name) or ""
+        if str(columns[column] or "") != str(said):
+            return f"its {column} column says {columns[column]!r} where the receipt says {said!r}"
+    return None
+
+
+def verify_chain(
+    tenant_id: Any,
+    rows: Iterable[tuple[Mapping[str, Any], str, Mapping[str, Any] | None]],
+    signed: Mapping[int, str],
+) -> tuple[int, Broken | None]:
+    """Walk a tenant's chain in order and say how many receipts it has and the first that breaks it (None when
+    it holds). `rows`: each receipt's body, stored hash and filter columns (None from an export); `signed`: the
+    hash each verified signature names by position. Every receipt decided more than `UNSIGNED_GRACE` before
+    the chain's newest must be covered by a signature (the signer signs at least every minute while receipts are
+    written): a chain whose signatures were deleted fails too. Constant memory: it keeps the last hash."""
+    expected_prev, previous, count = genesis(tenant_id), "the start of the chain", 0
+    covered = max(signed, default=0)
+    unsigned: Broken | None = None
+    unsigned_at = last_at = None
+    for body, stored, columns in rows:
+        count += 1
+        sequence, rid = body.get("sequence"), str(body.get("receiptId"))
+        if sequence != count:
+            why = f"it is at position {count} but says #{sequence}: a receipt before it was deleted, or it was inserted"
+            return count, Broken(count, rid, why)
+        if body.get("prevHash") != expected_prev:
+            why = f"it does not follow {previous}: one of the two was rewritten, or a receipt between them deleted"
+            return count, Broken(count, rid, why)
+        if digest(body) != stored:
+            return count, Broken(count, rid, "its content was edited: its hash does not match it")
+        problem = _column_problem(body, columns) if columns is not None else None
+        if problem is not None:
+            return count, Broken(count, rid, problem)
+        if sequence in signed and signed[sequence] != stored:
+            why = "the signed chain head at this position names another hash: the chain was rewritten from here"
+            return count, Broken(count, rid, why)
+        expected_prev, previous = stored, f"receipt {rid} (#{count})"
+        last_at = body.get("at")
+        if count == covered + 1:
+            unsigned_at, why = last_at, "no signed chain head covers it, though receipts were written long after it"
+            unsigned = Broken(count, rid, why)
+    if unsigned is not None and _apart(unsigned_at, last_at) > UNSIGNED_GRACE:
+        return count, unsigned
+    return count, None
+
+
+def _apart(earlier: Any, later: Any) -> timedelta:
+    if not isinstance(earlier, str) or not isinstance(later, str):
+        return timedelta(0)
+    return datetime.fromisoformat(later) - datetime.fromisoformat(earlier)

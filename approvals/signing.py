@@ -1,0 +1,224 @@
+"""The installation's receipt key, the signed chain heads, and verifying a chain (SPEC section 13).
+
+The key is an Ed25519 private key in `RECEIPT_SIGNING_KEY_FILE` (PEM, mode 0600), made on first use. Every
+serving process signs each tenant's chain head that moved since its last signature (`sign_heads`, every
+`RECEIPT_SIGN_SECONDS`); `verify` recomputes a chain from the database or from an export and checks every
+signature with the public key. docs/security.md says what that proves and what it cannot.
+"""
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from django.conf import settings
+from django.db.models import Max, OuterRef, Subquery
+from django.utils import timezone
+
+from approvals.receipts import COLUMNS, Broken, ChainSignature, Receipt, ReceiptHead, signed_head, verify_chain
+from console.models import Tenant
+
+# How many receipts a verification reads from the database at once (it holds no more).
+CHUNK = 5_000
+
+
+def key_path() -> Path:
+    return Path(settings.RECEIPT_SIGNING_KEY_FILE)
+
+
+def signing_key() -> Ed25519PrivateKey:
+    """The installation's key, made (and written, readable by this user only) when there is none yet. Two
+    processes starting at once make one key: the file is created exclusively, the loser reads the winner's."""
+    path = key_path()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        made = Ed25519PrivateKey.generate()
+        pem = made.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(pem)
+    loaded = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(loaded, Ed25519PrivateKey):
+        raise ValueError(f"{path} does not hold an Ed25519 private key")
+    return loaded
+
+
+def public_pem(key: Ed25519PublicKey) -> str:
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def load_public_key(pem: bytes) -> Ed25519PublicKey:
+    """A public key from PEM (`--public-key`), or the public half of a private key file."""
+    try:
+        loaded: Any = serialization.load_pem_public_key(pem)
+    except ValueError:
+        loaded = serialization.load_pem_private_key(pem, password=None).public_key()
+    if not isinstance(loaded, Ed25519PublicKey):
+        raise ValueError("not an Ed25519 key")
+    return loaded
+
+
+def key_id(key: Ed25519PublicKey) -> str:
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def sign_heads() -> list[ChainSignature]:
+    """Sign every tenant's chain head that moved since its last signature (the periodic signer's step)."""
+    of_tenant = ChainSignature.objects.filter(tenant=OuterRef("tenant")).values("tenant")
+    top = of_tenant.annotate(top=Max("sequence")).values("top")
+    heads = ReceiptHead.objects.annotate(signed=Subquery(top)).filter(sequence__gt=0)
+    moved = [head for head in heads if head.signed is None or head.signed < head.sequence]
+    if not moved:
+        return []
+    key = signing_key()
+    kid, now = key_id(key.public_key()), timezone.now()
+    signatures = [
+        ChainSignature(
+            tenant_id=head.tenant_id,
+            sequence=head.sequence,
+            hash=head.hash,
+            key_id=kid,
+            signature=key.sign(signed_head(head.tenant_id, head.sequence, head.hash)).hex(),
+            signed_at=now,
+        )
+        for head in moved
+    ]
+    return ChainSignature.objects.bulk_create(signatures)
+
+
+@dataclass
+class Verified:
+    """What verifying one tenant's chain found."""
+
+    tenant: str
+    receipts: int
+    signatures: int
+    broken: Broken | None
+
+    def __str__(self) -> str:
+        if self.broken is not None:
+            return f"{self.tenant}: FAILED at {self.broken}"
+        return f"{self.tenant}: {self.receipts} receipts verified, {self.signatures} signed heads"
+
+
+def _checked_signatures(
+    tenant_id: str, signatures: Iterable[Mapping[str, Any]], public_key: Ed25519PublicKey
+) -> tuple[dict[int, str], Broken | None]:
+    """The hash each signature names by position, once each verifies; else the first that does not."""
+    signed: dict[int, str] = {}
+    for head in signatures:
+        sequence, hash_ = int(head["sequence"]), str(head["hash"])
+        try:
+            public_key.verify(bytes.fromhex(str(head["signature"])), signed_head(tenant_id, sequence, hash_))
+        except (InvalidSignature, ValueError):
+            why = "the signature of the chain head at this position does not verify with the installation's key"
+            return signed, Broken(sequence, f"head #{sequence}", why)
+        signed[sequence] = hash_
+    return signed, None
+
+
+def verify_tenant(tenant: Tenant, public_key: Ed25519PublicKey) -> Verified:
+    """Recompute `tenant`'s chain from the database, reading it in chunks (constant memory)."""
+    tenant_id = str(tenant.pk)
+    rows = ChainSignature.objects.filter(tenant=tenant).order_by("sequence").values("sequence", "hash", "signature")
+    signed, bad = _checked_signatures(tenant_id, rows, public_key)
+    if bad is not None:
+        return Verified(tenant.slug, 0, len(signed), bad)
+    fields = ("body", "hash", *COLUMNS)
+    receipts = Receipt.objects.filter(tenant=tenant).order_by("sequence").values_list(*fields)
+
+    def chain() -> Iterator[tuple[Mapping[str, Any], str, Mapping[str, Any]]]:
+        for body, hash_, *columns in receipts.iterator(chunk_size=CHUNK):
+            yield body, hash_, dict(zip(COLUMNS, columns, strict=True))
+
+    count, broken = verify_chain(tenant_id, chain(), signed)
+    if broken is None:
+        head = ReceiptHead.objects.filter(tenant=tenant).values_list("sequence", flat=True).first() or 0
+        top = max(signed, default=0)
+        if head > count or top > count:
+            said = max(head, top)
+            why = f"the chain ends at #{count} but its head says #{said}: the newest receipts were deleted"
+            broken = Broken(count + 1, f"#{count + 1}", why)
+    return Verified(tenant.slug, count, len(signed), broken)
+
+
+# --- exports ---------------------------------------------------------------------------------------------
+
+
+def export_lines(tenant: Tenant, receipts: Iterable[Receipt]) -> Iterator[str]:
+    """A chain as JSON Lines: a header naming the tenant, its signed heads, then one receipt a line. Only an
+    export of the whole chain verifies (`verify_file`); a filtered one has gaps."""
+    yield _line(
+        {"receiptsOf": {"tenant": str(tenant.pk), "slug": tenant.slug, "exportedAt": timezone.now().isoformat()}}
+    )
+    for signature in ChainSignature.objects.filter(tenant=tenant).order_by("sequence").iterator(chunk_size=CHUNK):
+        yield _line({"chainHead": signature.wire()})
+    for receipt in receipts:
+        yield _line(receipt.wire())
+
+
+def _line(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+class UnreadableExport(Exception):
+    pass
+
+
+def verify_file(file: IO[str], public_key: Ed25519PublicKey) -> Verified:
+    """Recompute the chain of an export (`export_lines`), one line at a time."""
+    header = _read(next(file, ""), 1)
+    if "receiptsOf" not in header:
+        raise UnreadableExport("line 1 is not the header of a receipts export (`receiptsOf`)")
+    tenant_id, slug = str(header["receiptsOf"]["tenant"]), str(header["receiptsOf"].get("slug") or "?")
+    heads: list[dict[str, Any]] = []
+    number, line = 1, next(file, "")
+    while line:
+        number += 1
+        value = _read(line, number)
+        if "chainHead" not in value:
+            break
+        heads.append(value["chainHead"])
+        line = next(file, "")
+    signed, bad = _checked_signatures(tenant_id, heads, public_key)
+    if bad is not None:
+        return Verified(slug, 0, len(signed), bad)
+
+    def chain() -> Iterator[tuple[Mapping[str, Any], str, None]]:
+        nonlocal number
+        current = line
+        while current:
+            receipt = _read(current, number)
+            stored = str(receipt.pop("hash", ""))
+            yield receipt, stored, None
+            number += 1
+            current = next(file, "")
+
+    count, broken = verify_chain(tenant_id, chain(), signed)
+    if broken is None and max(signed, default=0) > count:
+        why = f"the export ends at #{count} but a signed head names #{max(signed)}: receipts were left out"
+        broken = Broken(count + 1, f"#{count + 1}", why)
+    return Verified(slug, count, len(signed), broken)
+
+
+def _read(line: str, number: int) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UnreadableExport(f"line {number} is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise UnreadableExport(f"line {number} is not a JSON object")
+    return value
