@@ -354,38 +354,45 @@ def verify_chain(
     tenant_id: Any,
     rows: Iterable[tuple[Mapping[str, Any], str, Mapping[str, Any] | None]],
     signed: Mapping[int, str],
+    *,
+    after: tuple[int, str] | None = None,
 ) -> tuple[int, Broken | None]:
     """Walk a tenant's chain in order and say how many receipts it has and the first that breaks it (None when
     it holds). `rows`: each receipt's body, stored hash and filter columns (None from an export); `signed`: the
     hash each verified signature names by position. Every receipt decided more than `UNSIGNED_GRACE` before
     the chain's newest must be covered by a signature (the signer signs at least every minute while receipts are
-    written): a chain whose signatures were deleted fails too. Constant memory: it keeps the last hash."""
-    expected_prev, previous, count = genesis(tenant_id), "the start of the chain", 0
+    written): a chain whose signatures were deleted fails too. Constant memory: it keeps the last hash. `after`:
+    the position and hash the rows follow (the signer checks only what it has not signed yet); the count is of
+    the rows walked."""
+    expected_prev, previous, count, offset = genesis(tenant_id), "the start of the chain", 0, 0
+    if after is not None:
+        offset, expected_prev = after
+        previous = f"the signed receipt #{offset}"
     covered = max(signed, default=0)
     unsigned: Broken | None = None
     unsigned_at = last_at = None
     for body, stored, columns in rows:
         count += 1
-        sequence, rid = body.get("sequence"), str(body.get("receiptId"))
-        if sequence != count:
-            why = f"it is at position {count} but says #{sequence}: a receipt before it was deleted, or it was inserted"
-            return count, Broken(count, rid, why)
+        position, sequence, rid = offset + count, body.get("sequence"), str(body.get("receiptId"))
+        if sequence != position:
+            why = f"it is at position {position} but says #{sequence}: one before it was deleted, or it was inserted"
+            return count, Broken(position, rid, why)
         if body.get("prevHash") != expected_prev:
             why = f"it does not follow {previous}: one of the two was rewritten, or a receipt between them deleted"
-            return count, Broken(count, rid, why)
+            return count, Broken(position, rid, why)
         if digest(body) != stored:
-            return count, Broken(count, rid, "its content was edited: its hash does not match it")
+            return count, Broken(position, rid, "its content was edited: its hash does not match it")
         problem = _column_problem(body, columns) if columns is not None else None
         if problem is not None:
-            return count, Broken(count, rid, problem)
-        if sequence in signed and signed[sequence] != stored:
+            return count, Broken(position, rid, problem)
+        if position in signed and signed[position] != stored:
             why = "the signed chain head at this position names another hash: the chain was rewritten from here"
-            return count, Broken(count, rid, why)
-        expected_prev, previous = stored, f"receipt {rid} (#{count})"
+            return count, Broken(position, rid, why)
+        expected_prev, previous = stored, f"receipt {rid} (#{position})"
         last_at = body.get("at")
-        if count == covered + 1:
+        if position == covered + 1:
             unsigned_at, why = last_at, "no signed chain head covers it, though receipts were written long after it"
-            unsigned = Broken(count, rid, why)
+            unsigned = Broken(position, rid, why)
     if unsigned is not None and _apart(unsigned_at, last_at) > UNSIGNED_GRACE:
         return count, unsigned
     return count, None

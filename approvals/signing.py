@@ -8,6 +8,7 @@ signature with the public key. docs/security.md says what that proves and what i
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -18,11 +19,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
-from django.db.models import Max, OuterRef, Subquery
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from approvals.receipts import COLUMNS, Broken, ChainSignature, Receipt, ReceiptHead, signed_head, verify_chain
 from console.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 # How many receipts a verification reads from the database at once (it holds no more).
 CHUNK = 5_000
@@ -75,28 +78,59 @@ def key_id(key: Ed25519PublicKey) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+def heads_path() -> Path:
+    return Path(settings.RECEIPT_HEADS_FILE)
+
+
 def sign_heads() -> list[ChainSignature]:
-    """Sign every tenant's chain head that moved since its last signature (the periodic signer's step)."""
-    of_tenant = ChainSignature.objects.filter(tenant=OuterRef("tenant")).values("tenant")
-    top = of_tenant.annotate(top=Max("sequence")).values("top")
-    heads = ReceiptHead.objects.annotate(signed=Subquery(top)).filter(sequence__gt=0)
+    """Sign every tenant's chain head that moved since its last signature (the periodic signer's step). A head is
+    signed only once the receipts since the last signature verify and follow it: history already signed that was
+    rewritten in the database is never signed again (it is logged, and `verify_receipts` names it). Each signature
+    is also appended to `RECEIPT_HEADS_FILE`, outside the database, so deleting the signatures' rows hides nothing
+    from a verification on this machine."""
+    of_tenant = ChainSignature.objects.filter(tenant=OuterRef("tenant")).order_by("-sequence")
+    heads = ReceiptHead.objects.annotate(
+        signed=Subquery(of_tenant.values("sequence")[:1]), signed_hash=Subquery(of_tenant.values("hash")[:1])
+    ).filter(sequence__gt=0)
     moved = [head for head in heads if head.signed is None or head.signed < head.sequence]
     if not moved:
         return []
     key = signing_key()
     kid, now = key_id(key.public_key()), timezone.now()
-    signatures = [
-        ChainSignature(
-            tenant_id=head.tenant_id,
-            sequence=head.sequence,
-            hash=head.hash,
-            key_id=kid,
-            signature=key.sign(signed_head(head.tenant_id, head.sequence, head.hash)).hex(),
-            signed_at=now,
+    signatures = []
+    for head in moved:
+        broken = _unsigned_part(head)
+        if broken is not None:
+            logger.error("not signing the receipts of tenant %s: %s", head.tenant_id, broken)
+            continue
+        signed = key.sign(signed_head(head.tenant_id, head.sequence, head.hash)).hex()
+        signatures.append(
+            ChainSignature(
+                tenant_id=head.tenant_id,
+                sequence=head.sequence,
+                hash=head.hash,
+                key_id=kid,
+                signature=signed,
+                signed_at=now,
+            )
         )
-        for head in moved
-    ]
+    if signatures:
+        with heads_path().open("a", encoding="utf-8") as file:
+            file.writelines(_line(signature.wire()) for signature in signatures)
     return ChainSignature.objects.bulk_create(signatures)
+
+
+def _unsigned_part(head: Any) -> Broken | None:
+    """Whether the receipts after the last signed one verify, follow it and end at the head."""
+    start = head.signed or 0
+    receipts = Receipt.objects.filter(tenant_id=head.tenant_id, sequence__gt=start, sequence__lte=head.sequence)
+    rows = receipts.order_by("sequence").values_list("body", "hash", *COLUMNS)
+    chain = ((body, hash_, dict(zip(COLUMNS, columns, strict=True))) for body, hash_, *columns in rows.iterator())
+    after = (start, head.signed_hash) if head.signed is not None else None
+    count, broken = verify_chain(head.tenant_id, chain, {head.sequence: head.hash}, after=after)
+    if broken is None and count != head.sequence - start:
+        broken = Broken(start + count + 1, f"#{start + count + 1}", "the head names receipts that are missing")
+    return broken
 
 
 @dataclass
@@ -117,17 +151,35 @@ class Verified:
 def _checked_signatures(
     tenant_id: str, signatures: Iterable[Mapping[str, Any]], public_key: Ed25519PublicKey
 ) -> tuple[dict[int, str], Broken | None]:
-    """The hash each signature names by position, once each verifies; else the first that does not."""
+    """The hash each signature of the tenant names by position, once each verifies, together with the heads this
+    machine's signer kept in `RECEIPT_HEADS_FILE`; else the first that does not verify."""
     signed: dict[int, str] = {}
-    for head in signatures:
+    for head in [*signatures, *_kept_heads(tenant_id)]:
         sequence, hash_ = int(head["sequence"]), str(head["hash"])
         try:
             public_key.verify(bytes.fromhex(str(head["signature"])), signed_head(tenant_id, sequence, hash_))
         except (InvalidSignature, ValueError):
             why = "the signature of the chain head at this position does not verify with the installation's key"
             return signed, Broken(sequence, f"head #{sequence}", why)
-        signed[sequence] = hash_
+        if signed.setdefault(sequence, hash_) != hash_:
+            return signed, Broken(sequence, f"head #{sequence}", "two signed heads name different hashes here")
     return signed, None
+
+
+def _kept_heads(tenant_id: str) -> Iterator[Mapping[str, Any]]:
+    """The tenant's heads in this machine's heads file, one line at a time (none when there is no file)."""
+    try:
+        file = heads_path().open(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    with file:
+        for line in file:
+            try:
+                head = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash while appending
+            if isinstance(head, dict) and head.get("tenant") == tenant_id:
+                yield head
 
 
 def verify_tenant(tenant: Tenant, public_key: Ed25519PublicKey) -> Verified:

@@ -225,6 +225,8 @@ DIGEST_SWEEP_SECONDS = env_int("DIGEST_SWEEP_SECONDS", 60)
 # and how often a serving process signs the chain heads that moved (at least every minute).
 RECEIPT_SIGNING_KEY_FILE = env_str("RECEIPT_SIGNING_KEY_FILE", str(DATA_DIR / "receipt-signing.key"))
 RECEIPT_SIGN_SECONDS = env_int("RECEIPT_SIGN_SECONDS", 30, minimum=1)
+# Every signed head is also appended here, outside the database (approvals.signing.sign_heads).
+RECEIPT_HEADS_FILE = env_str("RECEIPT_HEADS_FILE", str(DATA_DIR / "receipt-heads.jsonl"))
 
 SESSION_COOKIE_HTTPONLY = True
 # Every script and style comes from the console's own static files (no CDN: it works offline); nothing inline
