@@ -90,11 +90,14 @@ def abandon_requests(
     requests: QuerySet[PendingRequest], now: datetime, current: EventLog | None = None
 ) -> list[PendingRequest]:
     """Close the still pending ones of `requests` `abandoned`, with an answer stored on them or not: their
-    session or agent is deleted, so no run will ever carry them. Each closing goes into the log of the run that asked,
-    after its last event (`current` is the log of a run finishing now, whose events are not all stored)."""
+    session or agent is deleted, so no run will ever carry them (in the caller's transaction). Each closing goes
+    into the log of the run that asked, after its last event (`current` is the log of a run finishing now, whose
+    events are not all stored)."""
+    # Locked before the first closing writes its receipt under the tenant's chain lock (called in a transaction).
+    waiting = requests.filter(status=RequestStatus.PENDING).select_related("run").select_for_update(of=("self",))
     abandoned = [
         pending
-        for pending in requests.filter(status=RequestStatus.PENDING).select_related("run").order_by("opened_at", "id")
+        for pending in waiting.order_by("opened_at", "id")
         if pending.close(RequestStatus.ABANDONED, now, answered_too=True)
     ]
     record_closings(abandoned, current)

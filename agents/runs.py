@@ -101,6 +101,12 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         )
         now = timezone.now()
         answers = Answers()
+        closing = [*prepared.abandoned, *(pending for pending, _ in prepared.answered)]
+        if len(closing) > 1:
+            # Each closing writes its receipt under the tenant's chain lock: take the requests' locks first, in one
+            # order, so no answer given meanwhile holds one of them while waiting for the chain (a deadlock).
+            locked = PendingRequest.objects.select_for_update().filter(pk__in=[p.pk for p in closing]).order_by("pk")
+            list(locked.values_list("pk", flat=True))
         for pending in prepared.abandoned:
             if not pending.close(RequestStatus.ABANDONED, now):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
