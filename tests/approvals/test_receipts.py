@@ -13,6 +13,7 @@ from django.utils import timezone
 from agents.actions import delete_agent
 from agents.definitions import DefinitionContent
 from agents.models import Agent
+from agents.starter_policy import starter_hooks
 from approvals.actions import expire_due
 from approvals.models import PendingRequest, Rule
 from approvals.receipts import ChainSignature, Receipt, ReceiptHead, digest, genesis
@@ -30,6 +31,11 @@ DEPLOY = {
     "parameters": {"type": "object", "properties": {"service": {"type": "string"}}, "required": ["service"]},
 }
 STATUS = {"name": "status", "description": "Read a service's status", "approval": "never"}
+SEND_TOOL = {
+    "name": "send_email",
+    "description": "Send a mail",
+    "parameters": {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -320,3 +326,22 @@ def test_without_a_key_or_with_another_tenant_named_it_says_so(chain, receipt_ke
     (receipt_key / "receipt-signing.key").unlink()
     with pytest.raises(CommandError, match="cannot read the public key"):
         call_command("verify_receipts")
+
+
+def test_a_policys_deny_names_its_binding_and_version_hosted_and_external(operator, admin):
+    guarded = make_agent(admin, hooks=starter_hooks())
+    evil = {**EMAIL, "to": "eve@evil.test"}
+    denied = run_ok(operator, {"message": f"call send_email {json.dumps(evil)}", "sessionId": "p"})
+    assert not denied["pendingRequests"]
+    hosted = Receipt.objects.get().wire()
+    assert hosted["answeredBy"] == f"policy:mail-guard@{guarded.current.number}"
+    assert hosted["result"] == "denied-by-permission-request-hook" and hosted["decisionSource"] == "policy"
+    assert hosted["argumentsDigest"] == digest(evil)
+
+    content = {"name": "mailer", "runtime": "external", "tools": [SEND_TOOL], "hooks": starter_hooks()}
+    Agent.create(admin.tenant, DefinitionContent.model_validate(content), admin.user)
+    body = {"kind": "approval", "toolName": "send_email", "arguments": evil}
+    opened = operator.api("post", "/api/agents/mailer/requests", body).json()
+    external = receipt_of(opened["requestId"])
+    assert external["answeredBy"] == "policy:mail-guard@1" and external["result"] == hosted["result"]
+    assert external["prevHash"] == hosted["hash"]
