@@ -38,6 +38,9 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("session_stream", ["bench/session_stream.py"]),
     ("idle_streams", ["bench/idle_streams.py"]),
     ("long_polls", ["bench/long_polls.py"]),
+    ("receipts_answer", ["bench/receipts_answer.py"]),
+    # The full measurement (a million receipts, ~2.5 min to build) is `bench/verify_receipts.py --receipts 1000000`.
+    ("verify_receipts", ["bench/verify_receipts.py", "--sizes", "20000,100000"]),
     ("scale", ["bench/scale.py"]),
 ]
 
