@@ -8,10 +8,11 @@ import json
 import uuid
 from typing import Any, Literal
 
+from django.db.models import OuterRef, QuerySet, Subquery
 from pydantic import Field, StrictBool, StrictInt
 
 from agents.definitions import WireModel
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.models import PendingRequest, Receipt, RequestKind, RequestStatus
 
 # How long a request of an external agent may wait at most (SPEC section 12).
 MAX_EXPIRES_IN = 30 * 24 * 3600
@@ -55,7 +56,7 @@ def decision(pending: PendingRequest) -> dict[str, Any] | None:
         "answeredBy": who.username if who is not None else None,
         "answeredAt": (pending.answered_at or pending.closed_at or pending.opened_at).isoformat(),
         "via": pending.answered_via or pending.status,
-        "receiptId": None,
+        "receiptId": _receipt_id(pending),
         "text": None,
         "json": None,
         "action": None,
@@ -87,6 +88,20 @@ def decision(pending: PendingRequest) -> dict[str, Any] | None:
     override = answer.get("overrideArguments")
     arguments = override if override is not None else pending.arguments
     return {**common, "result": result, "approved": approved, "text": text, "arguments": arguments}
+
+
+def with_receipt_ids(requests: QuerySet[PendingRequest]) -> QuerySet[PendingRequest]:
+    """`requests` with their receipts' ids, read in the same query (a list's or a wake's)."""
+    receipt = Receipt.objects.filter(request_id=OuterRef("pk")).values("id")[:1]
+    return requests.annotate(receipt_id=Subquery(receipt))
+
+
+def _receipt_id(pending: PendingRequest) -> str | None:
+    """The decided request's receipt (SPEC section 13): as read with it (`with_receipt_ids`), else looked up."""
+    found = getattr(pending, "receipt_id", None)
+    if found is None and not hasattr(pending, "receipt_id"):
+        found = Receipt.objects.filter(request_id=pending.pk).values_list("id", flat=True).first()
+    return str(found) if found is not None else None
 
 
 # What a request's JSON reads besides the request.

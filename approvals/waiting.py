@@ -19,7 +19,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.serializers.json import DjangoJSONEncoder
 
-from approvals.external import SHOWN, request_wire
+from approvals.external import SHOWN, request_wire, with_receipt_ids
 from approvals.models import PendingRequest
 
 # The header the request route sets when the caller asked to wait and the request is not decided yet; the ASGI
@@ -44,7 +44,7 @@ def messages(request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
     """The wake of each of `request_ids`: its request's JSON as `GET /api/requests/{id}` answers it (none for an
     id of no request, or JSON over BODY_LIMIT), so a woken waiter costs no second request."""
     ids = list(request_ids)
-    found = PendingRequest.objects.select_related(*SHOWN).filter(id__in=ids)
+    found = with_receipt_ids(PendingRequest.objects.select_related(*SHOWN).filter(id__in=ids))
     bodies = {str(pending.id): json.dumps(request_wire(pending), cls=DjangoJSONEncoder) for pending in found}
     woken: dict[str, dict[str, Any]] = {}
     for rid in ids:

@@ -424,4 +424,5 @@ def page_of(query: Any, limit: int, offset: int, wire: Callable[[Any], dict[str,
 api.add_router("", "agents.api.router")
 api.add_router("", "approvals.api.requests.router")
 api.add_router("", "approvals.api.rules.router")
+api.add_router("", "approvals.api.receipts.router")
 api.add_router("", "console.connections_api.router")

@@ -1,2 +1,2 @@
 """The approvals routes of the JSON API, one router per concern: pending requests and answering them
-(`requests`), remembered rules (`rules`); console/api.py adds both."""
+(`requests`), remembered rules (`rules`), receipts (`receipts`); console/api.py adds them."""

@@ -27,7 +27,7 @@ from approvals.actions import (
     verdict_for,
 )
 from approvals.answers import Response, ResponseRefused
-from approvals.external import SHOWN, OpenRequest, decision, request_wire
+from approvals.external import SHOWN, OpenRequest, decision, request_wire, with_receipt_ids
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
 from console.api import ApiError, Paging, Problem, api, page_of, problem, require_role
@@ -68,7 +68,8 @@ def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> di
     )
     if filters.for_ == "me":
         requests = requests.answerable_by(request.membership)
-    return page_of(requests.order_by("opened_at", "id"), filters.limit, filters.offset, request_wire)
+    listed = with_receipt_ids(requests.order_by("opened_at", "id"))
+    return page_of(listed, filters.limit, filters.offset, request_wire)
 
 
 class RespondResult(Schema):
