@@ -24,6 +24,7 @@ A disagreement is a call the candidate approves that was denied (by a person or 
 """
 
 import copy
+import json
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -102,6 +103,31 @@ class Preview:
     def denied_approved(self) -> int:
         """Of the calls it would have denied, how many were approved."""
         return sum(1 for d in self.disagreements if d.candidate == "denied")
+
+    def said(self, verb: Literal["approved", "denied"]) -> str:
+        """The preview in a sentence, about what the candidate `verb`s (a rule approves, a policy denies):
+        "Would have approved 37 of the last 200; a person denied 2 of those." """
+        counted = self.would[verb]
+        sentence = f"Would have {verb} {counted} of the last {self.evaluated}"
+        if self.truncated:
+            sentence += f" (the preview stopped at its time budget, before the other {self.requested - self.evaluated})"
+        against = Counter(d.decided for d in self.disagreements if d.candidate == verb)
+        if verb == "denied":
+            approved = sum(against.values())
+            if not approved:
+                return sentence + "."
+            return sentence + f"; {approved} of those {'was' if approved == 1 else 'were'} approved."
+        parts = [
+            f"{said} {against[kind]} of those"
+            for kind, said in (
+                ("denied-interactively-by-user", "a person denied"),
+                ("denied-by-permission-request-hook", "a policy denied"),
+            )
+            if against[kind]
+        ]
+        if against["cancelled"]:
+            parts.append(f"{against['cancelled']} closed unanswered")
+        return sentence + ("; " + ", ".join(parts) if parts else "") + "."
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -280,8 +306,12 @@ class Suggestion:
     preview: Preview
 
     @property
-    def rule(self) -> RuleIn:
-        return RuleIn(agent=self.agent, tool_name=self.tool_name, arguments=self.arguments)
+    def said(self) -> str:
+        return self.preview.said("approved")
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, ensure_ascii=False, sort_keys=True)
 
 
 def suggestions(tenant: Tenant, now: datetime | None = None) -> list[Suggestion]:

@@ -338,7 +338,7 @@ def test_the_rules_page_shows_suggestions_and_adopts_one(deployer, operator, adm
     assert shown.status_code == 200
     text = shown.content.decode()
     assert "Suggested rules" in text and "approved 5 times" in text
-    assert "would have approved 5 of the last 5" in text
+    assert "Would have approved 5 of the last 5." in text
 
     arguments = json.dumps({"service": "billing", "environment": "staging"})
     adopted = admin.client.post(
@@ -367,14 +367,18 @@ def test_only_admins_see_and_adopt_suggestions(deployer, operator, admin, reader
 
 def test_the_rule_form_previews_before_saving(history, admin):
     form = {"agent": "deployer", "tool_name": "deploy", "scope": "conditions"}
-    form |= {"condition-a-argument": "environment", "condition-a-operator": "equals", "condition-a-value": '"staging"'}
+    form |= {
+        "condition-0000000a-argument": "environment",
+        "condition-0000000a-operator": "equals",
+        "condition-0000000a-value": '"staging"',
+    }
     before = whole_database()
 
     shown = admin.client.post("/rules/preview/", form, HTTP_HX_REQUEST="true")
 
     assert shown.status_code == 200
     text = shown.content.decode()
-    assert "would have approved 4 of the last 6" in text
+    assert "Would have approved 4 of the last 6" in text
     assert "a person denied 1 of those" in text and "1 closed unanswered" in text
     assert history["api-staging-denied"] in text
     assert whole_database() == before
@@ -391,7 +395,7 @@ def test_the_policy_editor_previews_before_saving(history, admin, reader):
 
     assert shown.status_code == 200
     text = shown.content.decode()
-    assert "would have denied 2 of the last 6" in text and "a person approved 1 of those" in text
+    assert "Would have denied 2 of the last 6; 1 of those was approved." in text
     assert history["billing-production-approved"] in text
     assert whole_database() == before
     bad = admin.client.post("/agents/deployer/policy-preview/", {"hooks": "{not json"}, HTTP_HX_REQUEST="true")
