@@ -13,6 +13,7 @@ agent_pages = [
     path("<slug:name>/", views.agent_detail, name="detail"),
     path("<slug:name>/edit/", views.agent_edit, name="edit"),
     path("<slug:name>/try/", views.agent_try, name="try"),
+    path("<slug:name>/policy-preview/", views.policy_preview, name="policy_preview"),
     path("<slug:name>/versions/", views.agent_versions, name="versions"),
     path("<slug:name>/versions/<int:number>/", views.agent_version, name="version"),
     path("<slug:name>/diff/", views.agent_diff, name="diff"),

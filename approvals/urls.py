@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from approvals.views import answers, audit, inbox, rules
+from approvals.views import answers, audit, inbox, previews, rules
 
 urlpatterns = [
     path("inbox/", inbox.inbox, name="inbox"),
@@ -13,6 +13,9 @@ urlpatterns = [
     path("rules/", rules.rule_list, name="rules"),
     path("rules/new/", rules.rule_create, name="rule_create"),
     path("rules/condition-row/", rules.condition_row, name="rule_condition_row"),
+    path("rules/preview/", previews.rule_preview, name="rule_preview"),
+    path("rules/suggestions/", previews.rule_suggestions, name="rule_suggestions"),
+    path("rules/suggestions/adopt/", previews.rule_suggestion_adopt, name="rule_suggestion_adopt"),
     path("rules/<uuid:rule_id>/revoke/", rules.rule_revoke, name="rule_revoke"),
     path("audit/", audit.audit, name="audit"),
 ]

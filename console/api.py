@@ -423,6 +423,8 @@ def page_of(query: Any, limit: int, offset: int, wire: Callable[[Any], dict[str,
 
 api.add_router("", "agents.api.router")
 api.add_router("", "approvals.api.requests.router")
+# Before the rules' router: `POST /rules/preview` is not a rule's `/rules/{rule_id}`.
+api.add_router("", "approvals.api.previews.router")
 api.add_router("", "approvals.api.rules.router")
 api.add_router("", "approvals.api.receipts.router")
 api.add_router("", "console.connections_api.router")

@@ -1,5 +1,7 @@
-"""The policies as the agent page shows them (`PolicySummary`), and the Try panel's evaluation: one
-interception point's context evaluated with a version's policies, nothing stored."""
+"""The policies as the agent page shows them (`PolicySummary`), the Try panel's evaluation: one
+interception point's context evaluated with a version's policies, nothing stored; and the policy editor's
+Preview (`policy_preview`): what the declaration in the field would have done to the agent's last closed
+approvals (approvals/previews.py), before it is saved."""
 
 import copy
 import json
@@ -7,14 +9,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_hooks import DeclarationError
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_POST
 
+from agents.definitions import ConnectionRefused
 from agents.forms import PolicyTryForm, hooks_text, sample_context, try_builder
+from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion, Run
 from agents.payloads import Payload
 from agents.policies import LIFTABLE, POINTS, PolicyBlocked, TurnPolicies
 from agents.prepare import granted_connections
 from agents.turns import run_here
-from console.tenancy import ConsoleRequest
+from approvals.previews import PreviewRefused, checked_hooks, preview_policies
+from console.tenancy import ConsoleRequest, role_required
 
 
 @dataclass
@@ -135,3 +143,31 @@ def try_policies(request: ConsoleRequest, agent: Agent, version: AgentVersion, c
 
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@role_required("admin")
+@require_POST
+def policy_preview(request: ConsoleRequest, name: str) -> HttpResponse:
+    """The editor's Preview: the `hooks` field (JSON; empty for none) checked as saving checks it, then run at
+    `pre_tool_call` over the agent's last closed approvals; a deny denies, an escalation asks, an allow leaves
+    the call to its approval mode. Nothing is saved."""
+    agent = get_agent_for(request, name)
+    text = request.POST.get("hooks", "").strip()
+    context: dict[str, Any] = {"problems": []}
+    try:
+        hooks = json.loads(text) if text else None
+        if hooks is not None and not isinstance(hooks, dict):
+            raise ValueError("the declaration is a JSON object")
+    except ValueError as error:
+        context["problems"] = [f"The declaration is not valid JSON: {error}"]
+        return render(request, "approvals/_preview.html", context)
+    try:
+        checked_hooks(agent, hooks)
+    except PreviewRefused as refused:
+        context["problems"] = list(refused.errors.values())
+    except ConnectionRefused as refused:  # its policies do not compile, or too many compiled lately
+        context["problems"] = list(refused.errors.values())
+    else:
+        preview = preview_policies(agent, hooks)
+        context |= {"preview": preview, "said": preview.said("denied")}
+    return render(request, "approvals/_preview.html", context)
