@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
+from django.db.models.fields.json import KT
 from django.utils import timezone
 from pydantic import (
     AfterValidator,
@@ -25,6 +26,7 @@ from agents.definitions import DefinitionContent, WireModel
 from agents.models import Agent, Session
 from agents.queries import picked
 from approvals.models import Rule
+from approvals.receipts import Receipt
 
 Scope = Literal["session", "always"]
 
@@ -137,6 +139,21 @@ def rule_versions(rule_ids: Iterable[str]) -> dict[str, int]:
     if not ids:
         return {}
     return {str(pk): version for pk, version in Rule.objects.filter(id__in=ids).values_list("id", "version")}
+
+
+def decisions_since(tenant: Any, since: datetime) -> dict[str, int]:
+    """How many calls each of the tenant's rules decided since `since`, its versions together: its receipts
+    (`answeredBy` "rule:<id>@<version>"), counted in one grouped query."""
+    decided = (
+        Receipt.objects.filter(tenant=tenant, at__gte=since, body__decisionSource="rule")
+        .values(by=KT("body__answeredBy"))
+        .annotate(count=Count("id"))
+    )
+    counts: dict[str, int] = {}
+    for row in decided:
+        rule_id = str(row["by"]).removeprefix("rule:").rpartition("@")[0]
+        counts[rule_id] = counts.get(rule_id, 0) + row["count"]
+    return counts
 
 
 def rules_in_force(agent: Agent, session: Session | None) -> QuerySet[Rule]:

@@ -13,6 +13,7 @@ urlpatterns = [
     path("rules/", rules.rule_list, name="rules"),
     path("rules/new/", rules.rule_create, name="rule_create"),
     path("rules/condition-row/", rules.condition_row, name="rule_condition_row"),
+    path("rules/<uuid:rule_id>/edit/", rules.rule_edit, name="rule_edit"),
     path("rules/<uuid:rule_id>/revoke/", rules.rule_revoke, name="rule_revoke"),
     path("audit/", audit.audit, name="audit"),
 ]
