@@ -25,9 +25,9 @@ from approvals.models import (
     PendingRequest,
     RequestKind,
     RequestStatus,
-    Rule,
     refuse_unless_answerable,
 )
+from approvals.rules import Remember, RememberedUntil, rules_in_force
 from console.connections import ConnectionSpec
 from console.models import Connection, Membership, Tenant
 
@@ -51,9 +51,10 @@ class ApprovalAnswer(WireModel):
     request_id: RequestId
     approved: StrictBool
     reason: str | None = Field(default=None, max_length=2000)
-    remember: StrictBool = False
+    remember: Remember = None
     remember_arguments_only: StrictBool = False
     override_arguments: dict[str, Any] | None = None
+    expires_at: RememberedUntil = None
 
 
 class ToolResultAnswer(WireModel):
@@ -220,14 +221,16 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
     prepared.documents = [(d.name, d.content) for d in request.documents] + _attachment_documents(
         tenant, request.attachment_ids
     )
-    prepared.subagents = subagents_for(tenant, content, prepared.culture)
+    prepared.subagents = subagents_for(tenant, content, prepared.culture, prepared.session)
     return prepared
 
 
-def subagents_for(tenant: Tenant, content: DefinitionContent, culture: str, depth: int = 1) -> dict[str, SubAgent]:
-    """The sub-agents `content` names, each on its agent's current version with its connections, rules and
-    default parameter values, and theirs down to MAX_SUBAGENT_DEPTH. One whose parameters need a value it has
-    no default for, which was deleted or made external since, is not offered."""
+def subagents_for(
+    tenant: Tenant, content: DefinitionContent, culture: str, session: Session | None = None, depth: int = 1
+) -> dict[str, SubAgent]:
+    """The sub-agents `content` names, each on its agent's current version with its connections, rules in force
+    in `session` and default parameter values, and theirs down to MAX_SUBAGENT_DEPTH. One whose parameters need a
+    value it has no default for, which was deleted or made external since, is not offered."""
     if not content.sub_agents or depth > MAX_SUBAGENT_DEPTH:
         return {}
     versions = AgentVersion.objects.select_related("agent").filter(
@@ -247,7 +250,7 @@ def subagents_for(tenant: Tenant, content: DefinitionContent, culture: str, dept
         except BindingError:
             logger.warning("Sub-agent %s is not offered: its parameters need values", sub.name)
             continue
-        consulted = Rule.objects.filter(agent=version.agent, revoked_at__isnull=True) if sub.consults_rules else []
+        consulted = rules_in_force(version.agent, session) if sub.consults_rules else []
         found[sub.name] = SubAgent(
             name=sub.name,
             display_name=sub.display_name or sub.name,
@@ -257,7 +260,7 @@ def subagents_for(tenant: Tenant, content: DefinitionContent, culture: str, dept
             connections=granted_connections(tenant, version),
             instructions=render_instructions(resolve_culture(sub, culture), bound),
             rules=list(consulted),
-            subagents=subagents_for(tenant, sub, culture, depth + 1),
+            subagents=subagents_for(tenant, sub, culture, session, depth + 1),
         )
     return {name: found[name] for name in content.sub_agents if name in found}
 

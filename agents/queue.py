@@ -96,7 +96,7 @@ def load_started(run: Run) -> StartedRun:
         documents=[(name, text) for name, text in data.get("documents", [])],
         previous_run=None,
         connections=granted_connections(run.tenant, run.version),
-        subagents=subagents_for(run.tenant, run.version.definition, run.culture),
+        subagents=subagents_for(run.tenant, run.version.definition, run.culture, session),
     )
     return StartedRun(
         run=run,
@@ -104,7 +104,7 @@ def load_started(run: Run) -> StartedRun:
         log=EventLog.resume(run),
         # A run queued before its answers were left on their requests only kept a copy of them beside its input.
         answers=Answers.load(data["answers"]) if "answers" in data else carried_answers(data.get("carried", [])),
-        rules=active_rules(run.agent, run.version),
+        rules=active_rules(run.agent, run.version, session),
         conversation=session.conversation if session is not None else None,
     )
 

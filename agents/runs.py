@@ -26,6 +26,7 @@ from agents.turns import hold_here, holding
 from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.push import notify_requests_closed
+from approvals.rules import rules_in_force
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
         for pending, _ in carried:
             hand_over(pending, answers, log)
-        rules = active_rules(prepared.agent, prepared.version)
+        rules = active_rules(prepared.agent, prepared.version, session)
         if request.message and prepared.version.definition.hooks is None:
             # Under policies the engine records it once `input` gave its verdict (SPEC section 8).
             log.record(UserMessage(content=request.message))
@@ -143,11 +144,12 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
     return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules, conversation=conversation)
 
 
-def active_rules(agent: Agent, version: AgentVersion) -> list[Rule]:
-    """The rules a turn of `version` may consult (none to read when no tool asks in mode `always`)."""
+def active_rules(agent: Agent, version: AgentVersion, session: Session | None) -> list[Rule]:
+    """The rules a turn of `version` in `session` may consult, in one query: in force (not revoked, not expired)
+    and remembered "always" or in this session (none to read when no tool asks in mode `always`)."""
     if not version.definition.consults_rules:
         return []
-    return list(Rule.objects.filter(agent=agent, revoked_at__isnull=True))
+    return list(rules_in_force(agent, session))
 
 
 def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool
 
 from agents.definitions import WireModel
+from approvals.rules import Remember, RememberedUntil
 
 Status = Literal[
     "accepted",
@@ -29,9 +30,11 @@ class Response(WireModel):
     request_id: uuid.UUID
     approved: StrictBool | None = None
     reason: str | None = Field(default=None, max_length=2000)
-    remember: StrictBool = False
+    remember: Remember = None
     remember_arguments_only: StrictBool = False
     override_arguments: dict[str, Any] | None = None
+    # Until when the rule a remembering answer makes holds (SPEC section 13).
+    expires_at: RememberedUntil = None
     result: Any = None
     error_message: str | None = Field(default=None, max_length=5000)
     outcome: Literal["completed", "failed", "rejected", "background"] | None = None

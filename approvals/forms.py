@@ -76,7 +76,12 @@ class ApprovalForm(AnswerForm):
     kind = RequestKind.APPROVAL
     decision = forms.ChoiceField(choices=_DECISIONS, error_messages=_chosen("Choose Approve or Deny."))
     reason = forms.CharField(required=False)
-    remember = forms.BooleanField(required=False)
+    # "Don't ask again": in this session, or always (SPEC section 13); blank keeps asking.
+    remember = forms.ChoiceField(
+        choices=[("", "no"), ("session", "this session"), ("always", "always")],
+        required=False,
+        error_messages=_chosen("Choose whether to ask again: this session, always, or not remembered."),
+    )
     remember_arguments_only = forms.BooleanField(required=False)
     arguments = forms.CharField(required=False)  # the call's arguments as edited, a JSON object
 
@@ -88,8 +93,8 @@ class ApprovalForm(AnswerForm):
         answer: dict[str, Any] = {
             "approved": approved,
             "reason": data["reason"] or None,
-            # "…only with these exact arguments" narrows "don't ask again"; checking it alone still asks to remember.
-            "remember": data["remember"] or data["remember_arguments_only"],
+            # "…only with these exact arguments" narrows "don't ask again"; checking it alone remembers "always".
+            "remember": data["remember"] or ("always" if data["remember_arguments_only"] else None),
             "rememberArgumentsOnly": data["remember_arguments_only"],
         }
         if approved and data["arguments"]:

@@ -4,14 +4,58 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable
-from typing import Any, Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
-from django.db.models import QuerySet
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from django.db.models import Count, Q, QuerySet
+from django.db.models.fields.json import KT
+from django.utils import timezone
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic.json_schema import WithJsonSchema
 
 from agents.definitions import DefinitionContent, WireModel
+from agents.models import Agent, Session
 from agents.queries import picked
 from approvals.models import Rule
+from approvals.receipts import Receipt
+
+Scope = Literal["session", "always"]
+
+
+def _scope_of(value: Any) -> Any:
+    """`remember` as it was before scopes: `true` is "always", `false` remembers nothing."""
+    if value is True:
+        return "always"
+    return None if value is False else value
+
+
+# `remember` on an answer (SPEC section 13): "session", "always", or a boolean (true: "always"); None: nothing.
+Remember = Annotated[
+    Scope | None,
+    BeforeValidator(_scope_of),
+    WithJsonSchema({"anyOf": [{"enum": ["session", "always"]}, {"type": "boolean"}, {"type": "null"}]}),
+]
+
+
+def in_the_future(value: datetime | None) -> datetime | None:
+    """An `expiresAt` must still be ahead: a rule that expired as it was made would be a silent no-op."""
+    if value is not None and value <= timezone.now():
+        raise ValueError("give a moment in the future")
+    return value
+
+
+# An answer's or a rule's `expiresAt`: an ISO datetime with its offset, still ahead.
+RememberedUntil = Annotated[AwareDatetime | None, AfterValidator(in_the_future)]
+
 
 Operator = Literal["equals", "not_equals", "lt", "lte", "gt", "gte", "in", "not_in"]
 
@@ -91,7 +135,33 @@ def rule_matches(arguments_digest: str, conditions: list[dict[str, Any]], argume
 
 def rule_versions(rule_ids: Iterable[str]) -> dict[str, int]:
     """The version each of the rules is at now (the receipts of the calls they decided name it)."""
-    return {}
+    ids = set(rule_ids)
+    if not ids:
+        return {}
+    return {str(pk): version for pk, version in Rule.objects.filter(id__in=ids).values_list("id", "version")}
+
+
+def decisions_since(tenant: Any, since: datetime) -> dict[str, int]:
+    """How many calls each of the tenant's rules decided since `since`, its versions together: its receipts
+    (`answeredBy` "rule:<id>@<version>"), counted in one grouped query."""
+    decided = (
+        Receipt.objects.filter(tenant=tenant, at__gte=since, body__decisionSource="rule")
+        .values(by=KT("body__answeredBy"))
+        .annotate(count=Count("id"))
+    )
+    counts: dict[str, int] = {}
+    for row in decided:
+        rule_id = str(row["by"]).removeprefix("rule:").rpartition("@")[0]
+        counts[rule_id] = counts.get(rule_id, 0) + row["count"]
+    return counts
+
+
+def rules_in_force(agent: Agent, session: Session | None) -> QuerySet[Rule]:
+    """The rules a call of `agent` in `session` may be approved by: neither revoked nor expired, and remembered
+    "always" or in this very session (a sessionless turn: "always" ones only)."""
+    scope = Q(session__isnull=True) | Q(session=session) if session is not None else Q(session__isnull=True)
+    unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    return Rule.objects.filter(scope, unexpired, agent=agent, revoked_at__isnull=True)
 
 
 def first_matching(rules: Iterable[Any], tool_name: str, arguments: dict[str, Any]) -> Any | None:
@@ -150,13 +220,35 @@ class RuleIn(WireModel):
     tool_name: str = Field(min_length=1, max_length=200)
     arguments: dict[str, Any] | None = None
     conditions: list[ConditionIn] = Field(default_factory=list, max_length=CONDITIONS)
+    expires_at: RememberedUntil = None
 
     @field_validator("arguments")
     @classmethod
     def _arguments_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and len(json.dumps(value)) > ARGUMENTS_LENGTH:
-            raise ValueError(f"the arguments are at most {ARGUMENTS_LENGTH:,} characters long (as JSON)")
-        return value
+        return _arguments_fit(value)
+
+
+def _arguments_fit(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None and len(json.dumps(value)) > ARGUMENTS_LENGTH:
+        raise ValueError(f"the arguments are at most {ARGUMENTS_LENGTH:,} characters long (as JSON)")
+    return value
+
+
+class RuleEdit(WireModel):
+    """An edit of a rule (`PATCH /api/rules/{id}`, the rules page's Edit form): only the fields given change.
+    `arguments` (an object, or null for any arguments) and `conditions` replace the rule's narrowing; `expiresAt`
+    (null: never); `scope` "always" widens a session rule to every session, "session" needs `sessionId`."""
+
+    arguments: dict[str, Any] | None = None
+    conditions: list[ConditionIn] | None = Field(default=None, max_length=CONDITIONS)
+    expires_at: RememberedUntil = None
+    scope: Scope | None = None
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _arguments_fit(value)
 
 
 class RuleRefused(Exception):
@@ -215,13 +307,14 @@ def tenant_rules(
     tenant: Any, *, agent: str | None = None, tool: str | None = None, revoked: bool = True
 ) -> QuerySet[Rule]:
     """The tenant's rules of agents not deleted (a deleted agent's rules can never apply again), those of
-    `agent` and for `tool` when named; without `revoked`, only the rules still in force (the rules page's
-    filters and `GET /api/rules`')."""
-    rules = Rule.objects.select_related("agent", "created_by", "created_from").filter(
+    `agent` and for `tool` when named; without `revoked`, only the rules still in force: neither revoked nor
+    expired (the rules page's filters and `GET /api/rules`'; both kinds of ended rule are kept for the record)."""
+    rules = Rule.objects.select_related("agent", "created_by", "created_from", "session", "edited_by").filter(
         tenant=tenant, agent__deleted_at__isnull=True
     )
     if not revoked:
-        rules = rules.filter(revoked_at__isnull=True)
+        unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+        rules = rules.filter(unexpired, revoked_at__isnull=True)
     return picked(rules, agent__name=agent, tool_name=tool)
 
 

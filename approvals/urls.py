@@ -16,6 +16,7 @@ urlpatterns = [
     path("rules/preview/", previews.rule_preview, name="rule_preview"),
     path("rules/suggestions/", previews.rule_suggestions, name="rule_suggestions"),
     path("rules/suggestions/adopt/", previews.rule_suggestion_adopt, name="rule_suggestion_adopt"),
+    path("rules/<uuid:rule_id>/edit/", rules.rule_edit, name="rule_edit"),
     path("rules/<uuid:rule_id>/revoke/", rules.rule_revoke, name="rule_revoke"),
     path("audit/", audit.audit, name="audit"),
 ]

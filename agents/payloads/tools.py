@@ -115,6 +115,27 @@ class Approved(Shape):
     kind: Literal["approved"]
 
 
+class CustomToolSessionApproval(Shape):
+    kind: Literal["custom-tool"]
+    toolName: str
+
+
+class McpSessionApproval(Shape):
+    kind: Literal["mcp"]
+    serverName: str
+    toolName: str | None
+
+
+SessionApproval = Annotated[CustomToolSessionApproval | McpSessionApproval, Field(discriminator="kind")]
+
+
+class ApprovedForSession(Shape):
+    """Approved, and remembered for the rest of the session (a rule of scope "session", SPEC section 13)."""
+
+    kind: Literal["approved-for-session"]
+    approval: SessionApproval
+
+
 class DeniedByUser(Shape):
     kind: Literal["denied-interactively-by-user"]
     feedback: str | None = optional()
@@ -145,7 +166,8 @@ class Cancelled(Shape):
 
 
 PermissionResult = Annotated[
-    Approved | DeniedByUser | DeniedByRules | DeniedByHook | Cancelled, Field(discriminator="kind")
+    Approved | ApprovedForSession | DeniedByUser | DeniedByRules | DeniedByHook | Cancelled,
+    Field(discriminator="kind"),
 ]
 
 

@@ -7,7 +7,7 @@ from approvals.actions.claims import ClaimRefused, claim, release
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import Opened, RequestRefused, cancel_request, open_request, report_outcome
 from approvals.actions.interceptions import PoliciesUnavailable, verdict_for
-from approvals.actions.rules import remember_rule, revoke_rule
+from approvals.actions.rules import edit_rule, remember_rule, revoke_rule
 
 __all__ = [
     "Answered",
@@ -20,6 +20,7 @@ __all__ = [
     "cancel_request",
     "claim",
     "decide",
+    "edit_rule",
     "expire_due",
     "open_request",
     "release",

@@ -27,10 +27,11 @@ from approvals.push import notify_requests_closed, notify_requests_opened
 from console.models import Membership
 
 # The fields that carry an answer (the rest say which request and where the continuation goes; `remember`
-# is refused by the kinds that take none).
+# and its `expiresAt` are refused by the kinds that take none).
 ANSWER_FIELDS = set(Response.model_fields) - {
     "request_id",
     "remember",
+    "expires_at",
     "definition_version",
     "new_run_id",
     "checkpoint_id",

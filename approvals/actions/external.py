@@ -40,7 +40,7 @@ from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pr
 from approvals.external import OpenRequest
 from approvals.kinds import KINDS, awaiting_status
 from approvals.kinds.base import schema_problems
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.push import notify_requests_opened
 from approvals.receipts import record_requests
 from approvals.rules import first_matching
@@ -278,7 +278,7 @@ def _open(
         run.status = awaiting_status({pending.kind})
         log.record(RunAwaiting(status=run.status, pendingRequests=[pending.wire()]))
     else:
-        _decided(pending, log, now, rule_id=decided_by)
+        _decided(pending, log, now, rule=decided_by if isinstance(decided_by, Rule) else None)
     if run.status != RunStatus.COMPLETED:
         run.finished_at = now
     run.save(update_fields=["status", "finished_at"])
@@ -293,12 +293,14 @@ def _decided(
     log: EventLog,
     now: datetime,
     *,
-    rule_id: str | None = None,
+    rule: Rule | None = None,
     denied: PolicyAsk | None = None,
 ) -> None:
     """An approval nobody is asked for, as a hosted turn records it (agents.engine.permissions.decided): a policy
-    denied it (`denied`), else a rule (`rule_id`) or the tool's mode `never` ("") approved it. Its run completes."""
+    denied it (`denied`), else a rule (at the version that matched, for its receipt) or the tool's mode `never`
+    (no rule) approved it. Its run completes."""
     run = pending.run
+    rule_id = str(rule.id) if rule is not None else None
     pending.status, pending.closed_at, pending.answered_at = RequestStatus.ANSWERED, now, now
     result: Approved | DeniedByHook
     if denied is not None:
@@ -313,8 +315,10 @@ def _decided(
         pending.answered_via = "policy"
         result = DeniedByHook(kind="denied-by-permission-request-hook", message=message)
     else:
-        pending.answer = {"requestId": str(pending.id), "approved": True, "ruleId": rule_id or None}
-        pending.answered_via = "rule" if rule_id else "never"
+        pending.answer = {"requestId": str(pending.id), "approved": True, "ruleId": rule_id}
+        if rule is not None:
+            pending.answer["ruleVersion"] = rule.version  # what `rule:<id>@<version>` of its receipt names
+        pending.answered_via = "rule" if rule is not None else "never"
         result = Approved(kind="approved")
     pending.answered_in = run
     pending.save(force_insert=True)
@@ -333,7 +337,7 @@ def _decided(
             kind="approval",
             toolCallId=pending.call_id,
             toolName=pending.tool_name,
-            ruleId=rule_id or None,
+            ruleId=rule_id,
             arguments=pending.arguments,
             policy=denied,
         )
@@ -342,9 +346,9 @@ def _decided(
     log.record(RunCompleted(output=None))
 
 
-def _decided_at_once(version: AgentVersion, pending: PendingRequest) -> str | None:
-    """Who decides an approval without asking: a remembered rule (its id), or "" for a tool in mode `never`; None
-    when a person is asked."""
+def _decided_at_once(version: AgentVersion, pending: PendingRequest) -> Rule | str | None:
+    """Who decides an approval without asking: a remembered rule in force in the request's session, or "" for a
+    tool in mode `never`; None when a person is asked."""
     if pending.kind != RequestKind.APPROVAL:
         return None
     mode = pending.approval_mode_in({t.name: t.approval for t in version.definition.tools})
@@ -352,8 +356,10 @@ def _decided_at_once(version: AgentVersion, pending: PendingRequest) -> str | No
         return ""
     if mode != "always":
         return None
-    rule = first_matching(active_rules(version.agent, version), pending.tool_name, pending.arguments)
-    return str(rule.id) if rule is not None else None
+    rule: Rule | None = first_matching(
+        active_rules(version.agent, version, pending.session), pending.tool_name, pending.arguments
+    )
+    return rule
 
 
 def is_external(pending: PendingRequest) -> bool:

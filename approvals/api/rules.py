@@ -1,4 +1,4 @@
-"""The remembered-rule routes of the JSON API: list, create by hand, revoke."""
+"""The remembered-rule routes of the JSON API: list, create by hand, edit (a new version), revoke."""
 
 import uuid
 from typing import Any
@@ -8,7 +8,7 @@ from ninja import Query, Router, Status
 from approvals import actions
 from approvals.getters import get_rule_for
 from approvals.models import Rule
-from approvals.rules import RuleIn, RuleRefused, remembered_arguments, tenant_rules
+from approvals.rules import RuleEdit, RuleIn, RuleRefused, remembered_arguments, tenant_rules
 from console.api import ApiError, Paging, Problem, page_of, require_role
 from console.tenancy import ConsoleRequest
 
@@ -28,6 +28,12 @@ def rule_wire(rule: Rule) -> dict[str, Any]:
         "createdFromRunId": str(rule.created_from.run_id) if rule.created_from else None,
         "createdAt": rule.created_at.isoformat(),
         "revokedAt": rule.revoked_at.isoformat() if rule.revoked_at else None,
+        "scope": rule.scope,
+        "sessionId": rule.session.key if rule.session else None,
+        "expiresAt": rule.expires_at.isoformat() if rule.expires_at else None,
+        "version": rule.version,
+        "editedBy": rule.edited_by.username if rule.edited_by else None,
+        "editedAt": rule.edited_at.isoformat() if rule.edited_at else None,
     }
 
 
@@ -39,7 +45,8 @@ class RuleFilters(Paging):
 
 @router.get("/rules", response=dict)
 def list_rules(request: ConsoleRequest, filters: Query[RuleFilters]) -> dict[str, Any]:
-    """The remembered rules, newest first; revoked ones only with `includeRevoked=true`."""
+    """The rules in force, newest first; with `includeRevoked=true` also the ended ones, revoked or expired
+    (both are kept for the record)."""
     rules = tenant_rules(request.tenant, agent=filters.agent, tool=filters.tool, revoked=filters.includeRevoked)
     return page_of(rules.order_by("-created_at", "-id"), filters.limit, filters.offset, rule_wire)
 
@@ -52,9 +59,26 @@ def create_rule_by_hand(request: ConsoleRequest, payload: RuleIn) -> Status[dict
     try:
         rule = actions.remember_rule(membership, request.user, payload)
     except RuleRefused as refused:
-        errors = [{"field": refused.field, "message": refused.detail}]
-        raise ApiError(refused.status, refused.code, refused.detail, errors=errors) from None
+        raise _problem(refused) from None
     return Status(201, rule_wire(rule))
+
+
+@router.patch("/rules/{rule_id}", response={200: dict, 404: Problem, 409: Problem})
+def edit_rule(request: ConsoleRequest, rule_id: uuid.UUID, payload: RuleEdit) -> dict[str, Any]:
+    """Edit a rule: its next `version`, from the fields given (`arguments`, `conditions`, `expiresAt`, `scope`
+    with `sessionId`); what the version before said is kept. A revoked rule is not edited (409)."""
+    require_role(request, "admin")
+    rule = get_rule_for(request, rule_id)
+    try:
+        edited = actions.edit_rule(request.user, rule, payload)
+    except RuleRefused as refused:
+        raise _problem(refused) from None
+    return rule_wire(edited)
+
+
+def _problem(refused: RuleRefused) -> ApiError:
+    errors = [{"field": refused.field, "message": refused.detail}]
+    return ApiError(refused.status, refused.code, refused.detail, errors=errors)
 
 
 @router.delete("/rules/{rule_id}", response={204: None})

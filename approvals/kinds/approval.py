@@ -2,6 +2,7 @@
 "don't ask again", or a policy's escalation (SPEC sections 4 and 8)."""
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from agents.definitions import ClientTool, ExternalTool
@@ -10,11 +11,14 @@ from agents.events import EventLog
 from agents.models import Agent, RunStatus
 from agents.payloads import (
     Approved,
+    ApprovedForSession,
     Cancelled,
     CustomToolPermission,
+    CustomToolSessionApproval,
     DeniedByUser,
     HookPermission,
     McpPermission,
+    McpSessionApproval,
     Payload,
     PermissionCompleted,
     PermissionRequested,
@@ -35,7 +39,7 @@ class Approval(Kind):
     awaiting = RunStatus.AWAITING_APPROVAL
     fields = frozenset({"approved", "reason", "remember_arguments_only", "override_arguments"})
     required = "approved"
-    stored = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments")
+    stored = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments", "expiresAt")
     takes = "An approval request takes `approved` (and a reason)."
     label, asks = "Approval", "wants to call"
     decisions = {"approved": "approved", "denied": "denied"}
@@ -49,6 +53,10 @@ class Approval(Kind):
             raise AnswerRefused("remember_refused", "`remember` applies to approvals only, not to a denial.")
         if wire.get("remember") and self._mode(pending, modes) == "every_time":
             raise AnswerRefused("remember_refused", f"{pending.tool_name} asks every time; it cannot be remembered.")
+        if wire.get("expiresAt") and not wire.get("remember"):
+            raise AnswerRefused(
+                "remember_refused", "`expiresAt` says until when a rule holds: send it with `remember`."
+            )
         override = wire.get("overrideArguments")
         schema = self.parameters(pending) if override is not None else None
         if override is not None and schema is not None:
@@ -93,11 +101,13 @@ class Approval(Kind):
         if approved and answer.get("remember") and not remembered:
             remembered = self._remember(pending, answer)
         feedback = answer.get("reason") or None
-        result = (
-            Approved(kind="approved")
-            if approved
-            else DeniedByUser(kind="denied-interactively-by-user", feedback=feedback)
-        )
+        result: Approved | ApprovedForSession | DeniedByUser
+        if approved and answer.get("remember") == "session":
+            result = ApprovedForSession(kind="approved-for-session", approval=_session_approval(pending))
+        elif approved:
+            result = Approved(kind="approved")
+        else:
+            result = DeniedByUser(kind="denied-interactively-by-user", feedback=feedback)
         log.record(
             PermissionCompleted(
                 requestId=str(pending.id),
@@ -162,6 +172,9 @@ class Approval(Kind):
         # A sub-agent's request is remembered for the sub-agent: its turns consult its own rules.
         owner = pending.asker
         agent = pending.agent if owner is None else Agent.objects.get(tenant=pending.tenant_id, name=owner[0])
+        # `remember` was a boolean before scopes: an answer stored then is remembered "always".
+        session = pending.session if answer.get("remember") == "session" else None
+        expires = answer.get("expiresAt")
         rule = Rule.objects.create(
             tenant=pending.tenant,
             agent=agent,
@@ -170,6 +183,8 @@ class Approval(Kind):
             arguments=approved_arguments if only_these else None,
             created_by=pending.answered_by,
             created_from=pending,
+            session=session,
+            expires_at=datetime.fromisoformat(expires) if expires else None,
         )
         pending.answer = {**answer, "rememberedRuleId": str(rule.id)}
         PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
@@ -187,6 +202,15 @@ class Approval(Kind):
             "remembered": bool(answer.get("remember")) and decision == "approved",
             "rule_id": rule_id,
         }
+
+
+def _session_approval(pending: PendingRequest) -> CustomToolSessionApproval | McpSessionApproval:
+    """What an `approved-for-session` result says is approved for the rest of the session: the MCP server's tool,
+    else the tool by name (the SDK's `UserToolSessionApproval`)."""
+    described = own_state(pending).get("permissionRequest") or {}
+    if described.get("kind") == "mcp":
+        return McpSessionApproval(kind="mcp", serverName=described["serverName"], toolName=pending.tool_name)
+    return CustomToolSessionApproval(kind="custom-tool", toolName=pending.tool_name)
 
 
 def _description(pending: PendingRequest) -> str:

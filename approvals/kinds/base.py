@@ -60,7 +60,7 @@ class Kind:
         return {key: given.get(key) for key in self.stored}
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
-        if wire.get("remember"):
+        if wire.get("remember") or wire.get("expiresAt"):
             raise AnswerRefused("remember_refused", "`remember` applies to tool approvals only.")
 
     def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ error found at `conditions.2.value` put back next to the value input of the thir
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -15,6 +16,7 @@ from django.core.paginator import Paginator
 from django.db.models import F, QuerySet
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -22,15 +24,25 @@ from pydantic import ValidationError
 
 from agents.definitions import error_map
 from agents.models import Agent, AgentVersion
-from approvals.actions import remember_rule, revoke_rule
+from approvals.actions import edit_rule, remember_rule, revoke_rule
 from approvals.getters import get_rule_for
 from approvals.models import Rule
-from approvals.rules import RuleIn, RuleRefused, describe_conditions, remembered_arguments, tenant_rules
+from approvals.rules import (
+    RuleEdit,
+    RuleIn,
+    RuleRefused,
+    decisions_since,
+    describe_conditions,
+    remembered_arguments,
+    tenant_rules,
+)
 from console.models import Tenant
 from console.rows import Row, RowKind
 from console.tenancy import ConsoleRequest, role_required
 
 RULES_PER_PAGE = 50
+# The window of the "decided" column: the calls each rule approved lately.
+DECIDED_WINDOW = timedelta(days=30)
 
 OPERATORS = [
     ("equals", "= equals"),
@@ -59,7 +71,10 @@ class RuleFilters(forms.Form):
 
     agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
     tool = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
-    revoked = forms.BooleanField(required=False, label="Show revoked", widget=forms.CheckboxInput(_SUBMIT_ON_CHANGE))
+    # Ended rules, revoked or expired, are kept for the record and shown together.
+    revoked = forms.BooleanField(
+        required=False, label="Show revoked and expired", widget=forms.CheckboxInput(_SUBMIT_ON_CHANGE)
+    )
 
     def __init__(self, data: Any, agent_names: list[str], tool_names: list[str]) -> None:
         # Its own ids: the "New rule" form on the same page has an agent picker too.
@@ -81,15 +96,20 @@ class RuleFilters(forms.Form):
 
 @dataclass
 class RuleRow:
-    """A rule as the list shows it: its scope in words and the exact arguments it approves, if known."""
+    """A rule as the list shows it: what it approves in words (`narrowing`), the exact arguments it approves if
+    known, whether it expired, how many calls it decided in the last 30 days, and its Edit form."""
 
     rule: Rule
+    decided: int = 0
+    edit: "RuleEditForm | None" = None
 
     @property
-    def scope(self) -> str:
-        if self.rule.arguments_hash:
-            return "exact"
-        return "conditions" if self.rule.conditions else "any"
+    def narrowing(self) -> str:
+        return narrowing_of(self.rule)
+
+    @property
+    def expired(self) -> bool:
+        return self.rule.expired()
 
     @property
     def conditions(self) -> str:
@@ -99,6 +119,71 @@ class RuleRow:
     def arguments(self) -> str | None:
         arguments = remembered_arguments(self.rule)
         return None if arguments is None else json.dumps(arguments, indent=2, ensure_ascii=False)
+
+
+def narrowing_of(rule: Rule) -> str:
+    if rule.arguments_hash:
+        return "exact"
+    return "conditions" if rule.conditions else "any"
+
+
+_EMPTY = {
+    "arguments": "Give the exact arguments as a JSON object.",
+    "conditions": 'Give the conditions as a JSON list, like [{"argument": "amount", "operator": "lt", "value": 100}].',
+}
+
+
+class RuleEditForm(forms.Form):
+    """A rule's Edit form (admins): what it approves (any arguments, exact ones as JSON, conditions as a JSON
+    list), until when, and for a session rule whether it holds in every session. `is_valid()` builds `edit`,
+    checked as `PATCH /api/rules/{id}` checks it."""
+
+    narrowing = forms.ChoiceField(choices=SCOPES, widget=forms.RadioSelect)
+    arguments = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3}))
+    conditions = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3}))
+    expires = forms.DateTimeField(
+        required=False, label="Expires", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    scope = forms.ChoiceField(choices=[("session", "This session only"), ("always", "Every session")], required=False)
+
+    def __init__(self, rule: Rule, data: QueryDict | None = None) -> None:
+        initial = {
+            "narrowing": narrowing_of(rule),
+            "arguments": json.dumps(remembered_arguments(rule), indent=2) if rule.arguments_hash else "",
+            "conditions": json.dumps(rule.conditions, indent=2) if rule.conditions else "",
+            "expires": timezone.localtime(rule.expires_at).strftime("%Y-%m-%dT%H:%M") if rule.expires_at else None,
+            "scope": rule.scope,
+        }
+        super().__init__(data, initial=initial, auto_id=f"edit-{rule.id}-%s")
+        self.rule = rule
+        self.edit: RuleEdit | None = None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        wire: dict[str, Any] = {"expiresAt": data["expires"].isoformat() if data.get("expires") else None}
+        if data["narrowing"] == "any":
+            wire["arguments"], wire["conditions"] = None, []
+        else:
+            field = "arguments" if data["narrowing"] == "exact" else "conditions"
+            if not data[field].strip():
+                self.add_error(field, _EMPTY[field])
+                return data
+            try:
+                wire[field] = json.loads(data[field])
+            except json.JSONDecodeError as error:
+                self.add_error(field, f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno}).")
+                return data
+        if self.rule.session_id is not None and data.get("scope") == "always":
+            wire["scope"] = "always"
+        try:
+            self.edit = RuleEdit.model_validate(wire)
+        except ValidationError as error:
+            for path, message in error_map(error).items():
+                name = {"expiresAt": "expires"}.get(path.split(".")[0], path.split(".")[0])
+                self.add_error(name if name in self.fields else None, f"{path}: {message}")
+        return data
 
 
 class RuleForm(forms.Form):
@@ -212,19 +297,23 @@ def _gated_tools(request: ConsoleRequest) -> list[str]:
     return sorted(names)
 
 
-def _page(request: ConsoleRequest, form: RuleForm | None) -> HttpResponse:
+def _page(request: ConsoleRequest, form: RuleForm | None, editing: RuleEditForm | None = None) -> HttpResponse:
     agents, tools = _names(request)
     filters = RuleFilters(request.GET, agents, tools)
     rules = filters.rules(request.tenant)
     page = Paginator(rules.order_by("-created_at", "-id"), RULES_PER_PAGE).get_page(request.GET.get("page"))
     can_admin = request.membership.allows("admin")
+    decided = decisions_since(request.tenant, timezone.now() - DECIDED_WINDOW)
+    rows = [RuleRow(rule, decided.get(str(rule.id), 0)) for rule in page]
+    for row in rows if can_admin else []:
+        row.edit = editing if editing is not None and editing.rule.pk == row.rule.pk else RuleEditForm(row.rule)
     if form is None and can_admin:
         form = RuleForm(None, agents)
         form.rows = [CONDITIONS.new()]
     context = {
         "filters": filters,
         "page": page,
-        "rows": [RuleRow(rule) for rule in page],
+        "rows": rows,
         "form": form,
         "operators": OPERATORS,
         "tool_suggestions": _gated_tools(request) if can_admin else [],
@@ -267,6 +356,23 @@ def condition_row(request: ConsoleRequest) -> HttpResponse:
     """One empty condition row, appended to the form by htmx."""
     context = {"row": CONDITIONS.new(), "operators": OPERATORS}
     return render(request, "approvals/rules.html#condition-row", context)
+
+
+@role_required("admin")
+@require_POST
+def rule_edit(request: ConsoleRequest, rule_id: uuid.UUID) -> HttpResponse:
+    """A rule's Edit form: its next version, the one before kept (`approvals.actions.edit_rule`)."""
+    rule = get_rule_for(request, rule_id)
+    form = RuleEditForm(rule, request.POST)
+    if form.is_valid() and form.edit is not None:
+        try:
+            edited = edit_rule(request.user, rule, form.edit)
+        except RuleRefused as refused:
+            form.add_error(None, refused.detail)
+        else:
+            messages.success(request, f"Saved version {edited.version} of the rule for {rule.tool_name}.")
+            return redirect("rules")
+    return _page(request, None, editing=form)
 
 
 @role_required("admin")

@@ -249,9 +249,9 @@
     const fail = (message, field) => errors.push([field, message]);
     const card = form.closest(".request-card");
     if (card.dataset.kind === "approval") {
-      const remember = form.querySelector('[name="remember"]');
+      const remember = form.querySelector('[name="remember"]:checked');
       const exact = form.querySelector('[name="remember_arguments_only"]');
-      if (intent === "deny" && ((remember && remember.checked) || (exact && exact.checked))) {
+      if (intent === "deny" && ((remember && remember.value) || (exact && exact.checked))) {
         fail("A denial cannot be remembered: uncheck \u201cDon't ask again\u201d to deny.");
       }
       const edited = form.querySelector('[name="arguments"]');

@@ -86,7 +86,9 @@ def test_the_turn_answers_with_the_inbox_cards_widget(operator, asked):
     assert '<button name="decision" value="deny" class="danger">Deny</button>' in widget
     assert "Don't ask again for this tool" in widget
     assert "Edit arguments before approving" in widget
-    assert "Send answers" not in html and 'type="radio"' not in html
+    assert '<input type="radio" name="remember" value="session">' in widget
+    # The old answer bar's decision radios are gone: only "don't ask again" offers a choice.
+    assert "Send answers" not in html and 'type="radio" name="decision' not in html
 
 
 def test_an_answer_without_javascript_comes_back_to_the_trial_page(operator, asked):

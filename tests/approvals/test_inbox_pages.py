@@ -314,7 +314,7 @@ def test_it_shows_the_field_error_of_edited_arguments_and_stores_nothing(operato
 def test_it_remembers_the_rule_and_the_next_identical_call_does_not_ask(operator, mailer):
     asked = ask(operator)
 
-    answer(operator, request_id(asked), {"decision": "approve", "remember": "1"})
+    answer(operator, request_id(asked), {"decision": "approve", "remember": "always"})
 
     rule = Rule.objects.get()
     assert (rule.agent, rule.tool_name, rule.arguments_hash) == (mailer, "send_email", "")
@@ -329,7 +329,7 @@ def test_it_remembers_the_rule_and_the_next_identical_call_does_not_ask(operator
 def test_it_remembers_only_the_exact_arguments_when_asked(operator, mailer):
     asked = ask(operator)
 
-    answer(operator, request_id(asked), {"decision": "approve", "remember": "1", "remember_arguments_only": "1"})
+    answer(operator, request_id(asked), {"decision": "approve", "remember": "always", "remember_arguments_only": "1"})
 
     assert Rule.objects.get().arguments_hash
     other = ask(operator, message=SEND.replace("a@b.co", "x@y.co"), session="s2")
@@ -340,7 +340,7 @@ def test_it_remembers_only_the_exact_arguments_when_asked(operator, mailer):
 def test_it_refuses_to_remember_a_denial_and_stores_nothing(operator, mailer, htmx):
     asked = ask(operator)
 
-    response = answer(operator, request_id(asked), {"decision": "deny", "remember": "1"}, htmx=htmx)
+    response = answer(operator, request_id(asked), {"decision": "deny", "remember": "always"}, htmx=htmx)
 
     page = (operator.client.get("/inbox/") if not htmx else response).content.decode()
     assert "applies to approvals only, not to a denial" in page

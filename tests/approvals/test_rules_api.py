@@ -96,6 +96,12 @@ def test_it_creates_a_rule_for_any_arguments(admin, mailer):
         "createdFromRunId": None,
         "createdAt": stored.created_at.isoformat(),
         "revokedAt": None,
+        "scope": "always",
+        "sessionId": None,
+        "expiresAt": None,
+        "version": 1,
+        "editedBy": None,
+        "editedAt": None,
     }
 
 

@@ -93,7 +93,7 @@ def test_it_shows_a_request_live_everywhere_and_takes_it_away_when_an_operator_a
     assert status == 403, problem
 
     card = first.locator(f"#request-{rid}")
-    card.get_by_label("Don't ask again for this tool").check()
+    card.get_by_role("radio", name="always").check()
     card.get_by_role("button", name="Approve", exact=True).click()
 
     for page in (first, second, reader):
