@@ -48,7 +48,15 @@ def test_it_lists_newest_first_filters_and_pages_with_a_cursor(history, reader):
 
 def test_it_refuses_bad_cursors_and_dates_and_changes_nothing(history, reader):
     before = snapshot()
-    for query in ("cursor=%%%", "cursor=eA", "cursor=cjEyYQ", "from=yesterday", "to=2026-13-40", "limit=0", "limit=501"):
+    for query in (
+        "cursor=%%%",
+        "cursor=eA",
+        "cursor=cjEyYQ",
+        "from=yesterday",
+        "to=2026-13-40",
+        "limit=0",
+        "limit=501",
+    ):
         response = reader.api("GET", f"/api/receipts?{query}")
         assert response.status_code == 400, (query, response.content)
         assert response["Content-Type"] == "application/problem+json"
