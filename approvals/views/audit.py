@@ -2,17 +2,13 @@
 
 import csv
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator
-from itertools import islice
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django import forms
-from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
 from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -21,6 +17,7 @@ from approvals.audit import AuditEntry, Criteria, DecisionFilter, entries, entry
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.login import lockouts_of
 from console.models import Membership, Tenant
+from console.streaming import download
 from console.tenancy import ConsoleRequest, role_required
 
 ENTRIES_PER_PAGE = 50
@@ -146,20 +143,4 @@ EXPORTS = {"csv": (_csv, "text/csv; charset=utf-8"), "json": (_json, "applicatio
 
 def _export(request: ConsoleRequest, tenant: Tenant, criteria: Criteria, export: str) -> StreamingHttpResponse:
     render_rows, content_type = EXPORTS[export]
-    rows = render_rows(iter_entries(tenant, criteria))
-    # Under ASGI a synchronous iterator would be read whole before sending; an asynchronous one streams.
-    content = _async(rows) if isinstance(request, ASGIRequest) else rows
-    response = StreamingHttpResponse(content, content_type=content_type)
-    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-    response["Content-Disposition"] = f'attachment; filename="audit-{tenant.slug}-{stamp}.{export}"'
-    return response
-
-
-async def _async(rows: Iterator[str]) -> AsyncIterator[str]:
-    """`rows` read in a worker thread (the ORM is synchronous), a few hundred rows per hop."""
-
-    def take() -> str:
-        return "".join(islice(rows, 200))
-
-    while chunk := await sync_to_async(take)():
-        yield chunk
+    return download(request, render_rows(iter_entries(tenant, criteria)), content_type, f"audit-{tenant.slug}", export)
