@@ -1,8 +1,8 @@
-"""The inbox, rules and audit pages (URL names not namespaced: `{% url 'inbox' %}`)."""
+"""The inbox, rules, audit and receipts pages (URL names not namespaced: `{% url 'inbox' %}`)."""
 
 from django.urls import path
 
-from approvals.views import answers, audit, inbox, previews, rules
+from approvals.views import answers, audit, inbox, previews, receipts, rules
 
 urlpatterns = [
     path("inbox/", inbox.inbox, name="inbox"),
@@ -19,4 +19,7 @@ urlpatterns = [
     path("rules/<uuid:rule_id>/edit/", rules.rule_edit, name="rule_edit"),
     path("rules/<uuid:rule_id>/revoke/", rules.rule_revoke, name="rule_revoke"),
     path("audit/", audit.audit, name="audit"),
+    path("receipts/", receipts.receipt_list, name="receipts"),
+    path("receipts/<uuid:receipt_id>/", receipts.receipt_detail, name="receipt"),
+    path("receipts/request/<uuid:request_id>/", receipts.request_receipt, name="request_receipt"),
 ]
