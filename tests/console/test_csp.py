@@ -9,7 +9,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from agents.models import Run
 from agents.starter_policy import starter_hooks
-from approvals.models import Rule
+from approvals.models import Receipt, Rule
 from tests.helpers import EMAIL, call_line, make_agent, run_ok
 
 # Views that answer only POST, or that are fragments of a page (each fetched by the page's own script);
@@ -39,6 +39,13 @@ NOT_PAGES = {
     "rule_create",
     "rule_condition_row",
     "rule_revoke",
+    "rule_edit",
+    "rule_preview",
+    "rule_suggestion_adopt",
+    "agents:policy_preview",
+    # A fragment the rules page loads (test_it_sends_the_policy_with_fragments_htmx_swaps_in), and a redirect.
+    "rule_suggestions",
+    "request_receipt",
     "healthz",
 }
 
@@ -48,7 +55,12 @@ def pages(admin) -> list[str]:
     """A path of every console page, with an agent, a run waiting for an approval and a rule to show."""
     make_agent(admin, hooks=starter_hooks("evaluate_only", ["get_user_location"]))
     asked = run_ok(admin, {"message": call_line("send_email", EMAIL), "sessionId": "s1"})
-    Rule.objects.create(tenant=admin.tenant, agent=Run.objects.get().agent, tool_name="get_time", created_by=admin.user)
+    decided = run_ok(admin, {"message": call_line("send_email", EMAIL), "sessionId": "s2"})
+    answer = {"requestId": decided["pendingRequests"][0]["requestId"], "approved": False}
+    assert admin.api("POST", f"/api/runs/{decided['runId']}/responses", answer).status_code == 200
+    Rule.objects.create(
+        tenant=admin.tenant, agent=Run.objects.get(id=asked["runId"]).agent, tool_name="get_time", created_by=admin.user
+    )
     return [
         "/",
         "/agents/",
@@ -66,6 +78,8 @@ def pages(admin) -> list[str]:
         "/runs/",
         f"/runs/{asked['runId']}/",
         "/audit/",
+        "/receipts/",
+        f"/receipts/{Receipt.objects.get().id}/",
         "/tokens/",
         "/tenant/",
         "/notifications/",
@@ -158,7 +172,7 @@ def test_it_sends_the_policy_with_pages_of_anonymous_visitors_and_errors(db):
 
 
 def test_it_sends_the_policy_with_fragments_htmx_swaps_in(admin, pages):
-    for path in ("/agents/row/parameters/", "/rules/condition-row/", "/rules/?agent=assistant"):
+    for path in ("/agents/row/parameters/", "/rules/condition-row/", "/rules/?agent=assistant", "/rules/suggestions/"):
         response = admin.client.get(path, HTTP_HX_REQUEST="true")
         assert response.status_code == 200, path
         assert_strict(response)
