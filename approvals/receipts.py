@@ -15,6 +15,7 @@ decisions were committed in. This module sits below the models it describes: it 
 """
 
 import hashlib
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import rfc8785
-from django.db import models, transaction
+from django.db import connection, models, transaction
 
 from console.models import Tenant
 from console.tenancy import AUTH_METHOD
@@ -306,9 +307,32 @@ def record(tenant_id: Any, facts: list[dict[str, Any]]) -> list[Receipt]:
             )
             head.sequence, head.hash = receipt.sequence, receipt.hash
             written.append(receipt)
-        Receipt.objects.bulk_create(written)
-        head.save(update_fields=["sequence", "hash"])
+        if connection.vendor == "postgresql":
+            _append_in_one_statement(written, head)
+        else:
+            Receipt.objects.bulk_create(written)
+            head.save(update_fields=["sequence", "hash"])
     return written
+
+
+def _append_in_one_statement(written: list[Receipt], head: ReceiptHead) -> None:
+    """The receipts' rows and the head's move in one round trip, on the hot path of every answer (PostgreSQL's
+    writable CTE; bench/receipts_answer.py). The same rows as `bulk_create` writes."""
+    fields = Receipt._meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
+    row = "(" + ", ".join("%s::jsonb" if field.name == "body" else "%s" for field in fields) + ")"
+    values = []
+    for receipt in written:
+        for field in fields:
+            value = field.get_db_prep_save(getattr(receipt, field.attname), connection)
+            values.append(json.dumps(receipt.body) if field.name == "body" else value)
+    heads, receipts = (connection.ops.quote_name(model._meta.db_table) for model in (ReceiptHead, Receipt))
+    sql = (
+        f"WITH moved AS (UPDATE {heads} SET sequence = %s, hash = %s WHERE tenant_id = %s)"
+        f" INSERT INTO {receipts} ({columns}) VALUES {', '.join([row] * len(written))}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [head.sequence, head.hash, head.tenant_id, *values])
 
 
 def record_requests(requests: Iterable[Any], at: datetime) -> None:
