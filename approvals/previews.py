@@ -368,7 +368,11 @@ def suggestions(tenant: Tenant, now: datetime | None = None) -> list[Suggestion]
 
 
 def _active_rules(tenant: Tenant, agent_ids: Iterable[Any]) -> dict[Any, list[Rule]]:
+    """The rules in force for every session (not revoked, not expired, remembered "always"): a suggestion they
+    cover would change nothing, where one a session rule covers still asks in every other session."""
     by_agent: dict[Any, list[Rule]] = {}
-    for rule in Rule.objects.filter(Q(tenant=tenant) & Q(agent_id__in=agent_ids), revoked_at__isnull=True):
+    unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    in_force = Rule.objects.filter(unexpired, tenant=tenant, agent_id__in=agent_ids, session__isnull=True)
+    for rule in in_force.filter(revoked_at__isnull=True):
         by_agent.setdefault(rule.agent_id, []).append(rule)
     return by_agent

@@ -3,10 +3,12 @@
 over a history of an external agent's requests answered through the API. No preview writes anything."""
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.apps import apps
+from django.utils import timezone
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent
@@ -326,6 +328,20 @@ def test_an_active_rule_takes_the_suggestion_away(deployer, operator, admin):
     assert made.status_code == 201
     assert suggestions(admin.tenant) == []
     assert admin.api("delete", f"/api/rules/{made.json()['ruleId']}").status_code == 204
+    assert len(suggestions(admin.tenant)) == 1
+
+
+def test_a_session_rule_or_an_expired_one_leaves_the_suggestion(deployer, operator, admin):
+    approve_times(operator, admin, 5)
+    soon = (timezone.now() + timedelta(seconds=60)).isoformat()
+    made = admin.api("post", "/api/rules", {"agent": "deployer", "toolName": "deploy", "expiresAt": soon})
+    assert made.status_code == 201, made.content
+    assert suggestions(admin.tenant) == []
+    Rule.objects.filter(id=made.json()["ruleId"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert len(suggestions(admin.tenant)) == 1
+    asked = ask(operator)
+    answer(admin, asked, True, remember="session")
+    assert Rule.objects.filter(session__isnull=False).count() == 1
     assert len(suggestions(admin.tenant)) == 1
 
 
