@@ -237,8 +237,11 @@ def _record_receipts(run: Run, log: EventLog) -> None:
     ]
     if not decided:
         return
-    asked = PendingRequest.objects.filter(id__in=[e.data["requestId"] for e in decided]).values_list("id", flat=True)
-    known = {str(request_id) for request_id in asked}
+    ids = [e.data["requestId"] for e in decided]
+    # A request's (a person answered it) or a call's whose receipt is written already (the same log, once more).
+    asked = PendingRequest.objects.filter(id__in=ids).values_list("id", flat=True)
+    written = receipts.Receipt.objects.filter(request_id__in=ids).values_list("request_id", flat=True)
+    known = {str(request_id) for request_id in [*asked, *written]}
     versions = rule_versions([e.data["ruleId"] for e in decided if e.data.get("ruleId")])
     facts = []
     for event in decided:
