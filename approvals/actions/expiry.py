@@ -17,7 +17,8 @@ from approvals.push import notify_requests_closed
 def expire_due(now: datetime | None = None) -> list[PendingRequest]:
     """Close every pending, unanswered request whose deadline has passed; start the continuations."""
     now = now or timezone.now()
-    due = PendingRequest.objects.open().select_related("session__tenant", "session__agent").filter(expires_at__lte=now)
+    related = ("session__tenant", "session__agent", "run__version", "agent")  # what each closing and receipt read
+    due = PendingRequest.objects.open().select_related(*related).filter(expires_at__lte=now)
     # Each closing is a conditional update committed on its own: a sweep holding the locks of up to 500 requests
     # until the last one would deadlock with a turn closing or answering some of them in another order.
     expired = [pending for pending in due[:500] if pending.close(RequestStatus.EXPIRED, now)]
