@@ -8,15 +8,10 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.test_inbox import api  # noqa: F401 - `api` is a fixture
+from tests.browser.test_previews import DEPLOY
 from tests.processes.cluster import Api
 
 pytestmark = pytest.mark.browser
-
-DEPLOY = {
-    "name": "deploy",
-    "description": "Deploy a service",
-    "parameters": {"type": "object", "properties": {"service": {"type": "string"}}, "required": ["service"]},
-}
 
 
 def test_a_reader_filters_opens_and_exports_receipts(
