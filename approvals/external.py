@@ -13,6 +13,7 @@ from pydantic import Field, StrictBool, StrictInt
 
 from agents.definitions import WireModel
 from approvals.models import PendingRequest, Receipt, RequestKind, RequestStatus
+from approvals.receipts import result_kind
 
 # How long a request of an external agent may wait at most (SPEC section 12).
 MAX_EXPIRES_IN = 30 * 24 * 3600
@@ -78,13 +79,12 @@ def decision(pending: PendingRequest) -> dict[str, Any] | None:
         }
     approved = bool(answer.get("approved"))
     text = answer.get("reason") if pending.kind == RequestKind.APPROVAL else answer.get("text")
-    result: dict[str, Any]
-    if approved:
-        result = {"kind": "approved"}
-    elif answer.get("deniedBy") == "policy":
-        result = {"kind": "denied-by-permission-request-hook", "message": text}
-    else:
-        result = {"kind": "denied-interactively-by-user", "feedback": text}
+    # The kind as the request's receipt says it (`approved-for-session` for an answer remembered in the session).
+    result: dict[str, Any] = {"kind": result_kind(pending.kind, pending.status, answer)}
+    if result["kind"] == "denied-by-permission-request-hook":
+        result["message"] = text
+    elif result["kind"] == "denied-interactively-by-user":
+        result["feedback"] = text
     override = answer.get("overrideArguments")
     arguments = override if override is not None else pending.arguments
     return {**common, "result": result, "approved": approved, "text": text, "arguments": arguments}
