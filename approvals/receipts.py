@@ -285,6 +285,10 @@ def record(tenant_id: Any, facts: list[dict[str, Any]]) -> list[Receipt]:
     if not facts:
         return []
     with transaction.atomic(savepoint=False):
+        if connection.vendor == "postgresql" and len(facts) == 1:
+            one = _append_in_one_statement(tenant_id, facts[0])
+            if one is not None:
+                return [one]
         head = ReceiptHead.objects.select_for_update().filter(tenant_id=tenant_id).first()
         if head is None:  # made with its tenant (`approvals.models`); a tenant from before receipts gets it now
             head, _ = ReceiptHead.objects.select_for_update().get_or_create(
@@ -293,46 +297,75 @@ def record(tenant_id: Any, facts: list[dict[str, Any]]) -> list[Receipt]:
         written = []
         for fact in facts:
             body = {**fact, "receiptId": str(uuid.uuid4()), "sequence": head.sequence + 1, "prevHash": head.hash}
-            receipt = Receipt(
-                id=body["receiptId"],
-                tenant_id=tenant_id,
-                sequence=body["sequence"],
-                request_id=body["requestId"],
-                agent=body["agent"],
-                tool_name=body["toolName"] or "",
-                result=body["result"],
-                at=datetime.fromisoformat(body["at"]),
-                body=body,
-                hash=digest(body),
-            )
+            receipt = _receipt(tenant_id, body, digest(body))
             head.sequence, head.hash = receipt.sequence, receipt.hash
             written.append(receipt)
-        if connection.vendor == "postgresql":
-            _append_in_one_statement(written, head)
-        else:
-            Receipt.objects.bulk_create(written)
-            head.save(update_fields=["sequence", "hash"])
+        Receipt.objects.bulk_create(written)
+        head.save(update_fields=["sequence", "hash"])
     return written
 
 
-def _append_in_one_statement(written: list[Receipt], head: ReceiptHead) -> None:
-    """The receipts' rows and the head's move in one round trip, on the hot path of every answer (PostgreSQL's
-    writable CTE; bench/receipts_answer.py). The same rows as `bulk_create` writes."""
-    fields = Receipt._meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
-    row = "(" + ", ".join("%s::jsonb" if field.name == "body" else "%s" for field in fields) + ")"
-    values = []
-    for receipt in written:
-        for field in fields:
-            value = field.get_db_prep_save(getattr(receipt, field.attname), connection)
-            values.append(json.dumps(receipt.body) if field.name == "body" else value)
-    heads, receipts = (connection.ops.quote_name(model._meta.db_table) for model in (ReceiptHead, Receipt))
-    sql = (
-        f"WITH moved AS (UPDATE {heads} SET sequence = %s, hash = %s WHERE tenant_id = %s)"
-        f" INSERT INTO {receipts} ({columns}) VALUES {', '.join([row] * len(written))}"
+def _receipt(tenant_id: Any, body: dict[str, Any], hash_: str) -> Receipt:
+    return Receipt(
+        id=body["receiptId"],
+        tenant_id=tenant_id,
+        sequence=body["sequence"],
+        request_id=body["requestId"],
+        agent=body["agent"],
+        tool_name=body["toolName"] or "",
+        result=body["result"],
+        at=datetime.fromisoformat(body["at"]),
+        body=body,
+        hash=hash_,
     )
+
+
+def _append_in_one_statement(tenant_id: Any, fact: dict[str, Any]) -> Receipt | None:
+    """One receipt appended in one round trip, on the hot path of every answer (bench/receipts_answer.py): the
+    head's locked read, the receipt's hash, its row and the head's move, in one PostgreSQL statement. The hash is
+    SHA-256 over the receipt's canonical JSON as `digest` makes it, computed in the database: the canonical text
+    is made here with stand-ins for the two values only the locked head knows (`sequence`, `prevHash`) and
+    spliced around them. None when the tenant has no head yet (nothing written)."""
+    mark = uuid.uuid4().hex
+    stand_ins = {"sequence": f"seq{mark}", "prevHash": f"prev{mark}"}
+    text = canonical({**fact, "receiptId": str(uuid.uuid4()), **stand_ins}).decode()
+    # Canonical JSON puts each stand-in once, as a string; the sequence goes back in as a number (no quotes).
+    cuts = sorted((text.index(f'"{value}"'), key, value) for key, value in stand_ins.items())
+    pieces, spliced, at = [], [], 0
+    for index, key, value in cuts:
+        pieces.append(text[at:index] + ("" if key == "sequence" else '"'))
+        spliced.append("(old.sequence + 1)::text" if key == "sequence" else "old.hash")
+        at = index + len(value) + 2 - (0 if key == "sequence" else 1)
+    pieces.append(text[at:])
+    body = {key: value for key, value in json.loads(text).items() if key not in stand_ins}
+    hashed = " || ".join(f"%s || {part}" for part in spliced) + " || %s"
+    fields = [field for field in Receipt._meta.concrete_fields if field.name not in ("sequence", "body", "hash")]
+    last = [
+        field for name in ("sequence", "body", "hash") for field in Receipt._meta.concrete_fields if field.name == name
+    ]
+    receipt = _receipt(tenant_id, {**body, "sequence": 0}, "")
+    values = [field.get_db_prep_save(getattr(receipt, field.attname), connection) for field in fields]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in [*fields, *last])
+    typed = ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields)
+    heads, receipts = (quote(model._meta.db_table) for model in (ReceiptHead, Receipt))
+    sql = (
+        f"WITH old AS (SELECT sequence, hash FROM {heads} WHERE tenant_id = %s FOR UPDATE),"
+        f" new AS (SELECT old.sequence + 1 AS sequence, old.hash AS prev,"
+        f" encode(sha256(convert_to({hashed}, 'UTF8')), 'hex') AS hash FROM old),"
+        f" moved AS (UPDATE {heads} SET sequence = new.sequence, hash = new.hash FROM new WHERE tenant_id = %s)"
+        f" INSERT INTO {receipts} ({columns}) SELECT {typed}, new.sequence,"
+        f" %s::jsonb || jsonb_build_object('sequence', new.sequence, 'prevHash', new.prev), new.hash FROM new"
+        f" RETURNING sequence, hash, body->>'prevHash'"
+    )
+    params = [tenant_id, *pieces, tenant_id, *values, json.dumps(body)]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [head.sequence, head.hash, head.tenant_id, *values])
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    sequence, hash_, prev = row
+    return _receipt(tenant_id, {**body, "sequence": sequence, "prevHash": prev}, hash_)
 
 
 def record_requests(requests: Iterable[Any], at: datetime) -> None:

@@ -3,6 +3,7 @@ with, chained per tenant; `verify_receipts` catches every kind of tampering."""
 
 import io
 import json
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from agents.actions import delete_agent
 from agents.definitions import DefinitionContent
 from agents.models import Agent
 from agents.starter_policy import starter_hooks
+from approvals import receipts
 from approvals.actions import expire_due
 from approvals.models import PendingRequest, Rule
 from approvals.receipts import ChainSignature, Receipt, ReceiptHead, digest, genesis
@@ -345,3 +347,19 @@ def test_a_policys_deny_names_its_binding_and_version_hosted_and_external(operat
     external = receipt_of(opened["requestId"])
     assert external["answeredBy"] == "policy:mail-guard@1" and external["result"] == hosted["result"]
     assert external["prevHash"] == hosted["hash"]
+
+
+def test_a_receipt_whose_text_needs_escaping_hashes_as_digest_says(operator, assistant):
+    """On PostgreSQL one receipt's hash is computed in the database (`approvals.receipts`, one statement): it is
+    the digest of the body it stores, whatever the text holds (non-ASCII, quotes, escapes, a look-alike of the
+    stand-ins it splices around)."""
+    approve(operator, ask(operator))
+    fact = {**Receipt.objects.get().body, "toolName": 'ré "sé" \\ \u2028 😀 seq', "answeredBy": "prev\n\t\x01"}
+    fact = {key: value for key, value in fact.items() if key not in ("receiptId", "sequence", "prevHash")}
+    (written,) = receipts.record(operator.tenant.pk, [{**fact, "requestId": str(uuid.uuid4())}])
+    stored = Receipt.objects.get(pk=written.pk)
+    assert (stored.sequence, stored.body["prevHash"]) == (2, Receipt.objects.get(sequence=1).hash)
+    assert stored.hash == written.hash == digest(stored.body) and stored.body == written.body
+    assert ReceiptHead.objects.get(tenant=operator.tenant).hash == stored.hash
+    sign_heads()
+    assert verify()[0] == 0
