@@ -226,53 +226,75 @@ def _digests(arguments: Any, override: Any) -> tuple[str, str | None]:
     return ran_digest, (original if original != ran_digest else None)
 
 
-def request_facts(pending: Any, at: datetime) -> dict[str, Any]:
-    """The receipt of a request just closed (`pending`, with its run's version, session and agent), without
-    its place in the chain."""
-    answer = pending.answer
-    decider = _request_decider(pending)
-    ran, original = _digests(pending.arguments, (answer or {}).get("overrideArguments"))
+def _facts(
+    request_id: str,
+    run: Any,
+    session: Any,
+    agent: str,
+    kind: str,
+    tool_name: str,
+    digests: tuple[str, str | None],
+    **said: Any,
+) -> dict[str, Any]:
+    """A receipt without its place in the chain: `said` carries result, reason, the decider and at."""
+    decider: Decider = said.pop("decider")
     return {
-        "requestId": str(pending.id),
-        "runId": str(pending.run_id),
-        "sessionId": pending.session.key,
-        "agent": pending.agent.name,
-        "definitionVersion": pending.run.version.number,
-        "kind": pending.kind,
-        "toolName": pending.tool_name or None,
-        "argumentsDigest": ran,
-        "originalArgumentsDigest": original,
-        "result": result_kind(pending.kind, pending.status, answer),
-        "reason": pending.status if answer is None else None,
+        "requestId": request_id,
+        "runId": str(run.id),
+        "sessionId": session.key if session is not None else None,
+        "agent": agent,
+        "definitionVersion": run.version.number,
+        "kind": kind,
+        "toolName": tool_name or None,
+        "argumentsDigest": digests[0],
+        "originalArgumentsDigest": digests[1],
+        "result": said["result"],
+        "reason": said["reason"],
         "decisionSource": decider.source,
         "answeredBy": decider.by,
         "authMethod": decider.auth,
-        "at": at.isoformat(),
+        "at": said["at"].isoformat(),
     }
+
+
+def request_facts(pending: Any, at: datetime) -> dict[str, Any]:
+    """The receipt of a request just closed (`pending`, with its run's version and session, and its agent),
+    without its place in the chain."""
+    answer = pending.answer
+    return _facts(
+        str(pending.id),
+        pending.run,
+        pending.session,
+        pending.agent.name,
+        pending.kind,
+        pending.tool_name,
+        _digests(pending.arguments, (answer or {}).get("overrideArguments")),
+        result=result_kind(pending.kind, pending.status, answer),
+        reason=pending.status if answer is None else None,
+        decider=_request_decider(pending),
+        at=at,
+    )
 
 
 def call_facts(
     run: Any, agent: str, request_id: str, tool_name: str, arguments: Any, decider: Decider, result: str, at: datetime
 ) -> dict[str, Any]:
     """The receipt of a call a hosted turn decided without a request: a rule approved it, a policy denied it."""
-    ran, _ = _digests(arguments, None)
-    return {
-        "requestId": request_id,
-        "runId": str(run.id),
-        "sessionId": run.session.key if run.session_id is not None else None,
-        "agent": agent,
-        "definitionVersion": run.version.number,
-        "kind": "approval",
-        "toolName": tool_name or None,
-        "argumentsDigest": ran,
-        "originalArgumentsDigest": None,
-        "result": result,
-        "reason": None,
-        "decisionSource": decider.source,
-        "answeredBy": decider.by,
-        "authMethod": decider.auth,
-        "at": at.isoformat(),
-    }
+    session = run.session if run.session_id is not None else None
+    digests = _digests(arguments, None)
+    return _facts(
+        request_id,
+        run,
+        session,
+        agent,
+        "approval",
+        tool_name,
+        digests,
+        result=result,
+        reason=None,
+        decider=decider,
+        at=at,
+    )
 
 
 # --- the chain ----------------------------------------------------------------------------------------
