@@ -189,6 +189,7 @@ class TurnPolicies:
             enforced=self.enforced,
             toolName=call.get("name"),
             toolCallId=call.get("id"),
+            arguments=call.get("args"),
         )
         await self.emit(verdict_event)
 

@@ -92,6 +92,7 @@ def test_a_deny_keeps_the_mail_unsent_and_tells_the_model(admin):
         "enforced": True,
         "toolName": "send_email",
         "toolCallId": "call_1",
+        "arguments": {"to": "eve@evil.test", "subject": "Hello", "body": "Ship it."},
     }
 
 
