@@ -52,7 +52,7 @@ class AuditFilters(ListFilters):
     search = forms.CharField(
         required=False,
         max_length=200,
-        widget=forms.TextInput(attrs={"type": "search", "placeholder": "text in the arguments", "autocomplete": "off"}),
+        widget=forms.TextInput(attrs={"placeholder": "text in the arguments", "autocomplete": "off"}),
     )
 
     def criteria(self) -> Criteria:
