@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.starter_policy import starter_hooks
 from approvals.views.audit import CSV_COLUMNS
-from tests.approvals.test_audit import audit_html, cell, exported_csv, exported_json, rows
+from tests.approvals.test_audit import audit_html, cell, exported_csv, exported_json, queries_for, rows
 from tests.conftest import Persona
 from tests.helpers import call_line, make_agent, run_ok, run_queued
 
@@ -194,3 +194,15 @@ def test_the_filters_suggest_the_tenants_tools_and_policies(admin):
     assert tools and '<option value="send_email">' in tools.group(1)
     for name in ("tool", "policy", "search"):
         assert f'<label for="id_{name}">' in html
+
+
+def test_policy_entries_cost_the_same_queries_however_many(admin):
+    guarded(admin)
+    for number in range(2):
+        run_ok(admin, {"message": mail(f"eve{number}@evil.test")})
+    few = [queries_for(admin, path) for path in ("/audit/?search=evil", "/audit/?format=csv&tool=send_email")]
+    for number in range(2, 8):
+        run_ok(admin, {"message": mail(f"eve{number}@evil.test")})
+
+    assert [queries_for(admin, path) for path in ("/audit/?search=evil", "/audit/?format=csv&tool=send_email")] == few
+    assert len(exported_json(admin, "?format=json&search=evil")) == 8
