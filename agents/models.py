@@ -302,6 +302,9 @@ class Event(models.Model):
     class Meta:
         ordering = ["run", "sequence"]
         constraints = [models.UniqueConstraint(fields=["run", "sequence"], name="event_sequence_unique")]
+        # The audit reads events of a type across the tenant's runs, newest first (approvals.audit: policy
+        # verdicts, rule decisions).
+        indexes = [models.Index(fields=["type", "-timestamp"], name="event_type_recent")]
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.sequence} {self.type}"

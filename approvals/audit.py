@@ -1,14 +1,19 @@
 """The audit of decisions: who decided what, when and why, newest first.
 
-An entry is one of three facts, each stored elsewhere:
+An entry is one of four facts, each stored elsewhere:
 - an answer: a PendingRequest with an answer (who = `answered_by`, when = `answered_at`; an external agent's
   request decided at once by its tool's mode `never` or a policy has no one, and says `via`);
 - a terminal closing: a request closed expired, cancelled or abandoned (who = who cancelled it, else "system";
   when = `closed_at`);
   recorded apart from a human "no", so a request answered and then closed gives two entries;
-- a rule decision: a `request.answered` event naming the rule that approved the call (`ruleId`; no request).
+- a rule decision: a `request.answered` event naming the rule that approved the call (`ruleId`; no request);
+- a policy verdict other than allow (deny, transform, escalate, warn; enforced or shadow): its `policy.verdict`
+  event, with the binding, the interception point, the reason and, at a tool point, the tool and its arguments.
+  An escalation is two entries: the verdict, and the operator's answer that lifted or confirmed it.
 
-The three are merged in the database (UNION ALL of their keys, ordered by time), so a page or an export
+Filters narrow every branch alike: agent, tool, policy binding and a text search in the arguments (a LIKE over
+their JSON text, in the database, per tenant). The four are merged in the database (UNION ALL of their keys,
+ordered by time), so a page or an export
 chunk costs the same few queries whatever its size: one for the keys, then one per kind of row to load.
 """
 
@@ -21,7 +26,8 @@ from typing import Any
 
 from django.db import models
 from django.db.models import F, Q, QuerySet, Value
-from django.db.models.functions import Coalesce
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce
 from django.urls import reverse
 
 from agents.events import EventType
@@ -30,7 +36,7 @@ from approvals.kinds import KINDS
 from approvals.models import TERMINAL, PendingRequest, RequestKind, RequestStatus, Rule
 from console.models import Tenant
 
-ANSWER, CLOSING, RULE = "answer", "closing", "rule"
+ANSWER, CLOSING, RULE, POLICY = "answer", "closing", "rule", "policy"
 
 # A page or an export chunk is a list of these: (when, id of the request or event, source).
 EntryKey = tuple[datetime, uuid.UUID, str]
@@ -50,18 +56,38 @@ class DecisionFilter(models.TextChoices):
     ABANDONED = "abandoned", "abandoned"
     INPUT = "input", "input answer"
     TOOL_RESULT = "tool_result", "tool result"
+    POLICY = "policy", "any policy verdict"
+    POLICY_DENY = "policy-deny", "denied by policy"
+    POLICY_TRANSFORM = "policy-transform", "rewritten by policy"
+    POLICY_ESCALATE = "policy-escalate", "escalated by policy"
+    POLICY_SHADOW = "policy-shadow", "policy in shadow mode"
+
+
+# The filters that pick policy verdicts, as the `policy.verdict` events they match.
+POLICY_FILTERS = {
+    DecisionFilter.POLICY: Q(),
+    DecisionFilter.POLICY_DENY: Q(data__decision="deny"),
+    DecisionFilter.POLICY_TRANSFORM: Q(data__decision="transform"),
+    DecisionFilter.POLICY_ESCALATE: Q(data__decision="escalate"),
+    DecisionFilter.POLICY_SHADOW: Q(data__enforced=False),
+}
 
 
 @dataclass(frozen=True)
 class Criteria:
     """What the audit is narrowed to; empty values mean "any".
 
-    `who` is a username, "system" (terminal closings) or "rule" / "rule <id>" (rule decisions).
+    `who` is a username, "system" (terminal closings), "rule" / "rule <id>" (rule decisions) or "policy" /
+    "policy <binding>" (policy verdicts). `policy` is a binding: its verdicts and the answers to its escalations.
+    `search` is text the call's arguments contain.
     """
 
     agent: str = ""
     decision: str = ""
     who: str = ""
+    tool: str = ""
+    policy: str = ""
+    search: str = ""
     date_from: date | None = None
     date_to: date | None = None
 
@@ -104,12 +130,20 @@ class AuditEntry:
     error_message: str | None = None
     action: str | None = None
     content: Any = None
-    # The policy escalation the request stood for: {binding, reason, message}.
+    # The policy escalation the request stood for, or the policy of a verdict: {binding, reason, message}.
     policy: Any = None
+    # For a policy's verdict or escalation: the interception point, whether it was enforced (not shadow mode),
+    # and the definition version that declared the policy.
+    point: str | None = None
+    enforced: bool | None = None
+    version: int | None = None
 
     @property
     def label(self) -> str:
         """The decision in words, as the page shows it."""
+        if self.source == POLICY:
+            verbs = POLICY_VERBS if self.enforced else SHADOW_VERBS
+            return verbs.get(self.decision, self.decision)
         if self.policy is not None and self.decision in ("approved", "denied"):
             verb = "lifted" if self.decision == "approved" else "confirmed"
             return f"{verb} the deny of policy {self.policy.get('binding')}"
@@ -136,7 +170,11 @@ class AuditEntry:
     def details(self) -> list[tuple[str, str]]:
         """What the request carried and what the answer gave, as (label, readable text) pairs."""
         shown = []
-        if self.policy is not None:
+        if self.policy is not None and self.source == POLICY:
+            # The page's "why" is the policy's message; its reason (often a code) is kept here.
+            if self.policy.get("message") and self.policy.get("reason"):
+                shown.append(("Policy's reason", self.policy["reason"]))
+        elif self.policy is not None:
             shown.append(
                 ("Policy", f"{self.policy.get('binding')}: {self.policy.get('message') or self.policy.get('reason')}")
             )
@@ -153,6 +191,15 @@ class AuditEntry:
         return shown
 
     @property
+    def policy_name(self) -> str | None:
+        """The binding, with the definition version that declared it when known (as receipts name it)."""
+        binding = self.policy.get("binding") if isinstance(self.policy, dict) else None
+        if binding is None and self.policy is None:
+            return None
+        name = binding or "a policy"
+        return f"{name}@{self.version}" if self.version is not None else name
+
+    @property
     def rule_url(self) -> str | None:
         return f"{reverse('rules')}#rule-{self.rule_id}" if self.rule_id else None
 
@@ -167,7 +214,7 @@ class AuditEntry:
             "who": self.who,
             "actor": "system"
             if self.who == "system"
-            else {ANSWER: "user", CLOSING: "system", RULE: "rule"}[self.source],
+            else {ANSWER: "user", CLOSING: "system", RULE: "rule", POLICY: "policy"}[self.source],
             "decision": self.decision,
             "reason": self.reason,
             "via": self.via or None,
@@ -183,6 +230,10 @@ class AuditEntry:
             "action": self.action,
             "content": self.content,
             "policy": self.policy,
+            "policyBinding": self.policy.get("binding") if isinstance(self.policy, dict) else None,
+            "point": self.point,
+            "enforced": self.enforced,
+            "agentVersion": self.version,
             "runId": self.run_id,
             "agent": self.agent,
             "sessionId": self.session_id,
@@ -198,6 +249,20 @@ VIA_LABELS = {
     "trial": "on the trial page",
     "api": "via the respond API",
     "run": "with the next run request",
+}
+
+# A policy verdict's decision (`policy-<verdict>`), enforced and in shadow mode.
+POLICY_VERBS = {
+    "policy-deny": "denied by policy",
+    "policy-transform": "rewritten by policy",
+    "policy-escalate": "escalated by policy",
+    "policy-warn": "warned by policy",
+}
+SHADOW_VERBS = {
+    "policy-deny": "policy would have denied",
+    "policy-transform": "policy would have rewritten",
+    "policy-escalate": "policy would have escalated",
+    "policy-warn": "policy would have warned",
 }
 
 # The kinds' decisions (each kind lists its own), a rule's, and the closings'.
@@ -219,6 +284,40 @@ def _keys(queryset: QuerySet[Any], when: Any, source: str) -> QuerySet[Any]:
     )
 
 
+def _mentions(text: Any, search: str) -> Q:
+    """`text` (the arguments' JSON as text) contains `search`, as typed or as JSON escapes it (quotes,
+    non-ASCII: SQLite keeps `\u00e9` where PostgreSQL's jsonb gives `é`)."""
+    escaped = json.dumps(search)[1:-1]
+    found = Q(arguments_text__icontains=search)
+    return found | Q(arguments_text__icontains=escaped) if escaped != search else found
+
+
+def _narrowed_requests(requests: QuerySet[PendingRequest], criteria: Criteria) -> QuerySet[PendingRequest]:
+    """Requests narrowed by agent, tool, policy and argument search."""
+    if criteria.agent:
+        requests = requests.filter(agent__name=criteria.agent)
+    if criteria.tool:
+        requests = requests.filter(tool_name=criteria.tool)
+    if criteria.policy:
+        requests = requests.filter(policy__binding=criteria.policy)
+    if criteria.search:
+        requests = requests.annotate(arguments_text=Cast("arguments", models.TextField()))
+        requests = requests.filter(_mentions("arguments_text", criteria.search))
+    return requests
+
+
+def _narrowed_events(events: QuerySet[Event], criteria: Criteria) -> QuerySet[Event]:
+    """Events narrowed by agent, tool and argument search (the data's `toolName` and `arguments`)."""
+    if criteria.agent:
+        events = events.filter(run__agent__name=criteria.agent)
+    if criteria.tool:
+        events = events.filter(data__toolName=criteria.tool)
+    if criteria.search:
+        events = events.annotate(arguments_text=KT("data__arguments"))
+        events = events.filter(_mentions("arguments_text", criteria.search))
+    return events
+
+
 def _answers(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
     decision_filters = {
         DecisionFilter.APPROVED: Q(kind=RequestKind.APPROVAL, answer__approved=True),
@@ -235,9 +334,7 @@ def _answers(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
         requests = requests.filter(decision_filters[DecisionFilter(criteria.decision)])
     if criteria.who:
         requests = requests.filter(answered_by__username=criteria.who)
-    if criteria.agent:
-        requests = requests.filter(agent__name=criteria.agent)
-    return _keys(requests, F("answered_at"), ANSWER)
+    return _keys(_narrowed_requests(requests, criteria), F("answered_at"), ANSWER)
 
 
 def _closings(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
@@ -249,14 +346,12 @@ def _closings(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
         requests = requests.filter(closed_by=None)
     elif criteria.who:
         requests = requests.filter(closed_by__username=criteria.who)
-    if criteria.agent:
-        requests = requests.filter(agent__name=criteria.agent)
     # closed_at is set by every closing; a row closed by hand without it still belongs in the audit.
-    return _keys(requests, Coalesce("closed_at", "opened_at"), CLOSING)
+    return _keys(_narrowed_requests(requests, criteria), Coalesce("closed_at", "opened_at"), CLOSING)
 
 
 def _rule_decisions(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
-    if criteria.decision and criteria.decision != DecisionFilter.RULE:
+    if (criteria.decision and criteria.decision != DecisionFilter.RULE) or criteria.policy:
         return None
     events = Event.objects.filter(run__tenant=tenant, type=EventType.REQUEST_ANSWERED, data__has_key="ruleId")
     if criteria.who:
@@ -265,16 +360,52 @@ def _rule_decisions(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
             return None
         if rule_id.strip():
             events = events.filter(data__ruleId=rule_id.strip())
-    if criteria.agent:
-        events = events.filter(run__agent__name=criteria.agent)
-    return _keys(events, F("timestamp"), RULE)
+    return _keys(_narrowed_events(events, criteria), F("timestamp"), RULE)
+
+
+def _policy_verdicts(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
+    if criteria.decision and criteria.decision not in POLICY_FILTERS:
+        return None
+    # Every stored `policy.verdict` is a verdict other than allow (SPEC section 8).
+    events = Event.objects.filter(run__tenant=tenant, type=EventType.POLICY_VERDICT)
+    if criteria.decision:
+        events = events.filter(POLICY_FILTERS[DecisionFilter(criteria.decision)])
+    if criteria.who:
+        word, _, binding = criteria.who.partition(" ")
+        if word != "policy":
+            return None
+        if binding.strip():
+            events = events.filter(data__binding=binding.strip())
+    if criteria.policy:
+        events = events.filter(data__binding=criteria.policy)
+    return _keys(_narrowed_events(events, criteria), F("timestamp"), POLICY)
+
+
+KNOWN_SHOWN = 100
+
+
+def known_names(tenant: Tenant) -> tuple[list[str], list[str]]:
+    """The tools and policy bindings the tenant's audit names (for the filters' suggestions), at most
+    KNOWN_SHOWN of each, each read by the database as distinct values."""
+    verdicts = Event.objects.filter(run__tenant=tenant, type=EventType.POLICY_VERDICT).order_by()
+    asked = PendingRequest.objects.filter(tenant=tenant).exclude(tool_name="").order_by()
+    tools = set(asked.values_list("tool_name", flat=True).distinct()[:KNOWN_SHOWN])
+    tools |= set(verdicts.values_list(KT("data__toolName"), flat=True).distinct()[:KNOWN_SHOWN])
+    policies = set(verdicts.values_list(KT("data__binding"), flat=True).distinct()[:KNOWN_SHOWN])
+    policies |= set(asked.values_list(KT("policy__binding"), flat=True).distinct()[:KNOWN_SHOWN])
+    return sorted(filter(None, tools))[:KNOWN_SHOWN], sorted(filter(None, policies))[:KNOWN_SHOWN]
 
 
 def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None) -> QuerySet[Any]:
     """The keys of the tenant's audit entries matching `criteria`, newest first; only those after the
     key `after` in that order when given (to walk an export chunk by chunk)."""
     branches = []
-    for build, source in ((_answers, ANSWER), (_closings, CLOSING), (_rule_decisions, RULE)):
+    for build, source in (
+        (_answers, ANSWER),
+        (_closings, CLOSING),
+        (_rule_decisions, RULE),
+        (_policy_verdicts, POLICY),
+    ):
         branch = build(tenant, criteria)
         if branch is None:
             continue
@@ -305,20 +436,22 @@ def _after(key: EntryKey, source: str) -> Q:
 def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
     """The entries of `keys`, in their order, with a fixed number of queries whatever their number."""
     request_ids = [entry_id for _, entry_id, source in keys if source in (ANSWER, CLOSING)]
-    event_ids = [entry_id for _, entry_id, source in keys if source == RULE]
-    requests = PendingRequest.objects.select_related("agent", "session", "answered_by", "closed_by").in_bulk(
-        request_ids
-    )
-    events = Event.objects.select_related("run__agent", "run__session").in_bulk(event_ids)
+    event_ids = [entry_id for _, entry_id, source in keys if source in (RULE, POLICY)]
+    requests = PendingRequest.objects.select_related(
+        "agent", "session", "answered_by", "closed_by", "run__version"
+    ).in_bulk(request_ids)
+    events = Event.objects.select_related("run__agent", "run__session", "run__version").in_bulk(event_ids)
     remembered: dict[uuid.UUID | None, str] = {
         rule.created_from_id: str(rule.id)
         for rule in Rule.objects.filter(tenant=tenant, created_from__in=request_ids).only("id", "created_from")
     }
-    deciding = _rules_of(tenant, events.values())
+    deciding = _rules_of(tenant, [event for event in events.values() if event.type == EventType.REQUEST_ANSWERED])
     found: list[AuditEntry] = []
     for when, entry_id, source in keys:
         if source == RULE and entry_id in events:
             found.append(_rule_entry(events[entry_id], deciding))
+        elif source == POLICY and entry_id in events:
+            found.append(_policy_entry(events[entry_id]))
         elif source == ANSWER and entry_id in requests:
             found.append(_answer_entry(requests[entry_id], remembered))
         elif source == CLOSING and entry_id in requests:
@@ -363,6 +496,14 @@ def _base(pending: PendingRequest) -> dict[str, Any]:
     }
 
 
+def _policy_of(pending: PendingRequest) -> dict[str, Any]:
+    """A policy escalation's request: its policy, point (a call's or the held answer's) and version."""
+    if pending.policy is None:
+        return {}
+    point = "pre_tool_call" if pending.tool_name else "output"
+    return {"policy": pending.policy, "point": point, "enforced": True, "version": pending.run.version.number}
+
+
 def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, str]) -> AuditEntry:
     answer = pending.answer if isinstance(pending.answer, dict) else {}
     decision, details = KINDS[pending.kind].audit(answer, remembered.get(pending.id))
@@ -375,7 +516,7 @@ def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, st
         who=pending.answered_by.username if pending.answered_by else "system",
         reason=answer.get("reason") or None,
         via=pending.answered_via,
-        policy=pending.policy,
+        **_policy_of(pending),
         **_base(pending),
         **details,
     )
@@ -396,6 +537,7 @@ def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
         who=pending.closed_by.username if pending.closed_by else "system",
         reason=reason,
         via="",
+        **_policy_of(pending),
         **_base(pending),
     )
 
@@ -422,4 +564,30 @@ def _rule_entry(event: Event, rules: dict[str, Rule]) -> AuditEntry:
         agent=event.run.agent.name,
         session_id=event.run.session.key if event.run.session else None,
         rule_id=rule_id,
+    )
+
+
+def _policy_entry(event: Event) -> AuditEntry:
+    data = event.data if isinstance(event.data, dict) else {}
+    binding = data.get("binding")
+    said = {"binding": binding, "reason": data.get("reason"), "message": data.get("message")}
+    return AuditEntry(
+        when=event.timestamp,
+        source=POLICY,
+        decision=f"policy-{data.get('decision')}",
+        who=f"policy {binding}" if binding else "policy",
+        reason=data.get("message") or data.get("reason"),
+        via="",
+        request_id=None,
+        # A verdict at a tool point is about a call; elsewhere about the turn (its input, model call, output).
+        request_kind=RequestKind.APPROVAL if data.get("toolName") else "",
+        tool_name=str(data.get("toolName") or ""),
+        arguments=data.get("arguments"),
+        run_id=str(event.run_id),
+        agent=event.run.agent.name,
+        session_id=event.run.session.key if event.run.session else None,
+        policy=said,
+        point=str(data.get("point") or "") or None,
+        enforced=bool(data.get("enforced", True)),
+        version=event.run.version.number,
     )

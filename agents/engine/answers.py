@@ -21,6 +21,8 @@ class Answers:
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Operators' decisions on policy escalations, by the escalated context's key (agents.policies).
     decisions: dict[str, bool] = field(default_factory=dict)
+    # The reason an operator typed when denying one of them: what the agent is told instead of the policy's words.
+    refusals: dict[str, str] = field(default_factory=dict)
     # An answer held for review at `output` (the request's engine state), to release or refuse.
     release: dict[str, Any] | None = None
     # A person's answers to the tools that ask one (`ask_user`, `propose_plan`), as the model reads them.
@@ -51,9 +53,12 @@ class Answers:
         """What a person answered a tool that asked them; the model reads it as the tool's result."""
         self.people[call_id] = text
 
-    def decide(self, key: str, approved: bool) -> None:
-        """An operator's decision on a policy's escalation; the policy's context asks again and gets it."""
+    def decide(self, key: str, approved: bool, reason: str | None = None) -> None:
+        """An operator's decision on a policy's escalation; the policy's context asks again and gets it (with
+        the operator's reason for a denial)."""
         self.decisions[key] = approved
+        if not approved and reason:
+            self.refusals[key] = reason
 
     def approve(self, call_id: str, override_arguments: dict[str, Any] | None = None) -> None:
         self.approvals[call_id] = ToolApproved(override_args=override_arguments)
@@ -96,6 +101,7 @@ class Answers:
             "toolResults": results,
             "inputs": self.inputs,
             "decisions": self.decisions,
+            "refusals": self.refusals,
             "release": self.release,
             "people": self.people,
             "resume": self.resume,
@@ -116,6 +122,7 @@ class Answers:
             tool_results=results,
             inputs=data.get("inputs", {}),
             decisions=data.get("decisions", {}),
+            refusals=data.get("refusals", {}),
             release=data.get("release"),
             people=data.get("people", {}),
             resume=data.get("resume"),

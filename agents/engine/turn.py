@@ -66,6 +66,7 @@ async def run_turn(
             content.hooks,
             connections=connections,
             decisions=turn.answers.decisions if turn.answers is not None else {},
+            refusals=turn.answers.refusals if turn.answers is not None else {},
             agent=content.name,
             version=version,
             emit=turn.emit,

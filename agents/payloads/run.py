@@ -79,7 +79,8 @@ class RunBlocked(Payload):
 
 
 class PolicyVerdict(Payload):
-    """Section 8: a verdict other than allow; at a tool point, which call it was about."""
+    """Section 8: a verdict other than allow; at a tool point, which call it was about and the arguments the
+    policy saw (the audit shows and searches them)."""
 
     type = EventType.POLICY_VERDICT
     point: str
@@ -90,6 +91,7 @@ class PolicyVerdict(Payload):
     enforced: bool
     toolName: str | None = optional()
     toolCallId: str | None = optional()
+    arguments: dict[str, Any] | None = optional()
 
 
 class SessionIdle(Transient):

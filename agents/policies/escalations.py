@@ -13,6 +13,8 @@ from agent_hooks import (
 from agent_hooks.approval import ApprovalOutcome, ApprovalRequest, ApprovalResolution
 
 RESOLVER = "airlock-inbox"
+# What the agent is told of an escalation an operator denied without giving a reason.
+OPERATOR_DENIED = "The operator denied it."
 
 
 def stable_key(context: Mapping[str, Any]) -> str:
@@ -55,10 +57,12 @@ class Escalation:
 
 class InboxResolver:
     """`airlock-inbox`: answers an escalation with the operator's decision when one is known for its
-    context (`decisions`: stable key -> approved), else leaves it unresolved and notes it in `asked`."""
+    context (`decisions`: stable key -> approved; `refusals`: the reason an operator gave for a denial, which is
+    what the agent is told), else leaves it unresolved and notes it in `asked`."""
 
-    def __init__(self, decisions: Mapping[str, bool]) -> None:
+    def __init__(self, decisions: Mapping[str, bool], refusals: Mapping[str, str] | None = None) -> None:
         self.decisions = decisions
+        self.refusals = refusals or {}
         self.asked: dict[str, Escalation] = {}
 
     def resolve(self, request: ApprovalRequest) -> ApprovalResolution:
@@ -75,5 +79,6 @@ class InboxResolver:
                 outcome=ApprovalOutcome.APPROVE, context_identity=identity, verdict=Verdict.allow()
             )
         reason = request.verdict.reason or "denied"
-        verdict = Verdict.deny(reason=reason, message="The operator denied it.")
+        message = capped(self.refusals.get(key), MESSAGE_LIMIT) or OPERATOR_DENIED
+        verdict = Verdict.deny(reason=reason, message=message)
         return ApprovalResolution(outcome=ApprovalOutcome.REJECT, context_identity=identity, verdict=verdict)

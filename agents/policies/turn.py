@@ -80,8 +80,9 @@ def _binding_of(record: InterceptionRecord) -> str | None:
 @dataclass
 class TurnPolicies:
     """The emitter of one turn, with what it needs to report: `emit` (the run's events), `records` (every
-    interception record, in order, on the wire) and the operator's decisions in `resolver`. `surface`: the
-    points the declaration selected (all eight unless its `surface` names fewer); the others are not emitted."""
+    interception record, in order, on the wire) and the operators' decisions (and denials' reasons) in
+    `resolver`. `surface`: the points the declaration selected (all eight unless its `surface` names fewer);
+    the others are not emitted."""
 
     emitter: InterceptionEmitter
     builder: AgentContextBuilder
@@ -101,6 +102,7 @@ class TurnPolicies:
         *,
         connections: Mapping[str, ConnectionSpec],
         decisions: Mapping[str, bool],
+        refusals: Mapping[str, str] | None = None,
         agent: str,
         version: int | None,
         run_id: str,
@@ -109,7 +111,7 @@ class TurnPolicies:
         emit: Emit,
         records: list[dict[str, Any]],
     ) -> "TurnPolicies":
-        resolver = InboxResolver(decisions)
+        resolver = InboxResolver(decisions, refusals)
         emitter = InterceptionEmitter.from_declaration_value(document, registry(connections, resolver))
         # The run is the contract's session (its records are numbered from 0 per turn); Airlock's session
         # travels as an extension.
@@ -187,6 +189,7 @@ class TurnPolicies:
             enforced=self.enforced,
             toolName=call.get("name"),
             toolCallId=call.get("id"),
+            arguments=call.get("args"),
         )
         await self.emit(verdict_event)
 
@@ -212,6 +215,7 @@ class PolicyScope:
         *,
         connections: Mapping[str, ConnectionSpec],
         decisions: Mapping[str, bool],
+        refusals: Mapping[str, str] | None = None,
         agent: str,
         version: int | None,
         emit: Emit,
@@ -224,6 +228,7 @@ class PolicyScope:
             document,
             connections=connections,
             decisions=decisions,
+            refusals=refusals,
             agent=agent,
             version=version,
             run_id=self.session,

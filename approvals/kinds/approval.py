@@ -86,7 +86,7 @@ class Approval(Kind):
         approved = bool(answer.get("approved"))
         override = answer.get("overrideArguments")
         if pending.policy is not None:
-            self._decide(pending, answers, approved, override)
+            self._decide(pending, answers, approved, override, answer.get("reason"))
         elif approved:
             answers.approve(pending.call_id, override)
         else:
@@ -151,11 +151,14 @@ class Approval(Kind):
         )
 
     @staticmethod
-    def _decide(pending: PendingRequest, answers: Answers, approved: bool, override: dict[str, Any] | None) -> None:
-        """A policy's escalation: the decision goes to the policy, which asks again with the same context next
-        turn (SPEC section 8); the call runs again to be asked, or the held answer is offered again."""
+    def _decide(
+        pending: PendingRequest, answers: Answers, approved: bool, override: dict[str, Any] | None, reason: str | None
+    ) -> None:
+        """A policy's escalation: the decision (and a denial's reason) goes to the policy, which asks again with
+        the same context next turn (SPEC section 8); the call runs again to be asked, or the held answer is
+        offered again."""
         state = own_state(pending)
-        answers.decide(state["policyKey"], approved)
+        answers.decide(state["policyKey"], approved, reason)
         if "heldOutput" in state:
             answers.release = state
         else:

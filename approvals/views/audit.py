@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from agents.models import Agent
-from approvals.audit import AuditEntry, Criteria, DecisionFilter, entries, entry_keys, iter_entries
+from approvals.audit import AuditEntry, Criteria, DecisionFilter, entries, entry_keys, iter_entries, known_names
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.login import lockouts_of
 from console.models import Membership, Tenant
@@ -36,8 +36,23 @@ class AuditFilters(ListFilters):
         required=False,
         max_length=150,
         widget=forms.TextInput(
-            attrs={"placeholder": "user, system or rule", "autocomplete": "off", "list": "audit-who"}
+            attrs={"placeholder": "user, system, rule or policy", "autocomplete": "off", "list": "audit-who"}
         ),
+    )
+    tool = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"placeholder": "any tool", "autocomplete": "off", "list": "audit-tools"}),
+    )
+    policy = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"placeholder": "any policy", "autocomplete": "off", "list": "audit-policies"}),
+    )
+    search = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"placeholder": "text in the arguments", "autocomplete": "off"}),
     )
 
     def criteria(self) -> Criteria:
@@ -47,6 +62,9 @@ class AuditFilters(ListFilters):
             agent=wanted.get("agent") or "",
             decision=wanted.get("decision") or "",
             who=(wanted.get("who") or "").strip(),
+            tool=(wanted.get("tool") or "").strip(),
+            policy=(wanted.get("policy") or "").strip(),
+            search=(wanted.get("search") or "").strip(),
             date_from=wanted.get("date_from"),
             date_to=wanted.get("date_to"),
         )
@@ -71,6 +89,7 @@ def audit(request: ConsoleRequest) -> HttpResponse:
         return render(request, "approvals/audit.html#audit-table", {**context, "partial": True})
     members = Membership.objects.filter(tenant=tenant).order_by("user__username")
     context["usernames"] = members.values_list("user__username", flat=True)
+    context["tool_names"], context["policy_names"] = known_names(tenant)
     if request.membership.allows("admin"):
         context["lockouts"] = lockouts_of(tenant)[:LOCKOUTS_SHOWN]
     return render(request, "approvals/audit.html", context)
@@ -95,6 +114,11 @@ CSV_COLUMNS = (
     "overrideArguments",
     "remembered",
     "ruleId",
+    "policyBinding",
+    "point",
+    "enforced",
+    "agentVersion",
+    "policy",
     "result",
     "errorMessage",
     "action",

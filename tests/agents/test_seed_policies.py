@@ -78,6 +78,7 @@ def test_the_policy_asks_before_guarded_mails_outside_example_com(demo_admin):
         "enforced": True,
         "toolName": "send_email",
         "toolCallId": "call_1",
+        "arguments": OUTSIDE,
     }
     assert mail.outbox == []
 

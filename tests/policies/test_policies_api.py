@@ -92,6 +92,7 @@ def test_a_deny_keeps_the_mail_unsent_and_tells_the_model(admin):
         "enforced": True,
         "toolName": "send_email",
         "toolCallId": "call_1",
+        "arguments": {"to": "eve@evil.test", "subject": "Hello", "body": "Ship it."},
     }
 
 
@@ -225,10 +226,20 @@ def test_an_escalation_denied_in_the_inbox_never_runs(admin, operator):
     continued = run_queued(outcome["continuationRunId"])
 
     assert continued.status == RunStatus.COMPLETED
-    assert continued.output == "send_email denied: The operator denied it."
+    # The agent reads the person's reason, not a stock sentence.
+    assert continued.output == "send_email denied: Not to partners"
     assert_never_ran({"runId": str(continued.id)})
     [permission] = [e.data for e in stored_events(str(continued.id)) if e.type == "permission.completed"]
     assert permission["result"] == {"kind": "denied-interactively-by-user", "feedback": "Not to partners"}
+
+
+def test_an_escalation_denied_without_a_reason_says_the_operator_denied_it(admin, operator):
+    guarded(admin)
+    asked = run_ok(admin, {"message": mail("bob@partner.test"), "sessionId": "s1"})
+
+    continued = run_queued(respond(operator, asked, approved=False)["continuationRunId"])
+
+    assert continued.output == "send_email denied: The operator denied it."
 
 
 def test_a_policy_escalation_cannot_be_remembered(admin, operator):
