@@ -6,7 +6,9 @@ An entry is one of three facts, each stored elsewhere:
 - a terminal closing: a request closed expired, cancelled or abandoned (who = who cancelled it, else "system";
   when = `closed_at`);
   recorded apart from a human "no", so a request answered and then closed gives two entries;
-- a rule decision: a `request.answered` event naming the rule that approved the call (`ruleId`; no request).
+- a rule decision: a `request.answered` event naming the rule that approved the call (`ruleId`; no request);
+- an undo: an answer given in the console and taken back in its undo window (a HeldAnswer undone; who = who
+  undid it, when = `settled_at`); the request stayed pending.
 
 The three are merged in the database (UNION ALL of their keys, ordered by time), so a page or an export
 chunk costs the same few queries whatever its size: one for the keys, then one per kind of row to load.
@@ -27,10 +29,10 @@ from django.urls import reverse
 from agents.events import EventType
 from agents.models import Event
 from approvals.kinds import KINDS
-from approvals.models import TERMINAL, PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.models import TERMINAL, HeldAnswer, HeldState, PendingRequest, RequestKind, RequestStatus, Rule
 from console.models import Tenant
 
-ANSWER, CLOSING, RULE = "answer", "closing", "rule"
+ANSWER, CLOSING, RULE, UNDO = "answer", "closing", "rule", "undo"
 
 # A page or an export chunk is a list of these: (when, id of the request or event, source).
 EntryKey = tuple[datetime, uuid.UUID, str]
@@ -50,6 +52,7 @@ class DecisionFilter(models.TextChoices):
     ABANDONED = "abandoned", "abandoned"
     INPUT = "input", "input answer"
     TOOL_RESULT = "tool_result", "tool result"
+    UNDONE = "undone", "undone"
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ class AuditEntry:
             "who": self.who,
             "actor": "system"
             if self.who == "system"
-            else {ANSWER: "user", CLOSING: "system", RULE: "rule"}[self.source],
+            else {ANSWER: "user", CLOSING: "system", RULE: "rule", UNDO: "user"}[self.source],
             "decision": self.decision,
             "reason": self.reason,
             "via": self.via or None,
@@ -204,6 +207,7 @@ VIA_LABELS = {
 DECISION_LABELS = {
     **{decision: label for kind in KINDS.values() for decision, label in kind.decisions.items()},
     "approved-by-rule": "approved by rule",
+    DecisionFilter.UNDONE: "undone",
     RequestStatus.EXPIRED: "expired",
     RequestStatus.CANCELLED: "cancelled",
     RequestStatus.ABANDONED: "abandoned",
@@ -270,11 +274,22 @@ def _rule_decisions(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
     return _keys(events, F("timestamp"), RULE)
 
 
+def _undos(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
+    if criteria.decision and criteria.decision != DecisionFilter.UNDONE:
+        return None
+    undone = HeldAnswer.objects.filter(tenant=tenant, state=HeldState.UNDONE, settled_at__isnull=False)
+    if criteria.who:
+        undone = undone.filter(membership__user__username=criteria.who)
+    if criteria.agent:
+        undone = undone.filter(request__agent__name=criteria.agent)
+    return _keys(undone, F("settled_at"), UNDO)
+
+
 def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None) -> QuerySet[Any]:
     """The keys of the tenant's audit entries matching `criteria`, newest first; only those after the
     key `after` in that order when given (to walk an export chunk by chunk)."""
     branches = []
-    for build, source in ((_answers, ANSWER), (_closings, CLOSING), (_rule_decisions, RULE)):
+    for build, source in ((_answers, ANSWER), (_closings, CLOSING), (_rule_decisions, RULE), (_undos, UNDO)):
         branch = build(tenant, criteria)
         if branch is None:
             continue
@@ -306,6 +321,10 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
     """The entries of `keys`, in their order, with a fixed number of queries whatever their number."""
     request_ids = [entry_id for _, entry_id, source in keys if source in (ANSWER, CLOSING)]
     event_ids = [entry_id for _, entry_id, source in keys if source == RULE]
+    undo_ids = [entry_id for _, entry_id, source in keys if source == UNDO]
+    undos = HeldAnswer.objects.select_related("membership__user", "request__agent", "request__session").in_bulk(
+        undo_ids
+    )
     requests = PendingRequest.objects.select_related("agent", "session", "answered_by", "closed_by").in_bulk(
         request_ids
     )
@@ -323,6 +342,8 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
             found.append(_answer_entry(requests[entry_id], remembered))
         elif source == CLOSING and entry_id in requests:
             found.append(_closing_entry(requests[entry_id], when))
+        elif source == UNDO and entry_id in undos:
+            found.append(_undo_entry(undos[entry_id]))
     return found
 
 
@@ -396,6 +417,21 @@ def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
         who=pending.closed_by.username if pending.closed_by else "system",
         reason=reason,
         via="",
+        **_base(pending),
+    )
+
+
+def _undo_entry(held: HeldAnswer) -> AuditEntry:
+    pending, approved = held.request, held.response.get("approved")
+    given = "answered" if pending.kind != RequestKind.APPROVAL else "approved" if approved else "denied"
+    assert held.settled_at is not None
+    return AuditEntry(
+        when=held.settled_at,
+        source=UNDO,
+        decision=DecisionFilter.UNDONE,
+        who=held.membership.user.username,
+        reason=f"{given.capitalize()} and undone before it applied; nothing ran and the request stayed pending.",
+        via=held.via,
         **_base(pending),
     )
 
