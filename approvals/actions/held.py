@@ -185,8 +185,12 @@ def _apply(row: HeldAnswer, now: datetime, *, retried: bool = False) -> Outcome:
         # The apply that stopped may have stored this very answer before its process went.
         stored = PendingRequest.objects.filter(pk=row.request_id, answered_by=membership.user, answered_via=row.via)
         applied = stored.exists()
+    message = outcome.message
+    if not applied and outcome.status == "already_resolved":
+        answered = PendingRequest.objects.filter(pk=row.request_id).values_list("answered_by__username", flat=True)
+        message = f"{answered.first() or 'someone'} answered it meanwhile."
     row.state = HeldState.APPLIED if applied else HeldState.DROPPED
-    row.settled_at, row.outcome = now, outcome.message
+    row.settled_at, row.outcome = now, message
     row.save(update_fields=["state", "settled_at", "outcome"])
     if not applied:
         # Its card left every inbox when it was held; still open (a refused answer), it comes back.
