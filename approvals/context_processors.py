@@ -27,4 +27,5 @@ def held_answers(request: HttpRequest) -> dict[str, Any]:
     if membership is None or not membership.allows("operator"):
         return {}
     rows = notice_rows(membership.tenant_id).filter(membership=membership, state=HeldState.HELD)
-    return {"held_notices": notices(list(rows))}
+    # A callable: read only by a page that shows them (base.html), not by every fragment rendered.
+    return {"held_notices": lambda: notices(list(rows))}

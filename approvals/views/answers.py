@@ -106,7 +106,7 @@ def _notice_of(request: ConsoleRequest, held: Held | None) -> str:
     if held is None or not held.held:
         return ""
     rows = list(notice_rows(request.tenant.pk).filter(batch=held.batch))
-    context = {"notice": notices(rows)[0], "oob": True}
+    context = {"notice": notices(rows)[0], "oob": True, "back": _page_of(request)}
     return render_to_string("approvals/_undo.html", context, request=request)
 
 
@@ -268,5 +268,10 @@ def _notice_page(request: ConsoleRequest, batch: uuid.UUID, error: str | None = 
     rows = list(notice_rows(request.tenant.pk).filter(batch=batch, membership=request.membership))
     if not rows:
         raise Http404("No such answer.")
-    notice = notices(rows)[0]
-    return render(request, "approvals/_undo.html", {"notice": notice, "error": error, "undone": _pending_again(rows)})
+    context = {"notice": notices(rows)[0], "error": error, "undone": _pending_again(rows), "back": _page_of(request)}
+    return render(request, "approvals/_undo.html", context)
+
+
+def _page_of(request: ConsoleRequest) -> str | None:
+    """The page an htmx request came from, where a notice's Undo returns without JavaScript."""
+    return request.htmx.current_url_abs_path if request.htmx else None
