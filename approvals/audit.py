@@ -1,6 +1,6 @@
 """The audit of decisions: who decided what, when and why, newest first.
 
-An entry is one of four facts, each stored elsewhere:
+An entry is one of five facts, each stored elsewhere:
 - an answer: a PendingRequest with an answer (who = `answered_by`, when = `answered_at`; an external agent's
   request decided at once by its tool's mode `never` or a policy has no one, and says `via`);
 - a terminal closing: a request closed expired, cancelled or abandoned (who = who cancelled it, else "system";
@@ -10,9 +10,11 @@ An entry is one of four facts, each stored elsewhere:
 - a policy verdict other than allow (deny, transform, escalate, warn; enforced or shadow): its `policy.verdict`
   event, with the binding, the interception point, the reason and, at a tool point, the tool and its arguments.
   An escalation is two entries: the verdict, and the operator's answer that lifted or confirmed it.
+- an undo: an answer given in the console and taken back in its undo window (a HeldAnswer undone; who = who
+  undid it, when = `settled_at`); the request stayed pending.
 
 Filters narrow every branch alike: agent, tool, policy binding and a text search in the arguments (a LIKE over
-their JSON text, in the database, per tenant). The four are merged in the database (UNION ALL of their keys,
+their JSON text, in the database, per tenant). The five are merged in the database (UNION ALL of their keys,
 ordered by time), so a page or an export
 chunk costs the same few queries whatever its size: one for the keys, then one per kind of row to load.
 """
@@ -33,10 +35,10 @@ from django.urls import reverse
 from agents.events import EventType
 from agents.models import Event
 from approvals.kinds import KINDS
-from approvals.models import TERMINAL, PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.models import TERMINAL, HeldAnswer, HeldState, PendingRequest, RequestKind, RequestStatus, Rule
 from console.models import Tenant
 
-ANSWER, CLOSING, RULE, POLICY = "answer", "closing", "rule", "policy"
+ANSWER, CLOSING, RULE, POLICY, UNDO = "answer", "closing", "rule", "policy", "undo"
 
 # A page or an export chunk is a list of these: (when, id of the request or event, source).
 EntryKey = tuple[datetime, uuid.UUID, str]
@@ -56,6 +58,7 @@ class DecisionFilter(models.TextChoices):
     ABANDONED = "abandoned", "abandoned"
     INPUT = "input", "input answer"
     TOOL_RESULT = "tool_result", "tool result"
+    UNDONE = "undone", "undone"
     POLICY = "policy", "any policy verdict"
     POLICY_DENY = "policy-deny", "denied by policy"
     POLICY_TRANSFORM = "policy-transform", "rewritten by policy"
@@ -214,7 +217,7 @@ class AuditEntry:
             "who": self.who,
             "actor": "system"
             if self.who == "system"
-            else {ANSWER: "user", CLOSING: "system", RULE: "rule", POLICY: "policy"}[self.source],
+            else {ANSWER: "user", CLOSING: "system", RULE: "rule", POLICY: "policy", UNDO: "user"}[self.source],
             "decision": self.decision,
             "reason": self.reason,
             "via": self.via or None,
@@ -269,6 +272,7 @@ SHADOW_VERBS = {
 DECISION_LABELS = {
     **{decision: label for kind in KINDS.values() for decision, label in kind.decisions.items()},
     "approved-by-rule": "approved by rule",
+    DecisionFilter.UNDONE: "undone",
     RequestStatus.EXPIRED: "expired",
     RequestStatus.CANCELLED: "cancelled",
     RequestStatus.ABANDONED: "abandoned",
@@ -396,6 +400,17 @@ def known_names(tenant: Tenant) -> tuple[list[str], list[str]]:
     return sorted(filter(None, tools))[:KNOWN_SHOWN], sorted(filter(None, policies))[:KNOWN_SHOWN]
 
 
+def _undos(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
+    if criteria.decision and criteria.decision != DecisionFilter.UNDONE:
+        return None
+    undone = HeldAnswer.objects.filter(tenant=tenant, state=HeldState.UNDONE, settled_at__isnull=False)
+    if criteria.who:
+        undone = undone.filter(membership__user__username=criteria.who)
+    if criteria.agent:
+        undone = undone.filter(request__agent__name=criteria.agent)
+    return _keys(undone, F("settled_at"), UNDO)
+
+
 def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None) -> QuerySet[Any]:
     """The keys of the tenant's audit entries matching `criteria`, newest first; only those after the
     key `after` in that order when given (to walk an export chunk by chunk)."""
@@ -405,6 +420,7 @@ def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None
         (_closings, CLOSING),
         (_rule_decisions, RULE),
         (_policy_verdicts, POLICY),
+        (_undos, UNDO),
     ):
         branch = build(tenant, criteria)
         if branch is None:
@@ -441,6 +457,10 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
         "agent", "session", "answered_by", "closed_by", "run__version"
     ).in_bulk(request_ids)
     events = Event.objects.select_related("run__agent", "run__session", "run__version").in_bulk(event_ids)
+    undo_ids = [entry_id for _, entry_id, source in keys if source == UNDO]
+    undos = HeldAnswer.objects.select_related(
+        "membership__user", "request__agent", "request__session", "request__run__version"
+    ).in_bulk(undo_ids)
     remembered: dict[uuid.UUID | None, str] = {
         rule.created_from_id: str(rule.id)
         for rule in Rule.objects.filter(tenant=tenant, created_from__in=request_ids).only("id", "created_from")
@@ -456,6 +476,8 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
             found.append(_answer_entry(requests[entry_id], remembered))
         elif source == CLOSING and entry_id in requests:
             found.append(_closing_entry(requests[entry_id], when))
+        elif source == UNDO and entry_id in undos:
+            found.append(_undo_entry(undos[entry_id]))
     return found
 
 
@@ -538,6 +560,21 @@ def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
         reason=reason,
         via="",
         **_policy_of(pending),
+        **_base(pending),
+    )
+
+
+def _undo_entry(held: HeldAnswer) -> AuditEntry:
+    pending, approved = held.request, held.response.get("approved")
+    given = "answered" if pending.kind != RequestKind.APPROVAL else "approved" if approved else "denied"
+    assert held.settled_at is not None
+    return AuditEntry(
+        when=held.settled_at,
+        source=UNDO,
+        decision=DecisionFilter.UNDONE,
+        who=held.membership.user.username,
+        reason=f"{given.capitalize()} and undone before it applied; nothing ran and the request stayed pending.",
+        via=held.via,
         **_base(pending),
     )
 

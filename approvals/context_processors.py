@@ -5,6 +5,8 @@ from typing import Any
 from django.http import HttpRequest
 
 from approvals import push
+from approvals.actions import notice_rows, notices
+from approvals.models import HeldState
 from console.tenancy import membership_of
 
 
@@ -16,3 +18,14 @@ def pending_requests(request: HttpRequest) -> dict[str, Any]:
         return {}
     count = push.pending_count(membership.tenant_id)
     return {"pending_count": count, "pending_label": push.pending_label(count), "pending_counted": push.PENDING_COUNTED}
+
+
+def held_answers(request: HttpRequest) -> dict[str, Any]:
+    """The member's answers held for their undo window, a notice each with its Undo, on whatever page they
+    open next (an answer posted without JavaScript included)."""
+    membership = membership_of(request)
+    if membership is None or not membership.allows("operator"):
+        return {}
+    rows = notice_rows(membership.tenant_id).filter(membership=membership, state=HeldState.HELD)
+    # A callable: read only by a page that shows them (base.html), not by every fragment rendered.
+    return {"held_notices": lambda: notices(list(rows))}

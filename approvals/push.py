@@ -100,8 +100,13 @@ def notify_requests_opened(requests: list[PendingRequest]) -> None:
     operators outside the group a request is routed to) get the card without its forms."""
     if not requests:
         return
+    webhooks.announce(webhooks.OPENED, requests[0].tenant_id, [r.id for r in requests])
+    _show(requests)
+
+
+def _show(requests: list[PendingRequest], *, titles: bool = True) -> None:
+    """Push the cards of `requests` to every open inbox; `titles` for a browser notification of them."""
     tenant_id = requests[0].tenant_id
-    webhooks.announce(webhooks.OPENED, tenant_id, [r.id for r in requests])
     pending = pending_count(tenant_id)
     by_group: dict[str, list[PendingRequest]] = {}
     for request in requests:
@@ -110,7 +115,7 @@ def notify_requests_opened(requests: list[PendingRequest]) -> None:
         common = {
             "type": "requests_opened",
             "ids": [str(r.id) for r in routed],
-            "titles": [f"{r.agent.name}: {r.tool_name}" for r in routed],
+            "titles": [f"{r.agent.name}: {r.tool_name}" for r in routed] if titles else [],
             "pending": pending,
         }
         _push(
@@ -128,6 +133,18 @@ def notify_requests_closed(tenant_id: int, request_ids: list[str]) -> None:
     webhooks.announce(webhooks.CLOSED, tenant_id, request_ids)
     waiting.wake(request_ids)
     _push(tenant_id, {"type": "requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)})
+
+
+def notify_requests_held(tenant_id: int, request_ids: list[str]) -> None:
+    """Answers held for their undo window (approvals.actions.held): every open inbox drops the cards as it
+    drops answered ones, but nothing is announced and no waiter wakes, for nothing is decided yet."""
+    _push(tenant_id, {"type": "requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)})
+
+
+def notify_requests_released(requests: list[PendingRequest]) -> None:
+    """Held answers undone: their cards come back to every open inbox; no webhook, the requests never closed."""
+    if requests:
+        _show(requests, titles=False)  # nobody needs telling again
 
 
 def notify_request_claimed(request: PendingRequest) -> None:

@@ -74,6 +74,7 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
                 "console.tenancy.tenant_context",
                 "approvals.context_processors.pending_requests",
+                "approvals.context_processors.held_answers",
             ],
         },
     },
@@ -155,6 +156,9 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 # `manage.py serve` sweeps request deadlines every this many seconds (0: leave it to `sweep_deadlines`).
 DEADLINE_SWEEP_SECONDS = env_int("DEADLINE_SWEEP_SECONDS", 5)
+# An answer given in the console is held this many seconds before it is applied, so its Undo can take it
+# back (approvals.actions.held; 0: applied at once).
+ANSWER_UNDO_SECONDS = env_float("ANSWER_UNDO_SECONDS", 5.0)
 
 # A model provider that does not answer within this many seconds fails the turn (provider_timeout).
 # Queued runs (SPEC section 7): Django's tasks framework on the database, one queue per lane.

@@ -96,6 +96,12 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def answers_apply_at_once(settings):
+    """Console answers apply inline (a window of 0, the same code path); the undo tests set their window."""
+    settings.ANSWER_UNDO_SECONDS = 0
+
+
+@pytest.fixture(autouse=True)
 def unthrottled_policy_compiles(settings):
     """A test database hands the same tenant ids out again, and one process's quota outlives a test: tests
     compile as many policies as they need (tests/policies/test_policy_sandbox.py sets the quota it tests)."""

@@ -6,26 +6,34 @@ from approvals.actions.answers import Answered, answer_many, answer_request, dec
 from approvals.actions.claims import ClaimRefused, claim, release
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import Opened, RequestRefused, cancel_request, open_request, report_outcome
+from approvals.actions.held import Held, UndoRefused, apply_due, hold_answers, notice_rows, notices, undo
 from approvals.actions.interceptions import PoliciesUnavailable, verdict_for
 from approvals.actions.rules import edit_rule, remember_rule, revoke_rule
 
 __all__ = [
     "Answered",
     "ClaimRefused",
+    "Held",
     "Opened",
     "PoliciesUnavailable",
     "RequestRefused",
+    "UndoRefused",
     "answer_many",
     "answer_request",
+    "apply_due",
     "cancel_request",
     "claim",
     "decide",
     "edit_rule",
     "expire_due",
+    "hold_answers",
+    "notice_rows",
+    "notices",
     "open_request",
     "release",
     "remember_rule",
     "report_outcome",
     "revoke_rule",
+    "undo",
     "verdict_for",
 ]

@@ -166,6 +166,13 @@ def answer_many(
     return done
 
 
+def refusal(pending: PendingRequest, response: Response) -> Outcome | None:
+    """The outcome refusing `response` to the open request `pending`, as `answer_request` would refuse it,
+    or None; stores nothing (raises ResponseRefused). For an answer checked now and applied later."""
+    payload = _payload(pending, response)
+    return payload if isinstance(payload, Outcome) else None
+
+
 def _given(response: Response, name: str) -> bool:
     return bool(getattr(response, name) != Response.model_fields[name].default)
 

@@ -1,6 +1,7 @@
 """What the inbox's cards post: operators answer here, one request at a time or a selection at once (a
-run's batch bar posts to the inbox itself: approvals.views.inbox), claim a request or cancel its run. Every
-answer goes through approvals.actions.answer_request(), like the respond API's.
+run's batch bar posts to the inbox itself: approvals.views.inbox), claim a request or cancel its run, and
+undo an answer while it is held. Every answer is held for its undo window (approvals.actions.hold_answers),
+then goes through approvals.actions.answer_request(), like the respond API's.
 
 Answer forms work with htmx (the card is swapped out on success, re-rendered with its errors on failure)
 and without JavaScript (a normal POST, then a redirect to the inbox with a message).
@@ -10,19 +11,32 @@ import uuid
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
-from django_htmx.http import trigger_client_event
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRefresh, trigger_client_event
 
 from agents import actions
 from agents.prepare import RunRejected
-from approvals.actions import Answered, ClaimRefused, answer_many, answer_request, claim, release
+from approvals.actions import (
+    Answered,
+    ClaimRefused,
+    Held,
+    UndoRefused,
+    apply_due,
+    claim,
+    hold_answers,
+    notice_rows,
+    notices,
+    release,
+    undo,
+)
 from approvals.answers import Outcome, Response, ResponseRefused
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import HeldAnswer, PendingRequest, RequestKind
 from console.tenancy import ConsoleRequest, role_required
 
 # Closed meanwhile: the card cannot be answered any more, so it shows the outcome instead of its forms.
@@ -45,34 +59,38 @@ def _summary(pending: PendingRequest, response: Response, outcome: Outcome) -> s
 @role_required("operator")
 @require_POST
 def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
+    """Answer the card's request: held for its undo window (its notice comes with the response), or applied at
+    once (no window, or an answer that forks the session)."""
     membership = request.membership
     pending = get_request_for(request, request_id, "run__version", "agent", "session")
     form = answer_form(pending, request.POST)
-    error, closed = None, False
+    error, closed, outcome, held = None, False, None, None
     if not form.is_valid():
         error = form.problem
     else:
         response = form.cleaned_data["response"]
-        try:
-            # The trial page answers with the inbox card's widget, posted here; it says so for the audit.
-            via = "trial" if request.POST.get("via") == "trial" else "inbox"
-            outcome = answer_request(membership, request.user, pending.run_id, response, via=via)
-        except ResponseRefused as refused:
-            error = refused.detail
+        # The trial page answers with the inbox card's widget, posted here; it says so for the audit.
+        via = "trial" if request.POST.get("via") == "trial" else "inbox"
+        held = hold_answers(membership, request.user, [(pending, response)], via=via)
+        given = held.outcomes.get(str(pending.id))  # none: held
+        if isinstance(given, ResponseRefused):
+            error = given.detail
+        elif given is not None and given.status != "accepted":
+            error, closed = given.message, given.status in _CLOSED
         else:
-            if outcome.status != "accepted":
-                error, closed = outcome.message, outcome.status in _CLOSED
-    forked = outcome.session_id if error is None and outcome.forked_from else None
+            outcome = given
+    forked = outcome.session_id if outcome is not None and outcome.forked_from else None
     if not request.htmx:
         if error:
             messages.error(request, f"{pending.agent.name} · {pending.tool_name}: {error}")
-        else:
+        elif outcome is not None:
             messages.success(request, _summary(pending, response, outcome))
-        return _back(request, forked)
+        return _back(request, forked)  # a held answer's notice, with its Undo, is on the page it returns to
     if forked:  # the trial page goes on in the fork
         return trigger_client_event(HttpResponse(""), "airlock:forked", {"sessionId": forked})
     if error is None:
-        return HttpResponse("")  # the card is swapped out; the push removes it from the other inboxes
+        # The card is swapped out; the push removes it from the other inboxes.
+        return HttpResponse(_notice_of(request, held))
     context = {
         "r": pending,
         "can_answer": pending.answerable_by(membership),
@@ -81,6 +99,15 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         "closed": closed,
     }
     return render(request, "approvals/request.html", {**context, "posted": request.POST})
+
+
+def _notice_of(request: ConsoleRequest, held: Held | None) -> str:
+    """The notice of a held answer, out of band into the page's notices (templates/base.html); "" if none."""
+    if held is None or not held.held:
+        return ""
+    rows = list(notice_rows(request.tenant.pk).filter(batch=held.batch))
+    context = {"notice": notices(rows)[0], "oob": True, "back": _page_of(request)}
+    return render_to_string("approvals/_undo.html", context, request=request)
 
 
 def _back(request: ConsoleRequest, forked: str | None) -> HttpResponse:
@@ -143,24 +170,35 @@ def _refused(request: ConsoleRequest, pending: PendingRequest, error: str, close
     return render(request, "approvals/request.html", context)
 
 
-def answer_listed(request: ConsoleRequest, form: BatchForm | SelectionForm, listed: list[PendingRequest]) -> Answered:
-    """A batch bar's decision and reason given to the approval requests it lists, or why the bar was refused."""
+def answer_listed(request: ConsoleRequest, form: BatchForm | SelectionForm, listed: list[PendingRequest]) -> Held:
+    """A batch bar's decision and reason given to the approval requests it lists (held as one, for one
+    Undo), or why the bar was refused."""
     if not form.is_valid():
-        return Answered(problems=[str(error) for error in form.errors.get("decision", [])])
+        return Held(problems=[str(error) for error in form.errors.get("decision", [])])
     wanted = form.cleaned_data
     approved, reason = wanted["decision"] == "approve", wanted["reason"] or None
-    return answer_many(request.membership, request.user, listed, approved, reason)
+    answers = [(pending, Response(request_id=pending.id, approved=approved, reason=reason)) for pending in listed]
+    return hold_answers(request.membership, request.user, answers, via="inbox")
 
 
-def back_to_inbox(request: ConsoleRequest, done: Answered, decision: str | None, which: str) -> HttpResponse:
+def back_to_inbox(
+    request: ConsoleRequest, held: Held, done: Answered, decision: str | None, which: str
+) -> HttpResponse:
     """A batch answered without htmx: what was answered (`which`: "{n} request{s} …") and what was not, as
-    messages on the inbox."""
-    if done.ids:
+    messages on the inbox (a held answer's notice is there too, with its Undo)."""
+    if done.ids and not held.held:
         verb, plural = "Approved" if decision == "approve" else "Denied", "s" if len(done.ids) != 1 else ""
         messages.success(request, f"{verb} {which.format(n=len(done.ids), s=plural)}.")
     for problem in done.problems:
         messages.error(request, problem)
     return redirect("inbox")
+
+
+def batch_answered(request: ConsoleRequest, body: str, held: Held, done: Answered) -> HttpResponse:
+    """A batch bar's htmx answer: `body` (the bar again, or nothing), the held answer's notice, and the event
+    inbox.js takes the answered cards away on."""
+    response = HttpResponse(body + _notice_of(request, held))
+    return trigger_client_event(response, "airlock:answered", {"ids": done.ids})
 
 
 @role_required("operator")
@@ -176,12 +214,64 @@ def answer_selection(request: ConsoleRequest) -> HttpResponse:
         .filter(tenant=request.tenant, id__in=selected, kind=RequestKind.APPROVAL)
         .order_by("opened_at", "id")
     )
-    done = answer_listed(request, form, listed)
+    held = answer_listed(request, form, listed)
+    done = held.answered()
     if valid and len(listed) < len(selected):
         done.problems.append("Some selected requests are not approval requests of this tenant; they were left alone.")
     if valid and not selected:
         done.problems.append("Select requests first (x on a card, or its Select box).")
     if not request.htmx:
-        return back_to_inbox(request, done, wanted.get("decision"), "{n} selected request{s}")
+        return back_to_inbox(request, held, done, wanted.get("decision"), "{n} selected request{s}")
     body = render(request, "approvals/inbox.html#selection", {"selection_errors": done.problems}).content.decode()
-    return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": done.ids})
+    return batch_answered(request, body, held, done)
+
+
+@role_required("operator")
+@require_POST
+def undo_answer(request: ConsoleRequest, batch: uuid.UUID) -> HttpResponse:
+    """A notice's Undo: the held answer is taken back, its requests stay pending (approvals.actions.undo)."""
+    try:
+        undone = undo(request.membership, request.user, batch)
+    except HeldAnswer.DoesNotExist:
+        raise Http404("No such answer.") from None
+    except UndoRefused as refused:
+        if not request.htmx:
+            messages.error(request, refused.detail)
+            return _back(request, None)
+        if refused.status == 403:  # not the caller's answer: no notice of theirs to show it in
+            return render(request, "approvals/_undo.html", {"notice": None, "error": refused.detail})
+        return _notice_page(request, batch, refused.detail)
+    if not request.htmx:
+        messages.success(request, f"Undone: {_pending_again(undone)}")
+        return _back(request, None)
+    if any(row.via == "trial" for row in undone):
+        return HttpResponseClientRefresh()  # the trial page shows the request's form again from the server
+    return _notice_page(request, batch)
+
+
+def _pending_again(undone: list[HeldAnswer]) -> str:
+    names = [row.request.tool_name or "the request" for row in undone]
+    return f"{names[0]} is pending again." if len(names) == 1 else f"{len(names)} requests are pending again."
+
+
+@role_required("operator")
+@require_GET
+def held_answer(request: ConsoleRequest, batch: uuid.UUID) -> HttpResponse:
+    """A notice asking, once its window closed, how the held answer went: applied, dropped (and why) or undone.
+    Applies it first when it is due and no timer did (its process went)."""
+    apply_due(batch=batch)
+    return _notice_page(request, batch)
+
+
+def _notice_page(request: ConsoleRequest, batch: uuid.UUID, error: str | None = None) -> HttpResponse:
+    """The notice of the caller's answer `batch` as it stands (404 for another tenant's or member's)."""
+    rows = list(notice_rows(request.tenant.pk).filter(batch=batch, membership=request.membership))
+    if not rows:
+        raise Http404("No such answer.")
+    context = {"notice": notices(rows)[0], "error": error, "undone": _pending_again(rows), "back": _page_of(request)}
+    return render(request, "approvals/_undo.html", context)
+
+
+def _page_of(request: ConsoleRequest) -> str | None:
+    """The page an htmx request came from, where a notice's Undo returns without JavaScript."""
+    return request.htmx.current_url_abs_path if request.htmx else None

@@ -10,14 +10,13 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import trigger_client_event
 
 from agents.getters import get_run_for
 from agents.models import Agent
 from agents.request_kinds import REQUEST_KINDS
 from approvals.forms import BatchForm
-from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind, mark_answerable
-from approvals.views.answers import answer_listed, back_to_inbox
+from approvals.models import UNSETTLED, PendingRequest, PendingRequestQuerySet, RequestKind, mark_answerable
+from approvals.views.answers import answer_listed, back_to_inbox, batch_answered
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Tenant
 from console.tenancy import ConsoleRequest, role_required
@@ -53,8 +52,11 @@ class InboxFilters(AgentFilters):
 
 
 def _open_requests(tenant: Tenant) -> PendingRequestQuerySet:
+    """The tenant's open requests but those whose answer is held for its undo window: they left every inbox
+    as answered ones do, and come back if undone (approvals.actions.held)."""
     return (
         PendingRequest.objects.open()
+        .exclude(held_answers__state__in=UNSETTLED)
         .select_related("agent", "session", "run__version", "claimed_by")
         .filter(tenant=tenant)
         .order_by("opened_at", "id")
@@ -153,14 +155,15 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
         .filter(id__in=wanted["request"], kind=RequestKind.APPROVAL)
         .order_by("opened_at", "id")
     )
-    done = answer_listed(request, form, listed)
+    held = answer_listed(request, form, listed)
+    done = held.answered()
     if valid and not listed:
         done.problems.append("No approval request of this run was listed.")
     if not request.htmx:
-        return back_to_inbox(request, done, wanted.get("decision"), "{n} request{s} of the run")
+        return back_to_inbox(request, held, done, wanted.get("decision"), "{n} request{s} of the run")
     body = ""
     if done.problems:  # the bar again, with what is left to answer and why the rest was not
         left = list(_open_requests(request.tenant).filter(run=run, session=run.session_id, kind=RequestKind.APPROVAL))
         batch = {"run_id": run.id, "requests": left, "errors": done.problems}
         body = render(request, "approvals/inbox.html#batch", {"batch": batch}).content.decode()
-    return trigger_client_event(HttpResponse(body), "airlock:answered", {"ids": done.ids})
+    return batch_answered(request, body, held, done)

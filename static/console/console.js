@@ -89,3 +89,19 @@ window.airlockPendingLabel = (count) => {
   window.addEventListener("resize", soon);
   document.addEventListener("htmx:afterSettle", soon);
 })();
+
+// Undo notices (templates/approvals/_undo.html): a settled one goes by itself after a while, or on its
+// Dismiss; the Undo itself is a plain form htmx posts.
+(function () {
+  "use strict";
+  document.addEventListener("click", (event) => {
+    const dismiss = event.target.closest("[data-dismiss-notice]");
+    if (dismiss) dismiss.closest(".undo-notice").remove();
+  });
+  document.addEventListener("htmx:load", (event) => {
+    const notice = event.detail.elt;
+    if (notice.matches && notice.matches(".undo-notice[data-settled]")) {
+      setTimeout(() => { if (!notice.contains(document.activeElement)) notice.remove(); }, 8000);
+    }
+  });
+})();

@@ -173,7 +173,13 @@ class Cluster:
 def new_cluster(folder: Path, **env: str) -> Cluster:
     """A migrated installation in `folder` (its SQLite file unless DATABASE_URL is given) with tenant
     acme and its admin ada."""
-    base = {**os.environ, "AIRLOCK_DATA_DIR": str(folder), "DEBUG": "1", "DEADLINE_SWEEP_SECONDS": "1"}
+    base = {
+        **os.environ,
+        "AIRLOCK_DATA_DIR": str(folder),
+        "DEBUG": "1",
+        "DEADLINE_SWEEP_SECONDS": "1",
+        "ANSWER_UNDO_SECONDS": "0",
+    }
     for name in ("DATABASE_URL", "REDIS_URL"):
         base.pop(name, None)
     cluster = Cluster({**base, **env}, folder)

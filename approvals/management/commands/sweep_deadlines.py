@@ -1,10 +1,15 @@
-from approvals.actions import expire_due
+from approvals.actions import apply_due, expire_due
 from approvals.management.repeating import RepeatingCommand
 
 
 class Command(RepeatingCommand):
-    help = "Close requests whose deadline passed (once, or every N seconds with --every)."
+    help = (
+        "Close requests whose deadline passed, and apply held console answers whose undo window closed (once, or"
+        " every N seconds with --every)."
+    )
 
     def sweep(self) -> str:
-        expired = expire_due()
-        return f"expired {len(expired)} request(s)" if expired else ""
+        expired, applied = expire_due(), apply_due()
+        done = [f"expired {len(expired)} request(s)"] if expired else []
+        done += [f"applied {len(applied)} held answer(s)"] if applied else []
+        return "; ".join(done)
