@@ -68,6 +68,7 @@ RATE_TARGET = 0.5  # Airlock's conversations/s against LangGraph's
 CLIENTS = (1, 8)
 AGENT = {"name": "clock", "tools": [{"name": "get_time", "approval": "always"}]}
 MESSAGE = "call get_time"
+STATEMENT_CONVERSATIONS = 3  # counted per step, after a first one that warms the caches
 REQUEST_ID = re.compile(rb'"requestId": "([^"]+)"')
 
 
@@ -281,7 +282,7 @@ async def airlock_block(port: int, token: str, clients: int, each: int) -> Block
     return block
 
 
-def airlock_statements(token: str, conversations: int) -> dict[str, float]:
+def airlock_statements(token: str) -> dict[str, float]:
     """Airlock's statements per conversation, counted in this process for each step (before the server starts,
     so no worker of it takes the queued runs)."""
     from django.db import connection
@@ -299,7 +300,9 @@ def airlock_statements(token: str, conversations: int) -> dict[str, float]:
         steps[step] += len(queries)
         return result
 
-    for _ in range(conversations):
+    for n in range(STATEMENT_CONVERSATIONS + 1):
+        if n == 1:  # the first conversation warmed the caches: count from the second
+            steps = dict.fromkeys(steps, 0)
         session = uuid.uuid4().hex
         body = json.dumps({"message": MESSAGE, "sessionId": session})
         started = counted(
@@ -321,7 +324,7 @@ def airlock_statements(token: str, conversations: int) -> dict[str, float]:
         )
         assert answered.json()["status"] == "accepted", answered.content
         assert counted("continuation (worker)", drain) == 1
-    return {step: count / conversations for step, count in steps.items()}
+    return {step: count / STATEMENT_CONVERSATIONS for step, count in steps.items()}
 
 
 # --- storage -------------------------------------------------------------------------------------
@@ -424,15 +427,52 @@ def report(
     print(f"\n({seconds:.0f} s)")
 
 
+def langgraph_statements(
+    start: Callable[[str], float], resume: Callable[[str], float], sent: Callable[[], int]
+) -> dict[str, float]:
+    """LangGraph's statements per conversation, by step (after a warm-up block)."""
+    steps = {"start": 0.0, "resume": 0.0}
+    for _ in range(STATEMENT_CONVERSATIONS):
+        thread = uuid.uuid4().hex
+        for step, call in (("start", start), ("resume", resume)):
+            before = sent()
+            call(thread)
+            steps[step] += (sent() - before) / STATEMENT_CONVERSATIONS
+    return steps
+
+
+def alternate(
+    airlock: Side,
+    langgraph: Side,
+    port: int,
+    token: str,
+    graph: tuple[Any, Any],
+    rounds: int,
+    each: dict[int, int],
+    began: float,
+) -> None:
+    """The measured blocks: at each client count, `rounds` rounds of one block of each side, which side goes first
+    alternating so that a trend in the machine's load weighs on both."""
+    for n in CLIENTS:
+        for r in range(rounds):
+            for name in ("langgraph", "airlock") if r % 2 == 0 else ("airlock", "langgraph"):
+                if name == "langgraph":
+                    langgraph.blocks[n].append(langgraph_block(*graph, n, each[n]))
+                else:
+                    airlock.blocks[n].append(asyncio.run(airlock_block(port, token, n, each[n])))
+            print(f"  {n} clients, round {r + 1}/{rounds}: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--per-client", default="12,4", help="conversations per client in a block, at 1 and 8")
+    parser.add_argument("--per-client", default="10,4", help="conversations per client in a block, at 1 and 8")
     parser.add_argument("--long", action="store_true", help="5 rounds of blocks four times as long")
     args = parser.parse_args()
     rounds = 5 if args.long else args.rounds
     each = dict(zip(CLIENTS, [int(v) * (4 if args.long else 1) for v in args.per_client.split(",")], strict=True))
     began = time.perf_counter()
+    airlock, langgraph = Side(), Side()
     with scratch_dir("airlock-peer-bench-") as data:
         airlock_url = pg_database(AIRLOCK_DB, fresh=True)
         langgraph_url = pg_database(LANGGRAPH_DB, fresh=True)
@@ -444,50 +484,31 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         token = seed_operator("bench", {"clock": AGENT})["token"]
         database = database_label()
-        counts = airlock_statements(token, 10)
+        airlock_steps = airlock_statements(token)
         connections.close_all()
-
-        start, resume, statements_sent, pool = langgraph_side(langgraph_url)
+        print(f"  Airlock migrated, its statements counted: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+        # The server starts while LangGraph warms up (not before: its workers would take the counted runs).
+        server = Served(env, data)
+        start, resume, sent, pool = langgraph_side(langgraph_url)
         try:
-            langgraph_block(start, resume, 1, 10)
-            before, lg_steps = statements_sent(), {"start": 0.0, "resume": 0.0}
-            for _ in range(10):
-                thread = uuid.uuid4().hex
-                start(thread)
-                lg_steps["start"] += (statements_sent() - before) / 10
-                before = statements_sent()
-                resume(thread)
-                lg_steps["resume"] += (statements_sent() - before) / 10
-                before = statements_sent()
-
-            airlock, langgraph = Side(), Side()
-            server = Served(env, data)
-            try:
-                server.wait_ready()
-                asyncio.run(airlock_block(server.port, token, 1, 10))  # imports, caches, pools
-                marks = {"airlock": stored(airlock_url), "langgraph": stored(langgraph_url)}
-                for n in CLIENTS:
-                    for r in range(rounds):
-                        # Alternate which side goes first, so a trend in the machine's load weighs on both.
-                        order = ("langgraph", "airlock") if r % 2 == 0 else ("airlock", "langgraph")
-                        for name in order:
-                            if name == "langgraph":
-                                langgraph.blocks[n].append(langgraph_block(start, resume, n, each[n]))
-                            else:
-                                airlock.blocks[n].append(asyncio.run(airlock_block(server.port, token, n, each[n])))
-                        print(f"  {n} clients, round {r + 1}/{rounds}", file=sys.stderr)
-                for name, side, url in (("airlock", airlock, airlock_url), ("langgraph", langgraph, langgraph_url)):
-                    rows, size = stored(url)
-                    side.conversations = sum(len(side.pooled(n, "dones")) for n in CLIENTS)
-                    side.rows, side.size = rows - marks[name][0], size - marks[name][1]
-            except BaseException:
-                print(f"--- serve log (last lines) ---\n{server.log_tail()}", file=sys.stderr)
-                raise
-            finally:
-                server.stop()
+            langgraph_block(start, resume, 1, 10)  # imports, caches, the pool's connections
+            langgraph_steps = langgraph_statements(start, resume, sent)
+            server.wait_ready()
+            asyncio.run(airlock_block(server.port, token, 1, 3))  # imports, caches, the pool's connections
+            print(f"  both warm: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+            marks = {"airlock": stored(airlock_url), "langgraph": stored(langgraph_url)}
+            alternate(airlock, langgraph, server.port, token, (start, resume), rounds, each, began)
+            for name, side, url in (("airlock", airlock, airlock_url), ("langgraph", langgraph, langgraph_url)):
+                rows, size = stored(url)
+                side.conversations = sum(len(side.pooled(n, "dones")) for n in CLIENTS)
+                side.rows, side.size = rows - marks[name][0], size - marks[name][1]
+        except BaseException:
+            print(f"--- serve log (last lines) ---\n{server.log_tail()}", file=sys.stderr)
+            raise
         finally:
+            server.stop()
             pool.close()
-    report(airlock, langgraph, (counts, lg_steps), rounds, database, time.perf_counter() - began)
+    report(airlock, langgraph, (airlock_steps, langgraph_steps), rounds, database, time.perf_counter() - began)
 
 
 if __name__ == "__main__":
