@@ -51,6 +51,7 @@ from bench.common import (
     HttpConnection,
     bench_env,
     database_label,
+    free_port,
     median,
     percentile,
     pg_database,
@@ -189,8 +190,6 @@ class Served(Daphne):
     """The console as `make run` serves it: `manage.py serve` (daphne, its worker threads and keeper)."""
 
     def __init__(self, env: dict[str, str], log_dir: Path) -> None:
-        from bench.common import free_port
-
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.ws_base = f"ws://127.0.0.1:{self.port}"
