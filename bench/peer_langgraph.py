@@ -80,6 +80,9 @@ class Block:
     waits: list[float] = field(default_factory=list)
     dones: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    # Airlock only: how long its start (202) and answer (200) requests took, parts of `waits` and `dones`.
+    start_requests: list[float] = field(default_factory=list)
+    answer_requests: list[float] = field(default_factory=list)
 
     def rate(self) -> float:
         return len(self.dones) / self.seconds
@@ -243,6 +246,7 @@ async def airlock_conversation(port: int, connection: HttpConnection, token: str
     queued = {**auth, "Content-Type": "application/json", "Prefer": "respond-async"}
     status, data = await connection.request("POST", "/api/agents/clock/runs", body, queued)
     assert status == 202, data
+    block.start_requests.append(time.perf_counter() - began)
     run_id = json.loads(data)["runId"]
     stream = await SessionStream.open(port, session, auth)
     try:
@@ -255,6 +259,7 @@ async def airlock_conversation(port: int, connection: HttpConnection, token: str
             "POST", f"/api/runs/{run_id}/responses", answer, {**auth, "Content-Type": "application/json"}
         )
         assert status == 200 and json.loads(data)["status"] == "accepted", data
+        block.answer_requests.append(time.perf_counter() - waiting)
         completed = await stream.until(b"run.completed")
         done = time.perf_counter()
         assert b"get_time: 20" in completed, completed[-500:]
@@ -406,6 +411,13 @@ def report(
     print("|---|---|---|---|")
     for n, wait, done, rate in ratios:
         print(f"| {n} | {wait:.1f}x | {done:.1f}x | {rate:.2f}x |")
+    parts = [
+        f"at {n} client{'s' if n > 1 else ''} the start request {airlock.p(n, 'start_requests', 50):.1f} ms and the "
+        f"answer request {airlock.p(n, 'answer_requests', 50):.1f} ms"
+        for n in CLIENTS
+    ]
+    print(f"\nOf Airlock's figures, its own requests (p50): {'; '.join(parts)}; the rest is the worker's turn, the")
+    print("continuation's wait for a worker and the session stream (opened on the 202, read to the events).")
     airlock_statements, langgraph_statements = statements
     print("\nPer conversation, what each side stores (deltas of its database over its measured conversations) and")
     print("the statements it issues (Airlock's counted in process with CaptureQueriesContext, step by step;")
