@@ -28,6 +28,8 @@ TIMEOUT_SECONDS = 420
 # (name, script and arguments), in the order they run.
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("turn_overhead", ["bench/turn_overhead.py", "--turns", "300", "--http"]),
+    # The long form (5 rounds of blocks four times as long) is `bench/peer_langgraph.py --long`.
+    ("peer_langgraph", ["bench/peer_langgraph.py"]),
     ("policy_turn", ["bench/policy_turn.py", "--turns", "300"]),
     ("policy_stall", ["bench/policy_stall.py"]),
     ("push_latency", ["bench/push_latency.py"]),
