@@ -21,7 +21,14 @@ from agents.models import Agent, AgentVersion
 from agents.starter_policy import starter_hooks
 from agents.tools import REGISTRY
 from agents.views.diff import diff_rows
-from agents.views.policies import PolicySummary, blocked_tools, editor_context, try_form, try_policies
+from agents.views.policies import (
+    PolicySummary,
+    blocked_tools,
+    editor_context,
+    seen_mcp_tools,
+    try_form,
+    try_policies,
+)
 from approvals.models import ApproverGroup
 from console.connections import ConnectionSpec
 from console.models import Connection
@@ -124,11 +131,12 @@ def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
 def starter_policy(request: ConsoleRequest) -> HttpResponse:
     """The policy editor filled with the starter policy (enforced, or in shadow mode)."""
     mode = "evaluate_only" if request.GET.get("mode") == "evaluate_only" else "enforce"
-    # The tools the form lists (its rows come along, `hx-include`): the manifest names them all, as one that
-    # governs tool calls denies a tool it does not name.
+    # The tools the form lists (its rows come along, `hx-include`) and, editing `?agent=`, the MCP tools its
+    # runs called: the manifest names them all, as one that governs tool calls denies a tool it does not name.
+    agent = get_agent_for(request, request.GET["agent"]) if request.GET.get("agent") else None
     sections = "external_tools" if request.GET.get("runtime") == "external" else "tools|client_tools"
     named = [request.GET.get(key, "") for key in request.GET if re.fullmatch(rf"({sections})-[\w-]+-name", key)]
-    tools = [name.strip() for name in named if name.strip()]
+    tools = list(dict.fromkeys([name.strip() for name in named if name.strip()] + seen_mcp_tools(agent)))
     hooks = starter_hooks(mode, tools)
     form = DefinitionForm.blank()
     form.policies, form.values["hooks"] = PolicyEditor.of(hooks), hooks_text(hooks)

@@ -19,8 +19,8 @@ from agents.definitions import ConnectionRefused
 from agents.forms import DefinitionForm, PolicyTryForm, hooks_text, sample_context, try_builder
 from agents.forms.hooks import BINDINGS, KINDS, MODULES, PolicyEditor
 from agents.getters import get_agent_for
-from agents.models import Agent, AgentVersion, Run
-from agents.payloads import Payload
+from agents.models import Agent, AgentVersion, Event, Run
+from agents.payloads import EventType, Payload
 from agents.policies import LIFTABLE, POINTS, PolicyBlocked, TurnPolicies, declaration_problems
 from agents.prepare import granted_connections
 from agents.turns import run_here
@@ -241,12 +241,29 @@ def _why_blocked(verdict: dict[str, Any]) -> str:
     return str(verdict.get("message") or reason or "a policy denies it")
 
 
+def seen_mcp_tools(agent: Agent | None) -> list[str]:
+    """The MCP tools the agent's recent runs called: their names are known only once a server lists them, so
+    the editor checks these (an MCP server is never started for it)."""
+    if agent is None:
+        return []
+    starts = Event.objects.filter(run__agent=agent, type=EventType.TOOL_EXECUTION_START, data__has_key="mcpServerName")
+    calls = starts.order_by("-timestamp").values_list("data__toolName", "data__mcpServerName")[:500]
+    return sorted({name for name, server in calls if isinstance(name, str) and server})
+
+
+def form_tools(form: DefinitionForm, agent: Agent | None) -> list[str]:
+    """The agent's tools as the form stands (its server and client tools, or an external agent's declared
+    ones) and the MCP tools its runs called."""
+    sections = ("external_tools",) if form.external else ("tools", "client_tools")
+    named = [row.values["name"] for section in sections for row in form.rows[section] if row.values["name"]]
+    return list(dict.fromkeys(named + ([] if form.external else seen_mcp_tools(agent))))
+
+
 def editor_context(request: ConsoleRequest, form: DefinitionForm, agent: Agent | None) -> dict[str, Any]:
     """What the policy editor shows besides the form: the warning naming the tools its declaration would
     deny, and (editing an agent whose saved version has policies) the Try panel."""
     context: dict[str, Any] = {"binding_kinds": KINDS, "points": POINTS}
-    sections = ("external_tools",) if form.external else ("tools", "client_tools")
-    tools = [row.values["name"] for section in sections for row in form.rows[section] if row.values["name"]]
+    tools = form_tools(form, agent)
     if "hooks" not in form.errors:
         hooks = form.content.hooks if form.content else _typed_hooks(form)
         name = agent.name if agent else form.values["name"] or "new-agent"
