@@ -131,12 +131,13 @@ def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
 def starter_policy(request: ConsoleRequest) -> HttpResponse:
     """The policy editor filled with the starter policy (enforced, or in shadow mode)."""
     mode = "evaluate_only" if request.GET.get("mode") == "evaluate_only" else "enforce"
-    # The tools the form lists (its rows come along, `hx-include`) and, editing `?agent=`, the MCP tools its
-    # runs called: the manifest names them all, as one that governs tool calls denies a tool it does not name.
+    # The tools the form lists (its rows come along, `hx-include`) and, editing `?agent=`, its sub-agents and
+    # the MCP tools its runs called: the manifest names them all (one that governs tool calls denies the rest).
     agent = get_agent_for(request, request.GET["agent"]) if request.GET.get("agent") else None
     sections = "external_tools" if request.GET.get("runtime") == "external" else "tools|client_tools"
     named = [request.GET.get(key, "") for key in request.GET if re.fullmatch(rf"({sections})-[\w-]+-name", key)]
-    tools = list(dict.fromkeys([name.strip() for name in named if name.strip()] + seen_mcp_tools(agent)))
+    named += (agent.current.definition.sub_agents if agent is not None else []) + seen_mcp_tools(agent)
+    tools = list(dict.fromkeys(name.strip() for name in named if name.strip()))
     hooks = starter_hooks(mode, tools)
     form = DefinitionForm.blank()
     form.policies, form.values["hooks"] = PolicyEditor.of(hooks), hooks_text(hooks)

@@ -253,10 +253,13 @@ def seen_mcp_tools(agent: Agent | None) -> list[str]:
 
 def form_tools(form: DefinitionForm, agent: Agent | None) -> list[str]:
     """The agent's tools as the form stands (its server and client tools, or an external agent's declared
-    ones) and the MCP tools its runs called."""
-    sections = ("external_tools",) if form.external else ("tools", "client_tools")
-    named = [row.values["name"] for section in sections for row in form.rows[section] if row.values["name"]]
-    return list(dict.fromkeys(named + ([] if form.external else seen_mcp_tools(agent))))
+    ones), and a hosted agent's sub-agents (called as tools) and the MCP tools its runs called."""
+    if form.external:
+        return [row.values["name"] for row in form.rows["external_tools"] if row.values["name"]]
+    named = [row.values["name"] for section in ("tools", "client_tools") for row in form.rows[section]]
+    kept = form.kept or (agent.current.definition if agent is not None else None)
+    named += (kept.sub_agents if kept is not None else []) + seen_mcp_tools(agent)
+    return list(dict.fromkeys(name for name in named if name))
 
 
 def editor_context(request: ConsoleRequest, form: DefinitionForm, agent: Agent | None) -> dict[str, Any]:
