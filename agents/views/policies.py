@@ -21,7 +21,15 @@ from agents.forms.hooks import BINDINGS, KINDS, MODULES, PolicyEditor
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion, Event, Run
 from agents.payloads import EventType, Payload
-from agents.policies import LIFTABLE, POINTS, PolicyBlocked, TurnPolicies, declaration_problems
+from agents.policies import (
+    LIFTABLE,
+    POINTS,
+    CompilesThrottled,
+    PolicyBlocked,
+    TurnPolicies,
+    compile_problems,
+    declaration_problems,
+)
 from agents.prepare import granted_connections
 from agents.turns import run_here
 from approvals.previews import PreviewRefused, checked_hooks, preview_policies
@@ -191,8 +199,13 @@ def blocked_tools(tenant: str, agent: str, hooks: Any, tools: list[str]) -> list
     """(tool, why) for each of `tools` a call of which `hooks` would deny at `pre_tool_call` (a manifest that
     governs tool calls denies a tool it does not name), found by evaluating its `airlock.acs` bindings in the
     policy sandbox: no tool runs, no webhook is called, nothing is stored. Empty for a declaration that does
-    not load."""
+    not load or compile."""
     if not isinstance(hooks, dict) or not tools or declaration_problems(hooks):
+        return []
+    try:  # compiled as saving compiles (once per text, the tenant's compiles rate-limited), or not evaluated
+        if compile_problems(hooks, tenant):
+            return []
+    except CompilesThrottled:
         return []
     bindings = [b for b in hooks.get("bindings", []) if isinstance(b, dict) and b.get("kind") == "airlock.acs"]
     if not bindings:

@@ -265,6 +265,7 @@ def test_blocked_tools_evaluates_each_tool_in_the_sandbox(admin):
     ]
     assert blocked_tools(tenant, "a", starter_hooks("enforce", ["book_meeting"]), ["book_meeting"]) == []
     assert blocked_tools(tenant, "a", {"declaration": "nope"}, ["book_meeting"]) == []
+    assert blocked_tools(tenant, "a", broken_starter(), ["book_meeting"]) == []  # what does not compile is not run
 
 
 def test_the_editor_rows_are_for_admins(admin, operator):
