@@ -1,6 +1,7 @@
 """The policy editor in a real browser: the starter policy in fields, a broken Rego module refused at its line
 (the line named under the module, the gutter's line marked), the fixed one saved; at phone width too."""
 
+import re
 from uuid import uuid4
 
 import pytest
@@ -16,11 +17,15 @@ FIXED = 'default verdict := {"decision": "allow"}'
 
 
 def new_agent_with_the_starter(page: Page) -> str:
+    """A new agent's form with a client tool `pick_file` and the starter policy, which names it."""
     name = f"guard-{uuid4().hex[:6]}"
     page.goto("/agents/new/")
     page.get_by_label("Name", exact=True).fill(name)
+    page.get_by_role("button", name="Add client tool").click()
+    page.locator("#client_tools-rows input[name$='-name']").fill("pick_file")
     page.get_by_role("button", name="Use the starter policy").click()
     expect(page.get_by_text("The starter policy is in the fields")).to_be_visible()
+    expect(page.locator("textarea[name$='-manifest']")).to_have_value(re.compile(r"\n    id: pick_file\n"))
     return name
 
 
