@@ -10,6 +10,7 @@ agent_pages = [
     path("new/", views.agent_create, name="create"),
     path("row/<str:section>/", views.blank_row, name="row"),
     path("policies/starter/", views.starter_policy, name="starter_policy"),
+    path("policies/row/<str:kind>/", views.policy_row, name="policy_row"),
     path("<slug:name>/", views.agent_detail, name="detail"),
     path("<slug:name>/edit/", views.agent_edit, name="edit"),
     path("<slug:name>/try/", views.agent_try, name="try"),

@@ -2,8 +2,8 @@
 
 Every list section is a table of rows (console/rows.py): inputs named `<section>-<key>-<field>`, and a
 validation error found at `parameters.2.default` put back on the third kept parameter row. The policies
-(`hooks`) are one JSON text, the declaration document as the API takes it; the loader's refusals are shown
-next to it.
+(`hooks`) are the fields of agents/forms/hooks.py, assembled into the declaration document the API takes (or
+that document as raw JSON); the loader's refusals are shown at the field and line they are about.
 
 The runtime (SPEC section 12) picks the sections that count: a hosted agent's model, instructions, server and
 client tools, MCP servers and parameters, or an external agent's declared tools. The page posts both (it only
@@ -19,6 +19,7 @@ from django.http import QueryDict
 from pydantic import ValidationError
 
 from agents.definitions import CULTURE, IDENTIFIER, SLUG, DefinitionContent, ExternalTool, ToolBinding, error_map
+from agents.forms.hooks import PolicyEditor
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 from console.rows import Row, RowKind, clean_text
@@ -123,9 +124,12 @@ def choices(granted: Mapping[str, ConnectionSpec], groups: Collection[str] = ())
 class DefinitionForm:
     """The whole definition as text the user can edit; `is_valid()` builds `content` or fills errors."""
 
-    def __init__(self, values: dict[str, str], rows: dict[str, list[Row]]) -> None:
+    def __init__(
+        self, values: dict[str, str], rows: dict[str, list[Row]], policies: PolicyEditor | None = None
+    ) -> None:
         self.values = values
         self.rows = rows
+        self.policies = policies or PolicyEditor("", [], [])
         self.errors: dict[str, str] = {}
         self.content: DefinitionContent | None = None
         # The version being edited: what the form does not show is kept from it (`_keep`).
@@ -147,7 +151,8 @@ class DefinitionForm:
         values["runtime"] = values["runtime"] or "hosted"  # a post from before runtimes (or by hand) is hosted
         if editing is not None:
             values["name"] = editing.name
-        form = cls(values, {name: section.posted(data) for name, section in SECTIONS.items()})
+        rows = {name: section.posted(data) for name, section in SECTIONS.items()}
+        form = cls(values, rows, PolicyEditor.from_post(data))
         form.kept = editing
         return form
 
@@ -206,7 +211,7 @@ class DefinitionForm:
                 for p in content.parameters
             ],
         }
-        return cls(values, rows)
+        return cls(values, rows, PolicyEditor.of(content.hooks))
 
     @property
     def external(self) -> bool:
@@ -227,9 +232,8 @@ class DefinitionForm:
 
     @property
     def hooks_problems(self) -> list[str]:
-        """The loader's refusals of the declaration, one a line (it joins them with "; ")."""
-        error = self.errors.get("hooks", "")
-        return [problem for problem in error.split("; ") if problem]
+        """The refusals of the declaration no policy field holds, in words."""
+        return self.policies.problems
 
     @property
     def general_error(self) -> str:
@@ -330,19 +334,30 @@ class DefinitionForm:
             return None
 
     def _hooks(self) -> Any:
-        """The declaration document, None when the field is empty (no policies)."""
+        """The declaration the policy fields hold, or the raw JSON one; None for no policies."""
+        if not self.policies.raw:
+            document = self.policies.document()
+            if self.policies.has_errors:
+                self.errors["hooks"] = "Correct the policy fields marked in red."
+                return None
+            self.values["hooks"] = hooks_text(document)  # the raw box shows what the fields make
+            return document
         text = self.values["hooks"]
         if not text.strip():
             return None
         try:
             document = json.loads(text)
         except json.JSONDecodeError as error:
-            self.errors["hooks"] = f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
+            self._refuse_hooks(f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno}).")
             return None
         if not isinstance(document, dict):
-            self.errors["hooks"] = "Give a JSON object: an agent-hooks-declaration/1.0 document."
+            self._refuse_hooks("Give a JSON object: an agent-hooks-declaration/1.0 document.")
             return None
         return document
+
+    def _refuse_hooks(self, message: str) -> None:
+        self.errors["hooks"] = message
+        self.policies.problems.append(message)
 
     def _cultures(self) -> dict[str, str]:
         cultures: dict[str, str] = {}
@@ -416,9 +431,11 @@ class DefinitionForm:
     def _place(self, path: str, message: str) -> None:
         """Put a pydantic error next to the input it is about."""
         if path == "hooks" or path.startswith("hooks."):
-            # The loader's own words, with its JSON pointers; a connection's path is given as one too.
+            # The loader's problems (joined with "; "), with their JSON pointers; a connection's path is one too.
             where = path.removeprefix("hooks").replace(".", "/")
-            self.errors.setdefault("hooks", f"at {where}: {message}" if where else message)
+            for problem in (f"at {where}: {message}" if where else message).split("; "):
+                self.policies.place(problem)
+            self.errors.setdefault("hooks", "The policies were refused.")
             return
         message = _readable(message)
         if path in _TOP_BY_PATH:

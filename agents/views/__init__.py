@@ -15,7 +15,7 @@ from agents.views.agents import (
     blank_row,
     starter_policy,
 )
-from agents.views.policies import policy_preview
+from agents.views.policies import policy_preview, policy_row
 from agents.views.run import run_cancel, run_detail, run_fork, run_replay
 from agents.views.runs import jobs_panel, run_list
 from agents.views.trial import trial, trial_turn
@@ -34,6 +34,7 @@ __all__ = [
     "blank_row",
     "jobs_panel",
     "policy_preview",
+    "policy_row",
     "run_cancel",
     "run_detail",
     "run_fork",

@@ -15,12 +15,20 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agents import actions
 from agents.definitions import ConnectionRefused, DefinitionContent, ExternalTool, ToolBinding
 from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, PolicyTryForm, as_text, choices, hooks_text
+from agents.forms.hooks import PolicyEditor
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
 from agents.starter_policy import starter_hooks
 from agents.tools import REGISTRY
 from agents.views.diff import diff_rows
-from agents.views.policies import PolicySummary, try_form, try_policies
+from agents.views.policies import (
+    PolicySummary,
+    blocked_tools,
+    editor_context,
+    seen_mcp_tools,
+    try_form,
+    try_policies,
+)
 from approvals.models import ApproverGroup
 from console.connections import ConnectionSpec
 from console.models import Connection
@@ -77,7 +85,8 @@ def agent_create(request: ConsoleRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created agent “{agent.name}” (version 1).")
             return redirect("agents:detail", agent.name)
-    return render(request, "agents/form.html", {"form": form, "agent": None, **_choices(request, granted)})
+    context = {"form": form, "agent": None, **_choices(request, granted), **editor_context(request, form, None)}
+    return render(request, "agents/form.html", context)
 
 
 @role_required("admin")
@@ -104,7 +113,7 @@ def agent_edit(request: ConsoleRequest, name: str) -> HttpResponse:
                 messages.success(request, f"Saved version {version.number}.")
                 return redirect("agents:detail", agent.name)
     context = {"form": form, "agent": agent, "note": request.POST.get("note", ""), **_choices(request, granted)}
-    return render(request, "agents/form.html", context)
+    return render(request, "agents/form.html", context | editor_context(request, form, agent))
 
 
 @role_required("admin")
@@ -120,16 +129,21 @@ def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
 @role_required("admin")
 @require_GET
 def starter_policy(request: ConsoleRequest) -> HttpResponse:
-    """The editor's Policies field filled with the starter policy (enforced, or in shadow mode)."""
+    """The policy editor filled with the starter policy (enforced, or in shadow mode)."""
     mode = "evaluate_only" if request.GET.get("mode") == "evaluate_only" else "enforce"
-    # The tools the form lists (its rows come along, `hx-include`): the manifest names them all, as one that
-    # governs tool calls denies a tool it does not name.
+    # The tools the form lists (its rows come along, `hx-include`) and, editing `?agent=`, its sub-agents and
+    # the MCP tools its runs called: the manifest names them all (one that governs tool calls denies the rest).
+    agent = get_agent_for(request, request.GET["agent"]) if request.GET.get("agent") else None
     sections = "external_tools" if request.GET.get("runtime") == "external" else "tools|client_tools"
     named = [request.GET.get(key, "") for key in request.GET if re.fullmatch(rf"({sections})-[\w-]+-name", key)]
-    tools = [name.strip() for name in named if name.strip()]
+    named += (agent.current.definition.sub_agents if agent is not None else []) + seen_mcp_tools(agent)
+    tools = list(dict.fromkeys(name.strip() for name in named if name.strip()))
+    hooks = starter_hooks(mode, tools)
     form = DefinitionForm.blank()
-    form.values["hooks"] = hooks_text(starter_hooks(mode, tools))
-    return render(request, "agents/form.html#hooks-field", {"form": form, "starter_mode": mode})
+    form.policies, form.values["hooks"] = PolicyEditor.of(hooks), hooks_text(hooks)
+    context = {"form": form, "starter_mode": mode, **editor_context(request, form, None)}
+    context["blocked_tools"] = blocked_tools(str(request.tenant.pk), "new-agent", hooks, tools)
+    return render(request, "agents/_policy_editor.html#editor", context)
 
 
 @role_required("reader")

@@ -1,24 +1,35 @@
 """The policies as the agent page shows them (`PolicySummary`), the Try panel's evaluation: one
-interception point's context evaluated with a version's policies, nothing stored; and the policy editor's
-Preview (`policy_preview`): what the declaration in the field would have done to the agent's last closed
-approvals (approvals/previews.py), before it is saved."""
+interception point's context evaluated with a version's policies, nothing stored; the policy editor's
+Preview (`policy_preview`): what the declaration in the fields would have done to the agent's last closed
+approvals (approvals/previews.py), before it is saved; its blank rows (`policy_row`) and its warning naming the
+agent's tools the declaration would deny (`blocked_tools`)."""
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from agent_hooks import DeclarationError
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from agents.definitions import ConnectionRefused
-from agents.forms import PolicyTryForm, hooks_text, sample_context, try_builder
+from agents.forms import DefinitionForm, PolicyTryForm, hooks_text, sample_context, try_builder
+from agents.forms.hooks import BINDINGS, KINDS, MODULES, PolicyEditor
 from agents.getters import get_agent_for
-from agents.models import Agent, AgentVersion, Run
-from agents.payloads import Payload
-from agents.policies import LIFTABLE, POINTS, PolicyBlocked, TurnPolicies
+from agents.models import Agent, AgentVersion, Event, Run
+from agents.payloads import EventType, Payload
+from agents.policies import (
+    LIFTABLE,
+    POINTS,
+    CompilesThrottled,
+    PolicyBlocked,
+    TurnPolicies,
+    compile_problems,
+    declaration_problems,
+)
 from agents.prepare import granted_connections
 from agents.turns import run_here
 from approvals.previews import PreviewRefused, checked_hooks, preview_policies
@@ -152,15 +163,22 @@ def policy_preview(request: ConsoleRequest, name: str) -> HttpResponse:
     `pre_tool_call` over the agent's last closed approvals; a deny denies, an escalation asks, an allow leaves
     the call to its approval mode. Nothing is saved."""
     agent = get_agent_for(request, name)
-    text = request.POST.get("hooks", "").strip()
     context: dict[str, Any] = {"problems": []}
-    try:
-        hooks = json.loads(text) if text else None
-        if hooks is not None and not isinstance(hooks, dict):
-            raise ValueError("the declaration is a JSON object")
-    except ValueError as error:
-        context["problems"] = [f"The declaration is not valid JSON: {error}"]
-        return render(request, "approvals/_preview.html", context)
+    editor = PolicyEditor.from_post(request.POST)
+    if editor.raw:
+        text = request.POST.get("hooks", "").strip()
+        try:
+            hooks = json.loads(text) if text else None
+            if hooks is not None and not isinstance(hooks, dict):
+                raise ValueError("the declaration is a JSON object")
+        except ValueError as error:
+            context["problems"] = [f"The declaration is not valid JSON: {error}"]
+            return render(request, "approvals/_preview.html", context)
+    else:
+        hooks = editor.document()
+        if editor.has_errors:
+            context["problems"] = ["Some policy fields cannot be read: save to see them marked."]
+            return render(request, "approvals/_preview.html", context)
     try:
         checked_hooks(agent, hooks)
     except PreviewRefused as refused:
@@ -171,3 +189,131 @@ def policy_preview(request: ConsoleRequest, name: str) -> HttpResponse:
         preview = preview_policies(agent, hooks)
         context |= {"preview": preview, "said": preview.said("denied")}
     return render(request, "approvals/_preview.html", context)
+
+
+# The contexts of the tools warning: a call with no arguments (a policy reading one finds it undefined).
+_NO_ARGUMENTS: dict[str, Any] = {}
+
+
+def blocked_tools(tenant: str, agent: str, hooks: Any, tools: list[str]) -> list[tuple[str, str]]:
+    """(tool, why) for each of `tools` a call of which `hooks` would deny at `pre_tool_call` (a manifest that
+    governs tool calls denies a tool it does not name), found by evaluating its `airlock.acs` bindings in the
+    policy sandbox: no tool runs, no webhook is called, nothing is stored. Empty for a declaration that does
+    not load or compile."""
+    if not isinstance(hooks, dict) or not tools or declaration_problems(hooks):
+        return []
+    try:  # compiled as saving compiles (once per text, the tenant's compiles rate-limited), or not evaluated
+        if compile_problems(hooks, tenant):
+            return []
+    except CompilesThrottled:
+        return []
+    bindings = [b for b in hooks.get("bindings", []) if isinstance(b, dict) and b.get("kind") == "airlock.acs"]
+    if not bindings:
+        return []
+    document = {**copy.deepcopy(hooks), "bindings": bindings}
+    document.setdefault("configuration", {})["mode"] = "enforce"
+    document.pop("surface", None)  # the webhook bindings left out may be what covered some of its points
+    verdicts: list[dict[str, Any]] = []
+
+    async def collect(payload: Payload) -> None:
+        verdicts.append(payload.dump())
+
+    try:
+        policies = TurnPolicies.build(
+            document,
+            connections={},
+            decisions={},
+            agent=agent,
+            version=None,
+            run_id="try",
+            session_id=None,
+            tenant=tenant,
+            emit=collect,
+            records=[],
+        )
+    except (DeclarationError, ValueError):
+        return []
+    builder = try_builder(agent, 0, tenant)
+    blocked = []
+    for tool in dict.fromkeys(tools):
+        verdicts.clear()
+        context = dict(builder.pre_tool_call(call_id="call_1", name=tool, args=_NO_ARGUMENTS))
+        try:
+            run_here(policies.check(context))
+        except PolicyBlocked:
+            verdict = verdicts[-1] if verdicts else {}
+            if verdict.get("decision") == "deny":
+                blocked.append((tool, _why_blocked(verdict)))
+    return blocked
+
+
+def _why_blocked(verdict: dict[str, Any]) -> str:
+    reason = str(verdict.get("reason") or "")
+    if reason.endswith("tool_unknown"):
+        return "its manifest does not name it under tools:"
+    return str(verdict.get("message") or reason or "a policy denies it")
+
+
+def seen_mcp_tools(agent: Agent | None) -> list[str]:
+    """The MCP tools the agent's recent runs called: their names are known only once a server lists them, so
+    the editor checks these (an MCP server is never started for it)."""
+    if agent is None:
+        return []
+    starts = Event.objects.filter(run__agent=agent, type=EventType.TOOL_EXECUTION_START, data__has_key="mcpServerName")
+    calls = starts.order_by("-timestamp").values_list("data__toolName", "data__mcpServerName")[:500]
+    return sorted({name for name, server in calls if isinstance(name, str) and server})
+
+
+def form_tools(form: DefinitionForm, agent: Agent | None) -> list[str]:
+    """The agent's tools as the form stands (its server and client tools, or an external agent's declared
+    ones), and a hosted agent's sub-agents (called as tools) and the MCP tools its runs called."""
+    if form.external:
+        return [row.values["name"] for row in form.rows["external_tools"] if row.values["name"]]
+    named = [row.values["name"] for section in ("tools", "client_tools") for row in form.rows[section]]
+    kept = form.kept or (agent.current.definition if agent is not None else None)
+    named += (kept.sub_agents if kept is not None else []) + seen_mcp_tools(agent)
+    return list(dict.fromkeys(name for name in named if name))
+
+
+def editor_context(request: ConsoleRequest, form: DefinitionForm, agent: Agent | None) -> dict[str, Any]:
+    """What the policy editor shows besides the form: the warning naming the tools its declaration would
+    deny, and (editing an agent whose saved version has policies) the Try panel."""
+    context: dict[str, Any] = {"binding_kinds": KINDS, "points": POINTS}
+    tools = form_tools(form, agent)
+    if "hooks" not in form.errors:
+        hooks = form.content.hooks if form.content else _typed_hooks(form)
+        name = agent.name if agent else form.values["name"] or "new-agent"
+        context["blocked_tools"] = blocked_tools(str(request.tenant.pk), name, hooks, tools)
+    current = agent.current if agent is not None else None
+    if agent is not None and current is not None and current.definition.hooks is not None:
+        context["try_form"] = try_form(request, agent, current, None)
+        context["policies"] = PolicySummary.of(current.definition.hooks)
+    return context
+
+
+def _typed_hooks(form: DefinitionForm) -> Any:
+    if not form.policies.raw:
+        return form.policies.document()
+    try:
+        return json.loads(form.values["hooks"] or "null")
+    except ValueError:
+        return None
+
+
+@role_required("admin")
+@require_GET
+def policy_row(request: ConsoleRequest, kind: str) -> HttpResponse:
+    """A blank binding of the policy editor (with one blank module), or a blank module of the binding row
+    `?binding=<key>`, added by htmx."""
+    if kind == "binding":
+        binding = BINDINGS.new()
+        modules = [MODULES.new(binding=binding.key, file="policy.rego")]
+        return render(
+            request,
+            "agents/_policy_editor.html#binding",
+            {"binding": binding, "modules": modules, "at": [], "binding_kinds": KINDS, "points": POINTS},
+        )
+    key = request.GET.get("binding", "")
+    if kind != "module" or not re.fullmatch(r"[0-9a-f]{8}", key):
+        raise Http404("No such row.")
+    return render(request, "agents/_policy_editor.html#module", {"module": MODULES.new(binding=key)})

@@ -43,11 +43,11 @@ def page(persona: Persona, path: str, **extra: Any) -> str:
 # ---- the editor -----------------------------------------------------------------------------------------
 
 
-def test_it_saves_the_declaration_posted_in_the_policies_field(admin):
+def test_it_saves_the_declaration_posted_as_raw_json(admin):
     make_agent(admin)
     data = browser_post(admin.client.get("/agents/assistant/edit/"))
     assert data["hooks"] == ""
-    data["hooks"] = json.dumps(starter_hooks("evaluate_only"), indent=2)
+    data |= {"hooks": json.dumps(starter_hooks("evaluate_only"), indent=2), "hooks_raw": "on"}
 
     response = admin.client.post("/agents/assistant/edit/", data, follow=True)
 
@@ -64,11 +64,11 @@ def test_it_shows_the_loaders_refusal_next_to_the_field_and_saves_nothing(admin)
     data = browser_post(admin.client.get("/agents/assistant/edit/"))
     before = snapshot()
 
-    response = admin.client.post("/agents/assistant/edit/", {**data, "hooks": json.dumps(hooks)})
+    response = admin.client.post("/agents/assistant/edit/", {**data, "hooks": json.dumps(hooks), "hooks_raw": "on"})
 
     assert response.status_code == 200
     field = read(response).texts["id_hooks-field"]
-    assert "declaration_error:binding_rejected at /bindings/0" in field
+    assert "The policy does not compile" in field
     assert "mail.rego:3:13" in field
     assert "Nothing was saved." in response.content.decode()
     assert snapshot() == before
@@ -81,7 +81,7 @@ def test_it_shows_the_loaders_refusal_next_to_the_field_and_saves_nothing(admin)
     [
         ('{"declaration": ', "Not valid JSON: Expecting value (line 1, column 17)."),
         ("[1, 2]", "Give a JSON object: an agent-hooks-declaration/1.0 document."),
-        ('{"bindings": []}', "declaration_error:version_unsupported at /declaration"),
+        ('{"bindings": []}', "The declaration's version is not agent-hooks-declaration/1.0."),
     ],
 )
 def test_it_refuses_a_field_that_is_no_declaration(admin, hooks, error):
@@ -107,11 +107,12 @@ def test_it_keeps_the_policies_when_an_edit_changes_something_else(admin):
     assert unchanged.status_code == 302  # the declaration read back compares equal: no third version
 
 
-def test_an_empty_field_removes_the_policies(admin):
+def test_removing_every_binding_removes_the_policies(admin):
     guarded(admin)
     data = browser_post(admin.client.get("/agents/assistant/edit/"))
+    kept = {name: value for name, value in data.items() if not name.startswith(("binding-", "module-"))}
 
-    admin.client.post("/agents/assistant/edit/", {**data, "hooks": "  \r\n"})
+    admin.client.post("/agents/assistant/edit/", kept)
 
     assert Agent.objects.get(name="assistant").current.definition.hooks is None
 
@@ -129,7 +130,7 @@ def test_the_starter_button_fills_the_field_with_the_starter_policy(admin):
     enforced = admin.client.get("/agents/policies/starter/?mode=enforce", HTTP_HX_REQUEST="true")
     assert json.loads(dict(read(enforced).fields)["hooks"]) == starter_hooks("enforce")
     # The form's tool rows come along (hx-include): the manifest names them, so none of them is denied unnamed.
-    assert 'hx-include="closest form"' in editor
+    assert 'hx-include="[name=runtime], #tools-rows, #client_tools-rows, #external_tools-rows"' in editor
     query = "mode=enforce&tools-0-name=get_time&client_tools-x1-name=locate&tools-1-name="
     with_tools = admin.client.get(f"/agents/policies/starter/?{query}", HTTP_HX_REQUEST="true")
     assert json.loads(dict(read(with_tools).fields)["hooks"]) == starter_hooks("enforce", ["get_time", "locate"])
@@ -499,6 +500,7 @@ def test_the_policy_pages_hold_nothing_the_content_security_policy_blocks(admin)
         admin.client.get("/agents/assistant/try/?point=output"),
         admin.client.post("/agents/assistant/try/", {"point": "pre_tool_call", "context": context}),
         admin.client.get("/agents/policies/starter/", HTTP_HX_REQUEST="true"),
+        admin.client.get("/agents/policies/row/binding/", HTTP_HX_REQUEST="true"),
         admin.client.get(f"/runs/{denied['runId']}/"),
         admin.client.get(f"/runs/{blocked['runId']}/"),
         admin.client.get("/runs/?verdicts=on"),

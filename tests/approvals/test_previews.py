@@ -11,10 +11,12 @@ from django.apps import apps
 from django.utils import timezone
 
 from agents.definitions import DefinitionContent
+from agents.forms.hooks import PolicyEditor
 from agents.models import Agent
 from agents.starter_policy import SURFACE
 from approvals.models import PendingRequest, Rule
 from approvals.previews import preview_policies, suggestions
+from tests.agents.test_policy_editor import posted
 from tests.conftest import Persona
 from tests.helpers import assert_problem
 
@@ -418,3 +420,11 @@ def test_the_policy_editor_previews_before_saving(history, admin, reader):
     assert bad.status_code == 200 and "Nothing to preview" in bad.content.decode()
     assert reader.client.post("/agents/deployer/policy-preview/", {"hooks": "null"}).status_code == 403
     assert PendingRequest.objects.filter(answer__isnull=True, status="pending").count() == 1
+
+
+def test_the_policy_editor_previews_the_declaration_its_fields_hold(history, admin):
+    fields = posted(PolicyEditor.of(guard()))
+
+    shown = admin.client.post("/agents/deployer/policy-preview/", dict(fields.lists()), HTTP_HX_REQUEST="true")
+
+    assert "Would have denied 2 of the last 6; 1 of those was approved." in shown.content.decode()

@@ -27,6 +27,7 @@ NOT_PAGES = {
     "agents:delete",
     "agents:row",
     "agents:starter_policy",
+    "agents:policy_row",
     "run_cancel",
     "run_fork",
     "run_replay",
