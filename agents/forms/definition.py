@@ -39,9 +39,10 @@ SECTIONS: dict[str, RowKind] = {
         ),
         RowKind(
             "client_tools",
-            ("name", "description", "parameters"),
+            ("name", "description", "parameters", "approvers"),
             error_field="name",
             wire="clientTools",
+            choices=("approvers",),
             multiline=("description", "parameters"),
         ),
         RowKind(
@@ -155,7 +156,7 @@ class DefinitionForm:
         """Read the posted fields; rows keep the order in which their inputs were posted.
 
         `editing` is the current version of an agent being edited: a post cannot change its name, and what
-        the form does not show (its model-call limit, sub-agents, a client tool's approvers) is kept from it.
+        the form does not show (its model-call limit, sub-agents) is kept from it.
         """
         values = {name: clean_text(data.get(name, ""), name in _TEXTAREAS) for name in [*TOP_FIELDS, *KIND_FIELDS]}
         values["runtime"] = values["runtime"] or "hosted"  # a post from before runtimes (or by hand) is hosted
@@ -203,7 +204,10 @@ class DefinitionForm:
             ],
             "client_tools": [
                 SECTIONS["client_tools"].new(
-                    name=t.name, description=t.description, parameters=json.dumps(t.parameters, indent=2)
+                    name=t.name,
+                    description=t.description,
+                    parameters=json.dumps(t.parameters, indent=2),
+                    approvers=t.approvers or "",
                 )
                 for t in content.client_tools
             ],
@@ -320,7 +324,7 @@ class DefinitionForm:
                 _routed({"name": row.values["name"], "approval": row.values["approval"]}, row)
                 for row in self.rows["tools"]
             ],
-            "clientTools": [self._client_tool(row) for row in self.rows["client_tools"]],
+            "clientTools": [_routed(self._client_tool(row), row) for row in self.rows["client_tools"]],
             "mcpServers": [_mcp_server(row) for row in self.rows["mcp_servers"]],
             "parameters": [self._parameter(row) for row in self.rows["parameters"]],
             "hooks": self._hooks(),
@@ -355,18 +359,12 @@ class DefinitionForm:
         }
 
     def _keep(self, wire: dict[str, Any]) -> dict[str, Any]:
-        """`wire` with what the edited version had and the form does not show: top-level fields (KEPT_FIELDS),
-        and the `approvers` of a client tool still there (by name)."""
+        """`wire` with the top-level fields the edited version had and the form does not show (KEPT_FIELDS)."""
         if self.kept is None:
             return wire
         kept = self.kept.wire()
         external = wire.get("runtime") == "external"
-        wire |= {key: kept[key] for key in KEPT_FIELDS if key in kept and not (external and key in _HOSTED_KEPT)}
-        routed = {tool["name"]: tool["approvers"] for tool in kept.get("clientTools", []) if tool.get("approvers")}
-        for tool in wire.get("clientTools", []):
-            if tool.get("name") in routed:
-                tool["approvers"] = routed[tool["name"]]
-        return wire
+        return wire | {key: kept[key] for key in KEPT_FIELDS if key in kept and not (external and key in _HOSTED_KEPT)}
 
     def _whole_number(self, name: str) -> int | None:
         text = self.values[name]

@@ -10,6 +10,7 @@ from tests.conftest import definition, grant
 
 ROUTED = {
     "tools": [{"name": "send_email", "approval": "always", "approvers": "finance"}],
+    "clientTools": [{"name": "pick_file", "approvers": "finance"}],
     "mcpServers": [{"connection": "files", "approval": "always", "approvers": "legal"}],
     "escalations": [{"binding": "guard", "approvers": "legal"}, {"approvers": "finance"}],
     "requestKinds": [{"kind": "question", "approvers": "legal"}],
@@ -33,6 +34,7 @@ def test_the_edit_form_shows_every_routing_and_an_unchanged_post_keeps_it(admin,
     data = browser_post(admin.client.get("/agents/router/edit/"))
 
     assert [v for k, v in data.items() if k.startswith("tools-") and k.endswith("-approvers")] == ["finance"]
+    assert [v for k, v in data.items() if k.startswith("client_tools-") and k.endswith("-approvers")] == ["finance"]
     assert [v for k, v in data.items() if k.startswith("mcp_servers-") and k.endswith("-approvers")] == ["legal"]
     assert sorted(v for k, v in data.items() if k.startswith("escalations-")) == ["", "finance", "guard", "legal"]
     assert (data["question_approvers"], data["plan_approvers"]) == ("legal", "")
@@ -47,7 +49,7 @@ def test_the_edit_form_shows_every_routing_and_an_unchanged_post_keeps_it(admin,
 def test_it_saves_the_routing_chosen_in_the_form(admin, routed):
     data = browser_post(admin.client.get("/agents/router/edit/"))
     for name in list(data):
-        if name.startswith(("tools-", "mcp_servers-")) and name.endswith("-approvers"):
+        if name.startswith(("tools-", "client_tools-", "mcp_servers-")) and name.endswith("-approvers"):
             data[name] = {"finance": "legal", "legal": ""}[data[name]]
         if name.startswith("escalations-"):
             del data[name]
@@ -58,6 +60,7 @@ def test_it_saves_the_routing_chosen_in_the_form(admin, routed):
 
     saved = Agent.objects.get(name="router").current.definition
     assert [t.approvers for t in saved.tools] == ["legal"]
+    assert [t.approvers for t in saved.client_tools] == ["legal"]
     assert [s.approvers for s in saved.mcp_servers] == [None]  # anyone who can answer
     assert [(e.binding, e.approvers) for e in saved.escalations] == [(None, "legal")]
     assert [(k.kind, k.approvers) for k in saved.request_kinds] == [("approval", "legal"), ("plan", "finance")]
@@ -116,7 +119,7 @@ def test_an_escalation_row_needs_a_group(admin):
 
 
 def test_a_blank_row_offers_the_groups(admin):
-    for section in ("tools", "mcp_servers", "escalations", "external_tools"):
+    for section in ("tools", "client_tools", "mcp_servers", "escalations", "external_tools"):
         html = admin.client.get(f"/agents/row/{section}/").content.decode()
         assert '<option value="finance">finance</option>' in html, section
 
@@ -129,6 +132,7 @@ def test_the_agent_page_shows_who_answers_what(admin, reader, routed):
         ("Policy escalations", "<code>guard</code>", "legal"),
         ("Policy escalations", "every binding", "finance"),
         ("Tool", "<code>send_email</code>", "finance"),
+        ("Client tool", "<code>pick_file</code>", "finance"),
         ("MCP server", "<code>files</code>", "legal"),
         ("Requests", "Questions", "legal"),
     ]:
