@@ -107,6 +107,7 @@ KIND_LABELS: dict[str, str] = {
     "continuation": "Going on past the model-call limit",
 }
 KIND_FIELDS = {f"{kind}_approvers": kind for kind in REQUEST_KINDS}
+_HOSTED_KINDS = {"client_tool", "continuation"}  # an external agent opens neither (approvals/external.py)
 # What the form does not show, kept from the version being edited (the API changes them).
 KEPT_FIELDS = ("maxModelCalls", "subAgents")
 _HOSTED_KEPT = {"subAgents"}  # an external agent has none: switching to external drops them
@@ -331,17 +332,23 @@ class DefinitionForm:
         } | self._routing()
 
     @property
-    def kind_routing(self) -> list[tuple[str, str, str, str]]:
-        """Each request kind's select: its field, label, chosen group ("" for anyone) and error."""
+    def kind_routing(self) -> list[tuple[str, str, str, str, bool]]:
+        """Each request kind's select: its field, label, chosen group ("" for anyone), error, and whether only a
+        hosted agent opens requests of that kind."""
         return [
-            (field, KIND_LABELS[kind], self.values[field], self.errors.get(field, ""))
+            (field, KIND_LABELS[kind], self.values[field], self.errors.get(field, ""), kind in _HOSTED_KINDS)
             for field, kind in KIND_FIELDS.items()
         ]
 
     @property
     def routed_kinds(self) -> list[str]:
-        """The form fields of the request kinds routed to a group, in the order `requestKinds` lists them."""
-        return [field for field in KIND_FIELDS if self.values[field]]
+        """The form fields of the request kinds routed to a group, in the order `requestKinds` lists them; an
+        external agent's leave out the (hidden) kinds it never opens."""
+        return [
+            field
+            for field, kind in KIND_FIELDS.items()
+            if self.values[field] and not (self.external and kind in _HOSTED_KINDS)
+        ]
 
     def _routing(self) -> dict[str, Any]:
         """The escalations' and request kinds' approver groups, as the wire names them."""

@@ -145,3 +145,16 @@ def test_an_unrouted_agent_page_says_anyone_answers(admin, agent):
 
     assert "No group: anyone who can answer" in html
     assert "/agents/helper/edit/#routing" in html
+
+
+def test_an_external_agent_routes_only_the_kinds_it_opens(admin):
+    """Client tools and going on past the model-call limit are a hosted agent's: hidden for an external one,
+    and what they still post is not saved."""
+    data = {"name": "outside", "runtime": "external", "question_approvers": "legal", "continuation_approvers": "legal"}
+
+    admin.client.post("/agents/new/", data)
+
+    saved = Agent.objects.get(name="outside").current.definition
+    assert [(k.kind, k.approvers) for k in saved.request_kinds] == [("question", "legal")]
+    page = admin.client.get("/agents/outside/edit/").content.decode()
+    assert 'id="id_continuation_approvers-field" class="field" data-runtime="hosted"' in page
