@@ -4,6 +4,7 @@ module only re-exports."""
 from agents.forms.definition import (
     APPROVAL_LABELS,
     KEPT_FIELDS,
+    KIND_LABELS,
     RUNTIMES,
     SECTIONS,
     TOP_FIELDS,
@@ -17,6 +18,7 @@ from agents.forms.policy_try import SAMPLE_EMAIL, SAMPLE_MESSAGE, PolicyTryForm,
 __all__ = [
     "APPROVAL_LABELS",
     "KEPT_FIELDS",
+    "KIND_LABELS",
     "RUNTIMES",
     "SAMPLE_EMAIL",
     "SAMPLE_MESSAGE",

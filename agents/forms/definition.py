@@ -3,7 +3,9 @@
 Every list section is a table of rows (console/rows.py): inputs named `<section>-<key>-<field>`, and a
 validation error found at `parameters.2.default` put back on the third kept parameter row. The policies
 (`hooks`) are the fields of agents/forms/hooks.py, assembled into the declaration document the API takes (or
-that document as raw JSON); the loader's refusals are shown at the field and line they are about.
+that document as raw JSON); the loader's refusals are shown at the field and line they are about. Routing (SPEC
+section 11) is an approvers select on each tool and MCP server row, one per request kind, and rows of policy
+escalations (a binding id, or none for every binding).
 
 The runtime (SPEC section 12) picks the sections that count: a hosted agent's model, instructions, server and
 client tools, MCP servers and parameters, or an external agent's declared tools. The page posts both (it only
@@ -20,6 +22,7 @@ from pydantic import ValidationError
 
 from agents.definitions import CULTURE, IDENTIFIER, SLUG, DefinitionContent, ExternalTool, ToolBinding, error_map
 from agents.forms.hooks import PolicyEditor
+from agents.request_kinds import REQUEST_KINDS
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 from console.rows import Row, RowKind, clean_text
@@ -30,26 +33,27 @@ SECTIONS: dict[str, RowKind] = {
         RowKind("cultures", ("culture", "instructions"), error_field="culture", multiline=("instructions",)),
         RowKind(
             "tools",
-            ("name", "approval"),
+            ("name", "approval", "approvers"),
             error_field="name",
             wire="tools",
             blank={"approval": "never"},
-            choices=("approval",),
+            choices=("approval", "approvers"),
         ),
         RowKind(
             "client_tools",
-            ("name", "description", "parameters"),
+            ("name", "description", "parameters", "approvers"),
             error_field="name",
             wire="clientTools",
+            choices=("approvers",),
             multiline=("description", "parameters"),
         ),
         RowKind(
             "mcp_servers",
-            ("connection", "approval", "tool_prefix"),
+            ("connection", "approval", "tool_prefix", "approvers"),
             error_field="connection",
             wire="mcpServers",
             blank={"approval": "never"},
-            choices=("approval",),
+            choices=("approval", "approvers"),
         ),
         RowKind(
             "parameters",
@@ -69,12 +73,14 @@ SECTIONS: dict[str, RowKind] = {
             choices=("approval",),
             multiline=("description", "parameters"),
         ),
+        # A row without a binding routes the escalations of every binding; one with neither is dropped.
+        RowKind("escalations", ("binding", "approvers"), error_field="approvers", wire="escalations"),
     )
 }
 # The sections each runtime reads; the other runtime's rows are posted too (hidden) and kept as typed.
 RUNTIME_SECTIONS = {
-    "hosted": ("cultures", "tools", "client_tools", "mcp_servers", "parameters"),
-    "external": ("external_tools",),
+    "hosted": ("cultures", "tools", "client_tools", "mcp_servers", "parameters", "escalations"),
+    "external": ("external_tools", "escalations"),
 }
 RUNTIMES = [
     ("hosted", "Hosted", "Airlock runs it: a model, instructions and tools of this server."),
@@ -93,8 +99,19 @@ TOP_FIELDS = {
     "hooks": "hooks",
 }
 _TOP_BY_PATH = {path: name for name, path in TOP_FIELDS.items()} | {"model": "model_name"}
+# The approvers select of each request kind (`requestKinds` on the wire): its label says which requests fall to it.
+KIND_LABELS: dict[str, str] = {
+    "approval": "Tool calls no tool or server routes",
+    "client_tool": "Client tool results",
+    "input": "Inputs (a form the agent asks to fill)",
+    "question": "Questions",
+    "plan": "Plans",
+    "continuation": "Going on past the model-call limit",
+}
+KIND_FIELDS = {f"{kind}_approvers": kind for kind in REQUEST_KINDS}
+_HOSTED_KINDS = {"client_tool", "continuation"}  # an external agent opens neither (approvals/external.py)
 # What the form does not show, kept from the version being edited (the API changes them).
-KEPT_FIELDS = ("maxModelCalls", "subAgents", "escalations", "requestKinds")
+KEPT_FIELDS = ("maxModelCalls", "subAgents")
 _HOSTED_KEPT = {"subAgents"}  # an external agent has none: switching to external drops them
 _TEXTAREAS = {"instructions", "description", "hooks"}  # top-level fields kept as typed
 _TRUE = {"true", "yes", "1"}
@@ -106,7 +123,7 @@ APPROVAL_LABELS = {"never": "Never ask", "always": "Ask unless a rule answers", 
 
 def choices(granted: Mapping[str, ConnectionSpec], groups: Collection[str] = ()) -> dict[str, Any]:
     """The options of the form's selects; connections are those granted to the tenant, `groups` its approver
-    groups (an external tool's approvers)."""
+    groups (the approvers selects)."""
     specs = sorted(granted.values(), key=lambda spec: spec.name)
     return {
         "model_connections": [(spec.name, spec.kind) for spec in specs if spec.kind in MODEL_KINDS],
@@ -137,7 +154,7 @@ class DefinitionForm:
 
     @classmethod
     def blank(cls) -> "DefinitionForm":
-        values = dict.fromkeys(TOP_FIELDS, "") | {"model_connection": "scripted", "runtime": "hosted"}
+        values = dict.fromkeys([*TOP_FIELDS, *KIND_FIELDS], "") | {"model_connection": "scripted", "runtime": "hosted"}
         return cls(values, {section: [] for section in SECTIONS})
 
     @classmethod
@@ -145,9 +162,9 @@ class DefinitionForm:
         """Read the posted fields; rows keep the order in which their inputs were posted.
 
         `editing` is the current version of an agent being edited: a post cannot change its name, and what
-        the form does not show (its model-call limit, sub-agents, approver routing) is kept from it.
+        the form does not show (its model-call limit, sub-agents) is kept from it.
         """
-        values = {name: clean_text(data.get(name, ""), name in _TEXTAREAS) for name in TOP_FIELDS}
+        values = {name: clean_text(data.get(name, ""), name in _TEXTAREAS) for name in [*TOP_FIELDS, *KIND_FIELDS]}
         values["runtime"] = values["runtime"] or "hosted"  # a post from before runtimes (or by hand) is hosted
         if editing is not None:
             values["name"] = editing.name
@@ -171,13 +188,17 @@ class DefinitionForm:
             "model_connection": model.connection,
             "model_name": model.name or "",
             "hooks": hooks_text(content.hooks),
-        }
+        } | {field: "" for field in KIND_FIELDS}
+        values |= {f"{routing.kind}_approvers": routing.approvers for routing in content.request_kinds}
         rows = {
             "cultures": [
                 SECTIONS["cultures"].new(culture=culture, instructions=text)
                 for culture, text in content.instructions_by_culture.items()
             ],
-            "tools": [SECTIONS["tools"].new(name=t.name, approval=t.approval) for t in hosted_tools],
+            "tools": [
+                SECTIONS["tools"].new(name=t.name, approval=t.approval, approvers=t.approvers or "")
+                for t in hosted_tools
+            ],
             "external_tools": [
                 SECTIONS["external_tools"].new(
                     name=t.name,
@@ -190,15 +211,24 @@ class DefinitionForm:
             ],
             "client_tools": [
                 SECTIONS["client_tools"].new(
-                    name=t.name, description=t.description, parameters=json.dumps(t.parameters, indent=2)
+                    name=t.name,
+                    description=t.description,
+                    parameters=json.dumps(t.parameters, indent=2),
+                    approvers=t.approvers or "",
                 )
                 for t in content.client_tools
             ],
             "mcp_servers": [
                 SECTIONS["mcp_servers"].new(
-                    connection=s.connection, approval=s.approval, tool_prefix=s.tool_prefix or ""
+                    connection=s.connection,
+                    approval=s.approval,
+                    tool_prefix=s.tool_prefix or "",
+                    approvers=s.approvers or "",
                 )
                 for s in content.mcp_servers
+            ],
+            "escalations": [
+                SECTIONS["escalations"].new(binding=e.binding or "", approvers=e.approvers) for e in content.escalations
             ],
             "parameters": [
                 SECTIONS["parameters"].new(
@@ -284,7 +314,7 @@ class DefinitionForm:
                 "requestDeadlineSeconds": self._whole_number("request_deadline_seconds"),
                 "tools": [self._external_tool(row) for row in self.rows["external_tools"]],
                 "hooks": self._hooks(),
-            }
+            } | self._routing()
         return {
             "name": v["name"],
             "displayName": v["display_name"],
@@ -296,32 +326,57 @@ class DefinitionForm:
                 "name": v["model_name"] or None,
             },
             "instructionsByCulture": self._cultures(),
-            "tools": [dict(row.values) for row in self.rows["tools"]],
-            "clientTools": [self._client_tool(row) for row in self.rows["client_tools"]],
+            "tools": [
+                _routed({"name": row.values["name"], "approval": row.values["approval"]}, row)
+                for row in self.rows["tools"]
+            ],
+            "clientTools": [_routed(self._client_tool(row), row) for row in self.rows["client_tools"]],
             "mcpServers": [_mcp_server(row) for row in self.rows["mcp_servers"]],
             "parameters": [self._parameter(row) for row in self.rows["parameters"]],
             "hooks": self._hooks(),
+        } | self._routing()
+
+    @property
+    def kind_routing(self) -> list[tuple[str, str, str, str, bool]]:
+        """Each request kind's select: its field, label, chosen group ("" for anyone), error, and whether only a
+        hosted agent opens requests of that kind."""
+        return [
+            (field, KIND_LABELS[kind], self.values[field], self.errors.get(field, ""), kind in _HOSTED_KINDS)
+            for field, kind in KIND_FIELDS.items()
+        ]
+
+    @property
+    def routed_kinds(self) -> list[str]:
+        """The form fields of the request kinds routed to a group, in the order `requestKinds` lists them; an
+        external agent's leave out the (hidden) kinds it never opens."""
+        return [
+            field
+            for field, kind in KIND_FIELDS.items()
+            if self.values[field] and not (self.external and kind in _HOSTED_KINDS)
+        ]
+
+    def _routing(self) -> dict[str, Any]:
+        """The escalations' and request kinds' approver groups, as the wire names them."""
+        for row in self.rows["escalations"]:
+            if not row.values["approvers"]:
+                row.errors["approvers"] = "Choose the group that answers these escalations."
+        return {
+            "escalations": [
+                {"binding": row.values["binding"] or None, "approvers": row.values["approvers"]}
+                for row in self.rows["escalations"]
+            ],
+            "requestKinds": [
+                {"kind": KIND_FIELDS[field], "approvers": self.values[field]} for field in self.routed_kinds
+            ],
         }
 
     def _keep(self, wire: dict[str, Any]) -> dict[str, Any]:
-        """`wire` with what the edited version had and the form does not show: top-level fields (KEPT_FIELDS),
-        and the `approvers` of a tool, client tool or MCP server still there (by name, or connection)."""
+        """`wire` with the top-level fields the edited version had and the form does not show (KEPT_FIELDS)."""
         if self.kept is None:
             return wire
         kept = self.kept.wire()
         external = wire.get("runtime") == "external"
-        wire |= {key: kept[key] for key in KEPT_FIELDS if key in kept and not (external and key in _HOSTED_KEPT)}
-        routed_sections = [("clientTools", "name"), ("mcpServers", "connection")]
-        if not external and not self.kept.external:  # an external agent's form edits its tools' approvers
-            routed_sections.append(("tools", "name"))
-        for section, key in routed_sections:
-            if section not in wire:
-                continue
-            routed = {item[key]: item["approvers"] for item in kept.get(section, []) if item.get("approvers")}
-            for item in wire[section]:
-                if item.get(key) in routed:
-                    item["approvers"] = routed[item[key]]
-        return wire
+        return wire | {key: kept[key] for key in KEPT_FIELDS if key in kept and not (external and key in _HOSTED_KEPT)}
 
     def _whole_number(self, name: str) -> int | None:
         text = self.values[name]
@@ -384,11 +439,7 @@ class DefinitionForm:
         return tool
 
     def _external_tool(self, row: Row) -> dict[str, Any]:
-        v = row.values
-        tool = self._client_tool(row) | {"approval": v["approval"]}
-        if v["approvers"]:
-            tool["approvers"] = v["approvers"]
-        return tool
+        return _routed(self._client_tool(row) | {"approval": row.values["approval"]}, row)
 
     def _parameter(self, row: Row) -> dict[str, Any]:
         v = row.values
@@ -441,6 +492,15 @@ class DefinitionForm:
         if path in _TOP_BY_PATH:
             self.errors.setdefault(_TOP_BY_PATH[path], message)
             return
+        parts = path.split(".")
+        if (
+            parts[0] == "requestKinds"
+            and len(parts) > 1
+            and parts[1].isdigit()
+            and int(parts[1]) < len(self.routed_kinds)
+        ):
+            self.errors.setdefault(self.routed_kinds[int(parts[1])], message)
+            return
         if not any(SECTIONS[name].place(self.rows[name], path, message) for name in self.sections):
             self.errors.setdefault("__all__", message)
 
@@ -466,11 +526,14 @@ def _readable(message: str) -> str:
 
 def _mcp_server(row: Row) -> dict[str, Any]:
     v = row.values
-    return {
-        "connection": v["connection"],
-        "approval": v["approval"],
-        "toolPrefix": v["tool_prefix"] or None,
-    }
+    return _routed(
+        {"connection": v["connection"], "approval": v["approval"], "toolPrefix": v["tool_prefix"] or None}, row
+    )
+
+
+def _routed(item: dict[str, Any], row: Row) -> dict[str, Any]:
+    """A tool's or server's wire item with the row's approver group, when one is chosen."""
+    return item | {"approvers": row.values["approvers"]} if row.values["approvers"] else item
 
 
 def _default(kind: str, text: str) -> str | int | float | bool | None:

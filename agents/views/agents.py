@@ -14,7 +14,16 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from agents import actions
 from agents.definitions import ConnectionRefused, DefinitionContent, ExternalTool, ToolBinding
-from agents.forms import APPROVAL_LABELS, SECTIONS, DefinitionForm, PolicyTryForm, as_text, choices, hooks_text
+from agents.forms import (
+    APPROVAL_LABELS,
+    KIND_LABELS,
+    SECTIONS,
+    DefinitionForm,
+    PolicyTryForm,
+    as_text,
+    choices,
+    hooks_text,
+)
 from agents.forms.hooks import PolicyEditor
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
@@ -281,4 +290,22 @@ def _definition_context(agent: Agent, version: AgentVersion, request: ConsoleReq
         "mcp_servers": [(server, APPROVAL_LABELS[server.approval]) for server in content.mcp_servers],
         "client_tools": [(tool, json.dumps(tool.parameters, indent=2)) for tool in content.client_tools],
         "parameters": [(parameter, as_text(parameter.default)) for parameter in content.parameters],
+        "routing": _routing(content),
     }
+
+
+def _routing(content: DefinitionContent) -> list[tuple[str, str, bool, str]]:
+    """Who answers what (SPEC section 11): (what, its name, whether the name is code, the group), most specific
+    first as `DefinitionContent.approvers_for` picks; what is not listed is anyone's who can answer."""
+    routed = [
+        ("Policy escalations", e.binding or "every binding", bool(e.binding), e.approvers) for e in content.escalations
+    ]
+    routed += [("Tool", tool.name, True, tool.approvers) for tool in content.tools if tool.approvers]
+    routed += [("Client tool", tool.name, True, tool.approvers) for tool in content.client_tools if tool.approvers]
+    routed += [
+        ("MCP server", s.connection + (f" ({s.tool_prefix}_…)" if s.tool_prefix else ""), True, s.approvers)
+        for s in content.mcp_servers
+        if s.approvers
+    ]
+    routed += [("Requests", KIND_LABELS[k.kind], False, k.approvers) for k in content.request_kinds]
+    return routed

@@ -21,7 +21,7 @@ from agents.models import AgentVersion
 from approvals.digests import MOST_MINUTES
 from approvals.models import ApproverGroup, Digest, PendingRequest
 from approvals.webhooks import webhook_of
-from console.models import Connection, ConnectionKind, Membership, Tenant
+from console.models import Connection, ConnectionKind, Membership, Role, Tenant
 from console.tenancy import SESSION_KEY, ConsoleRequest, role_required
 
 User = get_user_model()
@@ -55,7 +55,8 @@ class GroupForm(forms.Form):
         regex=SLUG,
         max_length=63,
         label="New group",
-        help_text='Lowercase letters, digits, - and _; a definition routes to it with "approvers": "name".',
+        help_text="Lowercase letters, digits, - and _. Route requests to it in an agent's form: the Approvers of a"
+        " tool or MCP server, or its Routing section (request kinds, policy escalations).",
         error_messages={"invalid": "Use lowercase letters, digits, - and _ only."},
     )
 
@@ -91,6 +92,12 @@ class MemberForm(forms.Form):
         user = self.cleaned_data["user"]
         self.group.members.add(user)
         return f"{user.username} added to {self.group.name}."
+
+    @property
+    def added_cannot_answer(self) -> bool:
+        """Whether the member just added is a reader, who answers nothing, routed to this group or not."""
+        role = Membership.objects.filter(tenant_id=self.group.tenant_id, user=self.cleaned_data["user"])
+        return role.values_list("role", flat=True).first() == Role.READER
 
 
 class DigestForm(forms.Form):
@@ -141,11 +148,13 @@ def _tenant_page(request: ConsoleRequest, refused: TenantForm | None = None) -> 
     """The page, with the unbound forms except the one `refused` (bound, with its errors: a 400)."""
     tenant = request.tenant
     routes = routes_by_group(tenant)
+    readers = set(Membership.objects.filter(tenant=tenant, role=Role.READER).values_list("user_id", flat=True))
     groups = []
     for group in ApproverGroup.objects.filter(tenant=tenant).prefetch_related("members"):
         mine = isinstance(refused, MemberForm) and refused.prefix == f"group-{group.pk}"
         form = refused if mine else MemberForm(group)
-        groups.append({"group": group, "routed_by": routes.get(group.name, []), "form": form})
+        members = [(member, member.pk in readers) for member in group.members.all()]
+        groups.append({"group": group, "members": members, "routed_by": routes.get(group.name, []), "form": form})
     initial = {"connection": tenant.request_webhook_id}
     context = {
         "webhook_form": refused if isinstance(refused, WebhookForm) else WebhookForm(tenant, initial=initial),
@@ -206,7 +215,13 @@ def create_group(request: ConsoleRequest) -> HttpResponse:
 @role_required("admin")
 @require_POST
 def add_member(request: ConsoleRequest, group_id: int) -> HttpResponse:
-    return _save(request, MemberForm(_group(request, group_id), request.POST))
+    form = MemberForm(_group(request, group_id), request.POST)
+    if not form.is_valid() or not form.added_cannot_answer:
+        return _save(request, form)
+    # Added all the same (the role may change later), but the admin hears that the group gained no approver.
+    added = form.save()
+    messages.warning(request, f"{added} As a reader they cannot answer its requests: make them an operator first.")
+    return redirect("tenant")
 
 
 @role_required("admin")

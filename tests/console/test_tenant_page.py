@@ -159,3 +159,22 @@ def test_a_digest_belongs_to_the_membership_of_the_current_tenant(operator, glob
     operator.client.post("/tenant/switch/", {"tenant": globex.pk})
     operator.client.post("/notifications/", {"enabled": "on", "after_minutes": "5", "email": "otto@x.io"})
     assert Digest.objects.get().membership.tenant == globex
+
+
+def test_it_warns_when_a_reader_joins_a_group_and_marks_them_in_it(admin, reader, finance):
+    page = admin.client.get("/tenant/").content.decode()
+    assert "Route requests to it in an agent&#x27;s form" in page and '"approvers": "name"' not in page
+    assert "cannot answer" not in page  # otto is an operator
+
+    added = admin.client.post(
+        f"/tenant/groups/{finance.pk}/members/", {f"group-{finance.pk}-user": reader.user.pk}, follow=True
+    )
+
+    html = added.content.decode()
+    assert (
+        '<li class="warning">rita added to finance. As a reader they cannot answer its requests: make them an operator'
+        in html
+    )
+    assert "rita <span" in html and "viewer: cannot answer" in html
+    assert "otto\n" in html and html.count("viewer: cannot answer") == 1
+    assert set(finance.members.values_list("username", flat=True)) == {"otto", "rita"}
