@@ -3,9 +3,7 @@
 import re
 from typing import Any
 
-from agents.definitions import DefinitionContent
-
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+from agents.definitions import PLACEHOLDER, DefinitionContent
 
 
 class BindingError(ValueError):

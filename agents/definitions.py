@@ -24,9 +24,11 @@ from pydantic import (
     ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agents.policies import declaration_problems, unlisted_tools, webhook_connections
 from agents.request_kinds import RequestKindName
@@ -36,6 +38,8 @@ from console.connections import MODEL_KINDS, ConnectionSpec
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 CULTURE = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
+# A `{{name}}` in instructions, filled from the parameter of that name (agents.binding.render_instructions).
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 Approval = Literal["never", "always", "every_time"]
 
@@ -336,6 +340,30 @@ class DefinitionContent(WireModel):
             raise ValueError(f"a server tool and a client tool share the name {sorted(clash)[0]!r}")
         return client_tools
 
+    @model_validator(mode="after")
+    def _placeholders_declared(self, info: ValidationInfo) -> "DefinitionContent":
+        """A `{{name}}` no parameter fills would reach the model as written: refused at save, on the field
+        that holds it (stored versions from before this check still load)."""
+        if (info.context or {}).get("stored"):
+            return self
+        declared = {parameter.name for parameter in self.parameters}
+        texts = [(("instructions",), "The instructions", self.instructions)] + [
+            (("instructionsByCulture", culture), f"The {culture} instructions", text)
+            for culture, text in self.instructions_by_culture.items()
+        ]
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError("undefined_placeholder", "{message}", {"message": message}),
+                loc=loc,
+                input=text,
+            )
+            for loc, what, text in texts
+            if (message := _undefined_placeholders(what, text, declared))
+        ]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 
@@ -421,6 +449,16 @@ class DefinitionContent(WireModel):
         """Whether remembered rules can answer a call: only approval mode `always` asks them."""
         modes = [tool.approval for tool in self.tools] + [server.approval for server in self.mcp_servers]
         return "always" in modes
+
+
+def _undefined_placeholders(what: str, text: str, declared: set[str]) -> str:
+    """Why `text` cannot be saved: the placeholders in it that no parameter declares; "" when none."""
+    undefined = sorted({name for name in PLACEHOLDER.findall(text) if name not in declared})
+    if not undefined:
+        return ""
+    names = ", ".join("{{" + name + "}}" for name in undefined)
+    known = ", ".join(sorted(declared)) or "none yet"
+    return f"{what} use {names}, which no parameter declares: add it under Parameters (declared: {known})"
 
 
 def error_map(error: ValidationError, strip: int = 0) -> dict[str, str]:

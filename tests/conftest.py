@@ -139,7 +139,9 @@ def outsider(globex) -> Persona:
 
 
 def definition(name: str = "helper", **fields) -> DefinitionContent:
-    return DefinitionContent.model_validate({"name": name, "instructions": "You help {{team}}.", **fields})
+    """A hosted definition; its instructions' `{{team}}` is a parameter without a default (left as written)."""
+    basics = {"name": name, "instructions": "You help {{team}}.", "parameters": [{"name": "team"}]}
+    return DefinitionContent.model_validate({**basics, **fields})
 
 
 def grant(name: str, kind: str, *tenants: Tenant, **settings) -> Connection:

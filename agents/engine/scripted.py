@@ -5,7 +5,9 @@ It reads the latest user message line by line:
   calls in one response;
 - `echo instructions` -> the resolved system instructions, verbatim;
 - `echo documents` -> the names of the documents attached to the run, one a line;
-- any other line -> `You said: <line>`.
+- `help` -> what it understands (these commands) and the tools it may call, one a line;
+- any other line -> `You said: <line>` (SPEC section 3; tests and clients rely on the echo, so plain words
+  stay echoed and `help` is the one way to ask what it takes).
 When the last request carries tool results it answers one line per call, in call order:
 `TOOL: <result>`, `TOOL denied: <reason>` or `TOOL failed: <error>`.
 
@@ -153,8 +155,23 @@ def _read_prompt(
             reply.lines.append(info.instructions or "No instructions.")
         elif line == "echo documents":
             reply.lines.extend(documents or ["No documents attached."])
+        elif line == "help":
+            reply.lines.extend(_help(info))
         else:
             reply.lines.append(f"You said: {line}")
+
+
+def _help(info: AgentInfo) -> list[str]:
+    """What the model understands, and the tools this agent lets it call."""
+    tools = ", ".join(tool.name for tool in info.function_tools) or "none"
+    return [
+        "I am the scripted model. I read your message line by line:",
+        'call TOOL {"json": "arguments"} - calls TOOL (several lines: calls in parallel)',
+        "echo instructions - repeats my instructions",
+        "echo documents - names the documents sent with the message",
+        "help - this list; anything else I repeat back",
+        f"Tools I can call here: {tools}",
+    ]
 
 
 def _tool_calls(messages: list[ModelMessage]) -> list[ToolCallPart]:

@@ -27,6 +27,8 @@ from agents.definitions import DefinitionContent
 from agents.engine import server_tool_schema
 from agents.getters import get_run_for
 from agents.models import Agent, AgentVersion, Checkpoint, Run, Session
+from agents.tools import REGISTRY
+from approvals.kinds import KINDS
 from approvals.models import PendingRequest, RequestStatus, mark_answerable
 from console.models import Membership
 from console.tenancy import ConsoleRequest, role_required
@@ -60,6 +62,45 @@ def _hint(definition: DefinitionContent) -> str:
         return 'call send_email {"to": "ops@example.com", "subject": "Hi", "body": "Hello"}'
     free = [name for name in tools if not server_tool_schema(name).get("required")]  # callable without arguments
     return f"call {free[0]}" if free else "hello"
+
+
+# Arguments that make an example call of these server tools valid (the scripted model sends them as written).
+SAMPLE_ARGUMENTS: dict[str, dict[str, object]] = {
+    "send_email": {"to": "ops@example.com", "subject": "Hi", "body": "Hello"},
+    "ask_user": {"question": "Which colour?", "choices": ["red", "blue"]},
+    "propose_plan": {"steps": ["Draft the agenda", "Invite the team", "Book a room"]},
+}
+# The tools of the built-in MCP connections, by connection (console.connections).
+MCP_EXAMPLES = {"meetings": 'call book_meeting {"topic": "Roadmap"}'}
+
+
+@dataclass(frozen=True)
+class ExampleGroup:
+    label: str
+    messages: list[str]
+
+
+def _examples(definition: DefinitionContent) -> list[ExampleGroup]:
+    """Messages for the scripted model that make this agent pause in each way it can, grouped by the kind of
+    request the pause opens (in the order of `approvals.kinds.KINDS`), then those that ask nobody."""
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for tool in definition.tools:
+        if tool.name in SAMPLE_ARGUMENTS:
+            message = f"call {tool.name} {json.dumps(SAMPLE_ARGUMENTS[tool.name])}"
+        elif not server_tool_schema(tool.name).get("required"):
+            message = f"call {tool.name}"
+        else:
+            continue
+        asks = REGISTRY[tool.name].asks
+        by_kind[asks or ("" if tool.approval == "never" else "approval")].append(message)
+    for client_tool in definition.client_tools:
+        by_kind["client_tool"].append(f"call {client_tool.name}")
+    for server in definition.mcp_servers:
+        if server.connection in MCP_EXAMPLES:
+            by_kind["input" if server.approval == "never" else "approval"].append(MCP_EXAMPLES[server.connection])
+    by_kind[""] += ["echo instructions", "help"]
+    groups = [ExampleGroup(kind.label, by_kind[name]) for name, kind in KINDS.items() if by_kind.get(name)]
+    return [*groups, ExampleGroup("No pause", by_kind[""])]
 
 
 def _back(agent: Agent, version: int, session_key: str) -> str:
@@ -138,6 +179,7 @@ def trial(request: ConsoleRequest) -> HttpResponse:
             version=version,
             definition=version.definition,
             hint=_hint(version.definition),
+            examples=_examples(version.definition),
             session_key=session_key,
             turns=turns,
             forked_from=fork_origin(session) if session is not None else None,

@@ -1,20 +1,45 @@
 """The login page: Django's, with a username and address the throttle holds (console/login.py) answered 429
-and told when to try again."""
+and told when to try again, and, where `seed_demo` installed the demo, who to log in as and where the password
+is (a newcomer's first question)."""
 
 import math
+from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpResponse
 from django.utils import timezone
 
 from console.login import client_address, held_until
+from console.management.commands.seed_demo import DEMO_USERS
+from console.models import Membership
+
+
+def demo_logins() -> dict[str, Any] | None:
+    """The demo users still in the demo tenant and where their password is kept; None without demo data."""
+    users = list(
+        Membership.objects.filter(tenant__slug="demo", user__username__in=DEMO_USERS, user__is_active=True)
+        .order_by("user__username")
+        .values_list("user__username", flat=True)
+    )
+    if not users:
+        return None
+    kept = settings.DATA_DIR / "demo-password"
+    try:
+        where = str(kept.relative_to(settings.BASE_DIR))
+    except ValueError:  # a data folder elsewhere: named by its setting rather than its path on the server
+        where = "demo-password in the data folder (AIRLOCK_DATA_DIR)"
+    return {"users": [name for name in DEMO_USERS if name in users], "password_file": where if kept.exists() else None}
 
 
 class LoginView(auth_views.LoginView):
     """The login page; a locked username and address get 429 and when to try again."""
 
     redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return super().get_context_data(**kwargs) | {"demo": demo_logins()}
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         username = form.cleaned_data.get("username")

@@ -195,6 +195,14 @@
     }
   }
 
+  // An example puts its message in the box, to send as it is or changed.
+  document.getElementById("trial-examples")?.addEventListener("click", (event) => {
+    const example = event.target.closest("[data-example]");
+    if (!example) return;
+    messageForm.message.value = example.dataset.example;
+    messageForm.message.focus();
+  });
+
   messageForm.addEventListener("submit", async (event) => {
     event.preventDefault();
     const message = messageForm.message.value;

@@ -90,6 +90,23 @@ def test_it_refuses_an_invalid_definition_with_the_field_path(admin, fields, fie
     assert snapshot() == before
 
 
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"instructions": "You help {{teem}}."}, "instructions"),
+        ({"instructionsByCulture": {"tr": "{{team}} ekibi, {{signature}}."}}, "instructionsByCulture.tr"),
+    ],
+)
+def test_it_refuses_an_undefined_placeholder_with_the_field_path(admin, fields, field):
+    admin.api("POST", "/api/agents", body())
+    before = snapshot()
+    for method, path in (("POST", "/api/agents"), ("PUT", "/api/agents/helper")):
+        problem = assert_problem(admin.api(method, path, body(**fields)), 400, "invalid_request")
+        errors = {error["field"]: error["message"] for error in problem["errors"]}
+        assert "which no parameter declares" in errors[field] and "declared: team" in errors[field], errors
+    assert snapshot() == before
+
+
 def test_it_refuses_a_body_that_is_not_json(admin):
     before = snapshot()
     response = Client().post(

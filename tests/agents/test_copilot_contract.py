@@ -559,7 +559,9 @@ def agents_for(persona: Persona) -> None:
     make_agent(persona, name="limited", tools=tools, maxModelCalls=1)
     make_agent(persona, name="planner", tools=[], mcpServers=[{"connection": "meetings", "approval": "always"}])
     researcher = {"name": "researcher", "displayName": "Researcher", "description": "Looks things up."}
-    make_agent(persona, **researcher, tools=tools, clientTools=[], parameters=[], instructionsByCulture={})
+    make_agent(
+        persona, **researcher, tools=tools, clientTools=[], parameters=[], instructions="", instructionsByCulture={}
+    )
     make_agent(persona, name="parent", subAgents=["researcher"])
     guarded(persona, name="guarded")
     guarded(persona, name="holding", hooks=hold_hooks())

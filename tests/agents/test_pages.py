@@ -13,7 +13,7 @@ BASICS = {
     "name": "triage",
     "display_name": "Triage",
     "description": "Sorts tickets.",
-    "instructions": "Sort the {{queue}} queue.",
+    "instructions": "Sort the tickets.",
     "request_deadline_seconds": "600",
     "model_connection": "scripted",
     "model_name": "",
@@ -111,6 +111,7 @@ def browser_post(response) -> dict[str, str]:
 def test_it_creates_an_agent_through_the_form(admin):
     data = {
         **BASICS,
+        "instructions": "Sort the {{queue}} queue.",
         **rows(
             "parameters",
             parameter("queue", required=True),
@@ -330,6 +331,27 @@ def test_it_says_how_long_a_name_may_be(admin):
 
     assert "(at most 63)" in read(response).texts["id_name-field"]
     assert not Agent.objects.filter(name="b" * 64).exists()
+    assert not Agent.objects.exists()
+
+
+def test_it_refuses_an_undefined_placeholder_naming_the_field(admin):
+    instructions = "Sort the {{queue}} queue for {{owner}}."
+    data = {**BASICS, "instructions": instructions, **rows("parameters", parameter("queue"))}
+
+    response = admin.client.post("/agents/new/", data)
+
+    said = read(response).texts["id_instructions-field"]
+    assert "The instructions use {{owner}}, which no parameter declares" in said and "declared: queue" in said
+    assert "Nothing was saved." in response.content.decode()
+    assert not Agent.objects.exists()
+
+
+def test_it_refuses_an_undefined_placeholder_in_a_cultures_instructions(admin):
+    data = {**BASICS, **rows("cultures", {"culture": "de", "instructions": "Sortiere {{queue}}."})}
+
+    response = admin.client.post("/agents/new/", data)
+
+    assert "The de instructions use {{queue}}, which no parameter declares" in response.content.decode()
     assert not Agent.objects.exists()
 
 

@@ -420,7 +420,13 @@ def test_it_refuses_parameters_that_do_not_fit(operator, assistant, parameters, 
 
 
 def test_it_refuses_to_start_without_a_required_parameter(operator, admin):
-    make_agent(admin, name="strict", parameters=[{"name": "team", "required": True}])
+    make_agent(
+        admin,
+        name="strict",
+        instructions="You help {{team}}.",
+        instructionsByCulture={},
+        parameters=[{"name": "team", "required": True}],
+    )
     before = snapshot()
 
     assert_problem(run(operator, {"message": "hi", "sessionId": "s1"}, agent="strict"), 400, "missing_parameter")

@@ -71,6 +71,20 @@ async def test_it_answers_each_line_in_order():
     assert result.output == "You said: first\nYou said: second\nYou said: third"
 
 
+async def test_it_lists_its_commands_and_the_agents_tools_on_help():
+    result = await make_agent().run("help\nhello")
+
+    lines = result.output.split("\n")
+    assert lines[0] == "I am the scripted model. I read your message line by line:"
+    assert (
+        any(line.startswith("call TOOL") for line in lines) and "echo instructions - repeats my instructions" in lines
+    )
+    assert lines[-2:] == [
+        "Tools I can call here: get_time, lookup_order, flaky, send_email, get_user_location",
+        "You said: hello",
+    ]
+
+
 async def test_it_keeps_a_sentence_starting_with_call_as_text():
     result = await make_agent().run("call me maybe")
 

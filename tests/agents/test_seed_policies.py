@@ -44,7 +44,8 @@ def policy_verdicts(run_id: str) -> list[dict[str, Any]]:
 def test_it_seeds_the_agents_once(demo_admin):
     demo = Tenant.objects.get(slug="demo")
     agents = {agent.name: agent for agent in Agent.objects.live().filter(tenant=demo)}
-    assert sorted(agents) == ["assistant", "deployer", "guarded", "researcher"]
+    assert sorted(agents) == ["assistant", "deployer", "guarded", "planner", "researcher"]
+    assert all(agent.current.definition.description for agent in agents.values()), "each says what it is for"
     assert {name: agent.current_version for name, agent in agents.items()} == dict.fromkeys(agents, 1)
     assert agents["assistant"].current.definition.sub_agents == ["researcher"]
     assistant, guarded = agents["assistant"].current.definition, agents["guarded"].current.definition

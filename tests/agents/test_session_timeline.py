@@ -350,6 +350,7 @@ def test_turns_far_from_the_run_viewed_link_to_their_own_page(operator, asker, m
 
 def test_a_sub_agents_events_stay_nested_in_their_turn(admin, operator):
     researcher = {"name": "researcher", "tools": [{"name": "get_time"}], "clientTools": [], "parameters": []}
+    researcher["instructions"] = ""
     make_agent(admin, **researcher, instructionsByCulture={})
     make_agent(admin, subAgents=["researcher"])
     task = json.dumps({"task": call_line("get_time")})

@@ -26,7 +26,7 @@ RESEARCHER = {
 
 @pytest.fixture
 def researcher(admin) -> Agent:
-    return make_agent(admin, **RESEARCHER, clientTools=[], parameters=[], instructionsByCulture={})
+    return make_agent(admin, **RESEARCHER, clientTools=[], parameters=[], instructions="", instructionsByCulture={})
 
 
 @pytest.fixture
@@ -123,7 +123,15 @@ def test_a_sub_agents_question_is_answered_in_words(operator, parent):
 
 
 def test_a_sub_agent_of_a_sub_agent_runs_with_its_own_id(admin, operator, researcher):
-    make_agent(admin, name="scout", tools=[{"name": "get_time"}], clientTools=[], parameters=[])
+    make_agent(
+        admin,
+        name="scout",
+        tools=[{"name": "get_time"}],
+        clientTools=[],
+        parameters=[],
+        instructions="",
+        instructionsByCulture={},
+    )
     researcher.append_version(researcher.current.definition.model_copy(update={"sub_agents": ["scout"]}), None)
     make_agent(admin, subAgents=["researcher"])
     task = f"call scout {json.dumps({'task': call_line('get_time')})}"
@@ -165,7 +173,9 @@ def test_saving_refuses_a_cycle_through_other_agents(admin, researcher, parent):
 
 def test_saving_refuses_chains_deeper_than_three(admin):
     for name, calls in [("d4", []), ("d3", ["d4"]), ("d2", ["d3"]), ("d1", ["d2"])]:
-        make_agent(admin, name=name, subAgents=calls, clientTools=[], parameters=[])
+        make_agent(
+            admin, name=name, subAgents=calls, clientTools=[], parameters=[], instructions="", instructionsByCulture={}
+        )
     response = admin.api("POST", "/api/agents", {"name": "top", "subAgents": ["d1"]})
     assert "too deep" in assert_problem(response, 400, "subagent_too_deep")["detail"]
 

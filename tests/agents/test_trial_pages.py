@@ -181,7 +181,9 @@ def test_an_elicitation_is_answered_with_the_form_its_schema_generates(operator,
 )
 def test_the_empty_page_suggests_a_message_the_agent_can_take(operator, tools, hint):
     # It suggested send_email to every agent, and the scripted model then asked for a tool the agent lacks.
-    make_agent(operator, name="hinted", tools=tools, clientTools=[], parameters=[])
+    make_agent(
+        operator, name="hinted", tools=tools, clientTools=[], parameters=[], instructions="", instructionsByCulture={}
+    )
 
     html = operator.client.get("/trial/?agent=hinted").content.decode()
 

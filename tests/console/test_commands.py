@@ -8,7 +8,9 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from agents.models import Agent
+from agents.models import Agent, Run
+from approvals.models import PendingRequest
+from approvals.receipts import Receipt
 from console.models import ApiToken, Membership, Tenant
 from tests.helpers import snapshot
 
@@ -131,12 +133,32 @@ def test_it_seeds_the_demo_once(db, monkeypatch):
         "assistant",
         "deployer",
         "guarded",
+        "planner",
         "researcher",
     }
     assert Agent.objects.get(tenant=demo, name="assistant").current_version == 1
     roles = dict(Membership.objects.filter(tenant=demo).values_list("user__username", "role"))
     assert roles == {"admin": "admin", "operator": "operator", "viewer": "reader"}
     assert Client().login(username="viewer", password="demo-password-1")
+
+
+def test_it_seeds_a_history_of_answered_requests_once(db, monkeypatch, django_capture_on_commit_callbacks):
+    monkeypatch.setenv("DEMO_PASSWORD", "demo-password-1")
+    with django_capture_on_commit_callbacks(execute=True):
+        out = run("seed_demo")
+    demo = Tenant.objects.get(slug="demo")
+    answered = PendingRequest.objects.filter(tenant=demo, answered_by__username="operator")
+    kinds = set(answered.values_list("kind", flat=True))
+    assert kinds == {"approval", "client_tool", "question", "plan"}, out
+    assert Receipt.objects.filter(tenant=demo).count() >= answered.count() > 0
+    assert not Run.objects.filter(tenant=demo, status__in=["queued", "running", "failed"]).exists()
+    assert Run.objects.filter(tenant=demo, agent__name="guarded", status="blocked").exists()
+    before = snapshot()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run("seed_demo")
+
+    assert snapshot() == before, "a second seed adds no history"
 
 
 def test_the_worker_works_what_is_queued_in_batch_mode_and_only_its_lanes(admin, agent):

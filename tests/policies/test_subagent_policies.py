@@ -101,7 +101,8 @@ def delegation_hooks(mode: str = "enforce") -> dict[str, Any]:
 
 
 def researcher_with(persona: Persona, hooks: dict[str, Any] | None, **changes: Any) -> Agent:
-    definition = {**RESEARCHER, "clientTools": [], "parameters": [], "instructionsByCulture": {}, **changes}
+    plain = {"clientTools": [], "parameters": [], "instructions": "", "instructionsByCulture": {}}
+    definition = {**RESEARCHER, **plain, **changes}
     return make_agent(persona, **definition, hooks=hooks)
 
 
