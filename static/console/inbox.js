@@ -343,7 +343,7 @@
   const skip = document.querySelector("[data-skip-to-first]");
   const wide = window.matchMedia("(min-width: 1000px)");
   let focused = null; // the card that had the focus last
-  let known = []; // the cards in order when the operator last focused one or answered: the focus goes to one of them
+  let known = []; // the cards in order when the operator came to the focused one: the focus moves on among them
   let moved = { card: null, at: 0 }; // the card the focus moved to by itself (after an answer), and when
   const SETTLE_MS = 600; // a card the focus moved to by itself takes no answering key before this
 
@@ -512,11 +512,6 @@
     show(card);
   });
 
-  // The order the operator answered in: the focus moves on to the card that was next then.
-  document.addEventListener("submit", (event) => {
-    if (event.target.closest(".inbox-list, #selection")) known = cards();
-  }, true);
-
   // The skip link is the page's first Tab stop and lands on the first card.
   if (skip) {
     document.body.prepend(skip);
@@ -526,8 +521,8 @@
     });
   }
 
-  // The card after `gone` (else the one before) among those listed when the operator last looked or
-  // answered: never one that arrived since.
+  // The card after `gone` (else the one before) among those listed when the operator came to it: never one
+  // that arrived since, which they have not seen.
   function successor(gone) {
     const at = known.indexOf(gone);
     const after = at < 0 ? [] : known.slice(at + 1);
