@@ -371,7 +371,9 @@
     const all = cards();
     const card = currentCard();
     const at = card ? all.indexOf(card) : -1;
-    focusCard(at < 0 ? all[0] : all[Math.max(0, Math.min(all.length - 1, at + step))]);
+    // Nothing focused yet: the card shown beside the rows (a wide screen), else the first.
+    if (at < 0) return focusCard(selected && selected.isConnected ? selected : all[0]);
+    focusCard(all[Math.max(0, Math.min(all.length - 1, at + step))]);
   }
 
   // Whether an answering key may act on the card: the operator has it in view, and the focus did not just
