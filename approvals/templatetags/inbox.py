@@ -71,3 +71,21 @@ def tool_parameters(pending: PendingRequest) -> list[dict[str, Any]]:
 def can_remember(pending: PendingRequest) -> bool:
     """Whether "don't ask again" is offered: never for a tool that asks every time, nor for a policy's escalation."""
     return pending.kind == RequestKind.APPROVAL and pending.policy is None and pending.approval_mode != "every_time"
+
+
+@register.filter
+def key_argument(pending: PendingRequest) -> str:
+    """What a request's row in the dense inbox quotes: a question's or a form's words, a plan's first step,
+    else the call's first argument (`to: a@b.co`), cut to a glance."""
+    arguments = pending.arguments if isinstance(pending.arguments, dict) else {}
+    if pending.kind in (RequestKind.QUESTION, RequestKind.INPUT, RequestKind.CONTINUATION) and pending.message:
+        said = pending.message
+    elif pending.kind == RequestKind.PLAN:
+        steps = arguments.get("steps") or []
+        said = str(steps[0]) if steps else ""
+    elif arguments:
+        name, value = next(iter(arguments.items()))
+        said = f"{name}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+    else:
+        said = pending.message
+    return said if len(said) <= 120 else f"{said[:119]}…"

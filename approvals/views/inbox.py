@@ -2,23 +2,32 @@
 answers a run's approvals at once (its batch bar). The cards' own actions are in approvals.views.answers."""
 
 import uuid
+from datetime import timedelta
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from django import forms
 from django.db import connection
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from agents.getters import get_run_for
 from agents.models import Agent
-from agents.request_kinds import REQUEST_KINDS
 from approvals.forms import BatchForm
-from approvals.models import UNSETTLED, PendingRequest, PendingRequestQuerySet, RequestKind, mark_answerable
+from approvals.models import (
+    UNSETTLED,
+    ApproverGroup,
+    PendingRequest,
+    PendingRequestQuerySet,
+    RequestKind,
+    mark_answerable,
+)
 from approvals.views.answers import answer_listed, back_to_inbox, batch_answered
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
-from console.models import Tenant
+from console.models import Membership, Tenant
 from console.tenancy import ConsoleRequest, role_required
 
 # Cards per inbox page: rendering a card costs about half a millisecond, so the page stays fast however many
@@ -27,12 +36,17 @@ PAGE_SIZE = 25
 MAX_PAGE = 100_000  # an offset the databases can still take
 
 
+# "Recently answered by me": the caller's answers of the last hours, newest first, one page of them.
+RECENT = timedelta(hours=8)
+VIEWS = [("mine", "For me"), ("claimed", "Claimed by me"), ("answered", "Recently answered by me")]
+
+
 class InboxFilters(AgentFilters):
-    """The inbox filters, read from the query string; an invalid value is ignored."""
+    """The inbox filters and saved views, read from the query string; an invalid value is ignored."""
 
     kind = forms.ChoiceField(
         required=False,
-        choices=[("", "Any kind"), *((kind, kind.replace("_", " ")) for kind in REQUEST_KINDS)],
+        choices=[("", "Any kind"), *RequestKind.choices],
         widget=forms.Select(attrs=SUBMIT_ON_CHANGE),
     )
     tool = forms.CharField(
@@ -40,11 +54,30 @@ class InboxFilters(AgentFilters):
         max_length=200,
         widget=forms.TextInput(attrs={"placeholder": "exact tool name", "autocomplete": "off", "list": "inbox-tools"}),
     )
+    # The saved views (links above the list, kept by the form as hidden fields): SPEC section 11's routing.
+    view = forms.ChoiceField(required=False, choices=[("", "All open"), *VIEWS], widget=forms.HiddenInput)
+    group = forms.ChoiceField(required=False, widget=forms.HiddenInput)
 
-    def apply(self, requests: PendingRequestQuerySet) -> PendingRequestQuerySet:
+    def __init__(self, data: Any, agent_names: list[str], group_names: list[str]) -> None:
+        super().__init__(data, agent_names)
+        group = self.fields["group"]
+        assert isinstance(group, forms.ChoiceField)
+        group.choices = [("", "any"), *((name, name) for name in group_names)]
+
+    def wanted(self, name: str) -> str:
         self.is_valid()
-        wanted = self.cleaned_data
-        return requests.matching(agent=wanted.get("agent"), kind=wanted.get("kind"), tool=wanted.get("tool"))
+        return self.cleaned_data.get(name) or ""
+
+    def apply(self, requests: PendingRequestQuerySet, membership: Membership) -> PendingRequestQuerySet:
+        """`requests` as the filters and the view pick them (the "recently answered" view has its own list)."""
+        picked = requests.matching(agent=self.wanted("agent"), kind=self.wanted("kind"), tool=self.wanted("tool"))
+        if self.wanted("group"):
+            picked = picked.filter(approvers=self.wanted("group"))
+        if self.wanted("view") == "mine":
+            picked = picked.answerable_by(membership)
+        elif self.wanted("view") == "claimed":
+            picked = picked.filter(claimed_by=membership.user_id)
+        return picked
 
     @property
     def active(self) -> bool:
@@ -102,11 +135,25 @@ def inbox(request: ConsoleRequest) -> HttpResponse:
         return answer_all(request)
     tenant = request.tenant
     agent_names = Agent.objects.live().names_in(tenant)
-    filters = InboxFilters(request.GET, agent_names)
+    groups = list(ApproverGroup.objects.filter(tenant=tenant).order_by("name").values_list("name", flat=True))
+    filters = InboxFilters(request.GET, agent_names, groups)
+    if filters.wanted("view") == "answered":
+        requests, page = _answered_by(request, filters), None
+    else:
+        requests, page = _open_page(request, filters)
+    context = {"filters": filters, "requests": requests, "page": page, "groups": groups, "view": filters.wanted("view")}
+    if request.htmx and not request.htmx.history_restore_request:
+        return render(request, "approvals/inbox.html#requests", context)
+    context["tools"] = _open_tools(tenant)
+    return render(request, "approvals/inbox.html", context)
+
+
+def _open_page(request: ConsoleRequest, filters: InboxFilters) -> tuple[list[PendingRequest], dict[str, Any]]:
+    """The page of open requests the filters pick, marked with whether the caller may answer each."""
     number = _page_number(_requested_page(request))
     start = (number - 1) * PAGE_SIZE
     # One row past the page says whether another page follows: no count over the open requests.
-    listed = list(filters.apply(_open_requests(tenant))[start : start + PAGE_SIZE + 1])
+    listed = list(filters.apply(_open_requests(request.tenant), request.membership)[start : start + PAGE_SIZE + 1])
     requests = _with_batches(listed[:PAGE_SIZE])
     mark_answerable(request.membership, requests)
     page = {
@@ -116,11 +163,16 @@ def inbox(request: ConsoleRequest) -> HttpResponse:
         "has_previous": number > 1,
         "has_next": len(listed) > PAGE_SIZE,
     }
-    context = {"filters": filters, "requests": requests, "page": page}
-    if request.htmx and not request.htmx.history_restore_request:
-        return render(request, "approvals/inbox.html#requests", context)
-    context["tools"] = _open_tools(tenant)
-    return render(request, "approvals/inbox.html", context)
+    return requests, page
+
+
+def _answered_by(request: ConsoleRequest, filters: InboxFilters) -> list[PendingRequest]:
+    """The requests the caller answered in the last RECENT hours, newest first (one page: a look back, not an
+    archive; the audit has the rest)."""
+    answered = PendingRequest.objects.filter(
+        tenant=request.tenant, answered_by=request.membership.user_id, answered_at__gte=timezone.now() - RECENT
+    ).select_related("agent", "session", "run__version", "claimed_by")
+    return list(filters.apply(answered, request.membership).order_by("-answered_at", "-id")[:PAGE_SIZE])
 
 
 def _requested_page(request: ConsoleRequest) -> str | None:

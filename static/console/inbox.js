@@ -2,7 +2,8 @@
 // cards come in (once, and only when they match the filters) and go out, the list is re-synced after every
 // (re)connect, the title carries the pending count, a hidden tab gets a browser notification, deadlines
 // count down, answer forms are checked before they are posted, each run with several approvals gets
-// its "Approve all / Deny all" bar, and the keyboard triages (j/k, a, d, e, x, c, ?).
+// its "Approve all / Deny all" bar, the keyboard triages (j/k, a, d, e, r, 1-9, x, c, ?), and on a wide
+// screen the list is one row per request with the selected request's card beside it (inbox.css).
 (function () {
   "use strict";
   const list = document.getElementById("inbox-list");
@@ -28,11 +29,22 @@
 
   function activeFilters() {
     const data = new FormData(filters);
-    return ["agent", "kind", "tool"].map((name) => [name, String(data.get(name) || "").trim()]).filter(([, v]) => v);
+    return ["agent", "kind", "tool", "view", "group"].map((name) => [name, String(data.get(name) || "").trim()]).filter(([, v]) => v);
   }
 
+  // The saved views, as a pushed card is checked against them (the server picks the listed ones).
+  const VIEWS = {
+    mine: (card) => card.hasAttribute("data-answerable"),
+    claimed: (card) => card.querySelector("[data-claim]").dataset.claimedBy === list.dataset.username,
+    answered: () => false, // answered requests are listed once; a new request is not one of them
+  };
+
   function matches(card) {
-    return activeFilters().every(([name, value]) => card.dataset[name] === value);
+    return activeFilters().every(([name, value]) => {
+      if (name === "view") return !VIEWS[value] || VIEWS[value](card);
+      if (name === "group") return card.dataset.approvers === value;
+      return card.dataset[name] === value;
+    });
   }
 
   function setPending(count) {
@@ -53,6 +65,7 @@
   }
 
   function remove(ids) {
+    if (list.dataset.view === "answered") return; // those cards are closed already, and stay to look back at
     ids.forEach((id) => {
       const card = document.getElementById(`request-${id}`);
       if (card) card.remove();
@@ -154,6 +167,9 @@
       when.textContent = new Date(claimedAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
       line.append("claimed by ", who, " ", when);
     }
+    const row = card.querySelector("[data-row-claim]");
+    if (row) row.textContent = claimedBy ? `claimed by ${claimedBy}` : "";
+    if (list.dataset.view === "claimed" && !VIEWS.claimed(card)) card.remove();
     const button = card.querySelector("[data-claim-button]");
     if (!button) return;
     const mine = Boolean(claimedBy) && claimedBy === list.dataset.username;
@@ -320,26 +336,29 @@
     if (dismiss) dismiss.closest(".request-card").remove();
   });
 
-  // --- keyboard triage: j/k move, a approves, d denies (reason, then Enter), e edits, x selects ------
+  // --- keyboard triage: j/k move; a, d, e, r and 1-9 answer each kind as its card offers; x selects -----
 
   const keys = document.getElementById("inbox-keys");
   const selection = document.getElementById("selection");
   const skip = document.querySelector("[data-skip-to-first]");
+  const wide = window.matchMedia("(min-width: 1000px)");
   let focused = null; // the card that had the focus last
+  let known = []; // the cards in order when the operator came to the focused one: the focus moves on among them
+  let moved = { card: null, at: 0 }; // the card the focus moved to by itself (after an answer), and when
+  const SETTLE_MS = 600; // a card the focus moved to by itself takes no answering key before this
 
   // Typing in these is never a shortcut (a checkbox or a button is not typing).
   const TYPING = "textarea, select, [contenteditable], input:not([type=checkbox]):not([type=radio]):not([type=submit]):not([type=button])";
 
-  function focusCard(card) {
+  function focusCard(card, byItself = false) {
     if (!card) return;
     card.focus();
     card.scrollIntoView({ block: "nearest" });
-  }
-
-  function previousCard(node) {
-    let sibling = node.previousElementSibling;
-    while (sibling && !sibling.classList.contains("request-card")) sibling = sibling.previousElementSibling;
-    return sibling;
+    moved = byItself ? { card, at: Date.now() } : { card: null, at: 0 };
+    if (byItself) {
+      card.classList.add("settling");
+      setTimeout(() => card.classList.remove("settling"), SETTLE_MS);
+    }
   }
 
   function currentCard() {
@@ -352,25 +371,75 @@
     const all = cards();
     const card = currentCard();
     const at = card ? all.indexOf(card) : -1;
-    focusCard(at < 0 ? all[0] : all[Math.max(0, Math.min(all.length - 1, at + step))]);
+    // Nothing focused yet: the card shown beside the rows (a wide screen), else the first.
+    if (at < 0) return focusCard(selected && selected.isConnected ? selected : all[0]);
+    focusCard(all[Math.max(0, Math.min(all.length - 1, at + step))]);
+  }
+
+  // Whether an answering key may act on the card: the operator has it in view, and the focus did not just
+  // move to it by itself (a second press of the key that answered the card before it).
+  function ready(card) {
+    const box = card.getBoundingClientRect();
+    if (box.bottom <= 0 || box.top >= window.innerHeight) {
+      focusCard(card);
+      return false;
+    }
+    return !(moved.card === card && Date.now() - moved.at < SETTLE_MS);
   }
 
   function press(card, values) {
     const form = card && card.querySelector("[data-answer-form]");
     const button = form && values.map((v) => form.querySelector(`button[value="${v}"]`)).find(Boolean);
-    if (button) button.click(); // a click, so htmx posts the button's value with the form
+    if (button && ready(card)) button.click(); // a click, so htmx posts the button's value with the form
   }
 
-  function deny(card) {
-    const reason = card && card.querySelector('[data-answer-form] [name="reason"]');
-    if (reason) reason.focus();
+  function field(card, name) {
+    return card && card.querySelector(`[data-answer-form] [name="${name}"]`);
   }
 
-  function edit(card) {
-    const details = card && card.querySelector("details.edit-args");
-    if (!details) return;
-    details.open = true;
-    details.querySelector("textarea").focus();
+  function focusField(input) {
+    if (!input) return;
+    const details = input.closest("details");
+    if (details) details.open = true;
+    input.focus();
+    moved = { card: null, at: 0 }; // typing first is deliberate: Enter then sends
+  }
+
+  // What a, d and e do on each kind: buttons to press (their values), or a field to type in first.
+  const KIND_KEYS = {
+    approval: { a: ["approve"], d: "reason", e: "arguments" },
+    client_tool: { a: ["result"], d: "error_message", e: "result", needs: "result" },
+    input: { a: ["accept"], d: ["decline"], e: "field" },
+    question: { a: ["answer"], e: "text", needs: "text" },
+    plan: { a: ["approve"], d: "text", e: "text" },
+    continuation: { a: ["continue"], d: ["stop"] },
+  };
+  // Enter in these fields sends what the field goes with (never the form's first button: Approve, a choice).
+  const ENTER = { reason: "deny", error_message: "error", text: null };
+
+  function act(card, key) {
+    const does = card && (KIND_KEYS[card.dataset.kind] || {})[key];
+    if (!does) return;
+    if (Array.isArray(does)) {
+      const needed = field(card, KIND_KEYS[card.dataset.kind].needs);
+      if (key === "a" && needed && !needed.value.trim()) return focusField(needed); // the answer is typed first
+      return press(card, does);
+    }
+    focusField(does === "field" ? card.querySelector("[data-answer-form] [data-field] :is(input, select, textarea)") : field(card, does));
+  }
+
+  function choose(card, number) {
+    const choices = card ? card.querySelectorAll("[data-answer-form] button[name=choice]") : [];
+    if (choices[number - 1] && ready(card)) choices[number - 1].click();
+  }
+
+  // r: "Don't ask again" in turn (ask next time, this session, always), on an approval that offers it.
+  function remember(card) {
+    const options = card ? Array.from(card.querySelectorAll('[data-answer-form] [name="remember"]')) : [];
+    if (!options.length) return;
+    const next = options[(options.findIndex((o) => o.checked) + 1) % options.length];
+    next.checked = true;
+    next.focus();
   }
 
   function toggleSelected(card) {
@@ -399,10 +468,10 @@
       if (event.key === "Escape" && card) {
         event.preventDefault();
         focusCard(card);
-      } else if (event.key === "Enter" && typing.matches('[data-answer-form] [name="reason"]')) {
-        // The reason goes with a denial: Enter in it denies (never the form's first button, Approve).
+      } else if (event.key === "Enter" && card && typing.matches("[data-answer-form] input") && typing.name in ENTER) {
         event.preventDefault();
-        press(card, ["deny"]);
+        const kind = card.dataset.kind;
+        press(card, [ENTER[typing.name] || (kind === "plan" ? "revise" : "answer")]);
       }
       return;
     }
@@ -411,13 +480,18 @@
     const actions = {
       j: () => move(1),
       k: () => move(-1),
-      a: () => press(card, ["approve", "continue"]),
-      d: () => deny(card),
-      e: () => edit(card),
+      a: () => act(card, "a"),
+      d: () => act(card, "d"),
+      e: () => act(card, "e"),
+      r: () => remember(card),
       x: () => toggleSelected(card),
       c: () => claim(card),
       "?": showKeys,
     };
+    if (/^[1-9]$/.test(event.key)) {
+      event.preventDefault();
+      return choose(card, Number(event.key));
+    }
     if (!(event.key in actions)) return;
     event.preventDefault();
     actions[event.key]();
@@ -425,7 +499,7 @@
 
   document.addEventListener("click", (event) => {
     if (event.target.closest("[data-show-keys]")) showKeys();
-    if (event.target.closest("[data-edit-json]")) edit(event.target.closest(".request-card"));
+    if (event.target.closest("[data-edit-json]")) act(event.target.closest(".request-card"), "e");
     if (event.target.closest("[data-clear-selection]")) {
       list.querySelectorAll("[data-select]:checked").forEach((box) => { box.checked = false; });
       syncSelection();
@@ -434,7 +508,10 @@
 
   list.addEventListener("focusin", (event) => {
     const card = event.target.closest(".request-card");
-    if (card) focused = card;
+    if (!card) return;
+    if (card !== focused || !known.includes(card)) known = cards();
+    focused = card;
+    show(card);
   });
 
   // The skip link is the page's first Tab stop and lands on the first card.
@@ -446,26 +523,67 @@
     });
   }
 
+  // The card after `gone` (else the one before) among those listed when the operator came to it: never one
+  // that arrived since, which they have not seen.
+  function successor(gone) {
+    const at = known.indexOf(gone);
+    const after = at < 0 ? [] : known.slice(at + 1);
+    const before = at < 0 ? [] : known.slice(0, at).reverse();
+    return [...after, ...before].find((card) => card.isConnected && list.contains(card)) || null;
+  }
+
   // After an answer (or any removal: a push, a batch) the focused card is gone: the next card, else the one
   // before, takes the focus; a card swapped for itself (an error) keeps it.
-  function refocus(records) {
+  function refocus() {
     if (!focused || focused.isConnected) return;
     const active = document.activeElement;
     if (active && active !== document.body && active.isConnected) return;
-    const gone = focused;
-    const again = document.getElementById(gone.id);
+    const again = document.getElementById(focused.id);
     if (again) return focusCard(again);
-    for (const record of records) {
-      if (!Array.from(record.removedNodes).includes(gone)) continue;
-      let next = record.nextSibling;
-      while (next && !(next.classList && next.classList.contains("request-card"))) next = next.nextSibling;
-      if (next && next.isConnected) return focusCard(next);
-      let before = record.previousSibling;
-      while (before && !(before.classList && before.classList.contains("request-card"))) before = before.previousSibling;
-      if (before && before.isConnected) return focusCard(before);
-    }
-    focusCard(cards()[0] || null);
+    const next = successor(focused);
+    focused = null;
+    if (next) focusCard(next, true);
   }
+
+  // --- the dense inbox: on a wide screen, the selected request's card stands beside the rows -------
+
+  let selected = null; // the card shown beside the rows
+
+  function show(card) {
+    if (selected === card) return place();
+    if (selected) {
+      selected.classList.remove("selected");
+      selected.querySelector("[data-card-row]").removeAttribute("aria-current");
+    }
+    selected = card;
+    if (!card) return;
+    card.classList.add("selected");
+    card.querySelector("[data-card-row]").setAttribute("aria-current", "true");
+    place();
+  }
+
+  // The card stays in sight while the rows scroll (as `position: sticky` would, were it in the flow).
+  function place() {
+    if (!selected) return;
+    const body = selected.querySelector(".card-body");
+    if (!wide.matches) return body.style.removeProperty("top");
+    const top = Math.max(0, Math.min(-list.getBoundingClientRect().top + 8, list.offsetHeight - body.offsetHeight));
+    body.style.top = `${top}px`;
+  }
+
+  function keepShown() {
+    if (selected && selected.isConnected) return place();
+    const again = selected && document.getElementById(selected.id);
+    show(again || (selected && successor(selected)) || cards()[0] || null);
+  }
+
+  list.addEventListener("click", (event) => {
+    const row = event.target.closest("[data-card-row]");
+    if (row) focusCard(row.closest(".request-card"));
+  });
+  window.addEventListener("scroll", () => window.requestAnimationFrame(place), { passive: true });
+  wide.addEventListener("change", place);
+  keepShown();
 
   // --- the selection: ticked cards of any run, answered at once from the selection bar -------
 
@@ -482,6 +600,6 @@
   });
   document.body.addEventListener("htmx:afterSettle", syncSelection); // the bar swapped for its answer
 
-  new MutationObserver((records) => { refocus(records); syncSelection(); }).observe(list, { childList: true });
+  new MutationObserver(() => { refocus(); keepShown(); syncSelection(); }).observe(list, { childList: true });
   syncSelection();
 })();

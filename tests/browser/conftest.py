@@ -95,7 +95,9 @@ def csp_violations(page: Page) -> list[str]:
 
 
 def _new_context(browser: Browser, server: Server) -> BrowserContext:
-    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
+    # Narrower than the dense inbox (1000 px and up: static/console/inbox.css), so a test sees every card's
+    # buttons; tests/browser/test_dense_inbox.py sets its own widths.
+    context = browser.new_context(base_url=server.url, viewport={"width": 960, "height": 900})
     context.set_default_timeout(10_000)
     violations = _csp_violations[context] = []
     context.add_init_script(REPORT_CSP_VIOLATIONS)
