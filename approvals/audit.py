@@ -121,7 +121,7 @@ class AuditEntry:
 
     @property
     def request_kind_label(self) -> str:
-        return self.request_kind.replace("_", " ")
+        return str(RequestKind(self.request_kind).label).lower()
 
     @property
     def via_label(self) -> str:

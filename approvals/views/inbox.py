@@ -14,7 +14,6 @@ from django_htmx.http import trigger_client_event
 
 from agents.getters import get_run_for
 from agents.models import Agent
-from agents.request_kinds import REQUEST_KINDS
 from approvals.forms import BatchForm
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind, mark_answerable
 from approvals.views.answers import answer_listed, back_to_inbox
@@ -33,7 +32,7 @@ class InboxFilters(AgentFilters):
 
     kind = forms.ChoiceField(
         required=False,
-        choices=[("", "Any kind"), *((kind, kind.replace("_", " ")) for kind in REQUEST_KINDS)],
+        choices=[("", "Any kind"), *RequestKind.choices],
         widget=forms.Select(attrs=SUBMIT_ON_CHANGE),
     )
     tool = forms.CharField(
