@@ -126,3 +126,14 @@ def test_it_does_not_send_an_htmx_request_back_to_another_site(db):
     response = Client(headers=headers).post("/tenant/switch/", {"tenant": "1"})
     assert response.status_code == 401
     assert json.loads(response["HX-Trigger"]) == {"airlock:signed-out": {"login": "/login/?next=%2F"}}
+
+
+def test_an_htmx_post_without_any_cookie_is_signed_out_too(db):
+    # The CSRF check comes before the view: without its cookie the post would get the 403 page, which htmx
+    # does not show, and the button would do nothing.
+    client = Client(enforce_csrf_checks=True, headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/"})
+    response = client.post("/tenant/switch/", {"tenant": "1"})
+    assert response.status_code == 401
+    assert json.loads(response["HX-Trigger"]) == {"airlock:signed-out": {"login": "/login/?next=%2F"}}
+    # A plain form post (no htmx) without its token still gets the CSRF page.
+    assert Client(enforce_csrf_checks=True).post("/tenant/switch/", {"tenant": "1"}).status_code == 403
