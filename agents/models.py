@@ -213,12 +213,16 @@ class Session(models.Model):
 
 
 class RunStatus(models.TextChoices):
+    """A run's status. The labels of the waiting ones say what is awaited in words that fit every request kind
+    that waits so (approvals.kinds: an approval, a plan, "Go on?"; a question or an input; a client tool), never
+    a kind's name of their own: a question's run is not "Awaiting Input"."""
+
     QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
-    AWAITING_APPROVAL = "awaiting_approval"
-    AWAITING_INPUT = "awaiting_input"
-    AWAITING_TOOL_RESULT = "awaiting_tool_result"
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    AWAITING_INPUT = "awaiting_input", "Awaiting an answer"
+    AWAITING_TOOL_RESULT = "awaiting_tool_result", "Awaiting the client"
     FAILED = "failed"
     CANCELLED = "cancelled"
     BLOCKED = "blocked"

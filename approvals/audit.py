@@ -158,7 +158,8 @@ class AuditEntry:
 
     @property
     def request_kind_label(self) -> str:
-        return self.request_kind.replace("_", " ")
+        """The kind's one name; none for a verdict at a point that is not a tool's (a message, a turn)."""
+        return str(RequestKind(self.request_kind).label).lower() if self.request_kind else ""
 
     @property
     def via_label(self) -> str:

@@ -22,14 +22,15 @@ from console.models import Membership, Tenant
 
 class RequestKind(models.TextChoices):
     """A request's stored kind: the names of `agents.request_kinds.REQUEST_KINDS`, in their order, as members the
-    ORM and the code can name (the labels are Django's own, as migration 0007 stored them)."""
+    ORM and the code can name. The labels are each kind's one name, on every page that names a kind (the
+    card's pill, `Kind.label`, the run page, the audit, the Kind filter): said here only."""
 
-    APPROVAL = "approval"
-    CLIENT_TOOL = "client_tool"
-    INPUT = "input"
-    QUESTION = "question"
-    PLAN = "plan"
-    CONTINUATION = "continuation"
+    APPROVAL = "approval", "Approval"
+    CLIENT_TOOL = "client_tool", "Client tool"
+    INPUT = "input", "Input"
+    QUESTION = "question", "Question"
+    PLAN = "plan", "Plan"
+    CONTINUATION = "continuation", "Go on?"
 
 
 if tuple(RequestKind.values) != REQUEST_KINDS:

@@ -1,8 +1,11 @@
 """Typed readers for settings taken from the environment. A bad value stops start-up with a clear message."""
 
+import contextlib
 import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 
 class EnvError(ValueError):
@@ -93,3 +96,21 @@ def env_url(name: str, default: str, environ: Mapping[str, str] = os.environ, *,
     if value and (not separator or scheme not in schemes):
         raise EnvError(f"{name} must start with one of {', '.join(s + '://' for s in schemes)}; got {value!r}")
     return value
+
+
+def kept_secret(path: Path, make: Callable[[], str]) -> str:
+    """The secret kept in `path` (mode 0600), made by `make` on the first start, so that a restart keeps it.
+
+    Written whole under another name and linked into place, so two processes starting together agree on one
+    and neither reads half a file."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.") as draft:
+            draft.write(make() + "\n")  # NamedTemporaryFile makes it 0600
+            draft.flush()
+            with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the one
+                os.link(draft.name, path)
+    secret = path.read_text().strip()
+    if not secret:
+        raise EnvError(f"{path} is empty: delete it to have a new secret made")
+    return secret

@@ -14,7 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
 
-from console.tenancy import membership_of
+from console.tenancy import membership_of, signed_out
 
 API_PREFIX = "/api/"
 
@@ -48,7 +48,10 @@ def permission_denied(request: HttpRequest, exception: BaseException | None = No
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
-    """A form posted without its security token (an old tab, cookies off): what to do about it."""
+    """A form posted without its security token (an old tab, cookies off): what to do about it. An htmx post
+    of someone whose cookies are gone altogether is a signed-out session, and says so (`signed_out`)."""
+    if getattr(request, "htmx", False) and not request.user.is_authenticated:
+        return signed_out(request)
     return error_page(
         request, 403, "The form was sent without a valid security token: reload the page and send it again."
     )

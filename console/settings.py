@@ -7,7 +7,7 @@ import dj_database_url
 from django.core.management.utils import get_random_secret_key
 from django.utils.csp import CSP
 
-from console.env import EnvError, env_bool, env_float, env_int, env_lanes, env_list, env_str, env_url
+from console.env import EnvError, env_bool, env_float, env_int, env_lanes, env_list, env_str, env_url, kept_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("AIRLOCK_DATA_DIR", str(BASE_DIR / "data")))
@@ -17,7 +17,8 @@ SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise EnvError("SECRET_KEY must be set when DEBUG is off")
-    SECRET_KEY = "dev-only-" + get_random_secret_key()
+    # Kept in the data folder like the demo password, so a restart does not sign everyone out.
+    SECRET_KEY = "dev-only-" + kept_secret(DATA_DIR / "secret-key", get_random_secret_key)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 

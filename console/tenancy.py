@@ -4,11 +4,16 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from functools import wraps
 from typing import Any, cast
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import resolve_url
 from django.utils.functional import SimpleLazyObject
+from django.utils.html import format_html
+from django_htmx.http import trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 from console.models import Membership, Tenant
@@ -78,11 +83,39 @@ def membership_of(request: HttpRequest) -> Membership | None:
     return membership
 
 
+# The client event of an htmx request made after its session ended: console.js says "You were signed out"
+# and links to the login page this event names.
+SIGNED_OUT_EVENT = "airlock:signed-out"
+
+
+def signed_out(request: HttpRequest) -> HttpResponse:
+    """The answer to an htmx request without a session: a 401 and the signed-out event, never the login page,
+    which htmx would follow the redirect to and swap into the page (a card, the inbox list). Signing in
+    returns to the page the person was on, not to the fragment it asked for."""
+    htmx = cast("ConsoleRequest", request).htmx
+    login = resolve_url(settings.LOGIN_URL) + "?" + urlencode({"next": htmx.current_url_abs_path or "/"})
+    response = HttpResponse(format_html('You were signed out. <a href="{}">Sign in</a>', login), status=401)
+    return trigger_client_event(response, SIGNED_OUT_EVENT, {"login": login})
+
+
+def signed_in_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """`login_required`, except for an htmx request, which is answered `signed_out`."""
+    redirecting = login_required(view)
+
+    @wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated and cast("ConsoleRequest", request).htmx:
+            return signed_out(request)
+        return redirecting(request, *args, **kwargs)
+
+    return guarded
+
+
 def role_required(role: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """Login required, then a membership in the current tenant with at least `role` (else 403)."""
+    """Signed in (`signed_in_required`), then a membership in the current tenant with at least `role` (else 403)."""
 
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        @login_required
+        @signed_in_required
         @wraps(view)
         def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             membership = membership_of(request)

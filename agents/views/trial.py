@@ -26,7 +26,7 @@ from agents.checkpoints import checkpoints_of, fork_origin
 from agents.definitions import DefinitionContent
 from agents.engine import server_tool_schema
 from agents.getters import get_run_for
-from agents.models import Agent, AgentVersion, Checkpoint, Run, Session
+from agents.models import AWAITING, Agent, AgentVersion, Checkpoint, Run, Session
 from agents.tools import REGISTRY
 from approvals.kinds import KINDS
 from approvals.models import PendingRequest, RequestStatus, mark_answerable
@@ -48,6 +48,14 @@ class TrialTurn:
     fork_requests: list[PendingRequest] = field(default_factory=list)
     # Any earlier ended turn: "Fork from here" starts a new session from its checkpoint (`agents.views.run.run_fork`).
     forkable: bool = False
+
+    @property
+    def status_label(self) -> str:
+        """The run's status, except for a turn that waited on requests no longer open: "Answered" (or "Closed",
+        none answered), not "Awaiting approval" for good, as the runs list says "→ answered"."""
+        if self.run.status not in AWAITING or not self.asked or self.open_requests:
+            return self.run.get_status_display()
+        return "Answered" if any(r.answer is not None for r in self.asked) else "Closed"
 
 
 def _for_form(pending: PendingRequest) -> PendingRequest:

@@ -41,7 +41,7 @@ class Approval(Kind):
     required = "approved"
     stored = ("requestId", "approved", "reason", "remember", "rememberArgumentsOnly", "overrideArguments", "expiresAt")
     takes = "An approval request takes `approved` (and a reason)."
-    label, asks = "Approval", "wants to call"
+    asks = "wants to call"
     decisions = {"approved": "approved", "denied": "denied"}
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:

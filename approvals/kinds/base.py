@@ -42,12 +42,16 @@ class Kind:
     stored: ClassVar[tuple[str, ...]]
     # Said when an answer is not for this kind.
     takes: ClassVar[str]
-    # The card's pill, and what the agent does, as in "helper wants to call send_email". The card's answer
-    # fields are the partial templates/approvals/kinds/<name>.html; its form names the kind (approvals/forms.py).
-    label: ClassVar[str]
+    # What the agent does, as in "helper wants to call send_email" (the kind's name is `label`). The card's
+    # answer fields are the partial templates/approvals/kinds/<name>.html; its form names the kind (approvals/forms.py).
     asks: ClassVar[str]
     # The decisions `audit` gives, and how the audit page says each.
     decisions: ClassVar[dict[str, str]]
+
+    @property
+    def label(self) -> str:
+        """The kind's name as every page says it (the card's pill): its stored choice's label."""
+        return str(self.name.label)
 
     def answer(
         self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None = None

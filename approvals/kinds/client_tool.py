@@ -21,7 +21,7 @@ class ClientTool(Kind):
         "A client-tool request takes `result` (outcome `completed`), `errorMessage` (outcome `failed`, or"
         " `rejected` with the client's reason) or outcome `background`."
     )
-    label, asks = "Client tool", "asks the client to run"
+    asks = "asks the client to run"
     decisions = {
         "tool-result": "tool result",
         "tool-error": "tool error",

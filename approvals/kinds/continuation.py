@@ -20,7 +20,7 @@ class Continuation(Kind):
     required = "approved"
     stored = ("requestId", "approved")
     takes = "A continuation takes `approved` (go on, or stop with what the run has)."
-    label, asks = "Go on?", "reached its model-call limit in"
+    asks = "reached its model-call limit in"
     decisions = {"continuation-continue": "told to go on", "continuation-stop": "told to stop"}
 
     def read_json(self, value: Any) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ class Input(Kind):
     required = "action"
     stored = ("requestId", "action", "content")
     takes = "An input request takes `action` (and `content`)."
-    label, asks = "Input", "asks through"
+    asks = "asks through"
     decisions = {
         "input-accepted": "input accepted",
         "input-declined": "input declined",

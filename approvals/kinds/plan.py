@@ -21,7 +21,7 @@ class Plan(Kind):
     required = "approved"
     stored = ("requestId", "approved", "text")
     takes = "A plan takes `approved` (and, to send it back, `text` with what to revise)."
-    label, asks = "Plan", "proposes a plan through"
+    asks = "proposes a plan through"
     decisions = {"plan-approved": "plan approved", "plan-revised": "plan sent back"}
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:

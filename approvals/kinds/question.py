@@ -21,7 +21,7 @@ class Question(Kind):
     required = "text"
     stored = ("requestId", "text")
     takes = "A question takes `text` (one of its choices unless free text is allowed)."
-    label, asks = "Question", "asks through"
+    asks = "asks through"
     decisions = {"question-answered": "question answered"}
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:

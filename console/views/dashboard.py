@@ -36,7 +36,10 @@ CHART_DAYS = 14
 @role_required("reader")
 @require_GET
 def dashboard(request: ConsoleRequest) -> HttpResponse:
-    """The first look: what waits longest, what went wrong lately, and the last 14 days as a chart."""
+    """The first look: what waits longest, what went wrong lately, and the last 14 days as a chart. For htmx,
+    the waiting list alone, which the page asks for again on every push."""
+    if request.htmx:
+        return render(request, "console/dashboard.html#waiting", {"waiting": oldest_waiting(request.membership)})
     tenant, now = request.tenant, timezone.now()
     agents = list(Agent.objects.live().filter(tenant=tenant).order_by("name")[: AGENTS_SHOWN + 1])
     chart_days = days(tenant, timezone.localdate(now))

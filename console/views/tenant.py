@@ -10,7 +10,6 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.decorators import login_required
 from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -22,7 +21,7 @@ from approvals.digests import MOST_MINUTES
 from approvals.models import ApproverGroup, Digest, PendingRequest
 from approvals.webhooks import webhook_of
 from console.models import Connection, ConnectionKind, Membership, Role, Tenant
-from console.tenancy import SESSION_KEY, ConsoleRequest, role_required
+from console.tenancy import SESSION_KEY, ConsoleRequest, role_required, signed_in_required
 
 User = get_user_model()
 
@@ -184,7 +183,7 @@ class SwitchTenantForm(forms.Form):
     tenant = forms.IntegerField(min_value=1, max_value=2**63 - 1)
 
 
-@login_required
+@signed_in_required
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
     form = SwitchTenantForm(request.POST)

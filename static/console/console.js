@@ -40,17 +40,66 @@ window.airlockPendingLabel = (count) => {
   return count > counted ? `${counted}+` : String(count);
 };
 
-// The websocket that keeps the pending count in the navigation bar current.
+// The websocket that keeps the pending count in the navigation bar current, and the console's honest states:
+// while the socket is down the page says "Reconnecting…" and the forms that answer or claim a request are
+// disabled (an answer would not reach the server, or would not be seen to), until the server speaks again;
+// an htmx request whose session has ended (console/tenancy.py, `signed_out`) says so and offers to sign in.
+// `data-connection` on the body ("lost", "signed-out") is the state console.css and the tests read.
 (function () {
   "use strict";
   const badge = document.getElementById("pending-count");
   if (!badge) return;
+  const NEEDS_SERVER = "[data-answer-form], .claim-form, .cancel-run, [data-selection]";
+  const SUBMITS = "button:not([type=button]), input[type=submit]";
+  // One live region, present (empty) from the start so that what is put in it is announced.
+  const notice = document.createElement("div");
+  notice.className = "connection-notice";
+  notice.setAttribute("role", "status");
+  document.querySelector(".topbar").after(notice);
+  let leaving = false; // the page is being left: its socket closes, the server has not gone
+  window.addEventListener("pagehide", () => (leaving = true));
+  window.addEventListener("pageshow", () => (leaving = false));
+
+  function setState(state, login) {
+    if (state) document.body.dataset.connection = state;
+    else delete document.body.dataset.connection;
+    notice.replaceChildren();
+    if (state === "lost") notice.textContent = "Reconnecting… Answers wait until the console is back.";
+    if (state === "signed-out") {
+      const link = document.createElement("a");
+      link.href = login;
+      link.textContent = "Sign in";
+      notice.append("You were signed out · ", link);
+    }
+    // Disabled here, not only greyed out, so that neither a click, Enter nor a key of the inbox answers;
+    // marked, so that coming back enables only what this disabled.
+    document.querySelectorAll(`:is(${NEEDS_SERVER}) :is(${SUBMITS})`).forEach((button) => {
+      if (state && !button.disabled) {
+        button.disabled = true;
+        button.dataset.waitsForServer = "";
+      } else if (!state && "waitsForServer" in button.dataset) {
+        button.disabled = false;
+        delete button.dataset.waitsForServer;
+      }
+    });
+  }
+  // A form sent without its button (requestSubmit, a key of the inbox) is held too; capturing on the document
+  // runs before htmx's handler and inbox.js's, and stops them.
+  document.addEventListener("submit", (event) => {
+    if (document.body.dataset.connection && event.target.matches(NEEDS_SERVER)) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+    }
+  }, true);
+  document.addEventListener("airlock:signed-out", (event) => setState("signed-out", event.detail.login));
+
   let delay = 1000;
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const socket = new WebSocket(scheme + location.host + "/ws/console/");
     socket.addEventListener("message", (event) => {
       delay = 1000; // a socket that speaks is a good one (one over the user's cap is closed before it does)
+      if (document.body.dataset.connection) setState(null); // back, or signed in again in another tab
       const data = JSON.parse(event.data);
       if (typeof data.pending === "number") {
         const label = window.airlockPendingLabel(data.pending);
@@ -63,8 +112,10 @@ window.airlockPendingLabel = (count) => {
       document.dispatchEvent(new CustomEvent("airlock:push", { detail: data }));
     });
     socket.addEventListener("close", (event) => {
-      // 4429: this user has too many consoles open; try again much later, not every second.
+      // 4429: this user has too many consoles open; try again much later, not every second. The server is
+      // there and answers this page's forms, so that is no reason to hold them.
       if (event.code === 4429) delay = 30000;
+      else if (!leaving && document.body.dataset.connection !== "signed-out") setState("lost");
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 30000);
     });

@@ -87,7 +87,7 @@ def test_it_lists_the_turns_of_the_session_oldest_first_with_the_current_one_mar
     assert len(turns) == 3
     assert "Turn 1" in turns[0] and f'href="/runs/{said["runId"]}/"' in turns[0] and "hello" in turns[0]
     assert "Turn 2" in turns[1] and 'aria-current="true"' in turns[1] and "this run" in turns[1]
-    assert "awaiting input" in turns[1] and "v1" in turns[1]
+    assert "awaiting an answer" in turns[1] and "v1" in turns[1]
     assert "asked <code>ask_user</code>: “Which colour?”" in turns[1]
     assert "Turn 3" in turns[2] and f'href="/runs/{red.id}/"' in turns[2] and "answers only" in turns[2]
     assert "aria-current" not in turns[0] + turns[2]
@@ -299,7 +299,7 @@ def test_every_turn_is_folded_with_its_events_and_the_run_viewed_is_open(operato
     assert "<details open>" in viewed and "<details>" in first and "<details>" in last
     turn_one = r"Turn 1 \d\d:\d\d:\d\d completed [0-9.]+ m?s 1 model call · 0 tool calls v1 hello"
     assert re.fullmatch(turn_one, summary_of(first))
-    assert re.fullmatch(r"Turn 2 .* awaiting input .* 1 model call · 0 tool calls v1 this run", summary_of(viewed))
+    assert re.fullmatch(r"Turn 2 .* awaiting an answer .* 1 model call · 0 tool calls v1 this run", summary_of(viewed))
     assert re.fullmatch(r"Turn 3 .* completed .* · 1 tool call v1 answers only", summary_of(last)), "ask_user ran"
     # Inside, the events (the run viewed keeps its anchors) with the time since the one before, and the total.
     assert 'id="event-1"' in viewed and 'id="turn-1-event-1"' in first and 'id="event-1"' not in first + last

@@ -188,3 +188,21 @@ def test_the_empty_page_suggests_a_message_the_agent_can_take(operator, tools, h
     html = operator.client.get("/trial/?agent=hinted").content.decode()
 
     assert f"Try <code>{hint}" in html
+
+
+def pill_of(html: str, run_id: str) -> str:
+    turn = html[html.index(f'id="turn-{run_id}"') :]
+    return re.search(r'<span class="pill status-[a-z_]+">([^<]*)</span>', turn).group(1)  # type: ignore[union-attr]
+
+
+def test_a_turn_says_it_was_answered_once_its_request_is_not_awaiting_for_good(operator, asked):
+    back = "/trial/?agent=assistant&version=1&session=trial-1"
+    assert pill_of(operator.client.get(back).content.decode(), asked["runId"]) == "Awaiting approval"
+
+    rid = asked["pendingRequests"][0]["requestId"]
+    operator.client.post(f"/inbox/{rid}/answer/", {"decision": "approve", "next": back})
+
+    # Stored, its continuation not run yet, and after it: the turn that asked is answered, not still awaiting.
+    assert pill_of(operator.client.get(back).content.decode(), asked["runId"]) == "Answered"
+    drain_queued()
+    assert pill_of(operator.client.get(back).content.decode(), asked["runId"]) == "Answered"

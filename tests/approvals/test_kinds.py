@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import get_args, get_type_hints
 
 from django.conf import settings
+from django.utils.html import escape
 
 from agents.definitions import KindRouting
 from agents.engine import PendingCall
@@ -30,3 +31,14 @@ def test_every_kind_has_its_card_partial_and_labels_its_decisions():
         assert kind.name == name
         assert (partials / f"{name}.html").is_file(), name
         assert kind.decisions and all(DECISION_LABELS[decision] == label for decision, label in kind.decisions.items())
+
+
+def test_every_page_calls_a_kind_by_its_one_name(admin):
+    """The card's pill, the Kind filter and the run page read the kind's label from one place (issue 31:
+    a question was "Awaiting Input" on one page and "Question" on another)."""
+    names = {kind.name: kind.label for kind in KINDS.values()}
+    assert names == dict(RequestKind.choices)
+    assert names["question"] == "Question" and names["continuation"] == "Go on?"
+    inbox = admin.client.get("/inbox/").content.decode()
+    for value, label in RequestKind.choices:
+        assert f'<option value="{value}">{escape(label)}</option>' in inbox

@@ -57,7 +57,7 @@ def test_it_runs_an_approval_round_trip_turn_by_turn(logged_in: Page) -> None:
     send(page, SEND)
     widget = page.locator(".request-widget")
     expect(widget).to_contain_text("Approve send_email?")
-    expect(page.locator(".turn").last).to_contain_text("Awaiting Approval")
+    expect(page.locator(".turn").last).to_contain_text("Awaiting approval")
     widget.get_by_label("Reason").fill("not during the freeze")
     widget.get_by_role("button", name="Deny", exact=True).click()
     # The answer is stored at once, as from the inbox; the continuation streams in through the session stream.

@@ -313,3 +313,38 @@ def test_it_reads_a_bounded_number_of_queries_however_much_happened(history, adm
         ended(a_run(admin, f"f{n}"), RunStatus.FAILED, {"code": "boom", "message": ""}, timezone.now())
     with django_assert_max_num_queries(12):
         page(admin)
+
+
+def waiting_part(persona: Persona) -> str:
+    """The waiting list as the page asks for it again on a push (htmx)."""
+    response = persona.client.get("/", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_its_waiting_list_comes_again_with_the_count_it_agrees_with(admin):
+    first = asking(admin)
+    part = waiting_part(admin)
+    assert part.startswith('\n<section class="panel dash-waiting" id="dash-waiting"')
+    assert "<h1>" not in part and "dash-trouble" not in part  # the list alone, without the chart's queries
+    assert 'hx-trigger="airlock:push from:document delay:300ms"' in part
+    assert '<span class="badge" data-live-pending>1</span>' in part
+    assert re.findall(r'href="/inbox/#request-([0-9a-f-]+)"', part) == [str(first.id)]
+
+    for n in range(WAITING_SHOWN + 1):
+        request_like(first, timezone.now() - timedelta(minutes=n + 1))
+    PendingRequest.objects.filter(pk=first.pk).update(status=RequestStatus.ANSWERED, answer={"approved": True})
+    part = waiting_part(admin)
+    shown = re.findall(r'href="/inbox/#request-([0-9a-f-]+)"', part)
+    total = PendingRequest.objects.open().filter(tenant=admin.tenant).count()
+    assert len(shown) == WAITING_SHOWN and str(first.id) not in shown
+    assert f'<span class="badge" data-live-pending>{total}</span>' in part
+    assert f"All {total} in the inbox" in part
+    assert page(admin).count(f"All {total} in the inbox") == 1
+
+
+def test_an_outsider_s_waiting_list_has_none_of_the_tenant_s_requests(admin, outsider):
+    asking(admin)
+    part = waiting_part(outsider)
+    assert "Nothing is waiting" in part
+    assert '<span class="badge" data-live-pending>0</span>' in part

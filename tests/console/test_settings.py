@@ -78,6 +78,36 @@ def test_it_will_not_start_in_production_without_a_secret_key(tmp_path):
     assert "EnvError: SECRET_KEY must be set when DEBUG is off" in result.stderr
 
 
+PRINT_SECRET_KEY = "import console.settings; print(console.settings.SECRET_KEY)"
+
+
+def test_it_keeps_the_development_secret_key_across_restarts(tmp_path):
+    first = run_python(["-c", PRINT_SECRET_KEY], tmp_path)
+    second = run_python(["-c", PRINT_SECRET_KEY], tmp_path)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    # A new key each start would sign everyone out on every restart.
+    assert first.stdout == second.stdout
+    kept = tmp_path / "data" / "secret-key"
+    assert first.stdout.strip() == "dev-only-" + kept.read_text().strip()
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert [path.name for path in kept.parent.iterdir()] == ["secret-key"]  # no draft left behind
+
+
+def test_it_uses_the_secret_key_it_is_given_and_keeps_none(tmp_path):
+    result = run_python(["-c", PRINT_SECRET_KEY], tmp_path, SECRET_KEY="given-by-the-environment")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "given-by-the-environment"
+    assert not (tmp_path / "data" / "secret-key").exists()
+
+
+def test_it_will_not_start_with_an_empty_kept_secret_key(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "secret-key").write_text("\n")
+    result = run_python(["-c", PRINT_SECRET_KEY], tmp_path)
+    assert result.returncode != 0
+    assert "secret-key is empty: delete it to have a new secret made" in result.stderr
+
+
 def test_it_will_not_start_with_a_bad_setting(tmp_path):
     result = run_python(["-c", "import console.settings"], tmp_path, DEBUG="maybe")
     assert result.returncode != 0

@@ -1,5 +1,7 @@
 """Tenants: members see their tenant, switch between their tenants, and nothing of anyone else's."""
 
+import json
+
 import pytest
 from django.test import Client
 
@@ -106,3 +108,32 @@ def test_it_falls_back_to_a_remaining_tenant_after_losing_a_membership(member_of
     page = client.get("/").content.decode()
     assert "<h1>Acme</h1>" in page
     assert "globex-bot" not in page
+
+
+@pytest.mark.parametrize("path", ["/inbox/", "/"])
+def test_it_tells_an_htmx_request_without_a_session_that_it_was_signed_out(db, path):
+    # htmx follows a redirect and swaps what it finds: the login page would land inside the inbox list.
+    headers = {"HX-Request": "true", "HX-Current-URL": "http://testserver/inbox/?kind=question"}
+    response = Client(headers=headers).get(path)
+    assert response.status_code == 401
+    login = "/login/?next=%2Finbox%2F%3Fkind%3Dquestion"  # back to the page, not to the fragment
+    assert json.loads(response["HX-Trigger"]) == {"airlock:signed-out": {"login": login}}
+    assert response.content.decode() == f'You were signed out. <a href="{login}">Sign in</a>'
+
+
+def test_it_does_not_send_an_htmx_request_back_to_another_site(db):
+    headers = {"HX-Request": "true", "HX-Current-URL": "https://elsewhere.example/steal"}
+    response = Client(headers=headers).post("/tenant/switch/", {"tenant": "1"})
+    assert response.status_code == 401
+    assert json.loads(response["HX-Trigger"]) == {"airlock:signed-out": {"login": "/login/?next=%2F"}}
+
+
+def test_an_htmx_post_without_any_cookie_is_signed_out_too(db):
+    # The CSRF check comes before the view: without its cookie the post would get the 403 page, which htmx
+    # does not show, and the button would do nothing.
+    client = Client(enforce_csrf_checks=True, headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/"})
+    response = client.post("/tenant/switch/", {"tenant": "1"})
+    assert response.status_code == 401
+    assert json.loads(response["HX-Trigger"]) == {"airlock:signed-out": {"login": "/login/?next=%2F"}}
+    # A plain form post (no htmx) without its token still gets the CSRF page.
+    assert Client(enforce_csrf_checks=True).post("/tenant/switch/", {"tenant": "1"}).status_code == 403

@@ -130,9 +130,10 @@ class Cluster:
         self.processes.append(process)
         return process
 
-    def serve(self, name: str = "daphne", **extra: str) -> Process:
-        """A console process; it works no queued runs unless `WORKER_THREADS` is given."""
-        port = free_port()
+    def serve(self, name: str = "daphne", port: int | None = None, **extra: str) -> Process:
+        """A console process (on a free port unless `port`, a restart's); it works no queued runs unless
+        `WORKER_THREADS` is given."""
+        port = port or free_port()
         process = self._start(
             name, ["serve", "--host", "127.0.0.1", "--port", str(port)], {"WORKER_THREADS": "0", **extra}
         )
