@@ -10,7 +10,8 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Server
+from tests.browser.axe import violations
+from tests.browser.conftest import PHONE, Server, overflow
 from tests.browser.test_inbox import SEND, continuation_of, create_agent, open_inbox, run
 from tests.processes.cluster import PASSWORD, Api, manage_all, new_cluster
 
@@ -89,10 +90,11 @@ def test_it_undoes_a_single_and_a_bulk_answer(api: dict[str, Api], sign_in: Call
 
 
 def test_an_answer_not_undone_applies_when_its_window_closes(
-    api: dict[str, Api], sign_in: Callable[[str], Page]
+    api: dict[str, Api], sign_in: Callable[[str], Page], axe_source: str
 ) -> None:
     agent = create_agent(api, tools=[{"name": "send_email", "approval": "always"}])
     page = sign_in("otto")
+    page.set_viewport_size(PHONE)
     open_inbox(page)
     asked = run(api["otto"], agent, SEND, uuid4().hex)
     started = time.monotonic()
@@ -103,6 +105,8 @@ def test_an_answer_not_undone_applies_when_its_window_closes(
 
     notice = page.locator(".undo-notice")
     expect(notice).to_contain_text("Approved send_email · Undo")
+    assert violations(page, axe_source) == []
+    assert overflow(page)[0] <= PHONE["width"]
     expect(notice).to_have_text("Approved send_email. Dismiss")
     continuation = continuation_of(api["otto"], asked)
     assert continuation["output"] == "send_email: sent to a@b.co"
