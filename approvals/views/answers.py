@@ -88,9 +88,11 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         return _back(request, forked)  # a held answer's notice, with its Undo, is on the page it returns to
     if forked:  # the trial page goes on in the fork
         return trigger_client_event(HttpResponse(""), "airlock:forked", {"sessionId": forked})
+    if error is None and held is not None and held.held:
+        # The card is swapped out, its notice swapped in; the push removes the card from the other inboxes.
+        return trigger_client_event(HttpResponse(_notice_of(request, held)), "airlock:held", {"batch": str(held.batch)})
     if error is None:
-        # The card is swapped out; the push removes it from the other inboxes.
-        return HttpResponse(_notice_of(request, held))
+        return HttpResponse("")
     context = {
         "r": pending,
         "can_answer": pending.answerable_by(membership),
