@@ -6,11 +6,12 @@ from approvals.actions.answers import Answered, answer_many, answer_request, dec
 from approvals.actions.claims import ClaimRefused, claim, release
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import Opened, RequestRefused, cancel_request, open_request, report_outcome
-from approvals.actions.held import Held, UndoRefused, apply_due, hold_answers, notice_rows, notices, undo
+from approvals.actions.held import HELD_UNTIL, Held, UndoRefused, apply_due, hold_answers, notice_rows, notices, undo
 from approvals.actions.interceptions import PoliciesUnavailable, verdict_for
 from approvals.actions.rules import edit_rule, remember_rule, revoke_rule
 
 __all__ = [
+    "HELD_UNTIL",
     "Answered",
     "ClaimRefused",
     "Held",

@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 # An apply that began this long ago and never settled stopped with its process: the sweep tries it again.
 STALLED = timedelta(minutes=1)
+# The session key saying until when a browser has an answer held (a timestamp): its pages show the notices.
+HELD_UNTIL = "airlock_held_until"
 
 
 class UndoRefused(Exception):

@@ -8,12 +8,15 @@ and without JavaScript (a normal POST, then a redirect to the inbox with a messa
 """
 
 import uuid
+from datetime import timedelta
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh, trigger_client_event
@@ -21,6 +24,7 @@ from django_htmx.http import HttpResponseClientRefresh, trigger_client_event
 from agents import actions
 from agents.prepare import RunRejected
 from approvals.actions import (
+    HELD_UNTIL,
     Answered,
     ClaimRefused,
     Held,
@@ -71,7 +75,7 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         response = form.cleaned_data["response"]
         # The trial page answers with the inbox card's widget, posted here; it says so for the audit.
         via = "trial" if request.POST.get("via") == "trial" else "inbox"
-        held = hold_answers(membership, request.user, [(pending, response)], via=via)
+        held = _held(request, hold_answers(membership, request.user, [(pending, response)], via=via))
         given = held.outcomes.get(str(pending.id))  # none: held
         if isinstance(given, ResponseRefused):
             error = given.detail
@@ -88,9 +92,11 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         return _back(request, forked)  # a held answer's notice, with its Undo, is on the page it returns to
     if forked:  # the trial page goes on in the fork
         return trigger_client_event(HttpResponse(""), "airlock:forked", {"sessionId": forked})
+    if error is None and held is not None and held.held:
+        # The card is swapped out, its notice swapped in; the push removes the card from the other inboxes.
+        return trigger_client_event(HttpResponse(_notice_of(request, held)), "airlock:held", {"batch": str(held.batch)})
     if error is None:
-        # The card is swapped out; the push removes it from the other inboxes.
-        return HttpResponse(_notice_of(request, held))
+        return HttpResponse("")
     context = {
         "r": pending,
         "can_answer": pending.answerable_by(membership),
@@ -178,7 +184,15 @@ def answer_listed(request: ConsoleRequest, form: BatchForm | SelectionForm, list
     wanted = form.cleaned_data
     approved, reason = wanted["decision"] == "approve", wanted["reason"] or None
     answers = [(pending, Response(request_id=pending.id, approved=approved, reason=reason)) for pending in listed]
-    return hold_answers(request.membership, request.user, answers, via="inbox")
+    return _held(request, hold_answers(request.membership, request.user, answers, via="inbox"))
+
+
+def _held(request: ConsoleRequest, held: Held) -> Held:
+    """Note in the session until when this browser has an answer held: only then do its pages read their
+    notices (approvals.context_processors.held_answers), not on every page of every operator."""
+    if held.held:
+        request.session[HELD_UNTIL] = (timezone.now() + timedelta(seconds=settings.ANSWER_UNDO_SECONDS)).timestamp()
+    return held
 
 
 def back_to_inbox(

@@ -257,7 +257,10 @@
       const response = await fetch(form.getAttribute("action"), { method: "POST", body, headers: { "HX-Request": "true" } });
       if (!response.ok) throw new Error(`The answer was not sent (${response.status} ${response.statusText}).`);
       const html = await response.text();
-      if (html.trim()) return refused(widget, form, html);
+      // A held answer's notice (its Undo: templates/approvals/_undo.html) goes into the page's notices, out of band.
+      const held = "airlock:held" in JSON.parse(response.headers.get("HX-Trigger") || "{}");
+      if (held) htmx.swap(document.body, html, { swapStyle: "none" });
+      else if (html.trim()) return refused(widget, form, html);
       const version = body.get("definition_version") || settings.dataset.version;
       const forked = JSON.parse(response.headers.get("HX-Trigger") || "{}")["airlock:forked"];
       if (forked) return location.assign(sessionAddress(forked.sessionId, version));

@@ -10,8 +10,12 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Server
+from tests.browser.axe import violations
+from tests.browser.conftest import PHONE, Server, overflow
 from tests.browser.test_inbox import SEND, continuation_of, create_agent, open_inbox, run
+from tests.browser.test_trial import SEND as TRIAL_SEND
+from tests.browser.test_trial import create_agent as create_trial_agent
+from tests.browser.test_trial import send
 from tests.processes.cluster import PASSWORD, Api, manage_all, new_cluster
 
 pytestmark = pytest.mark.browser
@@ -89,10 +93,11 @@ def test_it_undoes_a_single_and_a_bulk_answer(api: dict[str, Api], sign_in: Call
 
 
 def test_an_answer_not_undone_applies_when_its_window_closes(
-    api: dict[str, Api], sign_in: Callable[[str], Page]
+    api: dict[str, Api], sign_in: Callable[[str], Page], axe_source: str
 ) -> None:
     agent = create_agent(api, tools=[{"name": "send_email", "approval": "always"}])
     page = sign_in("otto")
+    page.set_viewport_size(PHONE)
     open_inbox(page)
     asked = run(api["otto"], agent, SEND, uuid4().hex)
     started = time.monotonic()
@@ -103,9 +108,30 @@ def test_an_answer_not_undone_applies_when_its_window_closes(
 
     notice = page.locator(".undo-notice")
     expect(notice).to_contain_text("Approved send_email · Undo")
+    assert violations(page, axe_source) == []
+    assert overflow(page)[0] <= PHONE["width"]
     expect(notice).to_have_text("Approved send_email. Dismiss")
     continuation = continuation_of(api["otto"], asked)
     assert continuation["output"] == "send_email: sent to a@b.co"
     assert time.monotonic() - started >= WINDOW - 0.5
     status, runs = api["otto"]("GET", f"/api/runs/{continuation['runId']}")
     assert status == 200, runs
+
+
+def test_the_trial_page_undoes_its_answer_and_shows_the_form_again(sign_in: Callable[[str], Page]) -> None:
+    page, name = sign_in("ada"), f"mailer-{uuid4().hex[:6]}"
+    create_trial_agent(page, name)
+    page.goto(f"/trial/?agent={name}")
+    send(page, TRIAL_SEND)
+    page.locator(".request-widget").get_by_role("button", name="Approve", exact=True).click()
+
+    notice = page.locator(".undo-notice")
+    expect(notice).to_contain_text("Approved send_email · Undo")
+    notice.get_by_role("button", name="Undo: Approved send_email").click()
+
+    widget = page.locator(".request-widget")
+    expect(widget.get_by_role("button", name="Approve", exact=True)).to_be_visible()  # the page, again
+    time.sleep(WINDOW + 1)
+    expect(page.locator(".turn").last).not_to_contain_text("send_email: sent to")
+    widget.get_by_role("button", name="Approve", exact=True).click()
+    expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com", timeout=15000)
