@@ -1,6 +1,6 @@
 """What an answer given outside a run is on the wire (`Response`, `Outcome`, `ResponseRefused`). Answering
-is `approvals.actions.answer_request` (and `answer_many`); the continuation it starts once every open request
-of the session has its answer is `agents.actions.continue_session`.
+is `approvals.actions.answer_request` (a console answer is held first: `approvals.actions.hold_answers`); the
+continuation it starts once every open request of the session has its answer is `agents.actions.continue_session`.
 """
 
 import uuid

@@ -2,7 +2,7 @@
 commands and the deadline sweep: each checks the member's right, writes, and announces the change to the
 open consoles once it is committed."""
 
-from approvals.actions.answers import Answered, answer_many, answer_request, decide
+from approvals.actions.answers import Answered, answer_request, decide
 from approvals.actions.claims import ClaimRefused, claim, release
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import Opened, RequestRefused, cancel_request, open_request, report_outcome
@@ -19,7 +19,6 @@ __all__ = [
     "PoliciesUnavailable",
     "RequestRefused",
     "UndoRefused",
-    "answer_many",
     "answer_request",
     "apply_due",
     "cancel_request",

@@ -140,30 +140,10 @@ def decide(membership: Membership, user: Any, request_id: uuid.UUID, response: R
 
 @dataclass
 class Answered:
-    """What `answer_many` did: the requests answered, and why each of the others was not (a line each)."""
+    """What a bulk answer did: the requests answered, and why each of the others was not (a line each)."""
 
     ids: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-
-
-def answer_many(
-    membership: Membership, user: Any, requests: list[PendingRequest], approved: bool, reason: str | None
-) -> Answered:
-    """Approve or deny approval `requests` (with their agents) with one reason for all, one by one through
-    `answer_request`, each on its own run: the last answer of a run's session starts that run's continuation."""
-    done = Answered()
-    for pending in requests:
-        response = Response(request_id=pending.id, approved=approved, reason=reason)
-        try:
-            outcome = answer_request(membership, user, pending.run_id, response, via="inbox")
-        except ResponseRefused as refused:
-            done.problems.append(f"{pending.agent.name} · {pending.tool_name}: {refused.detail}")
-            continue
-        if outcome.status == "accepted":
-            done.ids.append(str(pending.id))
-        else:
-            done.problems.append(f"{pending.tool_name}: {outcome.message}")
-    return done
 
 
 def refusal(pending: PendingRequest, response: Response) -> Outcome | None:

@@ -64,7 +64,7 @@ class Held:
     names: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def answered(self) -> Answered:
-        """As `answer_many` reports: the requests answered (held ones included), a line for each of the others."""
+        """As a bulk answer reports: the requests answered (held ones included), a line for each of the others."""
         done = Answered(ids=[str(p.id) for p in self.held], problems=list(self.problems))
         for rid, outcome in self.outcomes.items():
             agent, tool = self.names[rid]
