@@ -1,5 +1,6 @@
 """The operations commands: create_tenant, create_user, create_token, seed_demo, run_worker."""
 
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
@@ -7,6 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
+from django.utils import timezone
 
 from agents.models import Agent, Run
 from approvals.models import PendingRequest
@@ -153,6 +155,11 @@ def test_it_seeds_a_history_of_answered_requests_once(db, monkeypatch, django_ca
     assert Receipt.objects.filter(tenant=demo).count() >= answered.count() > 0
     assert not Run.objects.filter(tenant=demo, status__in=["queued", "running", "failed"]).exists()
     assert Run.objects.filter(tenant=demo, agent__name="guarded", status="blocked").exists()
+    # A week of it: the dashboard's chart has days, each answer came after its request opened.
+    days = {timezone.localdate(opened) for opened in answered.values_list("opened_at", flat=True)}
+    assert len(days) >= 5 and min(days) <= timezone.localdate() - timedelta(days=5), days
+    assert all(p.answered_at > p.opened_at for p in answered)
+    assert not Receipt.objects.filter(tenant=demo, at__lt=timezone.now() - timedelta(hours=1)).exists()
     before = snapshot()
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -1,22 +1,25 @@
 import json
 import os
 import secrets
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.db.models import F
 
 from agents.actions import run_to_end, start_run
 from agents.definitions import DefinitionContent
-from agents.models import Agent, Session
+from agents.models import Agent, Event, Run, Session
 from agents.prepare import RunRejected, RunRequest
 from agents.queue import drain
 from agents.starter_policy import starter_hooks
 from approvals.actions import RequestRefused, answer_request, open_request
 from approvals.answers import Response, ResponseRefused
 from approvals.external import OpenRequest
+from approvals.models import PendingRequest
 from console.models import Membership, Role, Tenant
 
 DEMO_USERS = {"admin": Role.ADMIN, "operator": Role.OPERATOR, "viewer": Role.READER}
@@ -270,6 +273,7 @@ class Command(BaseCommand):
             except (RunRejected, ResponseRefused) as refused:  # an agent a person changed since: theirs
                 self.stdout.write(f"Demo history: {agent} skipped ({refused})")
         drain()
+        _spread_over_a_week(tenant)
         self.stdout.write(f"Demo history: {len(HISTORY)} conversations with their answers.")
 
     def _seed_deploy_request(self, tenant: Tenant, admin: Any) -> None:
@@ -290,3 +294,23 @@ class Command(BaseCommand):
         stored.write_text(password + "\n")
         stored.chmod(0o600)
         return password
+
+
+def _spread_over_a_week(tenant: Tenant) -> None:
+    """The history's conversations, made a moment ago, moved back over the last week (the first six days ago, the
+    last a few hours ago), each answer given a few minutes after its request opened, so the dashboard's chart and
+    the audit show days. Receipts keep the time they were written: their hash binds it."""
+    last = len(HISTORY) - 1
+    for number in range(len(HISTORY)):
+        back = timedelta(days=6) * (last - number) / last + timedelta(hours=3)
+        answered_back = back - timedelta(minutes=2 + 9 * (number % 4))
+        session = Session.objects.filter(tenant=tenant, key=f"{HISTORY_SESSIONS}{number + 1}")
+        session.update(created_at=F("created_at") - back, updated_at=F("updated_at") - answered_back)
+        runs = Run.objects.filter(session__in=session)
+        PendingRequest.objects.filter(run__in=runs).update(
+            opened_at=F("opened_at") - back,
+            answered_at=F("answered_at") - answered_back,
+            closed_at=F("closed_at") - answered_back,
+        )
+        Event.objects.filter(run__in=runs).update(timestamp=F("timestamp") - back)
+        runs.update(created_at=F("created_at") - back, finished_at=F("finished_at") - back)
