@@ -185,7 +185,7 @@ def test_the_trial_page_offers_to_answer_an_earlier_turn_that_asked_differently(
     assert "<summary>Answer differently (fork)</summary>" in fork
     assert f'<input type="hidden" name="checkpoint" value="{checkpoint_of(asked["runId"]).id}">' in fork
     assert f'data-request-id="{request_id}"' in fork and f'action="/inbox/{request_id}/answer/"' in fork
-    assert '<button name="choice" value="red">red</button>' in fork and 'value="blue"' in fork
+    assert '<button name="choice" value="red" aria-keyshortcuts="1">' in fork and 'value="blue"' in fork
     assert "Asked <code>ask_user</code>: “Which colour?” · answered" in fork
     # The turn that asked nothing cannot be forked (the API forks only through an answer), nor the latest.
     assert "data-fork" not in turns[said["runId"]] + turns[str(red.id)]

@@ -22,7 +22,7 @@ from django.utils import timezone
 from agents.models import Agent, Event, Run, RunStatus
 from agents.runs import start_run
 from approvals.audit import ANSWER, Criteria, iter_entries
-from approvals.models import PendingRequest, RequestStatus
+from approvals.models import HeldAnswer, PendingRequest, RequestStatus
 from tests.approvals.test_respond_race import together
 from tests.conftest import Persona, make_persona
 from tests.helpers import EMAIL, call_line, drain_queued, make_agent, run_ok
@@ -123,8 +123,8 @@ def after_the_winner_lands(
     monkeypatch: pytest.MonkeyPatch, request_id: str, winner: Callable[[], str]
 ) -> dict[str, Any]:
     """The loser's answer, once it has read the request open, lets `winner` answer first, whole, before it
-    stores its own (through the respond path) or starts the turn that carries it (a run request, whose
-    transaction would take the winner's answer back with its own). What is returned fills in with the
+    stores its own (through the respond path), holds it (the console's) or starts the turn that carries it (a run
+    request, whose transaction would take the winner's answer back with its own). What is returned fills in with the
     winner's outcome and the `answered_at` it stored."""
     seen: dict[str, Any] = {}
 
@@ -143,7 +143,15 @@ def after_the_winner_lands(
         first_the_winner()
         return start_run(*args, **kwargs)
 
+    held_save = HeldAnswer.save
+
+    def hold_second(self: HeldAnswer, *args: Any, **kwargs: Any) -> None:
+        first_the_winner()
+        held_save(self, *args, **kwargs)
+
     monkeypatch.setattr(PendingRequest, "record_answer", record_second)
+    # A console answer is held first (approvals.actions.held): the one whose held row is stored first wins.
+    monkeypatch.setattr(HeldAnswer, "save", hold_second)
     monkeypatch.setattr("agents.runs.start_run", start_second)  # the run route's (agents.actions), not the queue's
     return seen
 

@@ -65,6 +65,8 @@ def prepare(admin: Api, operator: Api, prefix: str = "walk", name: str | None = 
         ConsolePage("runs", "/runs/"),
         ConsolePage("run", f"/runs/{waiting['runId']}/"),
         ConsolePage("audit", "/audit/"),
+        ConsolePage("receipts", "/receipts/"),
+        ConsolePage("receipt", f"/receipts/request/{request_id}/"),
         ConsolePage("tokens", "/tokens/"),
         ConsolePage("tenant", "/tenant/"),
         ConsolePage("notifications", "/notifications/"),

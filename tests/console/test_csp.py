@@ -37,6 +37,8 @@ NOT_PAGES = {
     "inbox_cancel_run",
     "inbox_claim",
     "inbox_selection",
+    "held_answer",
+    "held_undo",
     "rule_create",
     "rule_condition_row",
     "rule_revoke",
