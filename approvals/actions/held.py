@@ -109,7 +109,9 @@ def hold_answers(
             with transaction.atomic():
                 row.save()
         except IntegrityError:
-            detail = "Another answer to this request was just given; it applies in a few seconds unless undone."
+            detail = (
+                "Another answer to this request was just given (it may still be undone); this answer changed nothing."
+            )
             held.outcomes[rid] = Outcome("already_resolved", rid, detail)
             continue
         if at_once:

@@ -199,19 +199,30 @@ def test_a_run_request_whose_answer_lost_keeps_the_winners(operator, assistant, 
 
 def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier) -> None:
     """Each answer, once it has read the request open, waits at `barrier` for the others before it stores its
-    own (the respond path) or starts the turn that carries it (a run request): all store at the same moment,
-    and all but one lose there."""
-    record_answer = PendingRequest.record_answer
+    own (the respond path), holds it (the console's: the first held row of a request wins, then applies) or
+    starts the turn that carries it (a run request): all store at the same moment, and all but one lose there.
+    Each waits once, at the first of those it comes to."""
+    record_answer, held_save, waited = PendingRequest.record_answer, HeldAnswer.save, threading.local()
+
+    def meet() -> None:
+        if not getattr(waited, "once", False):
+            waited.once = True
+            barrier.wait(timeout=30)
 
     def record_together(self: PendingRequest, *args: Any, **kwargs: Any) -> bool:
-        barrier.wait(timeout=30)
+        meet()
         return record_answer(self, *args, **kwargs)
 
+    def hold_together(self: HeldAnswer, *args: Any, **kwargs: Any) -> None:
+        meet()
+        held_save(self, *args, **kwargs)
+
     def start_together(*args: Any, **kwargs: Any) -> Any:
-        barrier.wait(timeout=30)
+        meet()
         return start_run(*args, **kwargs)
 
     monkeypatch.setattr(PendingRequest, "record_answer", record_together)
+    monkeypatch.setattr(HeldAnswer, "save", hold_together)
     monkeypatch.setattr("agents.runs.start_run", start_together)  # as above
 
 
