@@ -44,9 +44,10 @@ def _digests(messages: Iterable[dict[str, Any]], at: int) -> tuple[str | None, s
     return prefix, digest.hexdigest()
 
 
-def record(run: Run) -> Checkpoint | None:
+def record(run: Run, *, first: bool = False, open_requests: list[PendingRequest] | None = None) -> Checkpoint | None:
     """Record the state of `run`'s session now that the run has ended: its conversation, its open requests,
-    the version and the run's status. None for a sessionless run.
+    the version and the run's status. None for a sessionless run. `first`: the run is the session's first turn
+    (no checkpoint before it to read); `open_requests`: the session's open requests, when the caller knows them.
 
     Called in the transaction that stores the run's outcome, after the session's row is written: that row's
     lock numbers the session's checkpoints one after the other (one turn at a time per session besides)."""
@@ -56,7 +57,9 @@ def record(run: Run) -> Checkpoint | None:
     conversation = session.conversation
     messages: list[dict[str, Any]] = list(conversation.get("messages", [])) if conversation else []
     previous = (
-        Checkpoint.objects.filter(session=session)
+        None
+        if first
+        else Checkpoint.objects.filter(session=session)
         .select_related("root")
         .only("id", "number", "root_id", "length", "digest", "root__number")
         .first()
@@ -67,7 +70,11 @@ def record(run: Run) -> Checkpoint | None:
         root = previous.root or previous
         if previous.number + 1 - root.number >= FULL_COPY_EVERY:
             root = None
-    open_requests = session.requests.filter(status=RequestStatus.PENDING, answered_in=None).order_by("opened_at", "id")
+    if open_requests is not None:
+        open_ids = [r.id for r in sorted(open_requests, key=lambda pending: (pending.opened_at, pending.id))]
+    else:
+        waiting = session.requests.filter(status=RequestStatus.PENDING, answered_in=None)
+        open_ids = list(waiting.order_by("opened_at", "id").values_list("id", flat=True))
     return Checkpoint.objects.create(
         tenant_id=session.tenant_id,
         session=session,
@@ -75,7 +82,7 @@ def record(run: Run) -> Checkpoint | None:
         run=run,
         status=run.status,
         version_id=run.version_id,
-        open_requests=[str(i) for i in open_requests.values_list("id", flat=True)],
+        open_requests=[str(i) for i in open_ids],
         root=root,
         messages=messages[previous.length :] if root is not None and previous is not None else messages,
         state={k: v for k, v in conversation.items() if k != "messages"} if conversation is not None else None,

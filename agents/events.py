@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from agents import live
@@ -24,14 +25,16 @@ class EventLog:
     """Builds the envelope chain of one run. Stored events are written by `finish_run`, except those
     `flush` wrote before (a queued run's as it starts, a long turn's while it runs)."""
 
-    def __init__(self, run: Run, listener: Listener | None = None) -> None:
+    def __init__(self, run: Run, listener: Listener | None = None, *, look_back: bool = True) -> None:
         self.run = run
         self.listener = listener
         self.stored: list[Event] = []
         self.flushed = 0
         self.sequence = 0
-        # The chain spans the session (SPEC section 10): a run's first event follows the last one of the run before.
-        self.parent: uuid.UUID | None = session_last_event(run) if run.session_id is not None else None
+        # The chain spans the session (SPEC section 10): a run's first event follows the last one of the run before
+        # Without `look_back` (a run that begins its session, or one whose place the caller sets) nothing is read.
+        follows = run.session_id is not None and look_back
+        self.parent: uuid.UUID | None = session_last_event(run) if follows else None
         # Set while a keeper runs in this process (agents/turns.py): events reach the database mid-turn.
         self.live = False
         # The stored events already published to the session's stream (agents.live).
@@ -42,11 +45,18 @@ class EventLog:
 
     @classmethod
     def resume(cls, run: Run) -> "EventLog":
-        """The log of a run whose events so far are stored: the chain goes on after the last one."""
-        log = cls(run)
-        last = run.events.order_by("-sequence").only("id", "sequence").first()
-        if last is not None:
-            log.sequence, log.parent = last.sequence, last.id
+        """The log of a run whose events so far are stored: the chain goes on after the last one (read with the
+        run by `with_last_event`, or here)."""
+        read: Any = run
+        if hasattr(read, "last_event_id"):
+            last = (read.last_event_id, read.last_sequence) if read.last_event_id is not None else None
+        else:
+            found = run.events.order_by("-sequence").values_list("id", "sequence").first()
+            last = (found[0], found[1]) if found is not None else None
+        if last is None:
+            return cls(run)
+        log = cls(run, look_back=False)  # after the run's own last event
+        log.parent, log.sequence = last
         return log
 
     def flush(self) -> None:
@@ -166,6 +176,21 @@ class EventLog:
             yield
         finally:
             self._agent_id = before
+
+
+def with_last_event(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """`runs` with the id and sequence of each one's last stored event, which `EventLog.resume` goes on from."""
+    last = Event.objects.filter(run=OuterRef("pk")).order_by("-sequence")
+    return runs.annotate(
+        last_event_id=Subquery(last.values("id")[:1]), last_sequence=Subquery(last.values("sequence")[:1])
+    )
+
+
+def last_event_of_session() -> Subquery:
+    """The id of the last stored event of the outer session's runs (in the session's order: runs by creation,
+    events by sequence): what the first event of its next run follows."""
+    events = Event.objects.filter(run__session=OuterRef("pk"))
+    return Subquery(events.order_by("-run__created_at", "-run_id", "-sequence").values("id")[:1])
 
 
 def session_last_event(run: Run) -> uuid.UUID | None:

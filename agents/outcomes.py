@@ -188,7 +188,8 @@ def _store_outcome(
             log.record(RunCompleted(output=outcome.output))
         if run.session is not None and outcome.conversation is not None:
             run.session.conversation = outcome.conversation
-    if outcome is None and not isinstance(result.error, TurnBlocked):
+    handed_back = outcome is None and not isinstance(result.error, TurnBlocked)
+    if handed_back:
         # The answers this run carried were not consumed: keep them for the next turn of the session,
         # except that a call with side effects that already ran is never run again.
         ran = calls_with_side_effects(run, log) if ran is None else ran
@@ -215,6 +216,9 @@ def _store_outcome(
     held = Run.objects.held_by(run)
     if not held.update(**{name: getattr(run, name) for name in fields}):
         raise _Reclaimed
+    # The session's first turn (no turn ended in it before, not a fork's copy) leaves open only what it opened.
+    session = run.session
+    first = session is not None and session.last_run_id is None and session.forked_from_checkpoint_id is None
     if run.session is not None:
         run.session.last_run = run
         run.session.updated_at = run.finished_at
@@ -222,7 +226,10 @@ def _store_outcome(
             ["conversation"] if outcome is not None and outcome.conversation is not None else []
         )
         run.session.save(update_fields=fields)
-    checkpoints.record(run)
+    # What it opened is all the session has open when nothing else was left open as it started (nor since: one
+    # turn at a time) and it handed no answer back.
+    only_opened = (first or prepared.left_open == []) and not handed_back
+    checkpoints.record(run, first=first, open_requests=opened if only_opened else None)
     log.flush()
     _record_receipts(run, log)
 

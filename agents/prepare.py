@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Annotated, Any, Literal
 
-from django.db.models import Exists, F
+from django.db.models import Exists, F, OuterRef, QuerySet
 from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
@@ -153,6 +153,11 @@ class PreparedRun:
     run_id: uuid.UUID | None = None
     # The sub-agents its model may call, as they are now (SPEC section 10).
     subagents: dict[str, SubAgent] = field(default_factory=dict)
+    # The run this one replays (`agents.actions.replay_run`): `replayOf` in its `run.started`.
+    replay_of: Run | None = None
+    # The ids of the session's open requests the run neither carries nor abandons (None: not known, for a queued
+    # run kept before this was): what stays open through its turn, besides what it opens.
+    left_open: list[str] | None = field(default_factory=list)
 
 
 def live_version(tenant: Tenant, name: str, number: int | None) -> AgentVersion:
@@ -170,9 +175,16 @@ def live_version(tenant: Tenant, name: str, number: int | None) -> AgentVersion:
     return version
 
 
-def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> PreparedRun:
+def prepare_run(
+    tenant: Tenant,
+    version: AgentVersion,
+    request: RunRequest,
+    session: Session | None = None,
+    uncarried: list[PendingRequest] | None = None,
+) -> PreparedRun:
     """Check the whole request (SPEC section 4, "Rules") for a run of `version` (see `live_version`);
-    raises RunRejected, writes nothing."""
+    raises RunRejected, writes nothing. The continuation passes what it read already instead of looking it up:
+    the `session` (its turn state is asked again when the run starts) and its `uncarried` requests."""
     agent = version.agent
     if version.definition.external:
         detail = (
@@ -182,9 +194,8 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
         raise RunRejected(409, "external_agent", detail)
     if request.has_answers and not request.session_id:
         raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
-    session = None
-    if request.session_id:
-        sessions = Session.objects.live().select_related("last_run")
+    if session is None and request.session_id:
+        sessions = with_turn_state(Session.objects.live().select_related("last_run"))
         session = sessions.filter(tenant=tenant, key=request.session_id).first()
         if session is not None and session.agent_id != agent.pk:
             raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
@@ -205,7 +216,7 @@ def prepare_run(tenant: Tenant, version: AgentVersion, request: RunRequest) -> P
         previous_run=previous_run,
         connections=granted_connections(tenant, version),
     )
-    _check_answers(prepared)
+    _check_answers(prepared, uncarried)
     if not (prepared.answered or prepared.stored_answers or prepared.terminated or request.message):
         raise RunRejected(400, "message_required", "Send a message (it may be empty only when answers are sent).")
     content = version.definition
@@ -286,6 +297,13 @@ def refuse_unless_approver_of(membership: Membership, requests: Iterable[Pending
         raise RunRejected(refused.status, refused.code, refused.run_detail) from None
 
 
+def with_turn_state(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    """`sessions` with what `refuse_if_busy_or_gone` asks, read in the same query (not under a lock: `start_run`
+    asks again after taking the session's, in a query of its own, which sees a turn committed meanwhile)."""
+    running = Run.objects.filter(session=OuterRef("pk"), status__in=(RunStatus.RUNNING, RunStatus.QUEUED))
+    return sessions.annotate(agent_deleted_at=F("agent__deleted_at"), turn_running=Exists(running))
+
+
 def refuse_if_busy_or_gone(session: Session) -> None:
     """Refuse a second turn of the session, and a turn of an agent or session deleted meanwhile. `start_run`
     asks again under the session's lock, which the deletions take too: a deletion waits for this turn to be
@@ -293,23 +311,29 @@ def refuse_if_busy_or_gone(session: Session) -> None:
     if session.deleted_at is not None:
         detail = "The session was deleted meanwhile; send the turn again to start a new session."
         raise RunRejected(409, "session_busy", detail)
-    busy = Exists(Run.objects.filter(session=session, status__in=(RunStatus.RUNNING, RunStatus.QUEUED)))
-    deleted_at, is_busy = Agent.objects.filter(pk=session.agent_id).values_list("deleted_at", busy).get()
+    read: Any = session
+    if hasattr(read, "turn_running"):  # read with the session (`with_turn_state`)
+        deleted_at, is_busy = read.agent_deleted_at, read.turn_running
+    else:
+        busy = Exists(Run.objects.filter(session=session, status__in=(RunStatus.RUNNING, RunStatus.QUEUED)))
+        deleted_at, is_busy = Agent.objects.filter(pk=session.agent_id).values_list("deleted_at", busy).get()
     if deleted_at is not None:
         raise RunRejected(404, "agent_not_found", "The agent of this session was deleted.")
     if is_busy:
         raise RunRejected(409, "session_busy", "A turn of this session is still running; send the next one after it.")
 
 
-def _check_answers(prepared: PreparedRun) -> None:
+def _check_answers(prepared: PreparedRun, uncarried: list[PendingRequest] | None = None) -> None:
     request, session = prepared.request, prepared.session
     # The session's requests no run has carried yet, in one query: open ones, and those closed without an
     # answer (expired, cancelled) whose calls the turn must close; with who answered each stored answer,
-    # whom the events handing them to the engine name.
-    uncarried: list[PendingRequest] = []
-    if session is not None:
-        statuses = (RequestStatus.PENDING, RequestStatus.EXPIRED, RequestStatus.CANCELLED)
-        uncarried = list(session.requests.filter(status__in=statuses, answered_in=None).select_related("answered_by"))
+    # whom the events handing them to the engine name (unless the caller read them: `uncarried`).
+    if uncarried is None:
+        uncarried = []
+        if session is not None:
+            statuses = (RequestStatus.PENDING, RequestStatus.EXPIRED, RequestStatus.CANCELLED)
+            waiting = session.requests.filter(status__in=statuses, answered_in=None)
+            uncarried = list(waiting.select_related("answered_by"))
     open_requests = {r.id: r for r in uncarried if r.status == RequestStatus.PENDING}
     by_call = {r.call_id: r for r in open_requests.values()}
     approval_modes = {t.name: t.approval for t in prepared.version.definition.tools}
@@ -370,7 +394,9 @@ def _check_answers(prepared: PreparedRun) -> None:
     unanswered = [r for r in open_requests.values() if r.id not in seen and r.answer is None]
     if unanswered and request.abandon_pending:
         prepared.abandoned = unanswered
-    elif unanswered and (request.message or prepared.answered):
+        return
+    prepared.left_open = [str(r.id) for r in unanswered]
+    if unanswered and (request.message or prepared.answered):
         if request.message:
             raise RunRejected(
                 409, "pending_requests", "The session has unanswered requests; answer them or set abandonPending."

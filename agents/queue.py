@@ -31,7 +31,7 @@ from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from agents.engine import Answers, TurnError, warm_engine
-from agents.events import EventLog
+from agents.events import EventLog, with_last_event
 from agents.lanes import queue_name
 from agents.models import AWAITING, Run, RunStatus
 from agents.outcomes import finish_run
@@ -66,17 +66,17 @@ def start_queued(prepared: PreparedRun, user: Any) -> StartedRun:
     return start_run(prepared, user, enqueue=enqueue)
 
 
-def enqueue(run: Run, prepared: PreparedRun, log: EventLog) -> None:
-    """Keep what the turn needs on the run and queue it (inside `start_run`'s transaction). Not its answers: each
-    is stored on its request, and the worker rebuilds them from there (`carried_answers`) by the ids it keeps."""
+def enqueue(run: Run, prepared: PreparedRun) -> None:
+    """Keep what the turn needs on the run, not saved yet, and queue it (inside `start_run`'s transaction, which
+    writes the run after). Not its answers: each is stored on its request, and the worker rebuilds them from there
+    (`carried_answers`) by the ids it keeps."""
     run.queued_input = {
         "instructions": prepared.instructions,
         "documents": [list(document) for document in prepared.documents],
         "carried": carried_ids(prepared),
+        "leftOpen": prepared.left_open,
     }
-    log.flush()
     run.task_id = str(execute_queued.using(queue_name=queue_name(run.lane)).enqueue(str(run.id)).id)
-    run.save(update_fields=["queued_input", "task_id"])
     transaction.on_commit(wake_workers)
 
 
@@ -97,6 +97,7 @@ def load_started(run: Run) -> StartedRun:
         previous_run=None,
         connections=granted_connections(run.tenant, run.version),
         subagents=subagents_for(run.tenant, run.version.definition, run.culture, session),
+        left_open=data.get("leftOpen"),
     )
     return StartedRun(
         run=run,
@@ -117,7 +118,7 @@ def _runs() -> Any:
 def execute_queued(context: TaskContext, run_id: str) -> str:
     """The task of one queued run: run the turn the claim gave this worker."""
     worker_id = context.task_result.worker_ids[-1]
-    run = _runs().filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id).first()
+    run = with_last_event(_runs()).filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id).first()
     if run is None:
         return "skipped"  # cancelled, or reclaimed, before its turn began
     if run.cancel_requested or run.agent.deleted_at is not None:
@@ -229,7 +230,9 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
     # on its lock back off in sleeps of many milliseconds.
     claimed: list[DBTaskResult] = []
     with _CLAIMING, exclusive_transaction(tasks.db):
-        room, held, passed = _room(lanes), set[str](), set[str]()
+        # The lanes' free turns, counted once their locks are held (not before: that count could be stale).
+        room: dict[str, int] = {}
+        held, passed = set[str](), set[str]()
         while len(claimed) < len(worker_ids):
             # Lanes found full are left out, so each pass looks further down the queue.
             skip = passed | {name for name, free in room.items() if free <= 0}
@@ -243,7 +246,7 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
             held |= locked
             passed |= new - locked
             if locked:
-                room = _room(lanes)  # counted again under the lanes' locks: another claimer may have taken some
+                room = _room(lanes)  # counted under the lanes' locks: another claimer may have taken some
             for db_task in ready:
                 if db_task.queue_name not in held:
                     continue

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agents import checkpoints
 from agents.engine import Answers, TurnContext, TurnError, TurnOutcome, run_turn
-from agents.events import EventLog, EventType
+from agents.events import EventLog, EventType, last_event_of_session
 from agents.lanes import DEFAULT_LANE
 from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
 from agents.payloads import Abort, DocumentAttached, RequestTerminated, RunCancelled, RunStarted, UserMessage
@@ -49,7 +49,9 @@ class StartedRun:
         self.before_turn = len(self.log.stored)
 
 
-Enqueue = Callable[[Run, PreparedRun, EventLog], None]
+# Puts a run not saved yet on its lane's queue (`agents.queue.enqueue`): keeps what its turn needs on it and sets its
+# task, so the run is written once.
+Enqueue = Callable[[Run, PreparedRun], None]
 
 
 def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = None) -> StartedRun:
@@ -62,9 +64,12 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
     queued = enqueue is not None
     with transaction.atomic():
         session = prepared.session
+        after: Any = None  # the session's last event, which the run's first one follows (SPEC section 10)
         if session is not None:
             # One turn at a time per session: a second one would run against the same history.
-            session = Session.objects.select_for_update().get(pk=session.pk)
+            sessions = Session.objects.select_for_update(of=("self",)).annotate(last_event=last_event_of_session())
+            session = sessions.get(pk=session.pk)
+            after = session.last_event
             refuse_if_busy_or_gone(session)
         elif request.session_id:
             try:
@@ -73,7 +78,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             except IntegrityError:
                 detail = "Another turn started this session at the same moment."
                 raise RunRejected(409, "session_busy", detail) from None
-        run = Run.objects.create(
+        run = Run(
             **({"id": prepared.run_id} if prepared.run_id else {}),
             tenant=tenant,
             agent=prepared.agent,
@@ -89,7 +94,11 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             lane=request.lane or DEFAULT_LANE,
             **({} if queued else hold_here()),
         )
-        log = EventLog(run)
+        if enqueue is not None:
+            enqueue(run, prepared)
+        run.save(force_insert=True)
+        log = EventLog(run, look_back=False)
+        log.parent = after
         log.record(
             RunStarted(
                 agent=prepared.agent.name,
@@ -98,6 +107,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
                 culture=prepared.culture or None,
                 parameters=prepared.bound,
                 previousRunId=_id(prepared.previous_run),
+                **({"replayOf": str(prepared.replay_of.pk)} if prepared.replay_of is not None else {}),
             )
         )
         now = timezone.now()
@@ -136,10 +146,10 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             log.record(UserMessage(content=request.message))
         for name, text in prepared.documents:
             log.record(DocumentAttached(name=name, size=len(text.encode())))
-        if enqueue is not None:
-            enqueue(run, prepared, log)
+        if queued:
+            log.flush()  # what starting it wrote; the worker's turn goes on from there
     closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
-    notify_requests_closed(run.tenant_id, [str(i) for i in closed])
+    notify_requests_closed(run.tenant_id, [str(i) for i in closed], tenant)
     conversation = session.conversation if session is not None else None
     return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules, conversation=conversation)
 

@@ -13,11 +13,12 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db.models.expressions import RawSQL
 from django.template.loader import render_to_string
 
 from approvals import waiting, webhooks
 from approvals.models import ApproverGroup, PendingRequest
-from console.models import ROLE_RANK, Membership, Role
+from console.models import ROLE_RANK, Membership, Role, Tenant
 
 
 def tenant_group(tenant_id: int) -> str:
@@ -49,9 +50,10 @@ def member_key(user_id: int) -> str:
     return f" {user_id} "
 
 
-def _members(tenant_id: int, group: str = "") -> tuple[str, str]:
+def _members(tenant_id: int, group: str = "") -> tuple[str, str, int]:
     """The tenant's active members now, as two strings of ` id ` keys: those who may answer (operators; for
-    requests routed to `group`, admins and that group's members), and the others, who watch.
+    requests routed to `group`, admins and that group's members), and the others, who watch; and the tenant's
+    `pending_count`, read in the same query (0 for a tenant without members: nobody to tell).
 
     Strings rather than sets: the in-memory layer deep-copies a message for every socket and the Redis layer
     serialises it for every socket, and a string costs one copy however many members it lists.
@@ -60,16 +62,19 @@ def _members(tenant_id: int, group: str = "") -> tuple[str, str]:
     if group:
         routed = ApproverGroup.objects.filter(tenant_id=tenant_id, name=group)
         approvers = set(routed.values_list("members", flat=True))
-    operators, readers = [" "], [" "]
-    for user_id, role in Membership.objects.filter(tenant_id=tenant_id, user__is_active=True).values_list(
-        "user_id", "role"
-    ):
+    open_requests = PendingRequest.objects.open().filter(tenant_id=tenant_id).order_by().values("pk")
+    sql, params = open_requests[: PENDING_COUNTED + 1].query.sql_with_params()
+    counted = RawSQL(f"SELECT COUNT(*) FROM ({sql}) AS open_requests", params)  # Django's own SQL
+    members = Membership.objects.filter(tenant_id=tenant_id, user__is_active=True).annotate(pending=counted)
+    operators, readers, counts = [" "], [" "], [0]
+    for user_id, role, count in members.values_list("user_id", "role", "pending"):
+        counts[0] = count
         rank = ROLE_RANK[Role(role)]
         may_answer = rank >= ROLE_RANK[Role.OPERATOR] and (
             not group or rank >= ROLE_RANK[Role.ADMIN] or user_id in approvers
         )
         (operators if may_answer else readers).append(f"{user_id} ")
-    return "".join(operators), "".join(readers)
+    return "".join(operators), "".join(readers), counts[0]
 
 
 def _send(tenant_id: int, message: dict[str, Any]) -> None:
@@ -78,12 +83,19 @@ def _send(tenant_id: int, message: dict[str, Any]) -> None:
         async_to_sync(layer.group_send)(tenant_group(tenant_id), message)
 
 
-def _push(tenant_id: int, operator: dict[str, Any], reader: dict[str, Any] | None = None, *, group: str = "") -> None:
+def _push(
+    tenant_id: int,
+    operator: dict[str, Any],
+    reader: dict[str, Any] | None = None,
+    *,
+    group: str = "",
+    counted: bool = False,
+) -> None:
     """Push `operator` to the members who may answer (requests routed to `group`: its members and admins) and
-    `reader` (the same when None) to the others."""
-    operators, readers = _members(tenant_id, group)
+    `reader` (the same when None) to the others; `counted`: both say the tenant's `pending` count."""
+    operators, readers, pending = _members(tenant_id, group)
     # When the push left (rendered, counted, members read), so clients and benchmarks see the fan-out latency.
-    sent_at = {"sentAt": time.time()}
+    sent_at: dict[str, Any] = {"sentAt": time.time(), **({"pending": pending} if counted else {})}
     operator_text = json.dumps({**operator, **sent_at})
     message = {
         "type": "console.push",
@@ -100,14 +112,15 @@ def notify_requests_opened(requests: list[PendingRequest]) -> None:
     operators outside the group a request is routed to) get the card without its forms."""
     if not requests:
         return
-    webhooks.announce(webhooks.OPENED, requests[0].tenant_id, [r.id for r in requests])
+    first = requests[0]
+    tenant = first.tenant if PendingRequest.tenant.is_cached(first) else first.tenant_id
+    webhooks.announce(webhooks.OPENED, tenant, [r.id for r in requests])
     _show(requests)
 
 
 def _show(requests: list[PendingRequest], *, titles: bool = True) -> None:
     """Push the cards of `requests` to every open inbox; `titles` for a browser notification of them."""
     tenant_id = requests[0].tenant_id
-    pending = pending_count(tenant_id)
     by_group: dict[str, list[PendingRequest]] = {}
     for request in requests:
         by_group.setdefault(request.approvers, []).append(request)
@@ -116,29 +129,29 @@ def _show(requests: list[PendingRequest], *, titles: bool = True) -> None:
             "type": "requests_opened",
             "ids": [str(r.id) for r in routed],
             "titles": [f"{r.agent.name}: {r.tool_name}" for r in routed] if titles else [],
-            "pending": pending,
         }
         _push(
             tenant_id,
             {**common, "html": "".join(render_request(r, can_answer=True) for r in routed)},
             {**common, "html": "".join(render_request(r, can_answer=False) for r in routed)},
             group=group,
+            counted=True,
         )
 
 
-def notify_requests_closed(tenant_id: int, request_ids: list[str]) -> None:
-    """Answered or terminated requests: every open inbox drops them."""
+def notify_requests_closed(tenant_id: int, request_ids: list[str], tenant: Tenant | None = None) -> None:
+    """Answered or terminated requests: every open inbox drops them (`tenant`: the tenant, when read already)."""
     if not request_ids:
         return
-    webhooks.announce(webhooks.CLOSED, tenant_id, request_ids)
+    webhooks.announce(webhooks.CLOSED, tenant or tenant_id, request_ids)
     waiting.wake(request_ids)
-    _push(tenant_id, {"type": "requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)})
+    _push(tenant_id, {"type": "requests_closed", "ids": request_ids}, counted=True)
 
 
 def notify_requests_held(tenant_id: int, request_ids: list[str]) -> None:
     """Answers held for their undo window (approvals.actions.held): every open inbox drops the cards as it
     drops answered ones, but nothing is announced and no waiter wakes, for nothing is decided yet."""
-    _push(tenant_id, {"type": "requests_closed", "ids": request_ids, "pending": pending_count(tenant_id)})
+    _push(tenant_id, {"type": "requests_closed", "ids": request_ids}, counted=True)
 
 
 def notify_requests_released(requests: list[PendingRequest]) -> None:

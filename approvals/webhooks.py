@@ -90,9 +90,14 @@ def request_event(event_type: str, request: PendingRequest) -> dict[str, Any]:
     }
 
 
-def webhook_of(tenant_id: int) -> ConnectionSpec | None:
-    """The webhook the tenant chose, while the installation still grants it to the tenant."""
-    chosen = Tenant.objects.filter(pk=tenant_id).values_list("request_webhook_id", flat=True).first()
+def webhook_of(tenant: int | Tenant) -> ConnectionSpec | None:
+    """The webhook the tenant chose, while the installation still grants it to the tenant (a `Tenant` read
+    already says which it chose)."""
+    if isinstance(tenant, Tenant):
+        tenant_id, chosen = tenant.pk, tenant.request_webhook_id
+    else:
+        tenant_id = tenant
+        chosen = Tenant.objects.filter(pk=tenant_id).values_list("request_webhook_id", flat=True).first()
     if chosen is None:
         return None
     granted = Connection.objects.granted_to(Tenant(pk=tenant_id)).filter(pk=chosen, kind=ConnectionKind.WEBHOOK)
@@ -100,17 +105,18 @@ def webhook_of(tenant_id: int) -> ConnectionSpec | None:
     return connection.spec if connection is not None else None
 
 
-def announce(event_type: str, tenant_id: int, request_ids: Iterable[Any]) -> None:
-    """Send `event_type` for each of the requests to the tenant's webhook, once the transaction commits (at
-    once outside one). Never raises: a failure is logged."""
+def announce(event_type: str, tenant: int | Tenant, request_ids: Iterable[Any]) -> None:
+    """Send `event_type` for each of the requests to the tenant's webhook (`tenant`: its id, or the tenant as read
+    with the requests), once the transaction commits (at once outside one). Never raises: a failure is logged."""
     ids = list(request_ids)
     if ids:
-        transaction.on_commit(lambda: _announce(event_type, tenant_id, ids))
+        transaction.on_commit(lambda: _announce(event_type, tenant, ids))
 
 
-def _announce(event_type: str, tenant_id: int, ids: list[Any]) -> None:
+def _announce(event_type: str, tenant: int | Tenant, ids: list[Any]) -> None:
+    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
     try:
-        spec = webhook_of(tenant_id)
+        spec = webhook_of(tenant)
         if spec is None:
             return
         requests = PendingRequest.objects.filter(tenant_id=tenant_id, pk__in=ids).select_related(

@@ -12,14 +12,13 @@ its caller (`agents.actions.runs.run_to_end`), a queued one by a worker.
 """
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from pydantic import Field, StrictInt
 
 from agents import queue
 from agents.definitions import WireModel
-from agents.events import EventLog, EventType
+from agents.events import EventType
 from agents.models import Run
 from agents.prepare import PreparedRun, RunRejected, RunRequest, prepare_run, refuse_ungranted_connections
 from agents.runs import StartedRun, start_run
@@ -88,22 +87,7 @@ def _prepare(original: Run, definition_version: int | None) -> tuple[PreparedRun
 
 
 def _start(original: Run, prepared: PreparedRun, user: Any, *, queued: bool) -> StartedRun:
-    """Start the replay as `agents.runs.start_run` starts any run (queued on its lane with `queued`)."""
-    if queued:
-        return start_run(prepared, user, enqueue=partial(_enqueue_replay, original))
-    started = start_run(prepared, user)
-    _mark_replay(started.log, original)
-    return started
-
-
-def _enqueue_replay(original: Run, run: Run, prepared: PreparedRun, log: EventLog) -> None:
-    _mark_replay(log, original)
-    queue.enqueue(run, prepared, log)
-
-
-def _mark_replay(log: EventLog, original: Run) -> None:
-    """`replayOf` in the new run's `run.started`, before anything of the log is written. (A `Run.replay_of`
-    column, set by `start_run`, would let the run's own row say it.)"""
-    started = log.stored[0]
-    assert started.type == EventType.RUN_STARTED and log.flushed == 0
-    started.data = {**started.data, "replayOf": str(original.id)}
+    """Start the replay as `agents.runs.start_run` starts any run (queued on its lane with `queued`), with
+    `replayOf` in its `run.started`."""
+    prepared.replay_of = original
+    return start_run(prepared, user, enqueue=queue.enqueue if queued else None)

@@ -20,24 +20,32 @@ from agents.checkpoints import branch, request_copies
 from agents.models import Checkpoint, Run, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.queue import start_queued
-from approvals.models import RequestStatus
+from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened
 
 
-def continue_session(user: Any, session: Session) -> Run | None:
+def continue_session(
+    user: Any, session: Session, *, last: PendingRequest | None = None, asked: Run | None = None
+) -> Run | None:
     """Start the continuation run once no open request of the session is left without its answer; None while
     one is (or when another answer started it meanwhile). `user` is who gave the last answer (None when the
-    system closed the last request)."""
+    system closed the last request). A caller that knows them passes the `last` request, answered (committed)
+    when no other request of the session waited to be carried, and the run that `asked` (the session's last,
+    with its version); they are read otherwise."""
     # The answers not carried yet, in one query: one missing means a request still waits.
-    stored = list(
-        session.requests.filter(status=RequestStatus.PENDING, answered_in=None).values_list("answer", flat=True)
-    )
+    if last is not None:
+        stored: list[Any] = [last.answer]
+    else:
+        uncarried = session.requests.filter(status=RequestStatus.PENDING, answered_in=None)
+        stored = list(uncarried.values_list("answer", flat=True))
     if any(answer is None for answer in stored):
         return None
     # The continuation runs the version that asked unless an answer named another (SPEC section 9), on its
     # lane (its parameters and culture repeat as well), through the queue: the answer returns at once.
-    runs = Run.objects.select_related("version")
-    asked = runs.filter(pk=session.last_run_id).first() if session.last_run_id else None
+    if asked is None or asked.pk != session.last_run_id:
+        runs = Run.objects.select_related("version")
+        asked = runs.filter(pk=session.last_run_id).first() if session.last_run_id else None
+    session.last_run = asked  # the previous run of the continuation, not read again
     given = [answer for answer in stored if isinstance(answer, dict)]
     chosen_version = next((a["definitionVersion"] for a in given if a.get("definitionVersion")), None)
     chosen_id = next((a["newRunId"] for a in given if a.get("newRunId")), None)
@@ -52,7 +60,7 @@ def continue_session(user: Any, session: Session) -> Run | None:
         else:
             version = asked.version if asked else live_version(session.tenant, session.agent.name, None)
         version.agent = session.agent
-        prepared = prepare_run(session.tenant, version, request)
+        prepared = prepare_run(session.tenant, version, request, session, [last] if last is not None else None)
         prepared.run_id = uuid.UUID(chosen_id) if chosen_id else None
         try:
             started = start_queued(prepared, user)

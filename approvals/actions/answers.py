@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents.actions import continue_session
@@ -49,8 +50,17 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
     PendingRequest.DoesNotExist for a request this tenant's run never issued, ResponseRefused for a refused
     answer (403 `not_an_approver` for a member outside the group the request is routed to)."""
     # One query for all an answer reads; the session's conversation (a whole history) is not among it.
-    found = PendingRequest.objects.select_related("run__version", "session__agent", "session__tenant", "agent")
-    pending = found.defer("session__conversation").get(tenant=membership.tenant, run_id=run_id, id=response.request_id)
+    found = PendingRequest.objects.select_related(
+        "run__version", "session__agent", "session__tenant", "agent", "tenant"
+    )
+    # Whether another request of the session waits to be carried (open, or closed unanswered: its call must be
+    # closed): when none does, this answer is the last one and the continuation carries only it.
+    waiting = (RequestStatus.PENDING, RequestStatus.EXPIRED, RequestStatus.CANCELLED)
+    others = PendingRequest.objects.filter(session=OuterRef("session"), status__in=waiting, answered_in=None).exclude(
+        pk=OuterRef("pk")
+    )
+    found = found.annotate(others_open=Exists(others)).defer("session__conversation")
+    pending = found.get(tenant=membership.tenant, run_id=run_id, id=response.request_id)
     rid = str(pending.id)
     try:
         refuse_unless_answerable(membership, [pending])
@@ -121,10 +131,13 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
     if external:
         settle(pending)  # an external agent reads its decision; no run of Airlock's continues
     # Its waiters are woken with the request as it now is (an external one settled: answered).
-    transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [rid]))
+    transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [rid], pending.tenant))
     if external:
         return Outcome("accepted", rid, "The answer was stored.", None)
-    continuation = continue_session(user, pending.session)
+    # The last answer (no other request was waiting when it was read, and none opens while the session waits) is
+    # all the continuation carries; otherwise the session's are read again, now that this one is committed.
+    alone = None if pending.others_open else pending
+    continuation = continue_session(user, pending.session, last=alone, asked=pending.run)
     return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
 
 

@@ -134,8 +134,9 @@ def test_a_queued_run_keeps_its_answers_on_their_requests_and_the_worker_hands_t
     accepted = queue_run(operator, {"sessionId": "a1", "approvals": [{"requestId": request_id, "approved": True}]})
 
     kept = Run.objects.get(id=accepted["runId"]).queued_input
-    assert set(kept) == {"instructions", "documents", "carried"}
+    assert set(kept) == {"instructions", "documents", "carried", "leftOpen"}
     assert kept["carried"] == [request_id]  # the request it carries, not a copy of the answer
+    assert kept["leftOpen"] == []  # nothing else stays open through its turn
     assert queue.drain() == 1
     assert get_run(operator, accepted["runId"])["output"] == f"send_email: sent to {EMAIL['to']}"
     assert len(mail.outbox) == 1
