@@ -218,7 +218,7 @@ def pg_connections_of(pid: int, database: str) -> int:
     """PostgreSQL connections to `database` that process `pid` holds (pg_stat_activity's client ports)."""
     import psycopg
 
-    ports = local_tcp_ports(pid)
+    ports, database = local_tcp_ports(pid), bench_database_name(database)
     with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
         rows = admin.execute(
             "SELECT client_port FROM pg_stat_activity WHERE datname = %s AND client_port IS NOT NULL", [database]
@@ -229,10 +229,20 @@ def pg_connections_of(pid: int, database: str) -> int:
 # --- scratch stores ------------------------------------------------------------------------------
 
 
-def pg_database(name: str, *, fresh: bool) -> str:
-    """URL of the PostgreSQL database `name` (an `airlock_bench_` one), created when missing (dropped first
-    when `fresh`)."""
+def bench_database_name(name: str) -> str:
+    """`name` (an `airlock_bench_` one), its prefix replaced by AIRLOCK_BENCH_DB_PREFIX when that is set (say
+    `airlock_bench_mine_`): benchmarks run by several people on one PostgreSQL server keep to their own
+    databases."""
     assert name.startswith("airlock_bench_"), name
+    prefix = os.environ.get("AIRLOCK_BENCH_DB_PREFIX", "airlock_bench_")
+    assert prefix.startswith("airlock_bench_"), prefix
+    return prefix + name.removeprefix("airlock_bench_")
+
+
+def pg_database(name: str, *, fresh: bool) -> str:
+    """URL of the PostgreSQL database `name` (an `airlock_bench_` one, see `bench_database_name`), created when
+    missing (dropped first when `fresh`)."""
+    name = bench_database_name(name)
     import psycopg
 
     with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:

@@ -7,13 +7,16 @@ processes and threads) runs in a child process of its own with a fresh database;
 child times the same turn on bare pydantic-ai (bench/turn_overhead.py's `Bare`, median of BARE_TURNS):
 the floor its ratio is taken against, measured under the same load.
 
-Then the same worker on SQLite with 1 and 4 threads when each turn waits on its provider (a loopback
-OpenAI-compatible server answering after PROVIDER_MS), against the provider's pace: no target, it shows what
-the threads are for.
+Then the floor with a provider's latency (issue 32 item 4): the same worker, on PostgreSQL and SQLite with 1
+and 4 threads, when each turn is one model call to a loopback OpenAI-compatible server answering after
+PROVIDER_MS, against the provider's pace (threads / PROVIDER_MS). `--phases` instead times, in one process,
+where each run's time goes (claim, load, turn, finish, the wait for the claimer) on PostgreSQL.
 
-Usage: .venv/bin/python bench/queue_throughput.py [--runs 400]
+Usage: .venv/bin/python bench/queue_throughput.py [--runs 200] [--provider-only] [--phases]
 Targets (issue 17): one worker process (1 thread) at least 0.7x the bare turn rate; 4 threads never slower
 than 1 (within 5%: same-code runs move more than that here); two PostgreSQL worker processes at least 1.7x one.
+Target (issue 32): with the provider, one worker process at least 0.95x the provider's pace with 1 and with 4
+threads.
 """
 
 import argparse
@@ -44,13 +47,19 @@ THREADS_NOT_SLOWER = 0.95  # 4 threads against 1 thread
 SCALE_OUT = 1.7  # two PostgreSQL worker processes against one
 BARE_TURNS = 200
 CONFIGS = [("sqlite", 1, 1), ("sqlite", 1, 4), ("postgresql", 1, 1), ("postgresql", 1, 4), ("postgresql", 2, 1)]
+RUNS = 200  # per scripted configuration
 AGENT = {"name": "clock", "tools": [{"name": "get_time", "approval": "never"}]}
 # The same worker when turns wait on a provider, as real ones do: a loopback OpenAI-compatible server
 # (tests/fakes/openai_server.py) answering each model call after PROVIDER_MS.
 PROVIDER_MS = 100
 PROVIDER_THREADS = (1, 4)
+# Runs per provider configuration: about 6 s of turns at 1 thread and 4 s at 4; the span from the first
+# finished run to the last moves by less than 1% between runs of these lengths and of 200.
+PROVIDER_RUNS = {1: 60, 4: 160}
+PROVIDER_PACE = 0.95  # issue 32 item 4: runs/s against threads / PROVIDER_MS
 REMOTE = {"name": "remote", "model": {"connection": "loopback", "name": "bench-model"}}
 KEY_ENV = "BENCH_OPENAI_KEY"
+DATABASE = "airlock_bench_queue"
 
 
 def bare() -> float:
@@ -61,33 +70,50 @@ def bare() -> float:
     return 1 / sorted(times)[len(times) // 2]
 
 
+def _queue(data: Path, database: str, runs: int, provider_ms: int, provider: FakeOpenAI) -> dict[str, str]:
+    """Set Django up on a fresh database and queue `runs` runs; the environment a worker needs."""
+    url = pg_database(DATABASE, fresh=True) if database == "postgresql" else None
+    env = {**bench_env(data, database_url=url), KEY_ENV: "sk-bench"}
+    setup_django(env)
+    from django.core.management import call_command
+
+    from agents.prepare import RunRequest, live_version, prepare_run
+    from agents.queue import start_queued
+    from console.models import Connection
+
+    call_command("migrate", verbosity=0)
+    if provider_ms:
+        Connection.objects.create(
+            name="loopback", kind="openai", all_tenants=True, base_url=provider.base_url, api_key_env=KEY_ENV
+        )
+        for _ in range(runs):
+            provider.reply_text("Hello.", delay=provider_ms / 1000)
+    agent, message = (REMOTE, "hello") if provider_ms else (AGENT, "call get_time")
+    persona = seed_operator(agents={agent["name"]: agent})
+    version = live_version(persona["tenant"], agent["name"], None)
+    for _ in range(runs):
+        start_queued(prepare_run(persona["tenant"], version, RunRequest(message=message)), persona["user"])
+    return env
+
+
+def _finished_rate(runs: int) -> tuple[float, int]:
+    """Runs per second from the first finished run to the last, and how many completed."""
+    from django.db.models import Max, Min
+
+    from agents.models import Run
+
+    span = Run.objects.aggregate(first=Min("finished_at"), last=Max("finished_at"))
+    seconds = (span["last"] - span["first"]).total_seconds()
+    return (runs - 1) / seconds if seconds else 0.0, Run.objects.filter(status="completed").count()
+
+
 def one(database: str, processes: int, threads: int, runs: int, provider_ms: int = 0) -> dict[str, object]:
     """Measure one configuration in this process (a child of `main`); with `provider_ms`, the turns are
     one model call each to a loopback provider that answers after that many milliseconds."""
     with scratch_dir("airlock-queue-bench-") as data, FakeOpenAI() as provider:
-        url = pg_database("airlock_bench_queue", fresh=True) if database == "postgresql" else None
-        env = {**bench_env(data, database_url=url), KEY_ENV: "sk-bench"}
-        setup_django(env)
-        from django.core.management import call_command
-        from django.db.models import Max, Min
-
+        env = _queue(data, database, runs, provider_ms, provider)
         from agents.models import Run
-        from agents.prepare import RunRequest, live_version, prepare_run
-        from agents.queue import start_queued
-        from console.models import Connection
 
-        call_command("migrate", verbosity=0)
-        if provider_ms:
-            Connection.objects.create(
-                name="loopback", kind="openai", all_tenants=True, base_url=provider.base_url, api_key_env=KEY_ENV
-            )
-            for _ in range(runs):
-                provider.reply_text("Hello.", delay=provider_ms / 1000)
-        agent, message = (REMOTE, "hello") if provider_ms else (AGENT, "call get_time")
-        persona = seed_operator(agents={agent["name"]: agent})
-        version = live_version(persona["tenant"], agent["name"], None)
-        for _ in range(runs):
-            start_queued(prepare_run(persona["tenant"], version, RunRequest(message=message)), persona["user"])
         log = data / "worker.log"
         with log.open("w") as out:
             workers = [
@@ -111,18 +137,211 @@ def one(database: str, processes: int, threads: int, runs: int, provider_ms: int
                 worker.terminate()
             for worker in workers:
                 worker.wait(30)
-        span = Run.objects.aggregate(first=Min("finished_at"), last=Max("finished_at"))
-        seconds = (span["last"] - span["first"]).total_seconds()
-        completed = Run.objects.filter(status="completed").count()
+        per_second, completed = _finished_rate(runs)
         return {
             "database": database_label(),
             "processes": processes,
             "threads": threads,
             "runs": runs,
             "completed": completed,
-            "per_second": (runs - 1) / seconds if seconds else 0.0,
+            "per_second": per_second,
             "provider_calls": len(provider.requests),
         }
+
+
+def _bare_rate() -> float:
+    """Turns per second of the bare pydantic-ai turn (1 / median of BARE_TURNS), Django set up."""
+    import asyncio
+
+    from pydantic_ai import Agent
+
+    from agents.engine.scripted import scripted_model
+    from agents.tools import get_time
+
+    agent = Agent(scripted_model(), tools=[get_time], instructions="You tell the time.")
+
+    async def turn() -> float:
+        start = time.perf_counter()
+        await agent.run("call get_time")
+        return time.perf_counter() - start
+
+    with asyncio.Runner() as runner:
+        times = sorted(runner.run(turn()) for _ in range(BARE_TURNS))
+    return 1 / times[len(times) // 2]
+
+
+def series(database: str, configs: list[tuple[int, int, int]], runs: int) -> list[dict[str, Any]]:
+    """Every configuration (processes, threads, provider_ms) of one database in this process (a child of
+    `main`), on one migrated database: each one's workers start while its runs are queued in one transaction,
+    so the workers' start-up overlaps the queueing and neither is in the span timed (first finished run to
+    last). A scripted configuration's floor, the bare turn, is timed right before it, no worker running."""
+    rows = []
+    with scratch_dir("airlock-queue-bench-") as data, FakeOpenAI() as provider:
+        url = pg_database(DATABASE, fresh=True) if database == "postgresql" else None
+        env = {**bench_env(data, database_url=url), KEY_ENV: "sk-bench", "WORKER_POLL_SECONDS": "0.05"}
+        setup_django(env)
+        from django.core.management import call_command
+        from django.db import transaction
+        from django.db.models import Max, Min
+
+        from agents.models import Run
+        from agents.prepare import RunRequest, live_version, prepare_run
+        from agents.queue import start_queued
+        from console.models import Connection
+
+        call_command("migrate", verbosity=0)
+        Connection.objects.create(
+            name="loopback", kind="openai", all_tenants=True, base_url=provider.base_url, api_key_env=KEY_ENV
+        )
+        persona = seed_operator(agents={"clock": AGENT, "remote": REMOTE})
+        versions = {name: live_version(persona["tenant"], name, None) for name in ("clock", "remote")}
+        for processes, threads, provider_ms in configs:
+            floor = _bare_rate() if not provider_ms else None
+            count = PROVIDER_RUNS[threads] if provider_ms else runs
+            version, message = (versions["remote"], "hello") if provider_ms else (versions["clock"], "call get_time")
+            for _ in range(count if provider_ms else 0):
+                provider.reply_text("Hello.", delay=provider_ms / 1000)
+            calls = len(provider.requests)
+            log = data / "worker.log"
+            with log.open("w") as out:
+                workers = [
+                    subprocess.Popen(
+                        [sys.executable, "manage.py", "run_worker", "--threads", str(threads)],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                    for _ in range(processes)
+                ]
+            try:
+                with transaction.atomic():
+                    ids = [
+                        start_queued(
+                            prepare_run(persona["tenant"], version, RunRequest(message=message)), persona["user"]
+                        ).run.id
+                        for _ in range(count)
+                    ]
+                batch = Run.objects.filter(id__in=ids)
+                deadline = time.monotonic() + 300
+                while batch.filter(finished_at__isnull=True).exists():
+                    if any(worker.poll() is not None for worker in workers) or time.monotonic() > deadline:
+                        raise RuntimeError(f"a worker stopped or stalled: {log.read_text()[-2000:]}")
+                    time.sleep(0.1)
+            finally:
+                for worker in workers:
+                    worker.terminate()
+                for worker in workers:
+                    worker.wait(30)
+            span = batch.aggregate(first=Min("finished_at"), last=Max("finished_at"))
+            seconds = (span["last"] - span["first"]).total_seconds()
+            rows.append(
+                {
+                    "database": database_label(),
+                    "processes": processes,
+                    "threads": threads,
+                    "provider_ms": provider_ms,
+                    "runs": count,
+                    "completed": batch.filter(status="completed").count(),
+                    "per_second": (count - 1) / seconds if seconds else 0.0,
+                    "provider_calls": len(provider.requests) - calls,
+                    "bare": floor,
+                }
+            )
+    return rows
+
+
+# Where a queued run's time goes, timed around the worker's own functions (agents/queue.py calls them by
+# their module-level names). "waiting for the claimer" is a worker thread's time from handing itself back
+# to getting its next task: the claim transaction and, when nothing was ready, the wait for a wake or a poll.
+PHASES = {
+    "claim_batch": "claim (claim_batch: one transaction for the idle threads)",
+    "load_started": "load (load_started: the run, its session, answers, rules)",
+    "execute": "turn (execute: the engine, the model call, the events)",
+    "finish_run": "finish (finish_run: the run's end, events, pushes)",
+}
+
+
+def phases(database: str, threads: int, runs: int, provider_ms: int) -> dict[str, object]:
+    """Run the queue with an in-process WorkerPool whose steps are timed; milliseconds per run of each."""
+    import threading
+    from collections import defaultdict
+    from functools import wraps
+
+    with scratch_dir("airlock-queue-bench-") as data, FakeOpenAI() as provider:
+        _queue(data, database, runs, provider_ms, provider)
+        from agents import queue
+        from agents.models import Run
+
+        spent: dict[str, float] = defaultdict(float)
+        tasks: list[tuple[float, float]] = []  # (start, end) of each run_task
+        lock = threading.Lock()
+
+        def timed(name: str, function: Any) -> Any:
+            if asyncio_function(function):
+
+                @wraps(function)
+                async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                    start = time.perf_counter()
+                    try:
+                        return await function(*args, **kwargs)
+                    finally:
+                        with lock:
+                            spent[name] += time.perf_counter() - start
+
+                return timed_async
+
+            @wraps(function)
+            def timed_sync(*args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    end = time.perf_counter()
+                    with lock:
+                        spent[name] += end - start
+                        if name == "run_task":
+                            tasks.append((start, end))
+
+            return timed_sync
+
+        for name in PHASES:
+            setattr(queue, name, timed(name, getattr(queue, name)))
+        run_task = queue.Worker.run_task
+        queue.Worker.run_task = timed("run_task", run_task)  # type: ignore[method-assign]
+        pool = queue.WorkerPool(threads, poll=0.05)
+        pool.start()
+        try:
+            while Run.objects.filter(finished_at__isnull=True).exists():
+                time.sleep(0.05)
+        finally:
+            pool.stop(30)
+            queue.Worker.run_task = run_task  # type: ignore[method-assign]
+        # The threads are busy from the first task's start to the last one's end, but for the start and the tail.
+        wall = max(end for _, end in tasks) - min(start for start, _ in tasks)
+        per_second, completed = _finished_rate(runs)
+        inside = sum(spent[name] for name in ("load_started", "execute", "finish_run"))
+        per_run = {name: spent[name] / runs * 1000 for name in PHASES}
+        per_run["task bookkeeping (django-tasks-db's run_task around the task)"] = (
+            (spent["run_task"] - inside) / runs * 1000
+        )
+        per_run["waiting for the claimer (a thread's gap between two tasks, claim included)"] = (
+            (wall * threads - spent["run_task"]) / runs * 1000
+        )
+        return {
+            "database": database_label(),
+            "threads": threads,
+            "runs": runs,
+            "completed": completed,
+            "per_second": per_second,
+            "per_run_ms": per_run,
+        }
+
+
+def asyncio_function(function: Any) -> bool:
+    import inspect
+
+    return inspect.iscoroutinefunction(function)
 
 
 def child(*args: str) -> str:
@@ -133,25 +352,50 @@ def child(*args: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--runs", type=int, default=RUNS, help="runs per scripted configuration")
+    parser.add_argument("--provider-only", action="store_true", help="only the floor with a provider's latency")
+    parser.add_argument("--phases", action="store_true", help="where each run's time goes, with the provider")
     parser.add_argument("--one", nargs=3, metavar=("DATABASE", "PROCESSES", "THREADS"), help=argparse.SUPPRESS)
+    parser.add_argument("--series", nargs=2, metavar=("DATABASE", "CONFIGS"), help=argparse.SUPPRESS)
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--provider-ms", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--phases-of", nargs=2, metavar=("DATABASE", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
         print(bare())
         return
-    if args.one:
+    if args.one:  # bench/scale.py's
         print(json.dumps(one(args.one[0], int(args.one[1]), int(args.one[2]), args.runs, args.provider_ms)))
         return
-    rows: dict[tuple[str, int, int], dict[str, Any]] = {}
-    for database, processes, threads in CONFIGS:
-        floor = float(child("--bare"))
-        row = json.loads(child("--runs", str(args.runs), "--one", database, str(processes), str(threads)))
-        rows[(database, processes, threads)] = {**row, "bare": floor, "ratio": row["per_second"] / floor}
-    # A provider's turn: fewer runs (each waits PROVIDER_MS), a floor of `threads` turns per PROVIDER_MS.
-    provider = ("--runs", str(args.runs // 2), "--provider-ms", str(PROVIDER_MS))
-    waiting = {n: json.loads(child(*provider, "--one", "sqlite", "1", str(n))) for n in PROVIDER_THREADS}
+    if args.series:
+        configs = [tuple(int(n) for n in config.split(":")) for config in args.series[1].split(",")]
+        print(json.dumps(series(args.series[0], configs, args.runs)))  # type: ignore[arg-type]
+        return
+    if args.phases_of:
+        print(json.dumps(phases(args.phases_of[0], int(args.phases_of[1]), args.runs, args.provider_ms)))
+        return
+    if args.phases:
+        print_phases()
+        return
+    rows: list[dict[str, Any]] = []
+    for database in ("postgresql", "sqlite"):  # one child each: one migrated database for all its lines
+        configs = [] if args.provider_only else [(p, t, 0) for d, p, t in CONFIGS if d == database]
+        configs += [(1, threads, PROVIDER_MS) for threads in PROVIDER_THREADS]
+        wanted = ",".join(":".join(map(str, config)) for config in configs)
+        rows += json.loads(child("--runs", str(args.runs), "--series", database, wanted))
+    scripted = {
+        (row["database"].split()[0].lower(), row["processes"], row["threads"]): row
+        for row in rows
+        if not row["provider_ms"]
+    }
+    if scripted:
+        print_scripted(scripted)
+    print_provider([row for row in rows if row["provider_ms"]])
+
+
+def print_scripted(rows: dict[tuple[str, int, int], dict[str, Any]]) -> None:
+    for row in rows.values():
+        row["ratio"] = row["per_second"] / row["bare"]
     print("### Queued-run throughput per worker process (scripted model, one-tool turn)\n")
     print(
         f"{python_line()}; `run_worker` processes started once the runs are queued; the floor is the bare "
@@ -184,26 +428,61 @@ def main() -> None:
     print(
         f"Target: two worker processes on {single['database']} at least {SCALE_OUT}x one — "
         f"{two['per_second']:.1f} against {single['per_second']:.1f} runs/s, {scale:.2f}x (ratios to their "
-        f"floors): {verdict(scale >= SCALE_OUT)}."
+        f"floors): {verdict(scale >= SCALE_OUT)}.\n"
+    )
+
+
+def print_provider(rows: list[dict[str, Any]]) -> None:
+    """The floor with a provider's latency (issue 32 item 4)."""
+    print("### Queued runs against a provider's pace (issue 32): one model call a turn, answered after 100 ms\n")
+    print(
+        f"{python_line()}; one `run_worker` process started once the runs are queued; each turn is one model call "
+        f"to a loopback OpenAI-compatible server (tests/fakes/openai_server.py) that answers after {PROVIDER_MS} "
+        f"ms; the floor is the provider's pace, one turn per {PROVIDER_MS} ms per thread; runs/s from the first "
+        "finished run to the last; overhead per run: threads / runs/s, less the provider's wait.\n"
     )
     print(
-        f"\nThe same worker when each turn waits on its provider (not a target: what threads are for): one model "
-        f"call a turn to a loopback OpenAI-compatible server that answers after {PROVIDER_MS} ms; the floor is "
-        f"the provider's pace, one turn per {PROVIDER_MS} ms per thread.\n"
+        "| database | threads | runs | completed | provider calls | runs/s | provider's pace | ratio "
+        "| overhead ms/run |"
     )
-    print("| database | threads | runs | completed | provider calls | runs/s | provider's pace | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for threads, row in waiting.items():
-        pace = threads * 1000 / PROVIDER_MS
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        pace = row["threads"] * 1000 / PROVIDER_MS
+        overhead = (row["threads"] / row["per_second"] - PROVIDER_MS / 1000) * 1000 if row["per_second"] else 0.0
+        row["ratio"] = row["per_second"] / pace
         print(
-            f"| {row['database']} | {threads} | {row['runs']} | {row['completed']} | {row['provider_calls']} "
-            f"| {row['per_second']:.1f} | {pace:.0f} | {row['per_second'] / pace:.2f}x |"
+            f"| {row['database']} | {row['threads']} | {row['runs']} | {row['completed']} | {row['provider_calls']} "
+            f"| {row['per_second']:.2f} | {pace:.0f} | {row['ratio']:.3f}x | {overhead:.1f} |"
         )
-    first, last = waiting[PROVIDER_THREADS[0]], waiting[PROVIDER_THREADS[-1]]
-    print(
-        f"\n{PROVIDER_THREADS[-1]} threads against {PROVIDER_THREADS[0]} when turns wait: "
-        f"{last['per_second'] / first['per_second']:.2f}x.\n"
-    )
+    print()
+    for row in rows:
+        print(
+            f"Target (issue 32): one worker process with {row['threads']} thread{'s' if row['threads'] > 1 else ''} "
+            f"on {row['database']} at least {PROVIDER_PACE}x the provider's pace — {row['per_second']:.2f} runs/s "
+            f"against {row['threads'] * 1000 / PROVIDER_MS:.0f}, {row['ratio']:.3f}x: "
+            f"{verdict(row['ratio'] >= PROVIDER_PACE)}."
+        )
+    print("\n`bench/queue_throughput.py --phases` says where each run's time goes.")
+
+
+def print_phases() -> None:
+    """Milliseconds per run of each step of the worker, with the provider, on PostgreSQL at 1 and 4 threads."""
+    rows = [
+        json.loads(
+            child(
+                "--runs", str(PROVIDER_RUNS[n]), "--provider-ms", str(PROVIDER_MS), "--phases-of", "postgresql", str(n)
+            )
+        )
+        for n in PROVIDER_THREADS
+    ]
+    print("### Where a queued run's time goes (a worker pool in process, the provider answering after 100 ms)\n")
+    print("| step, ms per run | " + " | ".join(f"{row['threads']} thread(s)" for row in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for step in rows[0]["per_run_ms"]:
+        cells = " | ".join(f"{row['per_run_ms'][step]:.1f}" for row in rows)
+        print(f"| {PHASES.get(step, step)} | {cells} |")
+    print("| runs/s | " + " | ".join(f"{row['per_second']:.2f}" for row in rows) + " |")
+    print(f"\n{rows[0]['database']}; the turn's own time includes the provider's {PROVIDER_MS} ms.")
 
 
 if __name__ == "__main__":
