@@ -107,6 +107,22 @@ def _finished_rate(runs: int) -> tuple[float, int]:
     return (runs - 1) / seconds if seconds else 0.0, Run.objects.filter(status="completed").count()
 
 
+def _await(runs: Any, workers: list[subprocess.Popen[bytes]], log: Path, every: float) -> None:
+    """Wait until every one of `runs` finished; a worker that stops, or 300 s passing, is an error."""
+    deadline = time.monotonic() + 300
+    while runs.filter(finished_at__isnull=True).exists():
+        if any(worker.poll() is not None for worker in workers) or time.monotonic() > deadline:
+            raise RuntimeError(f"a worker stopped or stalled: {log.read_text()[-2000:]}")
+        time.sleep(every)
+
+
+def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.wait(30)
+
+
 def one(database: str, processes: int, threads: int, runs: int, provider_ms: int = 0) -> dict[str, object]:
     """Measure one configuration in this process (a child of `main`); with `provider_ms`, the turns are
     one model call each to a loopback provider that answers after that many milliseconds."""
@@ -127,16 +143,9 @@ def one(database: str, processes: int, threads: int, runs: int, provider_ms: int
                 for _ in range(processes)
             ]
         try:
-            deadline = time.monotonic() + 300
-            while Run.objects.filter(finished_at__isnull=True).exists():
-                if any(worker.poll() is not None for worker in workers) or time.monotonic() > deadline:
-                    raise RuntimeError(f"a worker stopped or stalled: {log.read_text()[-2000:]}")
-                time.sleep(0.2)
+            _await(Run.objects.all(), workers, log, every=0.2)
         finally:
-            for worker in workers:
-                worker.terminate()
-            for worker in workers:
-                worker.wait(30)
+            _stop(workers)
         per_second, completed = _finished_rate(runs)
         return {
             "database": database_label(),
@@ -223,16 +232,9 @@ def series(database: str, configs: list[tuple[int, int, int]], runs: int) -> lis
                         for _ in range(count)
                     ]
                 batch = Run.objects.filter(id__in=ids)
-                deadline = time.monotonic() + 300
-                while batch.filter(finished_at__isnull=True).exists():
-                    if any(worker.poll() is not None for worker in workers) or time.monotonic() > deadline:
-                        raise RuntimeError(f"a worker stopped or stalled: {log.read_text()[-2000:]}")
-                    time.sleep(0.1)
+                _await(batch, workers, log, every=0.1)
             finally:
-                for worker in workers:
-                    worker.terminate()
-                for worker in workers:
-                    worker.wait(30)
+                _stop(workers)
             span = batch.aggregate(first=Min("finished_at"), last=Max("finished_at"))
             seconds = (span["last"] - span["first"]).total_seconds()
             rows.append(
