@@ -8,6 +8,9 @@
   claims for all its idle threads in one transaction (`claim_batch`: `SKIP LOCKED`, each lane counted
   under its own lock), so a lane never runs more turns at once than its limit (`RUN_LANES`) over all
   workers; the claim marks each run `running` with a lease held by the thread that runs it.
+- Idle workers do not wait for their poll: a run queued in this process wakes its pools after the commit
+  (`wake_workers`), and on PostgreSQL one queued in any process wakes every process's pools
+  (agents/wakeups.py: a trigger's NOTIFY, one LISTEN connection per process).
 - The keeper (one thread per process that runs turns) renews the leases of the turns running here
   every second, writes the events of long turns as they come, cancels turns whose cancel was asked
   in another process, and reclaims runs whose lease ran out (their process died): queued again when
@@ -49,6 +52,7 @@ from agents.runs import (
     start_run,
 )
 from agents.turns import PROCESS_ID, cancel_here, keep_held, keeper_started, lease, run_here
+from agents.wakeups import start_listener
 from console.periodic import start_periodic
 
 logger = logging.getLogger(__name__)
@@ -296,10 +300,12 @@ def drain(lanes: list[str] | None = None) -> int:
 _POOLS: list["WorkerPool"] = []
 
 
-def wake_workers() -> None:
-    """A run was queued in this process: idle workers look at once instead of at their next poll."""
+def wake_workers(queue: str = "") -> None:
+    """A run was queued on `queue` (in this process, or in another: agents/wakeups.py; "": on any): the idle
+    workers of the pools that work it look at once instead of at their next poll."""
     for pool in _POOLS:
-        pool.wake.set()
+        if not queue or pool.queues is None or queue in pool.queues:
+            pool.wake.set()
 
 
 class WorkerPool:
@@ -309,6 +315,7 @@ class WorkerPool:
 
     def __init__(self, threads: int, lanes: list[str] | None = None, poll: float | None = None) -> None:
         self.threads, self.lanes = threads, lanes
+        self.queues = None if lanes is None else {queue_name(lane) for lane in lanes}
         self.poll = settings.WORKER_POLL_SECONDS if poll is None else poll
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -320,6 +327,8 @@ class WorkerPool:
     def start(self) -> "WorkerPool":
         start_keeper()
         warm_engine()  # once here, not raced by every thread's first turn
+        if settings.WORKER_WAKEUPS:
+            start_listener(wake_workers)
         _POOLS.append(self)
         for index in range(self.threads):
             thread = threading.Thread(target=self._work, args=(index,), name=f"airlock-worker-{index}", daemon=True)
@@ -349,7 +358,7 @@ class WorkerPool:
         """Claim for every idle worker thread at once; hand each task to its thread."""
         while not self.stopping.is_set():
             try:
-                idle = [self._idle.get(timeout=self.poll)]
+                idle = [self._idle.get(timeout=0.5)]  # every thread busy: look at `stopping` now and then
             except Empty:
                 continue
             while not self._idle.empty():

@@ -175,7 +175,11 @@ RUN_RETRY_DELAY_SECONDS = env_int("RUN_RETRY_DELAY_SECONDS", 2)
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 30, minimum=2)
 # Worker threads `manage.py serve` runs beside the console (0: queued runs wait for `run_worker`).
 WORKER_THREADS = env_int("WORKER_THREADS", 4)
-WORKER_POLL_SECONDS = env_float("WORKER_POLL_SECONDS", 0.5)
+# On PostgreSQL a queued run wakes the idle workers of every process at once (agents/wakeups.py: a trigger's
+# NOTIFY, one LISTEN connection per process); the poll is then only a safety net. Off (0) behind a pooler that
+# cannot hold a LISTEN session (PgBouncer in transaction mode): workers then poll every 0.5 s.
+WORKER_WAKEUPS = env_bool("WORKER_WAKEUPS", True) and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+WORKER_POLL_SECONDS = env_float("WORKER_POLL_SECONDS", 5.0 if WORKER_WAKEUPS else 0.5)
 
 PROVIDER_TIMEOUT_SECONDS = env_int("PROVIDER_TIMEOUT_SECONDS", 120, minimum=1)
 # Tenants' policies compile and evaluate in worker processes of their own, each task under a budget

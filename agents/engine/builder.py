@@ -3,6 +3,7 @@ what building one needs: the connection's settings and provider key, the model, 
 
 import hashlib
 import os
+import threading
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -52,19 +53,23 @@ def build_model(spec: ConnectionSpec, model_name: str, api_key: str | None = Non
     return model
 
 
-_AGENTS: dict[str, Agent[TurnDeps, Any]] = {}
+# Per thread: a turn runs on its thread's own event loop (`agents.turns.run_here`), and pydantic-ai's provider
+# replaces its HTTP client (a new connection, TLS context and all) whenever a turn comes from another loop than
+# the last, as turns from the worker pool's threads or the console's request threads would, taking turns.
+_CACHE = threading.local()
 
 
 def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[TurnDeps, Any]:
     """An agent for the definition's model and tools on `connection`; cached by content and connection,
-    as versions never change and a changed connection must take effect.
+    as versions never change and a changed connection must take effect; one per thread (`_CACHE`).
 
     The key is read at every turn and is part of the cache key, so that a changed or removed variable
     takes effect on the next turn (the key itself is held only by the provider's client)."""
     api_key = api_key_for(connection)
     key_digest = hashlib.sha256((api_key or "").encode()).hexdigest()
     key = f"{key_digest} {connection!r} {content.identity}"
-    agent = _AGENTS.get(key)
+    agents: dict[str, Agent[TurnDeps, Any]] = _CACHE.__dict__.setdefault("agents", {})
+    agent = agents.get(key)
     if agent is None:
         agent = Agent(
             build_model(connection, content.model.name or "", api_key),
@@ -74,9 +79,9 @@ def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[T
             retries=1,
             capabilities=engine_capabilities(content.hooks is not None),
         )
-        if len(_AGENTS) > 256:
-            _AGENTS.clear()
-        _AGENTS[key] = agent
+        if len(agents) > 256:
+            agents.clear()
+        agents[key] = agent
     return agent
 
 
