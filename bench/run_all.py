@@ -34,18 +34,18 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("peer_langgraph", ["bench/peer_langgraph.py", "--rounds", "2"]),
     ("policy_turn", ["bench/policy_turn.py", "--turns", "200"]),
     ("policy_stall", ["bench/policy_stall.py"]),
-    ("push_latency", ["bench/push_latency.py", "--rounds", "15", "--rounds-small", "200"]),
-    ("respond_throughput", ["bench/respond_throughput.py", "--requests", "600"]),
+    ("push_latency", ["bench/push_latency.py", "--rounds", "10", "--rounds-large", "5", "--rounds-small", "120"]),
+    ("respond_throughput", ["bench/respond_throughput.py", "--requests", "400"]),
     ("inbox_scale", ["bench/inbox_scale.py", "--requests", "30"]),
     ("ws_memory", ["bench/ws_memory.py"]),
-    ("queue_throughput", ["bench/queue_throughput.py"]),
-    ("session_stream", ["bench/session_stream.py", "--words", "1000"]),
-    ("idle_streams", ["bench/idle_streams.py"]),
+    ("queue_throughput", ["bench/queue_throughput.py", "--runs", "120"]),
+    ("session_stream", ["bench/session_stream.py", "--words", "600"]),
+    ("idle_streams", ["bench/idle_streams.py", "--window", "6"]),
     ("long_polls", ["bench/long_polls.py"]),
-    ("receipts_answer", ["bench/receipts_answer.py", "--requests", "250", "--rounds", "6", "--contention", "200"]),
+    ("receipts_answer", ["bench/receipts_answer.py", "--requests", "250", "--rounds", "4", "--contention", "200"]),
     # The full measurement (a million receipts, ~2.5 min to build) is `bench/verify_receipts.py --receipts 1000000`.
     ("verify_receipts", ["bench/verify_receipts.py", "--sizes", "20000,100000"]),
-    ("scale", ["bench/scale.py", "--requests", "300", "--runs", "150"]),
+    ("scale", ["bench/scale.py", "--requests", "200", "--runs", "100"]),
 ]
 
 
