@@ -8,9 +8,15 @@
   claims for all its idle threads in one transaction (`claim_batch`: `SKIP LOCKED`, each lane counted
   under its own lock), so a lane never runs more turns at once than its limit (`RUN_LANES`) over all
   workers; the claim marks each run `running` with a lease held by the thread that runs it.
-- Idle workers do not wait for their poll: a run queued in this process wakes its pools after the commit
+- A run queued in a process whose pool has an idle thread for its lane is handed to that thread (`Seat`): the
+  queueing transaction claims it (its task written `RUNNING`, the run leased to the thread, once its lane is
+  counted under the lane's lock as a claim counts it), and once committed the thread runs the turn from the
+  started run in hand, reading nothing again. No claim, no wake-up, no poll: the continuation of an answer
+  starts the moment the answer commits.
+- Other idle workers do not wait for their poll: a run queued in this process wakes its pools after the commit
   (`wake_workers`), and on PostgreSQL one queued in any process wakes every process's pools
-  (agents/wakeups.py: a trigger's NOTIFY, one LISTEN connection per process).
+  (agents/wakeups.py: a trigger's NOTIFY, one LISTEN connection per process). A claimer asks the database only
+  when woken, when its last claim took all it asked for (more may wait), and at its poll.
 - The keeper (one thread per process that runs turns) renews the leases of the turns running here
   every second, writes the events of long turns as they come, cancels turns whose cancel was asked
   in another process, and reclaims runs whose lease ran out (their process died): queued again when
@@ -20,8 +26,10 @@
 
 import logging
 import threading
+from dataclasses import dataclass, field
 from datetime import timedelta
-from queue import Empty, SimpleQueue
+from functools import partial
+from queue import SimpleQueue
 from typing import Any
 
 from django.conf import settings
@@ -30,12 +38,12 @@ from django.db.models import Count, F
 from django.tasks import TaskContext, task
 from django.utils import timezone
 from django_tasks_db.management.commands.db_worker import Worker
-from django_tasks_db.models import DBTaskResult
+from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from agents.engine import Answers, TurnError, warm_engine
 from agents.events import EventLog, with_last_event
-from agents.lanes import queue_name
+from agents.lanes import DEFAULT_LANE, queue_name
 from agents.models import AWAITING, Run, RunStatus
 from agents.outcomes import finish_run
 from agents.payloads import ErrorInfo, RunRetrying
@@ -66,22 +74,61 @@ def lane_limit(lane: str) -> int:
 
 
 def start_queued(prepared: PreparedRun, user: Any) -> StartedRun:
-    """Start a run on its lane's queue: it is recorded `queued` and a worker runs its turn."""
-    return start_run(prepared, user, enqueue=enqueue)
+    """Start a run on its lane's queue: it is recorded `queued` and a worker runs its turn; or, when a pool of
+    this process has an idle thread for its lane (and the caller's transaction is not still open), recorded
+    `running` and handed to that thread."""
+    lane = queue_name(prepared.request.lane or DEFAULT_LANE)
+    seat = None if connection.in_atomic_block else _seat(lane)
+    try:
+        started = start_run(prepared, user, enqueue=partial(enqueue, seat=seat))
+    except BaseException:
+        if seat is not None:
+            seat.free()
+        raise
+    if seat is not None:
+        seat.hand(started)
+    return started
 
 
-def enqueue(run: Run, prepared: PreparedRun) -> None:
+def enqueue(run: Run, prepared: PreparedRun, seat: "Seat | None" = None) -> None:
     """Keep what the turn needs on the run, not saved yet, and queue it (inside `start_run`'s transaction, which
     writes the run after). Not its answers: each is stored on its request, and the worker rebuilds them from there
-    (`carried_answers`) by the ids it keeps."""
+    (`carried_answers`) by the ids it keeps. With a `seat` whose lane has room, the run is claimed for the seat's
+    thread here instead (its task written running, the run leased): the seat hands it over once committed."""
     run.queued_input = {
         "instructions": prepared.instructions,
         "documents": [list(document) for document in prepared.documents],
         "carried": carried_ids(prepared),
         "leftOpen": prepared.left_open,
     }
-    run.task_id = str(execute_queued.using(queue_name=queue_name(run.lane)).enqueue(str(run.id)).id)
+    queued = execute_queued.using(queue_name=queue_name(run.lane))
+    if seat is not None and _has_room(run.lane):
+        seat.task = DBTaskResult.objects.create(
+            args_kwargs={"args": [str(run.id)], "kwargs": {}},
+            priority=queued.priority,
+            task_path=queued.module_path,
+            queue_name=queued.queue_name,
+            run_after=get_date_max(),
+            backend_name=queued.backend,
+            status="RUNNING",
+            started_at=timezone.now(),
+            worker_ids=[seat.worker_id],
+        )
+        run.task_id = str(seat.task.id)
+        run.status, run.attempts = RunStatus.RUNNING, 1
+        for name, value in lease(seat.worker_id).items():
+            setattr(run, name, value)
+        return
+    run.task_id = str(queued.enqueue(str(run.id)).id)
     transaction.on_commit(wake_workers)
+
+
+def _has_room(lane: str) -> bool:
+    """Whether `lane` may run one more turn now, counted under its lock (held until the caller's transaction ends)
+    as a claim counts it."""
+    name = queue_name(lane)
+    _lock_queues({name}, wait=True)
+    return _room([lane]).get(name, _queue_limit(name)) > 0
 
 
 def load_started(run: Run) -> StartedRun:
@@ -118,18 +165,27 @@ def _runs() -> Any:
     return Run.objects.select_related("tenant", "agent", "version", "session")
 
 
+# Runs handed to a thread of this process with what starting them built (`Seat.hand`), by run id: its task runs the
+# turn from there, as a turn run for its caller would.
+_HANDED: dict[str, StartedRun] = {}
+
+
 @task(takes_context=True)
 def execute_queued(context: TaskContext, run_id: str) -> str:
-    """The task of one queued run: run the turn the claim gave this worker."""
-    worker_id = context.task_result.worker_ids[-1]
-    run = with_last_event(_runs()).filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id).first()
-    if run is None:
-        return "skipped"  # cancelled, or reclaimed, before its turn began
-    if run.cancel_requested or run.agent.deleted_at is not None:
-        # Cancelled (or its agent deleted) after the claim and before the turn began: it never starts.
-        finish_run(load_started(run), ExecutionResult(None, None, cancelled=True))
-        return run.status
-    started = load_started(run)
+    """The task of one queued run: run the turn the claim (or the hand-over) gave this worker."""
+    started = _HANDED.pop(run_id, None)
+    if started is None:
+        worker_id = context.task_result.worker_ids[-1]
+        run = with_last_event(_runs()).filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id).first()
+        if run is None:
+            return "skipped"  # cancelled, or reclaimed, before its turn began
+        if run.cancel_requested or run.agent.deleted_at is not None:
+            # Cancelled (or its agent deleted) after the claim and before the turn began: it never starts.
+            finish_run(load_started(run), ExecutionResult(None, None, cancelled=True))
+            return run.status
+        started = load_started(run)
+    # A cancel asked of a handed run before its turn is held here is seen by the keeper within its round.
+    run = started.run
     result = run_here(execute(started))
     if _retry(started, result.error):
         return "retrying"
@@ -308,10 +364,45 @@ def wake_workers(queue: str = "") -> None:
             pool.wake.set()
 
 
+@dataclass
+class Seat:
+    """An idle thread of a pool set aside for a run being queued in this process (`start_queued`): `enqueue` claims
+    the run for it (`task`), and once that is committed `hand` gives the thread the run; a seat not used goes back."""
+
+    pool: "WorkerPool"
+    index: int
+    task: DBTaskResult | None = field(default=None)
+
+    @property
+    def worker_id(self) -> str:
+        return self.pool.worker_id(self.index)
+
+    def hand(self, started: StartedRun) -> None:
+        if self.task is None:  # its lane was full: queued as any run, for a claim
+            self.free()
+            return
+        _HANDED[str(started.run.id)] = started
+        self.pool.given[self.index].put(self.task)
+
+    def free(self) -> None:
+        self.pool.idle(self.index)
+
+
+def _seat(queue: str) -> Seat | None:
+    """An idle thread of a pool of this process that works `queue`, set aside; None when there is none."""
+    for pool in _POOLS:
+        if pool.queues is None or queue in pool.queues:
+            index = pool.take_idle()
+            if index is not None:
+                return Seat(pool, index)
+    return None
+
+
 class WorkerPool:
     """Threads that run queued runs of `lanes` (None: every lane), and one claimer thread that claims
     for all the idle ones at once (`claim_batch`): on SQLite the threads never collide claiming, on
-    PostgreSQL a pool of N threads claims up to N tasks in one transaction."""
+    PostgreSQL a pool of N threads claims up to N tasks in one transaction. A run queued in this process
+    may be handed to an idle thread directly (`Seat`), without a claim."""
 
     def __init__(self, threads: int, lanes: list[str] | None = None, poll: float | None = None) -> None:
         self.threads, self.lanes = threads, lanes
@@ -319,8 +410,12 @@ class WorkerPool:
         self.poll = settings.WORKER_POLL_SECONDS if poll is None else poll
         self.wake = threading.Event()
         self.stopping = threading.Event()
-        self._idle: SimpleQueue[int] = SimpleQueue()
-        self._given: list[SimpleQueue[DBTaskResult | None]] = [SimpleQueue() for _ in range(threads)]
+        self.given: list[SimpleQueue[DBTaskResult | None]] = [SimpleQueue() for _ in range(threads)]
+        self._lock = threading.Lock()
+        self._idle: list[int] = []
+        # Whether ready tasks may be left that the last claim did not take (it took all it asked for, or found no
+        # idle thread to claim for): then a thread that turns idle wakes the claimer.
+        self._more = True
         self._threads: list[threading.Thread] = []
         self._claimer: threading.Thread | None = None
 
@@ -342,30 +437,47 @@ class WorkerPool:
         """Stop claiming; wait for the turns running now to end."""
         self.stopping.set()
         self.wake.set()
+        if self in _POOLS:
+            _POOLS.remove(self)
         if self._claimer is not None:
             self._claimer.join(timeout)
-        for given in self._given:
+        for given in self.given:
             given.put(None)
         for thread in self._threads:
             thread.join(timeout)
-        if self in _POOLS:
-            _POOLS.remove(self)
 
-    def _worker_id(self, index: int) -> str:
+    def worker_id(self, index: int) -> str:
         return f"{PROCESS_ID}:{index}"
 
+    def take_idle(self) -> int | None:
+        """An idle thread's index, no longer idle; None when every thread is busy."""
+        with self._lock:
+            return self._idle.pop() if self._idle and not self.stopping.is_set() else None
+
+    def idle(self, index: int) -> None:
+        """The thread `index` waits for work again."""
+        with self._lock:
+            self._idle.append(index)
+            # Without wake-ups (SQLite) a lane full at the last claim has room again once a turn ends: look.
+            more = self._more or not settings.WORKER_WAKEUPS
+        if more:
+            self.wake.set()
+
     def _claim(self) -> None:
-        """Claim for every idle worker thread at once; hand each task to its thread."""
+        """Claim for every idle worker thread at once when there may be work; hand each task to its thread."""
         while not self.stopping.is_set():
-            try:
-                idle = [self._idle.get(timeout=0.5)]  # every thread busy: look at `stopping` now and then
-            except Empty:
+            self.wake.wait(self.poll)  # woken by a queued run, or a thread idle while more may wait; else the poll
+            self.wake.clear()
+            if self.stopping.is_set():
+                break
+            with self._lock:
+                idle, self._idle = self._idle, []
+                self._more = not idle  # no thread to claim for: the next idle one looks
+            if not idle:
                 continue
-            while not self._idle.empty():
-                idle.append(self._idle.get())
             close_old_connections()
             try:
-                claimed = claim_batch([self._worker_id(index) for index in idle], self.lanes)
+                claimed = claim_batch([self.worker_id(index) for index in idle], self.lanes)
             except OperationalError as error:
                 if not is_locked_database_exception(error):
                     logger.exception("claiming queued runs failed; trying again shortly")
@@ -373,21 +485,20 @@ class WorkerPool:
             except Exception:
                 logger.exception("claiming queued runs failed; trying again shortly")
                 claimed = []
-            for index, db_task in zip(idle[: len(claimed)], claimed, strict=True):
-                self._given[index].put(db_task)
-            for index in idle[len(claimed) :]:
-                self._idle.put(index)
-            if not claimed:  # nothing ready (or every lane full): wait for a new run or the next poll
-                close_old_connections()
-                self.wake.wait(self.poll)
-                self.wake.clear()
+            close_old_connections()
+            for index, db_task in zip(idle[: len(claimed)], claimed, strict=False):
+                self.given[index].put(db_task)
+            with self._lock:
+                self._idle.extend(idle[len(claimed) :])
+                if claimed and len(claimed) == len(idle):
+                    self._more = True
         close_old_connections()
 
     def _work(self, index: int) -> None:
-        runner = _runner(self._worker_id(index))
+        runner = _runner(self.worker_id(index))
         while True:
-            self._idle.put(index)
-            db_task = self._given[index].get()
+            self.idle(index)
+            db_task = self.given[index].get()
             if db_task is None:
                 break
             runner.run_task(db_task)

@@ -54,12 +54,21 @@ def messages(request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
 
 
 def wake(request_ids: Iterable[str]) -> None:
-    """Wake the waiters of `request_ids` (from synchronous code, once the change is committed)."""
+    """Wake the waiters of `request_ids` (from synchronous code, once the change is committed). Only requests some
+    waiter listens for are read and sent: most closings have none, and reading a request for its wake is most of
+    what an answer's push costs."""
     layer = get_channel_layer()
     ids = list(request_ids)
     if layer is None or not ids:
         return
-    sends = messages(ids)
+    groups = getattr(layer, "groups", None)
+    if isinstance(groups, dict):  # the in-memory layer: this process's waiters, no need to ask
+        listened = [rid for rid in ids if groups.get(group(rid))]
+    else:
+        listened = async_to_sync(_listened)(layer, ids)
+    if not listened:
+        return
+    sends = messages(listened)
 
     async def send_all() -> None:
         # One after another: gathering them would open a connection of the layer per group at once.
@@ -67,6 +76,17 @@ def wake(request_ids: Iterable[str]) -> None:
             await layer.group_send(group(rid), message)
 
     async_to_sync(send_all)()
+
+
+async def _listened(layer: Any, ids: list[str]) -> list[str]:
+    """Of `ids`, the requests a waiter of any process listens for (the Redis layer keeps each group a sorted set;
+    one that lost its last waiter is empty, and one whose waiters expired at worst costs a wake nobody reads)."""
+    listened = []
+    for rid in ids:
+        name = group(rid)
+        if await layer.connection(layer.consistent_hash(name)).zcard(layer._group_key(name)):
+            listened.append(rid)
+    return listened
 
 
 @dataclass(frozen=True)

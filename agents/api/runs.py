@@ -29,9 +29,10 @@ def prefers_async(request: ConsoleRequest) -> bool:
 
 
 def accepted(run: Run, **linked: Any) -> JsonResponse:
-    """The 202 of a queued run: where it and its events are, with what else the route says of it (`linked`)."""
+    """The 202 of a queued run: where it and its events are, with what else the route says of it (`linked`). Its
+    status says `queued` (SPEC section 4) also when a worker thread of this process took the run on its way in."""
     location = f"/api/runs/{run.id}"
-    body = {"runId": str(run.id), "status": run.status, "location": location, **linked}
+    body = {"runId": str(run.id), "status": RunStatus.QUEUED, "location": location, **linked}
     response = JsonResponse({**body, "eventsLocation": f"{location}/events"}, status=202)
     response["Location"] = location
     response["Preference-Applied"] = "respond-async"
