@@ -41,6 +41,10 @@ BUDGETS = {
     "plain answer": (7, 9),
     "completing answer": (13, 15),
     "continuation": (14, 13),
+    # Handed to an idle thread of the process that queued it (agents.queue.Seat): no claim, nothing read again (the
+    # issue's 12 met); the answer that hands it over counts its lane under the lane's lock, as a claim would.
+    "handed continuation": (6, 6),
+    "handing answer": (14, 15),
 }
 
 
@@ -111,3 +115,42 @@ def test_the_continuation_keeps_to_its_budget(operator, assistant):
     _, sent = statements(work)
     assert Run.objects.get(id=continuation).status == RunStatus.COMPLETED
     within("continuation", sent)
+
+
+@pytest.fixture
+def seat(monkeypatch) -> queue.WorkerPool:
+    """A pool of this process with one idle thread, for a run to be handed to (its thread is this test's: the task
+    the hand-over gives it is run here)."""
+    pool = queue.WorkerPool(1, poll=30)
+    pool.idle(0)
+    monkeypatch.setattr(queue, "_POOLS", [pool])
+    return pool
+
+
+def handed(pool: queue.WorkerPool) -> None:
+    """The turn of the run handed to the pool's thread: no claim, nothing of the run read again."""
+    db_task = pool.given[0].get_nowait()
+    assert db_task is not None
+    queue._runner(pool.worker_id(0)).run_task(db_task)
+    pool.idle(0)
+
+
+def test_a_continuation_handed_to_an_idle_thread_keeps_to_its_budget(operator, assistant, seat):
+    asked = start(operator, "warm")
+    answer(operator, asked)
+    handed(seat)
+    asked = start(operator, "counted")
+    continuation = answer(operator, asked)["continuationRunId"]
+    assert Run.objects.get(id=continuation).status == RunStatus.RUNNING  # claimed as it was queued
+    _, sent = statements(lambda: handed(seat))
+    assert Run.objects.get(id=continuation).status == RunStatus.COMPLETED
+    within("handed continuation", sent)
+
+
+def test_the_answer_that_hands_its_continuation_over_keeps_to_its_budget(operator, assistant, seat):
+    answer(operator, start(operator, "warm"))
+    handed(seat)
+    asked = start(operator, "counted")
+    answered, sent = statements(lambda: answer(operator, asked))
+    assert Run.objects.get(id=answered["continuationRunId"]).status == RunStatus.RUNNING
+    within("handing answer", sent)
