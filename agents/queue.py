@@ -16,7 +16,8 @@
 - Other idle workers do not wait for their poll: a run queued in this process wakes its pools after the commit
   (`wake_workers`), and on PostgreSQL one queued in any process wakes every process's pools
   (agents/wakeups.py: a trigger's NOTIFY, one LISTEN connection per process). A claimer asks the database only
-  when woken, when its last claim took all it asked for (more may wait), and at its poll.
+  when woken, when its last claim took all it asked for (more may wait), and at its poll (without wake-ups,
+  SQLite, also whenever a thread turns idle: a turn that ended may have made room in its lane).
 - The keeper (one thread per process that runs turns) renews the leases of the turns running here
   every second, writes the events of long turns as they come, cancels turns whose cancel was asked
   in another process, and reclaims runs whose lease ran out (their process died): queued again when
