@@ -27,7 +27,7 @@
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from queue import SimpleQueue
@@ -36,7 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.db import OperationalError, close_old_connections, connection, transaction
 from django.db.models import Count, F
-from django.tasks import TaskContext, task
+from django.tasks import TaskContext, TaskResultStatus, task
 from django.utils import timezone
 from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult, get_date_max
@@ -111,7 +111,7 @@ def enqueue(run: Run, prepared: PreparedRun, seat: "Seat | None" = None) -> None
             queue_name=queued.queue_name,
             run_after=get_date_max(),
             backend_name=queued.backend,
-            status="RUNNING",
+            status=TaskResultStatus.RUNNING,
             started_at=timezone.now(),
             worker_ids=[seat.worker_id],
         )
@@ -372,7 +372,7 @@ class Seat:
 
     pool: "WorkerPool"
     index: int
-    task: DBTaskResult | None = field(default=None)
+    task: DBTaskResult | None = None
 
     @property
     def worker_id(self) -> str:
@@ -487,7 +487,7 @@ class WorkerPool:
                 logger.exception("claiming queued runs failed; trying again shortly")
                 claimed = []
             close_old_connections()
-            for index, db_task in zip(idle[: len(claimed)], claimed, strict=False):
+            for index, db_task in zip(idle[: len(claimed)], claimed, strict=True):
                 self.given[index].put(db_task)
             with self._lock:
                 self._idle.extend(idle[len(claimed) :])

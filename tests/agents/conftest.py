@@ -2,6 +2,7 @@
 
 import pytest
 
+from agents import queue
 from agents.models import Agent
 from tests.helpers import make_agent
 
@@ -17,3 +18,13 @@ def media(settings, tmp_path):
     """Uploaded attachments go to a temporary folder, not the data folder."""
     settings.MEDIA_ROOT = tmp_path / "media"
     return settings.MEDIA_ROOT
+
+
+@pytest.fixture
+def seat(monkeypatch) -> queue.WorkerPool:
+    """A pool of this process with one idle thread, for a run to be handed to (its thread is this test's: the task
+    the hand-over gives it is run here, or nowhere)."""
+    pool = queue.WorkerPool(1, poll=30)
+    pool.idle(0)
+    monkeypatch.setattr(queue, "_POOLS", [pool])
+    return pool

@@ -117,16 +117,6 @@ def test_the_continuation_keeps_to_its_budget(operator, assistant):
     within("continuation", sent)
 
 
-@pytest.fixture
-def seat(monkeypatch) -> queue.WorkerPool:
-    """A pool of this process with one idle thread, for a run to be handed to (its thread is this test's: the task
-    the hand-over gives it is run here)."""
-    pool = queue.WorkerPool(1, poll=30)
-    pool.idle(0)
-    monkeypatch.setattr(queue, "_POOLS", [pool])
-    return pool
-
-
 def handed(pool: queue.WorkerPool) -> None:
     """The turn of the run handed to the pool's thread: no claim, nothing of the run read again."""
     db_task = pool.given[0].get_nowait()
