@@ -90,10 +90,18 @@ def _push(
     *,
     group: str = "",
     counted: bool = False,
+    cards: list[PendingRequest] | None = None,
 ) -> None:
     """Push `operator` to the members who may answer (requests routed to `group`: its members and admins) and
-    `reader` (the same when None) to the others; `counted`: both say the tenant's `pending` count."""
+    `reader` (the same when None) to the others; `counted`: both say the tenant's `pending` count; `cards`: both
+    carry them as `html`, with their forms for those who may answer. Nothing is read or rendered when no console
+    of the tenant is open."""
+    if not waiting.listened_groups([tenant_group(tenant_id)]):
+        return
     operators, readers, pending = _members(tenant_id, group)
+    if cards is not None:
+        operator = {**operator, "html": "".join(render_request(r, can_answer=True) for r in cards)}
+        reader = {**(reader or {}), "html": "".join(render_request(r, can_answer=False) for r in cards)}
     # When the push left (rendered, counted, members read), so clients and benchmarks see the fan-out latency.
     sent_at: dict[str, Any] = {"sentAt": time.time(), **({"pending": pending} if counted else {})}
     operator_text = json.dumps({**operator, **sent_at})
@@ -130,13 +138,7 @@ def _show(requests: list[PendingRequest], *, titles: bool = True) -> None:
             "ids": [str(r.id) for r in routed],
             "titles": [f"{r.agent.name}: {r.tool_name}" for r in routed] if titles else [],
         }
-        _push(
-            tenant_id,
-            {**common, "html": "".join(render_request(r, can_answer=True) for r in routed)},
-            {**common, "html": "".join(render_request(r, can_answer=False) for r in routed)},
-            group=group,
-            counted=True,
-        )
+        _push(tenant_id, common, common, group=group, counted=True, cards=routed)
 
 
 def notify_requests_closed(tenant_id: int, request_ids: list[str], tenant: Tenant | None = None) -> None:

@@ -58,15 +58,9 @@ def wake(request_ids: Iterable[str]) -> None:
     waiter listens for are read and sent: most closings have none, and reading a request for its wake is most of
     what an answer's push costs."""
     layer = get_channel_layer()
-    ids = list(request_ids)
-    if layer is None or not ids:
-        return
-    groups = getattr(layer, "groups", None)
-    if isinstance(groups, dict):  # the in-memory layer: this process's waiters, no need to ask
-        listened = [rid for rid in ids if groups.get(group(rid))]
-    else:
-        listened = async_to_sync(_listened)(layer, ids)
-    if not listened:
+    by_group = {group(rid): rid for rid in request_ids}
+    listened = [by_group[name] for name in listened_groups(list(by_group))]
+    if layer is None or not listened:
         return
     sends = messages(listened)
 
@@ -78,15 +72,23 @@ def wake(request_ids: Iterable[str]) -> None:
     async_to_sync(send_all)()
 
 
-async def _listened(layer: Any, ids: list[str]) -> list[str]:
-    """Of `ids`, the requests a waiter of any process listens for (the Redis layer keeps each group a sorted set;
-    one that lost its last waiter is empty, and one whose waiters expired at worst costs a wake nobody reads)."""
-    listened = []
-    for rid in ids:
-        name = group(rid)
-        if await layer.connection(layer.consistent_hash(name)).zcard(layer._group_key(name)):
-            listened.append(rid)
-    return listened
+def listened_groups(names: list[str]) -> list[str]:
+    """Of the channel layer's groups `names`, those a channel of any process is in now (none without a layer): a
+    send to any other reaches nobody, so what it would carry need not be read or rendered. A channel that joins
+    just after is in the place of one that joined just after the send: it reads what it shows itself."""
+    layer = get_channel_layer()
+    if layer is None or not names:
+        return []
+    groups = getattr(layer, "groups", None)
+    if isinstance(groups, dict):  # the in-memory layer: this process's channels, no need to ask
+        return [name for name in names if groups.get(name)]
+    return list(async_to_sync(_listened)(layer, names))
+
+
+async def _listened(layer: Any, names: list[str]) -> list[str]:
+    """Of `names`, the groups a channel of any process is in (the Redis layer keeps each group a sorted set; one
+    that lost its last channel is empty, and one whose channels expired at worst costs a send nobody reads)."""
+    return [name for name in names if await layer.connection(layer.consistent_hash(name)).zcard(layer._group_key(name))]
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import Agent
+from approvals import push
 from approvals.actions import expire_due
 from approvals.models import ApproverGroup
 from approvals.push import tenant_group
@@ -204,6 +206,34 @@ async def test_it_counts_the_requests_still_pending_when_one_of_two_is_answered(
     assert await closed(ws) == {"type": "requests_closed", "ids": [request_id(asked, 1)], "pending": 1}
     await respond(operator, asked, 0)
     assert await closed(ws) == {"type": "requests_closed", "ids": [request_id(asked, 0)], "pending": 0}
+    await close_all(ws)
+
+
+@sync_to_async
+def statements_of(step: Any) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        step()
+    return [query["sql"] for query in captured.captured_queries]
+
+
+async def test_nothing_is_read_or_rendered_for_a_tenant_without_an_open_console(operator, assistant, monkeypatch):
+    rendered: list[bool] = []
+    render = push.render_request
+    monkeypatch.setattr(push, "render_request", lambda *a, **kw: rendered.append(True) or render(*a, **kw))
+    asked: list[dict[str, Any]] = []
+    sent = await statements_of(lambda: asked.append(run_ok(operator, {"message": f"{SEND}\n{SEND}", "sessionId": "s"})))
+    sent += await statements_of(lambda: async_to_sync(respond)(operator, asked[0], 1))
+    assert not [sql for sql in sent if 'FROM "console_membership"' in sql]  # the members a push goes to: not read
+    assert not rendered
+
+    # The first console opened is pushed to from then on, with the count read then.
+    ws = await connect(operator)
+    await respond(operator, asked[0], 0)
+    assert await closed(ws) == {"type": "requests_closed", "ids": [request_id(asked[0], 0)], "pending": 0}
+    assert rendered == []  # a closing has no card
+    await ask(operator, session="s2")
+    assert (await opened(ws))["pending"] == 1
+    assert len(rendered) == 2  # the card as an operator and as a reader sees it
     await close_all(ws)
 
 
