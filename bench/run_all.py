@@ -34,7 +34,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("peer_langgraph", ["bench/peer_langgraph.py", "--rounds", "2"]),
     ("policy_turn", ["bench/policy_turn.py", "--turns", "200"]),
     ("policy_stall", ["bench/policy_stall.py"]),
-    ("push_latency", ["bench/push_latency.py", "--rounds", "10", "--rounds-large", "5", "--rounds-small", "120"]),
+    ("push_latency", ["bench/push_latency.py", "--rounds", "10", "--rounds-large", "3", "--rounds-small", "120"]),
     ("respond_throughput", ["bench/respond_throughput.py", "--requests", "400"]),
     ("inbox_scale", ["bench/inbox_scale.py", "--requests", "30"]),
     ("ws_memory", ["bench/ws_memory.py"]),
@@ -45,7 +45,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("receipts_answer", ["bench/receipts_answer.py", "--requests", "250", "--rounds", "4", "--contention", "200"]),
     # The full measurement (a million receipts, ~2.5 min to build) is `bench/verify_receipts.py --receipts 1000000`.
     ("verify_receipts", ["bench/verify_receipts.py", "--sizes", "20000,100000"]),
-    ("scale", ["bench/scale.py", "--requests", "200", "--runs", "100"]),
+    ("scale", ["bench/scale.py", "--requests", "150", "--runs", "75"]),
 ]
 
 
