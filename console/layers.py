@@ -32,6 +32,8 @@ class InMemoryChannelLayer(layers.InMemoryChannelLayer):
         await self._on_consumers_loop(super().send(channel, message))
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        if not self.groups.get(group):  # nobody listens: no hop to the consumers' loop (a turn's events, most pushes)
+            return
         await self._on_consumers_loop(super().group_send(group, message))
 
     async def _on_consumers_loop(self, operation: Coroutine[Any, Any, None]) -> None:

@@ -3,6 +3,7 @@ consumer at once, as a worker thread of `manage.py serve` sends a queued turn's 
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -48,3 +49,32 @@ def test_a_send_on_the_consumers_loop_or_with_no_consumer_yet_goes_as_before():
         return await layer.receive(channel)
 
     assert asyncio.run(here()) == {"type": "x"}
+
+
+def test_a_group_send_nobody_listens_to_does_not_wait_on_the_consumers_loop():
+    layer = InMemoryChannelLayer()
+    loop = asyncio.new_event_loop()
+    server = threading.Thread(target=loop.run_forever)
+    server.start()
+
+    async def consumer() -> Any:
+        channel = await layer.new_channel()
+        await layer.group_add("session.1", channel)
+        return await layer.receive(channel)  # the consumers' loop is now the layer's home
+
+    try:
+        received = asyncio.run_coroutine_threadsafe(consumer(), loop)
+        while layer.home is not loop:
+            time.sleep(0.01)
+        loop.call_soon_threadsafe(time.sleep, 2)  # the consumers' loop busy for a while
+        began = time.monotonic()
+        async_to_sync(layer.group_send)("session.2", {"type": "session.events", "events": []})
+        assert time.monotonic() - began < 1  # returned at once: nothing to hand over
+
+        async_to_sync(layer.group_send)("session.1", {"type": "session.events", "events": []})
+        assert time.monotonic() - began >= 1.5  # a listened group's send waits for the loop, as before
+        assert received.result(timeout=5) == {"type": "session.events", "events": []}
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        server.join(5)
+        loop.close()
