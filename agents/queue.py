@@ -187,6 +187,8 @@ def execute_queued(context: TaskContext, run_id: str) -> str:
         started = load_started(run)
     # A cancel asked of a handed run before its turn is held here is seen by the keeper within its round.
     run = started.run
+    if started.rules is None:  # handed over: its rules are read as its turn begins, not when it was queued
+        started.rules = active_rules(run.agent, run.version, run.session)
     result = run_here(execute(started))
     if _retry(started, result.error):
         return "retrying"

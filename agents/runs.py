@@ -37,7 +37,8 @@ class StartedRun:
     prepared: PreparedRun
     log: EventLog
     answers: Answers
-    rules: list[Rule]
+    # The rules the turn may consult; None for a queued run's until the thread that runs its turn reads them.
+    rules: list[Rule] | None
     conversation: dict[str, Any] | None = None
     # The interception records of the turn's policies, as they happen (stored with the outcome).
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -140,7 +141,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
         for pending, _ in carried:
             hand_over(pending, answers, log)
-        rules = active_rules(prepared.agent, prepared.version, session)
+        rules = None if queued else active_rules(prepared.agent, prepared.version, session)
         if request.message and prepared.version.definition.hooks is None:
             # Under policies the engine records it once `input` gave its verdict (SPEC section 8).
             log.record(UserMessage(content=request.message))
@@ -292,6 +293,7 @@ async def execute(started: StartedRun) -> ExecutionResult:
     message = prepared.request.message if prepared.request.message else None
     if message is None and not started.answers:
         message = ""
+    assert started.rules is not None, "a queued run's rules are read before its turn (agents.queue.execute_queued)"
     try:
         async with holding(started.run, started.log):
             turn = TurnContext(

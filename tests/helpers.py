@@ -12,7 +12,7 @@ from django_tasks_db.models import DBTaskResult
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, AgentVersion, Attachment, Checkpoint, Event, Run, RunStatus, Session
-from agents.queue import drain
+from agents.queue import WorkerPool, _runner, drain
 from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.push import notify_requests_closed
 from tests.conftest import Persona
@@ -102,6 +102,15 @@ def run_queued(run_id: Any) -> Run:
     assert Run.objects.get(id=run_id).status == RunStatus.QUEUED
     drain_queued(1)
     return Run.objects.get(id=run_id)
+
+
+def run_handed(pool: WorkerPool) -> None:
+    """Play the pool's one thread (the `seat` fixture's): run the task a run queued in this process was handed
+    to it with (no claim, nothing of the run read again), then wait for work again."""
+    db_task = pool.given[0].get_nowait()
+    assert db_task is not None
+    _runner(pool.worker_id(0)).run_task(db_task)
+    pool.idle(0)
 
 
 def stored_events(run_id: str) -> list[Event]:

@@ -1,13 +1,18 @@
 """The hand-over of a run queued in this process to an idle worker thread (agents.queue.Seat): a run refused as it
-starts writes nothing and gives its thread back. (The hand-over with real servers: tests/processes/test_handoff.py.)"""
+starts writes nothing and gives its thread back; a handed run reads its rules as its turn begins. (The hand-over
+with real servers: tests/processes/test_handoff.py.)"""
 
 import pytest
 
 from agents import queue
 from agents.models import Run, RunStatus
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
+from approvals.models import Rule
+from tests.helpers import EMAIL, call_line, run_handed, run_ok
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+SEND = call_line("send_email", EMAIL)
 
 
 def test_a_run_refused_as_it_starts_gives_its_seat_back(operator, assistant, seat):
@@ -23,3 +28,20 @@ def test_a_run_refused_as_it_starts_gives_its_seat_back(operator, assistant, sea
     assert refused.value.code == "session_busy"
     assert Run.objects.count() == 1
     assert seat.take_idle() == 0  # the refused start gave the thread back
+
+
+def test_a_handed_run_consults_the_rules_in_force_as_its_turn_begins(operator, assistant, seat):
+    asked = run_ok(operator, {"message": SEND, "sessionId": "first"})
+    remembered = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True, "remember": True}
+    answered = operator.api("POST", f"/api/runs/{asked['runId']}/responses", remembered).json()
+    assert Run.objects.get(pk=answered["continuationRunId"]).status == RunStatus.RUNNING  # handed over
+    run_handed(seat)
+    assert Rule.objects.filter(tenant=operator.tenant, tool_name="send_email").count() == 1
+
+    # A run queued and handed over in another session: its turn reads the rule, and the call goes through unasked.
+    version = live_version(operator.tenant, "assistant", None)
+    started = queue.start_queued(prepare_run(operator.tenant, version, RunRequest(message=SEND)), operator.user)
+    run_handed(seat)
+    run = Run.objects.get(pk=started.run.pk)
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert not run.requests.exists()
