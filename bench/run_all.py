@@ -39,13 +39,13 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("inbox_scale", ["bench/inbox_scale.py", "--requests", "30"]),
     ("ws_memory", ["bench/ws_memory.py"]),
     ("queue_throughput", ["bench/queue_throughput.py", "--runs", "120"]),
-    ("session_stream", ["bench/session_stream.py", "--words", "600"]),
+    ("session_stream", ["bench/session_stream.py", "--words", "400"]),
     ("idle_streams", ["bench/idle_streams.py", "--window", "6"]),
     ("long_polls", ["bench/long_polls.py"]),
     ("receipts_answer", ["bench/receipts_answer.py", "--requests", "250", "--rounds", "4", "--contention", "200"]),
     # The full measurement (a million receipts, ~2.5 min to build) is `bench/verify_receipts.py --receipts 1000000`.
     ("verify_receipts", ["bench/verify_receipts.py", "--sizes", "20000,100000"]),
-    ("scale", ["bench/scale.py", "--requests", "150", "--runs", "75"]),
+    ("scale", ["bench/scale.py", "--requests", "100", "--runs", "50"]),
 ]
 
 
