@@ -144,7 +144,7 @@ class EventLog:
             if session is not None:
                 # What synchronous code recorded before (the run's start) goes out first, in order.
                 backlog = self._unpublished()
-                await live.publish(session, backlog if payload.stored else [*backlog, envelope])
+                await live.publish(session, backlog if payload.stored else [*backlog, envelope], self._follows())
         if self.live and isinstance(payload, ToolExecutionStart) and payload.side_effects:
             # Stored before the tool runs: should this process die from here on, the run is not retried.
             await asyncio.to_thread(self._flush_apart)
@@ -156,7 +156,12 @@ class EventLog:
     def publish_rest(self) -> None:
         """Publish the stored events not published yet (from synchronous code, once they are committed)."""
         if self.run.session_id is not None:
-            live.publish_now(self.run.session_id, self._unpublished())
+            live.publish_now(self.run.session_id, self._unpublished(), self._follows())
+
+    def _follows(self) -> tuple[str, str] | None:
+        """`agents.live.Published.follows` of this run's first event."""
+        run = self.run
+        return (str(run.previous_run_id), run.created_at.isoformat()) if run.previous_run_id is not None else None
 
     def _flush_apart(self) -> None:
         try:

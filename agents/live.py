@@ -36,17 +36,22 @@ class Published(NamedTuple):
     id: str
     timestamp: str
     encoded: str
+    # On a run's first event: the run before it in its session and this run's creation time (ISO 8601), so that a
+    # stream standing at the end of that run's turn places this one without reading the database.
+    follows: tuple[str, str] | None = None
 
     @classmethod
-    def of(cls, envelope: dict[str, Any]) -> "Published":
+    def of(cls, envelope: dict[str, Any], follows: tuple[str, str] | None = None) -> "Published":
+        stored = is_stored(envelope)
         return cls(
             envelope["runId"],
             envelope["sequence"],
-            not is_stored(envelope),
+            not stored,
             envelope["type"],
             envelope["id"],
             envelope["timestamp"],
             json.dumps(envelope),
+            follows if stored and envelope["sequence"] == 1 else None,
         )
 
 
@@ -54,17 +59,18 @@ def session_group(session_pk: int) -> str:
     return f"session.{session_pk}"
 
 
-async def publish(session_pk: int, envelopes: list[dict[str, Any]]) -> None:
+async def publish(session_pk: int, envelopes: list[dict[str, Any]], follows: tuple[str, str] | None = None) -> None:
+    """Send `envelopes` (events of one run) to the session's streams; `follows`: see `Published.follows`."""
     layer = get_channel_layer()
     if layer is not None and envelopes:
-        events = [list(Published.of(envelope)) for envelope in envelopes]
+        events = [list(Published.of(envelope, follows)) for envelope in envelopes]
         await layer.group_send(session_group(session_pk), {"type": "session.events", "events": events})
 
 
-def publish_now(session_pk: int, envelopes: list[dict[str, Any]]) -> None:
+def publish_now(session_pk: int, envelopes: list[dict[str, Any]], follows: tuple[str, str] | None = None) -> None:
     """`publish` from synchronous code."""
     if envelopes:
-        async_to_sync(publish)(session_pk, envelopes)
+        async_to_sync(publish)(session_pk, envelopes, follows)
 
 
 async def wake(session_pk: int) -> None:

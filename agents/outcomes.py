@@ -122,6 +122,9 @@ def _store_outcome(
 ) -> None:
     """`ran`: the calls with side effects the turn ran, when its log no longer has their events."""
     run, log, prepared = started.run, started.log, started.prepared
+    # The turn's last events go to the session's streams once committed, before the wake their flush asks for (hooks
+    # run in order): with nothing left unpublished, no stream is woken to read the database for them.
+    transaction.on_commit(log.publish_rest, robust=True)
     run.lease_expires_at = run.queued_input = None
     run.finished_at = timezone.now()
     outcome = result.outcome

@@ -19,7 +19,7 @@ from django.db.models import FilteredRelation, Q
 from agents import actions, live
 from agents.events import EventType, event_envelope, session_idle, session_title
 from agents.models import Event, Run, RunStatus, Session
-from agents.payloads import is_stored
+from agents.payloads import TURN_ENDS, is_stored
 from agents.runs import StartedRun, execute, run_result
 from console.api import ApiError
 from console.slots import Slot, Slots
@@ -187,12 +187,12 @@ async def follow_session(session_pk: int, after: SessionPosition, slot: Slot) ->
                 follower.runs.update(runs)
                 # For DRAIN_SECONDS in all, not per message: a reply streaming a delta every moment never goes
                 # quiet that long, and its deltas were held until its turn ended.
-                drained, woken = loop.time() + DRAIN_SECONDS, False
+                drained, woken, ended = loop.time() + DRAIN_SECONDS, False, False
                 while (left := drained - loop.time()) > 0 and (
                     meanwhile := await subscription.receive(left)
                 ) is not None:
                     follower.held += meanwhile
-                    woken = woken or not meanwhile
+                    woken, ended = woken or not meanwhile, ended or _ends_turn(meanwhile)
                 for position, envelope in fresh:
                     for frame in follower.deliver(position, live.Published.of(envelope)):
                         yield frame
@@ -200,7 +200,7 @@ async def follow_session(session_pk: int, after: SessionPosition, slot: Slot) ->
                     yield frame
                 if over:
                     return
-                if woken:
+                if woken or (ended and follower.held):
                     continue  # a write committed while the database was read may not be in what it gave
                 gap = bool(follower.held)  # still open after the database: it fills within a moment
                 recheck = SESSION_RECHECK_SECONDS * random.uniform(1 - RECHECK_SPREAD, 1 + RECHECK_SPREAD)
@@ -212,10 +212,16 @@ async def follow_session(session_pk: int, after: SessionPosition, slot: Slot) ->
                     for event in events:
                         for frame in follower.live(event):
                             yield frame
-                    if follower.held and not gap:
-                        break  # a new gap (or a new run): look at the database at once
+                    if follower.held and (not gap or _ends_turn(events)):
+                        break  # a new gap (or a new run), or a turn's end after a gap: look at the database at once
     finally:
         slot.release()
+
+
+def _ends_turn(events: list[live.Published]) -> bool:
+    """Whether `events` hold a turn's end: a turn's last events are published once committed, so the database then
+    has every event of the turn, those a stream missed included."""
+    return any(event.type in TURN_ENDS for event in events)
 
 
 class _SessionFollower:
@@ -227,6 +233,8 @@ class _SessionFollower:
         self.after = after
         self.runs: RunPlaces = {}
         self.held: list[live.Published] = []
+        # Where the stream stood when it delivered a turn's end (the event a `session.idle` follows), if it did.
+        self.turn_ended: tuple[int, int] | None = None
 
     def _place(self, event: live.Published) -> tuple[int, int] | None:
         """Where `event` sorts in the session (its run's index, its sequence); None while its run is not placed."""
@@ -252,12 +260,25 @@ class _SessionFollower:
         head = {"type": event.type, "runId": event.run_id, "sequence": event.sequence, "id": event.id}
         idle = session_idle({**head, "timestamp": event.timestamp})
         if idle is not None:
+            self.turn_ended = self._at()
             yield _session_frame(live.Published.of(idle), None)
+
+    def _follow(self, event: live.Published) -> None:
+        """Place the run `event` is the first event of when it follows the run whose turn's end the stream stands at
+        (the session's next run: one turn at a time), without reading the database. Anything else, such as that
+        run's end not delivered yet, leaves the run unplaced: the database places it."""
+        if event.follows is None or event.run_id in self.runs or self.after.run is None:
+            return
+        previous, created_at = event.follows
+        if previous == str(self.after.run[1]) and self.turn_ended == self._at():
+            place = (datetime.fromisoformat(created_at), uuid.UUID(event.run_id))
+            self.runs[event.run_id] = (self.after.index + 1, place)
 
     def live(self, event: live.Published) -> Iterator[str]:
         """A live event: delivered when it comes next (an ephemeral one: when the stream stands at the stored
         event it follows), held when an event before it is missing (or its run is not known yet), dropped when
         already delivered (an ephemeral one: when the stream is past the event it follows)."""
+        self._follow(event)
         run = self.runs.get(event.run_id)
         if event.ephemeral:
             place = self._place(event)

@@ -4,6 +4,7 @@ with `session.idle` and resumes after a `Last-Event-ID` that spans runs."""
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -520,6 +521,37 @@ async def test_it_waits_for_what_is_published_without_reading_the_database_meanw
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("thread_connections")
+async def test_the_next_turn_of_the_session_reaches_the_stream_without_a_look_at_the_database(
+    operator, assistant, monkeypatch
+):
+    """A stream standing at the end of a turn places the session's next run from its first live event, which names
+    the run it follows: with 100 streams on a session, a new turn was 100 reads of the database."""
+    from agents.api import streams
+
+    await sync_to_async(run_ok)(operator, {"message": "hello", "sessionId": "s1"})
+    stream = await open_stream(operator)
+    await stream.turn()
+    reads: list[Any] = []
+    read = streams._session_events_after
+
+    def counted(*args: Any) -> Any:
+        reads.append(args)
+        return read(*args)
+
+    monkeypatch.setattr(streams, "_session_events_after", counted)
+    await sync_to_async(run_ok)(operator, {"message": "hello again", "sessionId": "s1"})
+    second = await stream.turn()
+    await stream.close()
+
+    assert reads == []
+    stored = [f for f in second if "id" in f]
+    in_db = (await sync_to_async(stored_in_order)("s1"))[-len(stored) :]
+    assert [(f["data"]["runId"], f["data"]["sequence"], f["data"]["id"], f["event"]) for f in stored] == in_db
+    assert [f["id"] for f in stored] == [f"1.{n}" for n in range(1, len(stored) + 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_connections")
 async def test_it_still_reads_the_database_now_and_then_for_what_nobody_published(operator, assistant, monkeypatch):
     """A message the channel layer lost is not lost to the stream: it reads the database every
     SESSION_RECHECK_SECONDS all the same."""
@@ -649,3 +681,50 @@ def test_a_delta_that_came_while_the_database_was_read_comes_between_the_events_
         ["id: 1.3", "event: assistant.message"],
     ]
     assert follower.held == []
+
+
+def test_a_run_that_names_the_run_it_follows_is_placed_only_once_that_runs_turn_ended():
+    """A live first event names the run before it: the stream places its run without the database only when it
+    stands at that run's turn end; before that end was delivered (it may still be on its way), or after another
+    run, the event waits for the database as before."""
+    from datetime import UTC, datetime
+
+    import console.urls  # noqa: F401  # the API's modules, loaded in their order (agents.api alone would be a cycle)
+    from agents import live
+    from agents.api.streams import SessionPosition, _SessionFollower
+
+    first_id, second_id = "00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b"
+    first, created = (datetime(2026, 12, 1, tzinfo=UTC), first_id), datetime(2026, 12, 1, 0, 1, tzinfo=UTC)
+
+    def published(run: str, sequence: int, kind: str, follows: tuple[str, str] | None = None) -> live.Published:
+        envelope = {"runId": run, "sequence": sequence, "ephemeral": False, "type": kind, "id": f"{run}.{sequence}"}
+        return live.Published.of({**envelope, "timestamp": "t", "data": {}}, follows)
+
+    def follower_at(sequence: int) -> _SessionFollower:
+        follower = _SessionFollower(SessionPosition(0, sequence - 1, first))  # type: ignore[arg-type]
+        follower.runs[first_id] = (0, first)  # type: ignore[assignment]
+        return follower
+
+    starts = published(second_id, 1, "run.started", (first_id, created.isoformat()))
+    assert published(second_id, 2, "assistant.turn_start", (first_id, created.isoformat())).follows is None
+
+    def heads(frames: Any) -> list[str]:
+        kept = ([line for line in frame.split("\n") if line and not line.startswith("data: ")] for frame in frames)
+        return [" ".join(lines) for lines in kept]
+
+    ended = follower_at(4)
+    assert heads(ended.live(published(first_id, 4, "run.completed"))) == [
+        "id: 0.4 event: run.completed",
+        "event: session.idle",
+    ]
+    assert heads(ended.live(starts)) == ["id: 1.1 event: run.started"]
+    assert ended.runs[second_id] == (1, (created, uuid.UUID(second_id)))
+
+    midway = follower_at(3)  # the first run's end not delivered yet
+    assert list(midway.live(published(first_id, 3, "assistant.message"))) != []
+    assert list(midway.live(starts)) == [] and midway.held == [starts] and second_id not in midway.runs
+
+    elsewhere = follower_at(4)
+    list(elsewhere.live(published(first_id, 4, "run.completed")))
+    other = published(second_id, 1, "run.started", ("00000000-0000-0000-0000-00000000000c", created.isoformat()))
+    assert list(elsewhere.live(other)) == [] and second_id not in elsewhere.runs
