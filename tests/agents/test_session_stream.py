@@ -260,6 +260,21 @@ async def running_run(key: str = "s1") -> tuple[Any, Any]:
     return session, run
 
 
+def database_reads(monkeypatch: Any) -> list[Any]:
+    """The session streams' looks at the database from now on, as they happen."""
+    from agents.api import streams
+
+    reads: list[Any] = []
+    read = streams._session_events_after
+
+    def counted(*args: Any) -> Any:
+        reads.append(args)
+        return read(*args)
+
+    monkeypatch.setattr(streams, "_session_events_after", counted)
+    return reads
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("thread_connections")
 async def test_it_follows_the_session_across_an_answer_on_one_connection(operator, assistant):
@@ -495,20 +510,12 @@ async def test_it_waits_for_what_is_published_without_reading_the_database_meanw
     """An idle stream reads the database for nothing: what a turn publishes reaches it from the channel layer. It
     read the database every 0.2 s (100 idle streams took 0.73 of a core)."""
     from agents import live
-    from agents.api import streams
 
     await sync_to_async(run_ok)(operator, {"message": "hello", "sessionId": "s1"})
     session, run = await running_run()  # placed by the stream's first look at the database
     stream = await open_stream(operator)
     await stream.turn()
-    reads: list[Any] = []
-    read = streams._session_events_after
-
-    def counted(*args: Any) -> Any:
-        reads.append(args)
-        return read(*args)
-
-    monkeypatch.setattr(streams, "_session_events_after", counted)
+    reads = database_reads(monkeypatch)
     waiting = asyncio.ensure_future(stream.frame())
     await asyncio.sleep(1)
     await live.publish(session.pk, [envelope(run.id, "run.started")])
@@ -526,19 +533,10 @@ async def test_the_next_turn_of_the_session_reaches_the_stream_without_a_look_at
 ):
     """A stream standing at the end of a turn places the session's next run from its first live event, which names
     the run it follows: with 100 streams on a session, a new turn was 100 reads of the database."""
-    from agents.api import streams
-
     await sync_to_async(run_ok)(operator, {"message": "hello", "sessionId": "s1"})
     stream = await open_stream(operator)
     await stream.turn()
-    reads: list[Any] = []
-    read = streams._session_events_after
-
-    def counted(*args: Any) -> Any:
-        reads.append(args)
-        return read(*args)
-
-    monkeypatch.setattr(streams, "_session_events_after", counted)
+    reads = database_reads(monkeypatch)
     await sync_to_async(run_ok)(operator, {"message": "hello again", "sessionId": "s1"})
     second = await stream.turn()
     await stream.close()
