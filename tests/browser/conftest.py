@@ -187,17 +187,29 @@ def load(page: Page, path: str) -> tuple[int | None, list[tuple[Request, int]]]:
     """Go to `path`: its status, and the page's requests (the websocket aside) with the bytes each took on the
     wire, headers included."""
     loaded: list[tuple[Request, int]] = []
+    started: list[Request] = []
 
     def count(request: Request) -> None:
         sizes = request.sizes()
         loaded.append((request, sizes["responseBodySize"] + sizes["responseHeadersSize"]))
 
+    def start(request: Request) -> None:
+        started.append(request)
+
+    page.on("request", start)
     page.on("requestfinished", count)
     try:
         response = page.goto(path)
         page.wait_for_load_state("networkidle")
+        # The last requests' `requestfinished` may reach this process after the load state does (seen once on a
+        # loaded machine: a page weighed without its scripts): wait for them a little.
+        for _ in range(40):
+            if len(loaded) >= len(started):
+                break
+            page.wait_for_timeout(50)
     finally:
         page.remove_listener("requestfinished", count)
+        page.remove_listener("request", start)
     return response and response.status, loaded
 
 
