@@ -57,9 +57,11 @@ def continuation_of(api: Api, asked: dict[str, Any]) -> dict[str, Any]:
         time.sleep(0.2)
 
 
-def open_inbox(page: Page) -> None:
-    """Open the inbox and wait until its websocket is up and the list re-synced after connecting."""
-    page.goto("/inbox/")
+def open_inbox(page: Page, agent: str | None = None) -> None:
+    """Open the inbox (filtered to `agent`'s requests when given: a request opened before the page may be past its
+    first page, the tenant being shared by a worker's tests) and wait until its websocket is up and the list
+    re-synced after connecting."""
+    page.goto(f"/inbox/?agent={agent}" if agent else "/inbox/")
     expect(page.locator("#inbox-list")).to_have_attribute("data-synced", "true")
 
 

@@ -60,7 +60,7 @@ def test_a_tool_routed_in_the_form_is_answered_by_the_groups_members_only(
     assert api["otto"]("GET", f"/api/requests/{rid}")[1]["answered"] is False
 
     inbox = sign_in(member)
-    open_inbox(inbox)
+    open_inbox(inbox, agent)
     card = inbox.locator(f"#request-{rid}")
     expect(card).to_contain_text(f"for {group}")
     card.get_by_role("button", name="Approve", exact=True).click()
