@@ -54,6 +54,10 @@ class EventLog:
             found = run.events.order_by("-sequence").values_list("id", "sequence").first()
             last = (found[0], found[1]) if found is not None else None
         if last is None:
+            if hasattr(read, "follows_event_id"):
+                log = cls(run, look_back=False)
+                log.parent = read.follows_event_id
+                return log
             return cls(run)
         log = cls(run, look_back=False)  # after the run's own last event
         log.parent, log.sequence = last
@@ -184,10 +188,14 @@ class EventLog:
 
 
 def with_last_event(runs: QuerySet[Run]) -> QuerySet[Run]:
-    """`runs` with the id and sequence of each one's last stored event, which `EventLog.resume` goes on from."""
+    """`runs` with the id and sequence of each one's last stored event, which `EventLog.resume` goes on from, and
+    for one with none yet, the last event of its session before it, which its first event follows."""
     last = Event.objects.filter(run=OuterRef("pk")).order_by("-sequence")
+    before = Event.objects.filter(run__session=OuterRef("session_id")).exclude(run_id=OuterRef("pk"))
     return runs.annotate(
-        last_event_id=Subquery(last.values("id")[:1]), last_sequence=Subquery(last.values("sequence")[:1])
+        last_event_id=Subquery(last.values("id")[:1]),
+        last_sequence=Subquery(last.values("sequence")[:1]),
+        follows_event_id=Subquery(before.order_by("-run__created_at", "-run_id", "-sequence").values("id")[:1]),
     )
 
 

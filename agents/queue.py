@@ -13,6 +13,8 @@
   counted under the lane's lock as a claim counts it), and once committed the thread runs the turn from the
   started run in hand, reading nothing again. No claim, no wake-up, no poll: the continuation of an answer
   starts the moment the answer commits.
+- The continuation of the last answer is queued with the answer in one transaction (`queue_continuation`), nothing
+  of it recorded: the worker that takes it begins it (`load_started`, `agents.runs.begin_queued`).
 - Other idle workers do not wait for their poll: a run queued in this process wakes its pools after the commit
   (`wake_workers`), and on PostgreSQL one queued in any process wakes every process's pools
   (agents/wakeups.py: a trigger's NOTIFY, one LISTEN connection per process). A claimer asks the database only
@@ -27,6 +29,7 @@
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -45,14 +48,15 @@ from django_tasks_db.utils import exclusive_transaction, is_locked_database_exce
 from agents.engine import Answers, TurnError, warm_engine
 from agents.events import EventLog, with_last_event
 from agents.lanes import DEFAULT_LANE, queue_name
-from agents.models import AWAITING, Run, RunStatus
+from agents.models import AWAITING, Run, RunStatus, Session
 from agents.outcomes import finish_run
 from agents.payloads import ErrorInfo, RunRetrying
-from agents.prepare import PreparedRun, RunRequest, granted_connections, subagents_for
+from agents.prepare import PreparedRun, RunRequest, granted_connections, refuse_if_busy_or_gone, subagents_for
 from agents.runs import (
     ExecutionResult,
     StartedRun,
     active_rules,
+    begin_queued,
     calls_with_side_effects,
     cancel_waiting,
     carried_answers,
@@ -102,6 +106,12 @@ def enqueue(run: Run, prepared: PreparedRun, seat: "Seat | None" = None) -> None
         "carried": carried_ids(prepared),
         "leftOpen": prepared.left_open,
     }
+    _put_on_queue(run, seat)
+
+
+def _put_on_queue(run: Run, seat: "Seat | None") -> None:
+    """Queue `run`, not saved yet, its `queued_input` kept: claimed here for the `seat`'s thread when its lane has
+    room, else a task for a claim."""
     queued = execute_queued.using(queue_name=queue_name(run.lane))
     if seat is not None and _has_room(run.lane):
         seat.task = DBTaskResult.objects.create(
@@ -124,6 +134,37 @@ def enqueue(run: Run, prepared: PreparedRun, seat: "Seat | None" = None) -> None
     transaction.on_commit(wake_workers)
 
 
+class _Refused(Exception):
+    pass
+
+
+def queue_continuation(run: Run, carry: Callable[[], bool]) -> bool:
+    """Queue `run`, built but not saved (`agents.actions.sessions.continuation_of`), in one transaction with `carry`,
+    the conditional write of the answer it carries: False, and nothing written, when `carry` returns False. Its
+    session's turn is asked under the session's lock first, as `start_run` asks it (raises RunRejected, writing
+    nothing, when busy or deleted); nothing else is read or written: the worker that takes the run records its start
+    (`load_started`). Handed to an idle thread of this process when its lane has room there."""
+    seat = None if connection.in_atomic_block else _seat(queue_name(run.lane))
+    try:
+        with transaction.atomic():
+            # The session's lock before the request's row (`carry`), in the order every turn takes them.
+            assert run.session_id is not None, "a continuation goes on in its session"
+            refuse_if_busy_or_gone(Session.objects.select_for_update(of=("self",)).get(pk=run.session_id))
+            _put_on_queue(run, seat)
+            run.save(force_insert=True)
+            if not carry():
+                raise _Refused
+    except BaseException as refused:
+        if seat is not None:
+            seat.free()
+        if isinstance(refused, _Refused):
+            return False
+        raise
+    if seat is not None:
+        seat.hand(None)
+    return True
+
+
 def _has_room(lane: str) -> bool:
     """Whether `lane` may run one more turn now, counted under its lock (held until the caller's transaction ends)
     as a claim counts it."""
@@ -136,6 +177,7 @@ def load_started(run: Run) -> StartedRun:
     """A started run rebuilt from the database, for the worker that claimed it (or the reclaimer)."""
     data = run.queued_input or {}
     session = run.session
+    log = EventLog.resume(run)
     prepared = PreparedRun(
         tenant=run.tenant,
         agent=run.agent,
@@ -151,12 +193,20 @@ def load_started(run: Run) -> StartedRun:
         subagents=subagents_for(run.tenant, run.version.definition, run.culture, session),
         left_open=data.get("leftOpen"),
     )
+    if "answers" in data:
+        # A run queued before its answers were left on their requests only kept a copy of them beside its input.
+        answers = Answers.load(data["answers"])
+    elif log.sequence == 0:
+        # Queued by the answer that completed its session, nothing of it recorded yet (`queue_continuation`); first,
+        # as its rules are read after it: a rule its answer remembers is made as it begins.
+        answers = begin_queued(prepared, run, log)
+    else:
+        answers = carried_answers(data.get("carried", []))
     return StartedRun(
         run=run,
         prepared=prepared,
-        log=EventLog.resume(run),
-        # A run queued before its answers were left on their requests only kept a copy of them beside its input.
-        answers=Answers.load(data["answers"]) if "answers" in data else carried_answers(data.get("carried", [])),
+        log=log,
+        answers=answers,
         rules=active_rules(run.agent, run.version, session),
         conversation=session.conversation if session is not None else None,
     )
@@ -380,11 +430,13 @@ class Seat:
     def worker_id(self) -> str:
         return self.pool.worker_id(self.index)
 
-    def hand(self, started: StartedRun) -> None:
+    def hand(self, started: StartedRun | None) -> None:
+        """Give the thread its run, committed: with what starting it built, or (None) for the thread to read."""
         if self.task is None:  # its lane was full: queued as any run, for a claim
             self.free()
             return
-        _HANDED[str(started.run.id)] = started
+        if started is not None:
+            _HANDED[str(started.run.id)] = started
         self.pool.given[self.index].put(self.task)
 
     def free(self) -> None:

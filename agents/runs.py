@@ -91,7 +91,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             culture=prepared.culture,
             parameters=prepared.bound,
             documents=[list(document) for document in prepared.documents],
-            created_by=_person(user),
+            created_by=author(user),
             lane=request.lane or DEFAULT_LANE,
             **({} if queued else hold_here()),
         )
@@ -100,17 +100,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         run.save(force_insert=True)
         log = EventLog(run, look_back=False)
         log.parent = after
-        log.record(
-            RunStarted(
-                agent=prepared.agent.name,
-                definitionVersion=prepared.version.number,
-                sessionId=request.session_id,
-                culture=prepared.culture or None,
-                parameters=prepared.bound,
-                previousRunId=_id(prepared.previous_run),
-                **({"replayOf": str(prepared.replay_of.pk)} if prepared.replay_of is not None else {}),
-            )
-        )
+        log.record(run_started(prepared, _id(prepared.previous_run)))
         now = timezone.now()
         answers = Answers()
         closing = [*prepared.abandoned, *(pending for pending, _ in prepared.answered)]
@@ -132,7 +122,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         # Answers given in this request, then answers stored before (from the inbox): a request answered
         # or closed since prepare_run found it rejects the whole run, so a call is never answered twice.
         for pending, payload in prepared.answered:
-            if not pending.carry(run, now, answer=payload, user=_person(user)):
+            if not pending.carry(run, now, answer=payload, user=author(user)):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
         if not PendingRequest.carry_stored(prepared.stored_answers, run, now):
@@ -155,6 +145,31 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
     return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules, conversation=conversation)
 
 
+def run_started(prepared: PreparedRun, previous_run_id: str | None) -> RunStarted:
+    """The `run.started` of the run `prepared` describes (its first event)."""
+    return RunStarted(
+        agent=prepared.agent.name,
+        definitionVersion=prepared.version.number,
+        sessionId=prepared.request.session_id,
+        culture=prepared.culture or None,
+        parameters=prepared.bound,
+        previousRunId=previous_run_id,
+        **({"replayOf": str(prepared.replay_of.pk)} if prepared.replay_of is not None else {}),
+    )
+
+
+def begin_queued(prepared: PreparedRun, run: Run, log: EventLog) -> Answers:
+    """Record the start of a run queued by the answer that completed its session (`agents.queue.queue_continuation`),
+    which wrote nothing but the run, its task and the answer: `run.started`, then the answers it carries handed to
+    the engine (and any rule they remember), as `start_run` records them. By the worker that takes it, before its
+    turn, into its log (stored with the turn's outcome: should its worker die first, the next one begins it again)."""
+    log.record(run_started(prepared, str(run.previous_run_id) if run.previous_run_id else None))
+    answers = Answers()
+    for pending in carried_requests((run.queued_input or {}).get("carried", [])):
+        hand_over(pending, answers, log)
+    return answers
+
+
 def active_rules(agent: Agent, version: AgentVersion, session: Session | None) -> list[Rule]:
     """The rules a turn of `version` in `session` may consult, in one query: in force (not revoked, not expired)
     and remembered "always" or in this session (none to read when no tool asks in mode `always`)."""
@@ -170,7 +185,7 @@ def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:
     return started | set(written.values_list("data__toolCallId", flat=True))
 
 
-def _person(user: Any) -> Any:
+def author(user: Any) -> Any:
     """The user to record as the author, or None for the system and anonymous callers."""
     return user if user is not None and user.is_authenticated else None
 
@@ -207,10 +222,7 @@ def carried_answers(ids: list[str]) -> Answers:
     """The answers of the requests `ids` (`carried_ids`), rebuilt from the database as `start_run` gave them to
     the engine, recording nothing (a queued run's worker); none to read when the run carries none."""
     answers = Answers()
-    if not ids:
-        return answers
-    found = PendingRequest.objects.in_bulk(ids)
-    carried = [found[pk] for pk in map(uuid.UUID, ids) if pk in found]
+    carried = carried_requests(ids)
     for pending in carried:
         if pending.status == RequestStatus.ABANDONED:
             close(pending, answers, ABANDONED_REASON)
@@ -220,6 +232,14 @@ def carried_answers(ids: list[str]) -> Answers:
         if pending.status == RequestStatus.ANSWERED:
             to_engine(pending, answers)
     return answers
+
+
+def carried_requests(ids: list[str]) -> list[PendingRequest]:
+    """The requests `ids` (`carried_ids`), in that order, with who answered each, in one query (none without ids)."""
+    if not ids:
+        return []
+    found = PendingRequest.objects.select_related("answered_by").in_bulk(ids)
+    return [found[pk] for pk in map(uuid.UUID, ids) if pk in found]
 
 
 def record_terminated(log: EventLog, pending: PendingRequest) -> None:
@@ -255,10 +275,10 @@ def cancel_waiting(run: Run, user: Any) -> bool:
         ):
             return False
         log = EventLog.resume(run)
-        closed = [p for p in waiting if p.close(RequestStatus.CANCELLED, now, answered_too=True, by=_person(user))]
+        closed = [p for p in waiting if p.close(RequestStatus.CANCELLED, now, answered_too=True, by=author(user))]
         for pending in closed:
             record_terminated(log, pending)
-        record_cancelled(log, getattr(_person(user), "username", None))
+        record_cancelled(log, getattr(author(user), "username", None))
         log.flush()
     run.status, run.finished_at = RunStatus.CANCELLED, now
     notify_requests_closed(run.tenant_id, [str(p.id) for p in closed])

@@ -267,10 +267,15 @@ class PendingRequest(models.Model):
         tool carries its server's."""
         return (self.engine_state or {}).get("approvalMode") or modes.get(self.tool_name, "always")
 
-    def record_answer(self, answer: dict[str, Any], user: Any, via: str, now: datetime) -> bool:
+    def record_answer(
+        self, answer: dict[str, Any], user: Any, via: str, now: datetime, *, carried_in: Run | None = None
+    ) -> bool:
         """Store the answer given outside a run (inbox, respond API) while the request is open and has
-        none; False when another answer or a closing came first (a conditional update: one wins)."""
-        changes = {"answer": answer, "answered_by": user, "answered_at": now, "answered_via": via}
+        none; False when another answer or a closing came first (a conditional update: one wins). With
+        `carried_in`, the continuation being queued in the caller's transaction, it is marked carried by it too."""
+        changes: dict[str, Any] = {"answer": answer, "answered_by": user, "answered_at": now, "answered_via": via}
+        if carried_in is not None:
+            changes |= {"status": RequestStatus.ANSWERED, "answered_in": carried_in, "closed_at": now}
         with transaction.atomic(savepoint=False):
             if not PendingRequest.objects.open().filter(pk=self.pk).update(**changes):
                 return False

@@ -5,7 +5,7 @@ committed."""
 from agents.actions.deletion import delete_agent, delete_session
 from agents.actions.replay import Replayed, ReplayRequest, replay_run
 from agents.actions.runs import Ended, cancel_run, finish, run_to_end, start_run
-from agents.actions.sessions import Fork, ForkRefused, continue_session, fork_session
+from agents.actions.sessions import Fork, ForkRefused, continuation_of, continue_session, fork_session
 
 __all__ = [
     "Ended",
@@ -14,6 +14,7 @@ __all__ = [
     "ReplayRequest",
     "Replayed",
     "cancel_run",
+    "continuation_of",
     "continue_session",
     "delete_agent",
     "delete_session",

@@ -16,10 +16,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
 from agents.checkpoints import branch, request_copies
-from agents.models import Checkpoint, Run, Session
+from agents.models import Checkpoint, Run, RunStatus, Session
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from agents.queue import start_queued
+from agents.runs import author
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened
 
@@ -72,6 +74,45 @@ def continue_session(
         # answers were consumed by a run request meanwhile: either way the turn is on its way.
         return None
     return started.run
+
+
+def continuation_of(pending: PendingRequest, answer: dict[str, Any], user: Any) -> Run | None:
+    """The continuation that `answer`, the last one the session waits for, starts: built, not saved, for
+    `agents.queue.queue_continuation`, which queues it with the answer in one transaction, reading nothing more
+    (the answer's own conditional write guards it: any other turn of the session must have carried or closed
+    `pending` first). None when it is started as any run (`continue_session`): an answer that names a version or
+    remembers a rule, a request that is not of the session's last run, a session or agent deleted, parameters the
+    version no longer binds."""
+    session, asked = pending.session, pending.run
+    named = answer.get("definitionVersion") or answer.get("remember")
+    if named or asked.pk != session.last_run_id or session.deleted_at or session.agent.deleted_at:
+        return None
+    content = asked.version.definition
+    try:
+        bound = bind_parameters(content, asked.parameters)
+    except BindingError:
+        return None
+    chosen = answer.get("newRunId")
+    return Run(
+        **({"id": uuid.UUID(chosen)} if chosen else {}),
+        tenant=pending.tenant,
+        agent=session.agent,
+        version=asked.version,
+        session=session,
+        previous_run=asked,
+        status=RunStatus.QUEUED,
+        culture=asked.culture,
+        parameters=bound,
+        documents=[],
+        created_by=author(user),
+        lane=asked.lane,
+        queued_input={
+            "instructions": render_instructions(resolve_culture(content, asked.culture), bound),
+            "documents": [],
+            "carried": [str(pending.id)],
+            "leftOpen": [],
+        },
+    )
 
 
 class ForkRefused(Exception):

@@ -12,13 +12,15 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agents.actions import continue_session
+from agents.actions import continuation_of, continue_session
 from agents.checkpoints import fork, forked_from, request_copies
 from agents.models import Run, RunStatus
+from agents.prepare import RunRejected
+from agents.queue import queue_continuation
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import is_external, settle
 from approvals.answers import Outcome, Response, ResponseRefused, Status
@@ -119,7 +121,12 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
         return Outcome("runtime_unavailable", rid, detail)
     if pending.answer is not None or pending.status == RequestStatus.ANSWERED:
         return Outcome("already_resolved", rid, "The request was answered before; this answer changed nothing.")
-    if not pending.record_answer(payload, user, via, timezone.now()):
+    external = is_external(pending)
+    # The last answer (no other request was waiting when it was read, and none opens while the session waits) is
+    # all the continuation carries: queued with it in one transaction, when nothing more needs reading.
+    alone = None if pending.others_open or external else pending
+    recorded, queued = _record(pending, payload, user, via, continuation_of(pending, payload, user) if alone else None)
+    if not recorded:
         # Another answer won, or the sweep closed the request (expired) since it was read above.
         now_status = PendingRequest.objects.filter(pk=pending.pk).values_list("status", flat=True).first()
         if now_status in _TERMINAL_STATUS:
@@ -127,18 +134,37 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
         return Outcome("already_resolved", rid, "The request was answered meanwhile; this answer changed nothing.")
     # Committed (its own conditional update) before the continuation reads the session's answers: of two last
     # answers given at once, each on its own connection, one sees the other's, and the run continues once.
-    external = is_external(pending)
     if external:
         settle(pending)  # an external agent reads its decision; no run of Airlock's continues
     # Its waiters are woken with the request as it now is (an external one settled: answered).
     transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [rid], pending.tenant))
     if external:
         return Outcome("accepted", rid, "The answer was stored.", None)
-    # The last answer (no other request was waiting when it was read, and none opens while the session waits) is
-    # all the continuation carries; otherwise the session's are read again, now that this one is committed.
-    alone = None if pending.others_open else pending
+    if queued is not None:
+        return Outcome("accepted", rid, "The answer was stored.", str(queued.id))
+    # Otherwise the session's answers are read again, now that this one is committed.
     continuation = continue_session(user, pending.session, last=alone, asked=pending.run)
     return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
+
+
+def _record(
+    pending: PendingRequest, payload: dict[str, Any], user: Any, via: str, continuation: Run | None
+) -> tuple[bool, Run | None]:
+    """Store the answer, with the `continuation` it starts queued in the same transaction when there is one:
+    whether it was stored (not when another answer or a closing came first), and the continuation queued."""
+    now = timezone.now()
+    if continuation is not None:
+
+        def carry() -> bool:
+            return pending.record_answer(payload, user, via, now, carried_in=continuation)
+
+        try:
+            return queue_continuation(continuation, carry), continuation
+        except (IntegrityError, RunRejected):
+            # The run id the answer chose was taken since it was checked, or the session is busy (another turn is on
+            # its way) or gone: the answer is stored alone, and the continuation starts as any run would.
+            pass
+    return pending.record_answer(payload, user, via, now), None
 
 
 def decide(membership: Membership, user: Any, request_id: uuid.UUID, response: Response, *, via: str) -> Outcome:

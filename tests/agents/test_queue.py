@@ -434,6 +434,33 @@ def test_a_run_lost_on_its_last_attempt_fails_worker_lost_and_keeps_its_answers(
     assert run_ok(operator, {"message": "", "sessionId": "w1"})["output"] == f"send_email: sent to {EMAIL['to']}"
 
 
+def test_the_last_answer_queues_its_continuation_and_the_worker_that_takes_it_begins_it(operator, assistant):
+    """The answer that completes a session writes its continuation, the task and the answer carried by it, nothing
+    more (issue 32); the worker that takes the run records its start, after the asked run's last event, and once
+    however often the run is tried (here its first worker dies before storing anything)."""
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "b1"})
+    request_id = asked["pendingRequests"][0]["requestId"]
+    continuation = operator.api(
+        "POST", f"/api/runs/{asked['runId']}/responses", {"requestId": request_id, "approved": True}
+    ).json()["continuationRunId"]
+    pending = PendingRequest.objects.get(id=request_id)
+    assert (Run.objects.get(id=continuation).status, pending.status) == (RunStatus.QUEUED, RequestStatus.ANSWERED)
+    assert (str(pending.answered_in_id), stored_events(continuation)) == (continuation, [])
+
+    lose_worker(continuation)
+    queue.reclaim_lost()
+    assert queue.drain() == 1
+
+    events = stored_events(continuation)
+    types = [event.type for event in events]
+    assert types[:4] == ["run.started", "permission.completed", "request.answered", "run.retrying"]
+    assert (types.count("run.started"), types.count("permission.completed"), types[-1]) == (1, 1, "run.completed")
+    assert events[0].parent_id == stored_events(asked["runId"])[-1].id
+    assert events[2].data["answeredBy"] == operator.user.username
+    assert get_run(operator, continuation)["output"] == f"send_email: sent to {EMAIL['to']}"
+    assert len(mail.outbox) == 1
+
+
 def test_it_leaves_a_run_alone_while_its_lease_holds(operator, assistant):
     accepted = queue_run(operator, {"message": "hello"})
     queue.claim("worker-alive")

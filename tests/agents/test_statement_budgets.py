@@ -40,13 +40,15 @@ def statements(step: Callable[[], Any]) -> tuple[Any, list[str]]:
 BUDGETS = {
     "start": (12, 12),
     "plain answer": (5, 7),
-    "completing answer": (10, 12),
+    # The session's lock and turn, the run and its task, the answer carried by it, and its receipt: the worker that
+    # takes the run records its start (agents.queue.queue_continuation, agents.runs.begin_queued).
+    "completing answer": (8, 10),
     "continuation": (14, 13),
-    # Handed to an idle thread of the process that queued it (agents.queue.Seat): no claim, nothing read again but the
-    # rules its turn may consult (the 12 met); the answer that hands it over counts its lane under the lane's
-    # lock, as a claim would. A queued run's rules are read by the thread that runs its turn, not by its start.
-    "handed continuation": (7, 7),
-    "handing answer": (12, 13),
+    # Handed to an idle thread of the process that queued it (agents.queue.Seat): no claim; it reads its run, the
+    # answer it carries and the rules its turn may consult (the 12 met); the answer that hands it over counts
+    # its lane under the lane's lock, as a claim would.
+    "handed continuation": (9, 9),
+    "handing answer": (10, 11),
 }
 
 

@@ -20,6 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.models import Agent, Event, Run, RunStatus
+from agents.queue import queue_continuation
 from agents.runs import start_run
 from approvals.audit import ANSWER, Criteria, iter_entries
 from approvals.models import HeldAnswer, PendingRequest, RequestStatus
@@ -143,6 +144,10 @@ def after_the_winner_lands(
         first_the_winner()
         return start_run(*args, **kwargs)
 
+    def queue_second(*args: Any, **kwargs: Any) -> Any:
+        first_the_winner()
+        return queue_continuation(*args, **kwargs)
+
     held_save = HeldAnswer.save
 
     def hold_second(self: HeldAnswer, *args: Any, **kwargs: Any) -> None:
@@ -150,6 +155,8 @@ def after_the_winner_lands(
         held_save(self, *args, **kwargs)
 
     monkeypatch.setattr(PendingRequest, "record_answer", record_second)
+    # The last answer is stored in the transaction that queues its continuation: the winner lands before it opens.
+    monkeypatch.setattr("approvals.actions.answers.queue_continuation", queue_second)
     # A console answer is held first (approvals.actions.held): the one whose held row is stored first wins.
     monkeypatch.setattr(HeldAnswer, "save", hold_second)
     monkeypatch.setattr("agents.runs.start_run", start_second)  # the run route's (agents.actions), not the queue's
@@ -221,9 +228,14 @@ def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier
         meet()
         return start_run(*args, **kwargs)
 
+    def queue_together(*args: Any, **kwargs: Any) -> Any:
+        meet()
+        return queue_continuation(*args, **kwargs)
+
     monkeypatch.setattr(PendingRequest, "record_answer", record_together)
     monkeypatch.setattr(HeldAnswer, "save", hold_together)
     monkeypatch.setattr("agents.runs.start_run", start_together)  # as above
+    monkeypatch.setattr("approvals.actions.answers.queue_continuation", queue_together)
 
 
 @pytest.mark.django_db(transaction=True)
