@@ -149,7 +149,8 @@ def queue_continuation(run: Run, carry: Callable[[], bool]) -> bool:
         with transaction.atomic():
             # The session's lock before the request's row (`carry`), in the order every turn takes them.
             assert run.session_id is not None, "a continuation goes on in its session"
-            refuse_if_busy_or_gone(Session.objects.select_for_update(of=("self",)).get(pk=run.session_id))
+            locked = Session.objects.select_for_update(of=("self",)).only("deleted_at", "agent_id")
+            refuse_if_busy_or_gone(locked.get(pk=run.session_id))  # not its conversation: the turn reads it
             _put_on_queue(run, seat)
             run.save(force_insert=True)
             if not carry():
