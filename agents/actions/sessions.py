@@ -77,12 +77,11 @@ def continue_session(
 
 
 def continuation_of(pending: PendingRequest, answer: dict[str, Any], user: Any) -> Run | None:
-    """The continuation that `answer`, the last one the session waits for, starts: built, not saved, for
-    `agents.queue.queue_continuation`, which queues it with the answer in one transaction, reading nothing more
-    (the answer's own conditional write guards it: any other turn of the session must have carried or closed
-    `pending` first). None when it is started as any run (`continue_session`): an answer that names a version or
-    remembers a rule, a request that is not of the session's last run, a session or agent deleted, parameters the
-    version no longer binds."""
+    """The continuation that `answer`, the last one the session waits for, starts: built from the run that asked,
+    reading nothing, not saved, for `agents.queue.queue_continuation`, which queues it with the answer in one
+    transaction. None when it is started as any run (`continue_session`): an answer that names a version or
+    remembers a rule (its rule is made as the run starts), a request that is not of the session's last run, a
+    session or agent deleted, parameters the version no longer binds."""
     session, asked = pending.session, pending.run
     named = answer.get("definitionVersion") or answer.get("remember")
     if named or asked.pk != session.last_run_id or session.deleted_at or session.agent.deleted_at:
