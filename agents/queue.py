@@ -14,7 +14,8 @@
   started run in hand, reading nothing again. No claim, no wake-up, no poll: the continuation of an answer
   starts the moment the answer commits.
 - The continuation of the last answer is queued with the answer in one transaction (`queue_continuation`), nothing
-  of it recorded: the worker that takes it begins it (`load_started`, `agents.runs.begin_queued`).
+  of it recorded: handed to a seat, it is begun once committed; claimed, its worker begins it (`load_started`,
+  `agents.runs.begin_queued`).
 - Other idle workers do not wait for their poll: a run queued in this process wakes its pools after the commit
   (`wake_workers`), and on PostgreSQL one queued in any process wakes every process's pools
   (agents/wakeups.py: a trigger's NOTIFY, one LISTEN connection per process). A claimer asks the database only
@@ -46,7 +47,7 @@ from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from agents.engine import Answers, TurnError, warm_engine
-from agents.events import EventLog, with_last_event
+from agents.events import EventLog, last_event_of_session, with_last_event
 from agents.lanes import DEFAULT_LANE, queue_name
 from agents.models import AWAITING, Run, RunStatus, Session
 from agents.outcomes import finish_run
@@ -61,11 +62,13 @@ from agents.runs import (
     cancel_waiting,
     carried_answers,
     carried_ids,
+    carried_requests,
     execute,
     start_run,
 )
 from agents.turns import PROCESS_ID, cancel_here, keep_held, keeper_started, lease, run_here
 from agents.wakeups import start_listener
+from approvals.models import PendingRequest
 from console.periodic import start_periodic
 
 logger = logging.getLogger(__name__)
@@ -138,19 +141,26 @@ class _Refused(Exception):
     pass
 
 
-def queue_continuation(run: Run, carry: Callable[[], bool]) -> bool:
+def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bool]) -> bool:
     """Queue `run`, built but not saved (`agents.actions.sessions.continuation_of`), in one transaction with `carry`,
-    the conditional write of the answer it carries: False, and nothing written, when `carry` returns False. Its
-    session's turn is asked under the session's lock first, as `start_run` asks it (raises RunRejected, writing
-    nothing, when busy or deleted); nothing else is read or written: the worker that takes the run records its start
-    (`load_started`). Handed to an idle thread of this process when its lane has room there."""
+    the conditional write of the answer to `carried` it carries: False, and nothing written, when `carry` returns
+    False. Its session's turn is asked under the session's lock first, as `start_run` asks it (raises RunRejected,
+    writing nothing, when busy or deleted); nothing else is read or written. Handed to an idle thread of this
+    process when its lane has room there, with its start recorded here once committed (what the session's read
+    under its lock gave: the conversation, the last event); otherwise the worker that takes it records it
+    (`load_started`)."""
     seat = None if connection.in_atomic_block else _seat(queue_name(run.lane))
     try:
         with transaction.atomic():
             # The session's lock before the request's row (`carry`), in the order every turn takes them.
             assert run.session_id is not None, "a continuation goes on in its session"
-            locked = Session.objects.select_for_update(of=("self",)).only("deleted_at", "agent_id")
-            refuse_if_busy_or_gone(locked.get(pk=run.session_id))  # not its conversation: the turn reads it
+            locked = Session.objects.select_for_update(of=("self",))
+            if seat is None:  # not its conversation: the worker reads it
+                locked = locked.only("deleted_at", "agent_id")
+            else:
+                locked = locked.annotate(last_event=last_event_of_session())
+            session = locked.get(pk=run.session_id)
+            refuse_if_busy_or_gone(session)
             _put_on_queue(run, seat)
             run.save(force_insert=True)
             if not carry():
@@ -162,8 +172,20 @@ def queue_continuation(run: Run, carry: Callable[[], bool]) -> bool:
             return False
         raise
     if seat is not None:
-        seat.hand(None)
+        seat.hand(_begun(run, session, carried) if seat.task is not None else None)
     return True
+
+
+def _begun(run: Run, session: Session, carried: PendingRequest) -> StartedRun:
+    """The continuation handed to a thread, begun here from what queueing it read (`begin_queued`)."""
+    run.session = session
+    log = EventLog(run, look_back=False)
+    log.parent = session.last_event  # type: ignore[attr-defined]  # annotated under the session's lock
+    prepared = _prepared(run)
+    answers = begin_queued(prepared, run, log, [carried])
+    return StartedRun(
+        run=run, prepared=prepared, log=log, answers=answers, rules=None, conversation=session.conversation
+    )
 
 
 def _has_room(lane: str) -> bool:
@@ -179,7 +201,31 @@ def load_started(run: Run) -> StartedRun:
     data = run.queued_input or {}
     session = run.session
     log = EventLog.resume(run)
-    prepared = PreparedRun(
+    prepared = _prepared(run)
+    if "answers" in data:
+        # A run queued before its answers were left on their requests only kept a copy of them beside its input.
+        answers = Answers.load(data["answers"])
+    elif log.sequence == 0:
+        # Queued by the answer that completed its session, nothing of it recorded yet (`queue_continuation`); first,
+        # as its rules are read after it: a rule its answer remembers is made as it begins.
+        answers = begin_queued(prepared, run, log, carried_requests(data.get("carried", [])))
+    else:
+        answers = carried_answers(data.get("carried", []))
+    return StartedRun(
+        run=run,
+        prepared=prepared,
+        log=log,
+        answers=answers,
+        rules=active_rules(run.agent, run.version, session),
+        conversation=session.conversation if session is not None else None,
+    )
+
+
+def _prepared(run: Run) -> PreparedRun:
+    """What a queued run's turn needs, from the run (its `queued_input`) and the connections and sub-agents its
+    version names, as granted now."""
+    data, session = run.queued_input or {}, run.session
+    return PreparedRun(
         tenant=run.tenant,
         agent=run.agent,
         version=run.version,
@@ -193,23 +239,6 @@ def load_started(run: Run) -> StartedRun:
         connections=granted_connections(run.tenant, run.version),
         subagents=subagents_for(run.tenant, run.version.definition, run.culture, session),
         left_open=data.get("leftOpen"),
-    )
-    if "answers" in data:
-        # A run queued before its answers were left on their requests only kept a copy of them beside its input.
-        answers = Answers.load(data["answers"])
-    elif log.sequence == 0:
-        # Queued by the answer that completed its session, nothing of it recorded yet (`queue_continuation`); first,
-        # as its rules are read after it: a rule its answer remembers is made as it begins.
-        answers = begin_queued(prepared, run, log)
-    else:
-        answers = carried_answers(data.get("carried", []))
-    return StartedRun(
-        run=run,
-        prepared=prepared,
-        log=log,
-        answers=answers,
-        rules=active_rules(run.agent, run.version, session),
-        conversation=session.conversation if session is not None else None,
     )
 
 
@@ -432,12 +461,11 @@ class Seat:
         return self.pool.worker_id(self.index)
 
     def hand(self, started: StartedRun | None) -> None:
-        """Give the thread its run, committed: with what starting it built, or (None) for the thread to read."""
-        if self.task is None:  # its lane was full: queued as any run, for a claim
+        """Give the thread its run, committed, with what starting it built (None: its lane was full)."""
+        if self.task is None or started is None:  # its lane was full: queued as any run, for a claim
             self.free()
             return
-        if started is not None:
-            _HANDED[str(started.run.id)] = started
+        _HANDED[str(started.run.id)] = started
         self.pool.given[self.index].put(self.task)
 
     def free(self) -> None:

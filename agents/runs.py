@@ -158,14 +158,14 @@ def run_started(prepared: PreparedRun, previous_run_id: str | None) -> RunStarte
     )
 
 
-def begin_queued(prepared: PreparedRun, run: Run, log: EventLog) -> Answers:
+def begin_queued(prepared: PreparedRun, run: Run, log: EventLog, carried: list[PendingRequest]) -> Answers:
     """Record the start of a run queued by the answer that completed its session (`agents.queue.queue_continuation`),
-    which wrote nothing but the run, its task and the answer: `run.started`, then the answers it carries handed to
-    the engine (and any rule they remember), as `start_run` records them. By the worker that takes it, before its
-    turn, into its log (stored with the turn's outcome: should its worker die first, the next one begins it again)."""
+    which wrote nothing but the run, its task and the answer: `run.started`, then the answers it carries (`carried`,
+    answered) handed to the engine, as `start_run` records them. Before its turn, into its log (stored with the turn's
+    outcome: should its worker die first, the next one begins it again)."""
     log.record(run_started(prepared, str(run.previous_run_id) if run.previous_run_id else None))
     answers = Answers()
-    for pending in carried_requests((run.queued_input or {}).get("carried", [])):
+    for pending in carried:
         hand_over(pending, answers, log)
     return answers
 

@@ -159,7 +159,7 @@ def _record(
             return pending.record_answer(payload, user, via, now, carried_in=continuation)
 
         try:
-            return queue_continuation(continuation, carry), continuation
+            return queue_continuation(continuation, pending, carry), continuation
         except (IntegrityError, RunRejected):
             # The run id the answer chose was taken since it was checked, or the session is busy (another turn is on
             # its way) or gone: the answer is stored alone, and the continuation starts as any run would.

@@ -8,7 +8,7 @@ from agents import queue
 from agents.models import Run, RunStatus
 from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
 from approvals.models import Rule
-from tests.helpers import EMAIL, call_line, run_handed, run_ok
+from tests.helpers import EMAIL, call_line, run_handed, run_ok, stored_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,3 +45,27 @@ def test_a_handed_run_consults_the_rules_in_force_as_its_turn_begins(operator, a
     run = Run.objects.get(pk=started.run.pk)
     assert run.status == RunStatus.COMPLETED, run.error
     assert not run.requests.exists()
+
+
+def test_the_last_answer_hands_its_continuation_over_begun(operator, assistant, seat):
+    """The continuation of the last answer, handed to the idle thread, is begun as it is handed (what queueing it
+    read under the session's lock: the conversation, the session's last event): its first events follow the asked
+    run's last one, name who answered, and are stored with its outcome, once."""
+    asked = run_ok(operator, {"message": SEND, "sessionId": "begun"})
+    request_id = asked["pendingRequests"][0]["requestId"]
+    answered = operator.api(
+        "POST", f"/api/runs/{asked['runId']}/responses", {"requestId": request_id, "approved": True}
+    )
+    continuation = answered.json()["continuationRunId"]
+    assert Run.objects.get(pk=continuation).status == RunStatus.RUNNING  # handed over
+    assert not stored_events(continuation)
+
+    run_handed(seat)
+
+    run = Run.objects.get(pk=continuation)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, f"send_email: sent to {EMAIL['to']}")
+    events = stored_events(continuation)
+    assert [e.type for e in events[:3]] == ["run.started", "permission.completed", "request.answered"]
+    assert [e.type for e in events].count("run.started") == 1
+    assert events[0].parent_id == stored_events(asked["runId"])[-1].id
+    assert events[2].data["answeredBy"] == operator.user.username

@@ -44,10 +44,10 @@ BUDGETS = {
     # takes the run records its start (agents.queue.queue_continuation, agents.runs.begin_queued).
     "completing answer": (8, 10),
     "continuation": (14, 13),
-    # Handed to an idle thread of the process that queued it (agents.queue.Seat): no claim; it reads its run, the
-    # answer it carries and the rules its turn may consult (the 12 met); the answer that hands it over counts
-    # its lane under the lane's lock, as a claim would.
-    "handed continuation": (9, 9),
+    # Handed to an idle thread of the process that queued it (agents.queue.Seat), begun from what queueing it read:
+    # no claim, nothing read again but the rules its turn may consult (the 12 met); the answer that hands it
+    # over counts its lane under the lane's lock, as a claim would.
+    "handed continuation": (7, 7),
     "handing answer": (10, 11),
 }
 
