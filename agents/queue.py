@@ -172,7 +172,12 @@ def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bo
             return False
         raise
     if seat is not None:
-        seat.hand(_begun(run, session, carried) if seat.task is not None else None)
+        started = None
+        try:
+            started = _begun(run, session, carried) if seat.task is not None else None
+        except Exception:  # committed: the answer stands; the run's lease runs out and it is queued again
+            logger.exception("Run %s could not be begun as it was handed over", run.id)
+        seat.hand(started)  # None gives the thread back
     return True
 
 
@@ -206,8 +211,7 @@ def load_started(run: Run) -> StartedRun:
         # A run queued before its answers were left on their requests only kept a copy of them beside its input.
         answers = Answers.load(data["answers"])
     elif log.sequence == 0:
-        # Queued by the answer that completed its session, nothing of it recorded yet (`queue_continuation`); first,
-        # as its rules are read after it: a rule its answer remembers is made as it begins.
+        # Queued by the answer that completed its session, nothing of it recorded yet (`queue_continuation`).
         answers = begin_queued(prepared, run, log, carried_requests(data.get("carried", [])))
     else:
         answers = carried_answers(data.get("carried", []))
@@ -461,7 +465,8 @@ class Seat:
         return self.pool.worker_id(self.index)
 
     def hand(self, started: StartedRun | None) -> None:
-        """Give the thread its run, committed, with what starting it built (None: its lane was full)."""
+        """Give the thread its run, committed, with what starting it built (None: its lane was full, or the run
+        could not be begun: the thread goes back to idle)."""
         if self.task is None or started is None:  # its lane was full: queued as any run, for a claim
             self.free()
             return

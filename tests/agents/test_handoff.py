@@ -2,7 +2,10 @@
 starts writes nothing and gives its thread back; a handed run reads its rules as its turn begins. (The hand-over
 with real servers: tests/processes/test_handoff.py.)"""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from agents import queue
 from agents.models import Run, RunStatus
@@ -69,3 +72,33 @@ def test_the_last_answer_hands_its_continuation_over_begun(operator, assistant, 
     assert [e.type for e in events].count("run.started") == 1
     assert events[0].parent_id == stored_events(asked["runId"])[-1].id
     assert events[2].data["answeredBy"] == operator.user.username
+
+
+def test_a_continuation_that_cannot_be_begun_as_it_is_handed_gives_the_thread_back(
+    operator, assistant, seat, monkeypatch, settings
+):
+    """Should beginning it fail once the answer is committed, the answer stands, the thread goes back to idle, and
+    the run, its lease run out, is queued again and begun by the worker that takes it."""
+    settings.RUN_RETRY_DELAY_SECONDS = 0
+    asked = run_ok(operator, {"message": SEND, "sessionId": "unbegun"})
+    request_id = asked["pendingRequests"][0]["requestId"]
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("beginning failed")
+
+    monkeypatch.setattr(queue, "begin_queued", broken)
+    answered = operator.api(
+        "POST", f"/api/runs/{asked['runId']}/responses", {"requestId": request_id, "approved": True}
+    )
+    monkeypatch.undo()
+
+    assert answered.json()["status"] == "accepted"
+    continuation = answered.json()["continuationRunId"]
+    assert seat.take_idle() == 0  # given back, not left waiting for a task it never gets
+    seat.idle(0)
+    Run.objects.filter(pk=continuation).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    queue.reclaim_lost()
+    assert queue.drain() == 1
+    run = Run.objects.get(pk=continuation)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, f"send_email: sent to {EMAIL['to']}")
+    assert [e.type for e in stored_events(continuation)].count("run.started") == 1
