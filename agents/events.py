@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Case, OuterRef, QuerySet, Subquery, When
 from django.utils import timezone
 
 from agents import live
@@ -192,11 +192,12 @@ def with_last_event(runs: QuerySet[Run]) -> QuerySet[Run]:
     for one with none yet, the last event of its session before it, which its first event follows."""
     last = Event.objects.filter(run=OuterRef("pk")).order_by("-sequence")
     before = Event.objects.filter(run__session=OuterRef("session_id")).exclude(run_id=OuterRef("pk"))
-    return runs.annotate(
-        last_event_id=Subquery(last.values("id")[:1]),
-        last_sequence=Subquery(last.values("sequence")[:1]),
-        follows_event_id=Subquery(before.order_by("-run__created_at", "-run_id", "-sequence").values("id")[:1]),
+    follows = Subquery(before.order_by("-run__created_at", "-run_id", "-sequence").values("id")[:1])
+    runs = runs.annotate(
+        last_event_id=Subquery(last.values("id")[:1]), last_sequence=Subquery(last.values("sequence")[:1])
     )
+    # Only for a run with no event yet (the database skips the other branch of a CASE).
+    return runs.annotate(follows_event_id=Case(When(last_event_id=None, then=follows)))
 
 
 def last_event_of_session() -> Subquery:
