@@ -1,3 +1,4 @@
+import copy
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -5,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models, transaction
+from django.db import models
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
@@ -14,7 +15,7 @@ from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
 from agents.queries import picked
 from agents.request_kinds import REQUEST_KINDS
-from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis, record_requests
+from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis, record_closing
 
 __all__ = ["ChainSignature", "Receipt", "ReceiptHead"]  # the receipts' tables, declared in approvals.receipts
 from console.models import Membership, Tenant
@@ -246,12 +247,10 @@ class PendingRequest(models.Model):
         (its agent is gone, so no run will ever carry it); the answer stays for the audit. `by`: the user who
         closed it (a cancel)."""
         still_open = PendingRequest.objects.filter(pk=self.pk, status=RequestStatus.PENDING, answered_in=None)
-        with transaction.atomic(savepoint=False):
-            # Unanswered, it gets its receipt now; answered, it had one when the answer was stored.
-            if still_open.filter(answer__isnull=True).update(status=kind, closed_at=now, closed_by=by):
-                self.status, self.closed_at, self.closed_by, self.answer = kind, now, by, None
-                record_requests([self], now)
-                return True
+        # Unanswered, it gets its receipt now; answered, it had one when the answer was stored.
+        changes = {"status": kind, "closed_at": now, "closed_by": by}
+        if self._closed(still_open.filter(answer__isnull=True), {**changes, "answer": None}, now):
+            return True
         if not answered_too or not still_open.update(status=kind, closed_at=now, closed_by=by):
             return False
         self.status, self.closed_at, self.closed_by = kind, now, by
@@ -276,13 +275,7 @@ class PendingRequest(models.Model):
         changes: dict[str, Any] = {"answer": answer, "answered_by": user, "answered_at": now, "answered_via": via}
         if carried_in is not None:
             changes |= {"status": RequestStatus.ANSWERED, "answered_in": carried_in, "closed_at": now}
-        with transaction.atomic(savepoint=False):
-            if not PendingRequest.objects.open().filter(pk=self.pk).update(**changes):
-                return False
-            for name, value in changes.items():
-                setattr(self, name, value)
-            record_requests([self], now)
-        return True
+        return self._closed(PendingRequest.objects.open().filter(pk=self.pk), changes, now)
 
     def carry(self, run: Run, now: datetime, answer: dict[str, Any], user: Any) -> bool:
         """Mark the request answered with `answer`, given in the run request of `run`, and carried by that run
@@ -300,12 +293,19 @@ class PendingRequest(models.Model):
         found = PendingRequest.objects.filter(
             pk=self.pk, status=RequestStatus.PENDING, answered_in=None, answer__isnull=True
         )
-        with transaction.atomic(savepoint=False):
-            if not found.update(**changes):
-                return False
-            for name, value in changes.items():
-                setattr(self, name, value)
-            record_requests([self], now)
+        return self._closed(found, changes, now)
+
+    def _closed(self, found: "PendingRequestQuerySet", changes: dict[str, Any], now: datetime) -> bool:
+        """Write `changes` where `found` still finds this request (one conditional update: of two writers, one wins),
+        with the receipt of the request as they leave it, in one transaction; False, and nothing written, when
+        `found` finds it no more. Answering, carrying and closing are each such a write."""
+        closed = copy.copy(self)
+        for name, value in changes.items():
+            setattr(closed, name, value)
+        if not record_closing(found, changes, closed, now):
+            return False
+        for name, value in changes.items():
+            setattr(self, name, value)
         return True
 
     @staticmethod

@@ -7,10 +7,10 @@ tenant's chain names the tenant's `genesis`), so editing, deleting, inserting or
 chain (`verify`). An installation key signs each tenant's head (`approvals.signing`), so a chain rewritten whole
 by someone holding the database but not the key fails too.
 
-They are written by the three closings of `approvals.models.PendingRequest` (`record_answer`, `carry`, `close`),
-by the decisions made at once (an external agent's request a rule, a policy or the tool's mode decided) and by a
-hosted turn's outcome for the calls a rule approved or a policy denied without a request
-(`agents.outcomes`). `record` takes the tenant's head under a row lock: the chain's order is the order the
+They are written by the three closings of `approvals.models.PendingRequest` (`record_answer`, `carry`, `close`,
+through `record_closing` with the closing's own write), by the decisions made at once (an external agent's request
+a rule, a policy or the tool's mode decided) and by a hosted turn's outcome for the calls a rule approved or a
+policy denied without a request (`agents.outcomes`). `record` takes the tenant's head under a row lock: the chain's order is the order the
 decisions were committed in. This module sits below the models it describes: it reads them duck-typed.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 
 import rfc8785
 from django.db import connection, models, transaction
+from django.db.models.sql import UpdateQuery
 
 from console.models import Tenant
 from console.tenancy import AUTH_METHOD
@@ -308,7 +309,7 @@ def record(tenant_id: Any, facts: list[dict[str, Any]]) -> list[Receipt]:
         return []
     with transaction.atomic(savepoint=False):
         if connection.vendor == "postgresql" and len(facts) == 1:
-            one = _append_in_one_statement(tenant_id, facts[0])
+            _, one = _append_in_one_statement(tenant_id, facts[0])
             if one is not None:
                 return [one]
         head = ReceiptHead.objects.select_for_update().filter(tenant_id=tenant_id).first()
@@ -342,12 +343,17 @@ def _receipt(tenant_id: Any, body: dict[str, Any], hash_: str) -> Receipt:
     )
 
 
-def _append_in_one_statement(tenant_id: Any, fact: dict[str, Any]) -> Receipt | None:
+def _append_in_one_statement(
+    tenant_id: Any, fact: dict[str, Any], guard: tuple[str, Any] | None = None
+) -> tuple[bool, Receipt | None]:
     """One receipt appended in one round trip, on the hot path of every answer (bench/receipts_answer.py): the
     head's locked read, the receipt's hash, its row and the head's move, in one PostgreSQL statement. The hash is
     SHA-256 over the receipt's canonical JSON as `digest` makes it, computed in the database: the canonical text
     is made here with stand-ins for the two values only the locked head knows (`sequence`, `prevHash`) and
-    spliced around them. None when the tenant has no head yet (nothing written)."""
+    spliced around them. With a `guard` (an UPDATE's SQL and parameters: the closing the receipt is of), the
+    receipt is written only when the guard wrote a row, the guard's row locked before the head's (in the order
+    every closing takes them). Whether the guard wrote (True without one), and the receipt: None when the guard
+    wrote nothing or the tenant has no head yet (no receipt written)."""
     mark = uuid.uuid4().hex
     stand_ins = {"sequence": f"seq{mark}", "prevHash": f"prev{mark}"}
     text = canonical({**fact, "receiptId": str(uuid.uuid4()), **stand_ins}).decode()
@@ -371,23 +377,58 @@ def _append_in_one_statement(tenant_id: Any, fact: dict[str, Any]) -> Receipt | 
     columns = ", ".join(quote(str(field.column)) for field in [*fields, *last])
     typed = ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields)
     heads, receipts = (quote(model._meta.db_table) for model in (ReceiptHead, Receipt))
+    guarded, guard_params = (f"guard AS ({guard[0]} RETURNING 1), ", list(guard[1])) if guard else ("", [])
+    written = (
+        f"INSERT INTO {receipts} ({columns}) SELECT {typed}, new.sequence,"
+        f" %s::jsonb || jsonb_build_object('sequence', new.sequence, 'prevHash', new.prev), new.hash FROM new"
+        f" RETURNING sequence, hash, body->>'prevHash' AS prev"
+    )
     sql = (
-        f"WITH old AS (SELECT sequence, hash FROM {heads} WHERE tenant_id = %s FOR UPDATE),"
+        f"WITH {guarded}old AS (SELECT sequence, hash FROM {heads} WHERE tenant_id = %s"
+        f"{' AND EXISTS (SELECT 1 FROM guard)' if guard else ''} FOR UPDATE),"
         f" new AS (SELECT old.sequence + 1 AS sequence, old.hash AS prev,"
         f" encode(sha256(convert_to({hashed}, 'UTF8')), 'hex') AS hash FROM old),"
         f" moved AS (UPDATE {heads} SET sequence = new.sequence, hash = new.hash FROM new WHERE tenant_id = %s)"
-        f" INSERT INTO {receipts} ({columns}) SELECT {typed}, new.sequence,"
-        f" %s::jsonb || jsonb_build_object('sequence', new.sequence, 'prevHash', new.prev), new.hash FROM new"
-        f" RETURNING sequence, hash, body->>'prevHash'"
     )
-    params = [tenant_id, *pieces, tenant_id, *values, json.dumps(body)]
+    if guard:  # one row whatever was written: whether the guard wrote, and the receipt when it was
+        sql += (
+            f", written AS ({written}) SELECT written.sequence, written.hash, written.prev,"
+            f" EXISTS (SELECT 1 FROM guard) FROM (SELECT 1) AS one LEFT JOIN written ON true"
+        )
+    else:
+        sql += f" {written}, true"
+    params = [*guard_params, tenant_id, *pieces, tenant_id, *values, json.dumps(body)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    if row is None:
-        return None
-    sequence, hash_, prev = row
-    return _receipt(tenant_id, {**body, "sequence": sequence, "prevHash": prev}, hash_)
+    if row is None:  # no head (without a guard)
+        return True, None
+    sequence, hash_, prev, wrote = row
+    if sequence is None:  # the guard wrote nothing, or no head
+        return wrote, None
+    return True, _receipt(tenant_id, {**body, "sequence": sequence, "prevHash": prev}, hash_)
+
+
+def record_closing(found: models.QuerySet[Any], changes: dict[str, Any], closed: Any, at: datetime) -> bool:
+    """`found.update(**changes)`, the conditional write that answers or closes one request, and when it wrote a
+    row the receipt of the request as that write leaves it (`closed`, a copy with `changes` on it), in the caller's
+    transaction (one is opened when there is none); on PostgreSQL in one statement. False, and nothing written,
+    when `found` found nothing (another answer or closing came first)."""
+    fact = request_facts(closed, at)
+    with transaction.atomic(savepoint=False):
+        if connection.vendor == "postgresql":
+            query = found.query.chain(UpdateQuery)
+            assert isinstance(query, UpdateQuery)
+            query.add_update_values(changes)
+            query.annotations = {}
+            wrote, receipt = _append_in_one_statement(closed.tenant_id, fact, query.get_compiler(found.db).as_sql())
+            if wrote and receipt is None:  # no head yet
+                record(closed.tenant_id, [fact])
+            return wrote
+        if not found.update(**changes):
+            return False
+        record(closed.tenant_id, [fact])
+    return True
 
 
 def record_requests(requests: Iterable[Any], at: datetime) -> None:

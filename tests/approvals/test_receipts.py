@@ -363,3 +363,23 @@ def test_a_receipt_whose_text_needs_escaping_hashes_as_digest_says(operator, ass
     assert ReceiptHead.objects.get(tenant=operator.tenant).hash == stored.hash
     sign_heads()
     assert verify()[0] == 0
+
+
+def test_an_answer_in_a_tenant_without_a_head_yet_makes_it_and_a_lost_one_writes_nothing(operator, assistant):
+    """A tenant from before receipts gets its head with its first receipt; an answer that loses to another (its
+    conditional write finds the request answered) writes no receipt, on PostgreSQL where both are one statement
+    (`approvals.receipts.record_closing`) as on SQLite."""
+    ReceiptHead.objects.filter(tenant=operator.tenant).delete()
+    asked = ask(operator)
+    approve(operator, asked)
+    first = receipt_of(request_id(asked))
+    assert (first["sequence"], first["prevHash"]) == (1, genesis(operator.tenant.pk))
+    assert ReceiptHead.objects.get(tenant=operator.tenant).hash == first["hash"]
+
+    pending = PendingRequest.objects.get(id=request_id(asked))
+    denied = {"requestId": str(pending.id), "approved": False}
+    late = pending.record_answer(denied, operator.user, "api", timezone.now())
+    assert late is False and pending.answer["approved"] is True
+    assert Receipt.objects.count() == 1 and PendingRequest.objects.get(pk=pending.pk).answer["approved"] is True
+    sign_heads()
+    assert verify()[0] == 0
