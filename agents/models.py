@@ -282,6 +282,16 @@ class Run(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
             models.Index(fields=["status", "lane"], name="run_status_lane"),
         ]
+        constraints = [
+            # One turn at a time per session, whoever writes it: `start_run` asks under the session's lock first (a
+            # second turn gets 409 `session_busy`); the last answer's continuation leans on this alone
+            # (`agents.queue.queue_continuation`).
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=Q(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]),
+                name="run_one_turn_per_session",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"run {self.id} ({self.status})"

@@ -52,7 +52,7 @@ from agents.lanes import DEFAULT_LANE, queue_name
 from agents.models import AWAITING, Run, RunStatus, Session
 from agents.outcomes import finish_run
 from agents.payloads import ErrorInfo, RunRetrying
-from agents.prepare import PreparedRun, RunRequest, granted_connections, refuse_if_busy_or_gone, subagents_for
+from agents.prepare import PreparedRun, RunRejected, RunRequest, granted_connections, subagents_for
 from agents.runs import (
     ExecutionResult,
     StartedRun,
@@ -144,11 +144,11 @@ class _Refused(Exception):
 def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bool]) -> bool:
     """Queue `run`, built but not saved (`agents.actions.sessions.continuation_of`), in one transaction with `carry`,
     the conditional write of the answer to `carried` it carries: False, and nothing written, when `carry` returns
-    False. Its session's turn is asked under the session's lock first, as `start_run` asks it (raises RunRejected,
-    writing nothing, when busy or deleted); nothing else is read or written. Handed to an idle thread of this
-    process when its lane has room there, with its start recorded here once committed (what the session's read
-    under its lock gave: the conversation, the last event); otherwise the worker that takes it records it
-    (`load_started`)."""
+    False. The session's lock is taken first, as every turn takes it (raises RunRejected, writing nothing, when the
+    session is deleted; IntegrityError when another turn of it is queued or running); nothing else is read or
+    written. Handed to an idle thread of this process when its lane has room there, with its start recorded here
+    once committed (what the session's read under its lock gave: the conversation, the last event); otherwise the
+    worker that takes it records it (`load_started`)."""
     seat = None if connection.in_atomic_block else _seat(queue_name(run.lane))
     try:
         with transaction.atomic():
@@ -160,7 +160,10 @@ def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bo
             else:
                 locked = locked.annotate(last_event=last_event_of_session())
             session = locked.get(pk=run.session_id)
-            refuse_if_busy_or_gone(session)
+            if session.deleted_at is not None:
+                raise RunRejected(409, "session_busy", "The session was deleted meanwhile.")
+            # Not its turn asked: another turn queued or running makes the run's insert fail (its session's one
+            # turn, `run_one_turn_per_session`); an agent deleted meanwhile closed the request (`carry` fails).
             _put_on_queue(run, seat)
             run.save(force_insert=True)
             if not carry():

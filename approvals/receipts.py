@@ -10,8 +10,9 @@ by someone holding the database but not the key fails too.
 They are written by the three closings of `approvals.models.PendingRequest` (`record_answer`, `carry`, `close`,
 through `record_closing` with the closing's own write), by the decisions made at once (an external agent's request
 a rule, a policy or the tool's mode decided) and by a hosted turn's outcome for the calls a rule approved or a
-policy denied without a request (`agents.outcomes`). `record` takes the tenant's head under a row lock: the chain's order is the order the
-decisions were committed in. This module sits below the models it describes: it reads them duck-typed.
+policy denied without a request (`agents.outcomes`). `record` takes the tenant's head under a row lock: the chain's
+order is the order the decisions were committed in. This module sits below the models it describes: it reads them
+duck-typed.
 """
 
 import hashlib

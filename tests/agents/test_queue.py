@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.core import mail
-from django.db import connections
+from django.db import IntegrityError, connections, transaction
 from django.test import AsyncClient
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
@@ -459,6 +459,45 @@ def test_the_last_answer_queues_its_continuation_and_the_worker_that_takes_it_be
     assert events[2].data["answeredBy"] == operator.user.username
     assert get_run(operator, continuation)["output"] == f"send_email: sent to {EMAIL['to']}"
     assert len(mail.outbox) == 1
+
+
+def test_the_database_keeps_one_turn_at_a_time_per_session(operator, assistant):
+    """A second queued or running run of a session is refused by the database itself, whatever writes it (issue 32:
+    the last answer's continuation asks nothing else); runs that ended, and runs of other sessions, are not."""
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "one-turn"})
+    first = Run.objects.select_related("session").get(id=asked["runId"])
+
+    def another(status: str, session: Any = first.session) -> Run:
+        return Run.objects.create(
+            tenant=first.tenant, agent=first.agent, version=first.version, session=session, status=status
+        )
+
+    another(RunStatus.QUEUED)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        another(RunStatus.RUNNING)
+    another(RunStatus.COMPLETED)
+    another(RunStatus.QUEUED, session=None)
+    another(RunStatus.QUEUED, session=None)
+    assert Run.objects.filter(session=first.session, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).count() == 1
+
+
+def test_a_last_answer_that_finds_another_turn_on_its_way_is_stored_and_starts_none(operator, assistant):
+    """The session is busy when its last answer comes (another turn queued): the answer is stored, to go with the
+    session's next turn, and no second turn starts."""
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "b2"})
+    first = Run.objects.get(id=asked["runId"])
+    busy = Run.objects.create(
+        tenant=first.tenant, agent=first.agent, version=first.version, session=first.session, status=RunStatus.QUEUED
+    )
+    request_id = asked["pendingRequests"][0]["requestId"]
+    body = {"requestId": request_id, "approved": True}
+    answered = operator.api("POST", f"/api/runs/{asked['runId']}/responses", body).json()
+
+    assert (answered["status"], answered["continuationRunId"]) == ("accepted", None)
+    pending = PendingRequest.objects.get(id=request_id)
+    assert (pending.status, pending.answered_in_id, pending.answer["approved"]) == (RequestStatus.PENDING, None, True)
+    assert list(Run.objects.filter(session=first.session_id, status=RunStatus.QUEUED)) == [busy]
+    assert stored_events(str(busy.id)) == []
 
 
 def test_it_leaves_a_run_alone_while_its_lease_holds(operator, assistant):

@@ -43,15 +43,16 @@ BUDGETS = {
     "start": (12, 12),
     # The token, the request, its answer with its receipt, and the session's answers read again once committed.
     "plain answer": (4, 7),
-    # The session's lock and turn, the run and its task, the answer carried by it with its receipt: the worker that
-    # takes the run records its start (agents.queue.queue_continuation, agents.runs.begin_queued).
-    "completing answer": (7, 10),
+    # The session's lock, the run and its task, the answer carried by it with its receipt: the database refuses a
+    # second turn of the session (`run_one_turn_per_session`), and the worker that takes the run records its start
+    # (agents.queue.queue_continuation, agents.runs.begin_queued).
+    "completing answer": (6, 9),
     "continuation": (14, 13),
     # Handed to an idle thread of the process that queued it (agents.queue.Seat), begun from what queueing it read:
     # no claim, nothing read again but the rules its turn may consult (the 12 met); the answer that hands it
     # over counts its lane under the lane's lock, as a claim would.
     "handed continuation": (7, 7),
-    "handing answer": (9, 11),
+    "handing answer": (8, 10),
 }
 
 
