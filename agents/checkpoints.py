@@ -22,7 +22,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import JSONField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import JSONObject
 
 from agents.models import Checkpoint, Run, Session
 from approvals.models import PendingRequest, RequestStatus
@@ -44,6 +45,34 @@ def _digests(messages: Iterable[dict[str, Any]], at: int) -> tuple[str | None, s
     return prefix, digest.hexdigest()
 
 
+def with_latest_checkpoint(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """`runs` with their session's latest checkpoint as `latest_checkpoint` (what `record` reads of it: its number,
+    root, length and digest; None when there is none), read with the run as its turn begins. It is still the latest
+    when the turn ends: only a turn's end records one, and the session has one turn at a time (a run reclaimed
+    meanwhile stores no outcome)."""
+    latest = Checkpoint.objects.filter(session=OuterRef("session")).order_by("-number")
+    read = latest.values(
+        read=JSONObject(
+            id="id", number="number", root_id="root_id", root_number="root__number", length="length", digest="digest"
+        )
+    )[:1]
+    return runs.annotate(latest_checkpoint=Subquery(read, output_field=JSONField()))
+
+
+def _latest(run: Run, session: Session) -> Checkpoint | None:
+    """The session's latest checkpoint, as `with_latest_checkpoint` read it with the run, else read now."""
+    if not hasattr(run, "latest_checkpoint"):
+        checkpoints = Checkpoint.objects.filter(session=session).select_related("root")
+        return checkpoints.only("id", "number", "root_id", "length", "digest", "root__number").first()
+    read = run.latest_checkpoint
+    if read is None:
+        return None
+    latest = Checkpoint(id=uuid.UUID(read["id"]), number=read["number"], length=read["length"], digest=read["digest"])
+    if read["root_id"] is not None:
+        latest.root = Checkpoint(id=uuid.UUID(read["root_id"]), number=read["root_number"])
+    return latest
+
+
 def record(run: Run, *, first: bool = False, open_requests: list[PendingRequest] | None = None) -> Checkpoint | None:
     """Record the state of `run`'s session now that the run has ended: its conversation, its open requests,
     the version and the run's status. None for a sessionless run. `first`: the run is the session's first turn
@@ -56,14 +85,7 @@ def record(run: Run, *, first: bool = False, open_requests: list[PendingRequest]
         return None
     conversation = session.conversation
     messages: list[dict[str, Any]] = list(conversation.get("messages", [])) if conversation else []
-    previous = (
-        None
-        if first
-        else Checkpoint.objects.filter(session=session)
-        .select_related("root")
-        .only("id", "number", "root_id", "length", "digest", "root__number")
-        .first()
-    )
+    previous = None if first else _latest(run, session)
     prefix, digest = _digests(messages, previous.length if previous is not None else 0)
     root: Checkpoint | None = None
     if previous is not None and prefix == previous.digest:

@@ -46,6 +46,7 @@ from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
+from agents.checkpoints import with_latest_checkpoint
 from agents.engine import Answers, TurnError, warm_engine
 from agents.events import EventLog, last_event_of_session, with_last_event
 from agents.lanes import DEFAULT_LANE, queue_name
@@ -264,7 +265,8 @@ def execute_queued(context: TaskContext, run_id: str) -> str:
     started = _HANDED.pop(run_id, None)
     if started is None:
         worker_id = context.task_result.worker_ids[-1]
-        run = with_last_event(_runs()).filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id).first()
+        runs = with_latest_checkpoint(with_last_event(_runs()))
+        run = runs.filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id).first()
         if run is None:
             return "skipped"  # cancelled, or reclaimed, before its turn began
         if run.cancel_requested or run.agent.deleted_at is not None:

@@ -191,6 +191,33 @@ def test_it_copies_the_whole_history_when_the_history_before_changed(operator, a
     assert conversation_at(newest) == Session.objects.get(key="s1").conversation
 
 
+def test_queued_turns_build_the_same_chain_on_what_their_claim_read(operator, assistant):
+    """A claimed run reads its session's latest checkpoint with itself as its turn begins
+    (`agents.checkpoints.with_latest_checkpoint`), not again as it ends: its deltas, the full copy every
+    FULL_COPY_EVERY checkpoints and the full copy after a rewritten history come out as a turn run here makes them."""
+    conversations = []
+
+    def turn(message: str) -> None:
+        queued = run(operator, {"message": message, "sessionId": "s1"}, HTTP_PREFER="respond-async")
+        assert queued.status_code == 202, queued.content
+        drain_queued(1)
+        conversations.append(Session.objects.get(key="s1").conversation)
+
+    for number in range(FULL_COPY_EVERY + 2):
+        turn(f"turn {number}")
+    session = Session.objects.get(key="s1")
+    session.conversation["messages"][0]["parts"][0]["content"] = ["rewritten"]
+    session.save(update_fields=["conversation"])
+    turn("after the rewrite")
+
+    stored = list(Checkpoint.objects.order_by("number"))
+    assert [c.number for c in stored if c.root_id is None] == [1, FULL_COPY_EVERY + 1, FULL_COPY_EVERY + 3]
+    assert [len(c.messages) for c in stored[1:FULL_COPY_EVERY]] == [2] * (FULL_COPY_EVERY - 1)
+    assert [c.root_id for c in stored[1:FULL_COPY_EVERY]] == [stored[0].id] * (FULL_COPY_EVERY - 1)
+    assert stored[FULL_COPY_EVERY + 1].root_id == stored[FULL_COPY_EVERY].id
+    assert [conversation_at(c) for c in stored] == conversations
+
+
 def test_checkpoints_of_fifty_turns_store_what_the_turns_appended_not_the_history(operator, assistant, capsys):
     """The bytes per checkpoint of a 50-turn session (the figure the issue asks for)."""
     whole = 0

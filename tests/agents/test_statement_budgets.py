@@ -47,7 +47,9 @@ BUDGETS = {
     # second turn of the session (`run_one_turn_per_session`), and the worker that takes the run records its start
     # (agents.queue.queue_continuation, agents.runs.begin_queued).
     "completing answer": (6, 9),
-    "continuation": (14, 13),
+    # The claim (its task, its lane's lock and count, the task and the run taken), the run read with the session's
+    # latest checkpoint (agents.checkpoints.with_latest_checkpoint), its carried answers, the rules; its outcome.
+    "continuation": (13, 12),
     # Handed to an idle thread of the process that queued it (agents.queue.Seat), begun from what queueing it read:
     # no claim, nothing read again but the rules its turn may consult (the 12 met); the answer that hands it
     # over counts its lane under the lane's lock, as a claim would.
