@@ -5,6 +5,7 @@ and the event log, in one transaction; and closing requests no run will carry (`
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
@@ -21,6 +22,7 @@ from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened
 from approvals.rules import rule_versions
+from console.sql import update_together
 
 logger = logging.getLogger(__name__)
 
@@ -216,19 +218,20 @@ def _store_outcome(
     run.records = started.records
     fields = ["status", "output", "usage", "error", "finished_at", "lease_expires_at", "queued_input", "message"]
     fields += ["records"] if run.records else []
-    held = Run.objects.held_by(run)
-    if not held.update(**{name: getattr(run, name) for name in fields}):
-        raise _Reclaimed
     # The session's first turn (no turn ended in it before, not a fork's copy) leaves open only what it opened.
     session = run.session
     first = session is not None and session.last_run_id is None and session.forked_from_checkpoint_id is None
-    if run.session is not None:
-        run.session.last_run = run
-        run.session.updated_at = run.finished_at
-        fields = ["last_run", "updated_at"] + (
-            ["conversation"] if outcome is not None and outcome.conversation is not None else []
-        )
-        run.session.save(update_fields=fields)
+    # The run's outcome and its session's row (its last turn, and the conversation the turn left), in one statement.
+    also = []
+    if session is not None:
+        ended: dict[str, Any] = {"last_run": run, "updated_at": run.finished_at}
+        if outcome is not None and outcome.conversation is not None:
+            ended["conversation"] = session.conversation
+        also.append((Session.objects.filter(pk=session.pk), ended))
+    if not update_together(Run.objects.held_by(run), {name: getattr(run, name) for name in fields}, *also):
+        raise _Reclaimed
+    if session is not None:
+        session.last_run, session.updated_at = run, run.finished_at
     # What it opened is all the session has open when nothing else was left open as it started (nor since: one
     # turn at a time) and it handed no answer back.
     only_opened = (first or prepared.left_open == []) and not handed_back

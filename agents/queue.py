@@ -71,6 +71,7 @@ from agents.turns import PROCESS_ID, cancel_here, keep_held, keeper_started, lea
 from agents.wakeups import start_listener
 from approvals.models import PendingRequest
 from console.periodic import start_periodic
+from console.sql import update_together
 
 logger = logging.getLogger(__name__)
 
@@ -407,10 +408,16 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
                 if free <= 0:
                     continue
                 worker_id = worker_ids[len(claimed)]
-                db_task.claim(worker_id)
-                Run.objects.filter(id=db_task.args_kwargs["args"][0], status=RunStatus.QUEUED).update(
-                    status=RunStatus.RUNNING, attempts=F("attempts") + 1, **lease(worker_id)
+                # The task taken (as django-tasks-db's `claim` writes it) and its run leased, in one statement.
+                taken = {"status": TaskResultStatus.RUNNING, "started_at": timezone.now()}
+                taken["worker_ids"] = [*db_task.worker_ids, worker_id]
+                update_together(
+                    Run.objects.filter(id=db_task.args_kwargs["args"][0], status=RunStatus.QUEUED),
+                    {"status": RunStatus.RUNNING, "attempts": F("attempts") + 1, **lease(worker_id)},
+                    (DBTaskResult.objects.filter(pk=db_task.pk), taken),
                 )
+                for name, value in taken.items():
+                    setattr(db_task, name, value)
                 claimed.append(db_task)
     return claimed
 

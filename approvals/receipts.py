@@ -25,9 +25,9 @@ from typing import Any
 
 import rfc8785
 from django.db import connection, models, transaction
-from django.db.models.sql import UpdateQuery
 
 from console.models import Tenant
+from console.sql import update_sql
 from console.tenancy import AUTH_METHOD
 
 # What the receipt's `decisionSource` says decided.
@@ -418,11 +418,7 @@ def record_closing(found: models.QuerySet[Any], changes: dict[str, Any], closed:
     fact = request_facts(closed, at)
     with transaction.atomic(savepoint=False):
         if connection.vendor == "postgresql":
-            query = found.query.chain(UpdateQuery)
-            assert isinstance(query, UpdateQuery)
-            query.add_update_values(changes)
-            query.annotations = {}
-            wrote, receipt = _append_in_one_statement(closed.tenant_id, fact, query.get_compiler(found.db).as_sql())
+            wrote, receipt = _append_in_one_statement(closed.tenant_id, fact, update_sql(found, changes))
             if wrote and receipt is None:  # no head yet
                 record(closed.tenant_id, [fact])
             return wrote

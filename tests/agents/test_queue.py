@@ -18,7 +18,10 @@ from django_tasks_db.models import DBTaskResult
 from agents import queue
 from agents.definitions import DefinitionContent
 from agents.engine import Answers
-from agents.models import Agent, Run, RunStatus
+from agents.models import Agent, Run, RunStatus, Session
+from agents.outcomes import finish_run
+from agents.runs import execute
+from agents.turns import run_here
 from approvals.models import PendingRequest, RequestStatus, Rule
 from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401
 from tests.conftest import Persona, grant
@@ -519,6 +522,23 @@ def test_a_late_outcome_of_a_reclaimed_run_is_dropped(operator, assistant):
     assert Run.objects.get(id=accepted["runId"]).status == RunStatus.QUEUED
     queue.drain()
     assert [e.type for e in stored_events(accepted["runId"])].count("run.completed") == 1
+
+
+def test_the_outcome_of_a_run_taken_over_meanwhile_writes_neither_the_run_nor_its_session(operator, assistant):
+    """The run's outcome and its session's row are written in one statement on PostgreSQL (`update_together`): when
+    the run is no longer held by the worker finishing it, neither is written."""
+    accepted = queue_run(operator, {"message": "hello", "sessionId": "late"})
+    assert queue.claim("worker-slow") is not None
+    started = queue.load_started(queue._runs().get(id=accepted["runId"]))
+    result = run_here(execute(started))
+    assert result.outcome is not None and result.outcome.conversation is not None
+    Run.objects.filter(id=accepted["runId"]).update(worker_id="worker-new")  # its lease ran out; another holds it
+
+    finish_run(started, result)
+
+    session = Session.objects.get(key="late")
+    assert (session.conversation, session.last_run_id, session.checkpoints.count()) == (None, None, 0)
+    assert Run.objects.get(id=accepted["runId"]).status == RunStatus.RUNNING
 
 
 def test_another_tenants_queued_run_is_not_found(operator, outsider, assistant):

@@ -40,7 +40,7 @@ def statements(step: Callable[[], Any]) -> tuple[Any, list[str]]:
 # (approvals.receipts.record_closing). No console of the tenant is open here: an open one adds the read of the
 # members a push goes to (approvals.push).
 BUDGETS = {
-    "start": (12, 12),
+    "start": (11, 12),
     # The token, the request, its answer with its receipt, and the session's answers read again once committed.
     "plain answer": (4, 7),
     # The session's lock, the run and its task, the answer carried by it with its receipt: the database refuses a
@@ -49,11 +49,13 @@ BUDGETS = {
     "completing answer": (6, 9),
     # The claim (its task, its lane's lock and count, the task and the run taken), the run read with the session's
     # latest checkpoint (agents.checkpoints.with_latest_checkpoint), its carried answers, the rules; its outcome.
-    "continuation": (13, 12),
+    # On PostgreSQL the task and the run taken are one statement, and so are the run's outcome and its session's row
+    # (console.sql.update_together).
+    "continuation": (11, 12),
     # Handed to an idle thread of the process that queued it (agents.queue.Seat), begun from what queueing it read:
     # no claim, nothing read again but the rules its turn may consult (the 12 met); the answer that hands it
     # over counts its lane under the lane's lock, as a claim would.
-    "handed continuation": (7, 7),
+    "handed continuation": (6, 7),
     "handing answer": (8, 10),
 }
 
