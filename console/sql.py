@@ -22,7 +22,7 @@ def update_together(rows: QuerySet[Any], values: dict[str, Any], *others: tuple[
     WITH clauses: all run, none sees another's write, so they must write different rows), one after the other
     elsewhere; how many rows `rows.update` wrote. The caller's transaction decides what a count it did not expect
     undoes."""
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or not others:
         for other, changes in others:
             other.update(**changes)
         return rows.update(**values)
