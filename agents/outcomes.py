@@ -221,7 +221,8 @@ def _store_outcome(
     # The session's first turn (no turn ended in it before, not a fork's copy) leaves open only what it opened.
     session = run.session
     first = session is not None and session.last_run_id is None and session.forked_from_checkpoint_id is None
-    # The run's outcome and its session's row (its last turn, and the conversation the turn left), in one statement.
+    # The run's outcome and its session's row (its last turn, and the conversation the turn left), in one statement:
+    # the session's row first, as the deletions and the last answer's continuation take it (console.sql).
     also = []
     if session is not None:
         ended: dict[str, Any] = {"last_run": run, "updated_at": run.finished_at}
