@@ -304,13 +304,18 @@ def with_turn_state(sessions: QuerySet[Session]) -> QuerySet[Session]:
     return sessions.annotate(agent_deleted_at=F("agent__deleted_at"), turn_running=Exists(running))
 
 
+def refuse_if_deleted(session: Session) -> None:
+    """Refuse a turn of a session deleted meanwhile (read under its lock: the deletion sets it under that lock)."""
+    if session.deleted_at is not None:
+        detail = "The session was deleted meanwhile; send the turn again to start a new session."
+        raise RunRejected(409, "session_busy", detail)
+
+
 def refuse_if_busy_or_gone(session: Session) -> None:
     """Refuse a second turn of the session, and a turn of an agent or session deleted meanwhile. `start_run`
     asks again under the session's lock, which the deletions take too: a deletion waits for this turn to be
     recorded (and then cancels it), or this turn waits for the deletion (and then stops here)."""
-    if session.deleted_at is not None:
-        detail = "The session was deleted meanwhile; send the turn again to start a new session."
-        raise RunRejected(409, "session_busy", detail)
+    refuse_if_deleted(session)
     read: Any = session
     if hasattr(read, "turn_running"):  # read with the session (`with_turn_state`)
         deleted_at, is_busy = read.agent_deleted_at, read.turn_running

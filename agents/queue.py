@@ -53,7 +53,7 @@ from agents.lanes import DEFAULT_LANE, queue_name
 from agents.models import AWAITING, Run, RunStatus, Session
 from agents.outcomes import finish_run
 from agents.payloads import ErrorInfo, RunRetrying
-from agents.prepare import PreparedRun, RunRejected, RunRequest, granted_connections, subagents_for
+from agents.prepare import PreparedRun, RunRequest, granted_connections, refuse_if_deleted, subagents_for
 from agents.runs import (
     ExecutionResult,
     StartedRun,
@@ -162,8 +162,7 @@ def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bo
             else:
                 locked = locked.annotate(last_event=last_event_of_session())
             session = locked.get(pk=run.session_id)
-            if session.deleted_at is not None:
-                raise RunRejected(409, "session_busy", "The session was deleted meanwhile.")
+            refuse_if_deleted(session)
             # Not its turn asked: another turn queued or running makes the run's insert fail (its session's one
             # turn, `run_one_turn_per_session`); an agent deleted meanwhile closed the request (`carry` fails).
             _put_on_queue(run, seat)

@@ -251,9 +251,10 @@ class PendingRequest(models.Model):
         changes = {"status": kind, "closed_at": now, "closed_by": by}
         if self._closed(still_open.filter(answer__isnull=True), {**changes, "answer": None}, now):
             return True
-        if not answered_too or not still_open.update(status=kind, closed_at=now, closed_by=by):
+        if not answered_too or not still_open.update(**changes):
             return False
-        self.status, self.closed_at, self.closed_by = kind, now, by
+        for name, value in changes.items():
+            setattr(self, name, value)
         return True
 
     @property
