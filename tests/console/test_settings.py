@@ -120,6 +120,7 @@ PRINT_BACKENDS = (
     "'layer': s.CHANNEL_LAYERS['default']['BACKEND'], "
     "'hosts': s.CHANNEL_LAYERS['default'].get('CONFIG', {}).get('hosts'), "
     "'pool': s.DATABASES['default'].get('OPTIONS', {}).get('pool'), "
+    "'prepare': s.DATABASES['default'].get('OPTIONS', {}).get('prepare_threshold'), "
     "'conn_max_age': s.DATABASES['default']['CONN_MAX_AGE']}))"
 )
 
@@ -151,6 +152,18 @@ def test_it_scales_out_on_postgresql_and_redis(tmp_path):
     assert host["socket_timeout"] > 5 and host["max_connections"] >= 1000
     # Under ASGI connections come from a pool, never kept per (short-lived) request thread.
     assert (resolved["conn_max_age"], resolved["pool"]["max_size"]) == (0, 20)
+    assert resolved["prepare"] == 5
+
+
+def test_it_prepares_no_statements_behind_a_pooler_that_cannot_keep_them(tmp_path):
+    result = run_python(
+        ["-c", PRINT_BACKENDS],
+        tmp_path,
+        DATABASE_URL="postgres://airlock:pw@db.internal:5432/airlock",
+        DATABASE_PREPARE_THRESHOLD="0",
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["prepare"] is None
 
 
 def test_it_passes_the_deployment_checklist(tmp_path):
