@@ -57,6 +57,9 @@ PROVIDER_THREADS = (1, 4)
 # finished run to the last moves by less than 1% between runs of these lengths and of 200.
 PROVIDER_RUNS = {1: 60, 4: 160}
 PROVIDER_PACE = 0.95  # issue 32 item 4: runs/s against threads / PROVIDER_MS
+# Bare pydantic-ai's turns against the same server, as many at a time as the worker's threads, one after another in
+# each: how close to the provider's pace the turn itself comes, before any worker (~2 s of turns each).
+BARE_PROVIDER_TURNS = {1: 20, 4: 80}
 REMOTE = {"name": "remote", "model": {"connection": "loopback", "name": "bench-model"}}
 KEY_ENV = "BENCH_OPENAI_KEY"
 DATABASE = "airlock_bench_queue"
@@ -68,6 +71,34 @@ def bare() -> float:
 
     times = Bare().turns(BARE_TURNS)
     return 1 / sorted(times)[len(times) // 2]
+
+
+def bare_provider(base_url: str, threads: int, turns: int) -> float:
+    """Turns per second of bare pydantic-ai against the provider at `base_url`: `threads` turns at a time, one after
+    another in each, from the first finished turn to the last (a child of `series`, which plans the replies: one more
+    than `turns`, for a first turn that builds pydantic-ai's schemas)."""
+    import asyncio
+
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    agent = Agent(OpenAIChatModel("bench-model", provider=OpenAIProvider(base_url=base_url, api_key="sk-bench")))
+
+    async def one_after_another(count: int) -> list[float]:
+        ends = []
+        for _ in range(count):
+            await agent.run("hello")
+            ends.append(time.perf_counter())
+        return ends
+
+    async def measure() -> float:
+        await agent.run("hello")
+        lanes = await asyncio.gather(*(one_after_another(turns // threads) for _ in range(threads)))
+        ends = sorted(end for lane in lanes for end in lane)
+        return (len(ends) - 1) / (ends[-1] - ends[0])
+
+    return asyncio.run(measure())
 
 
 def _queue(data: Path, database: str, runs: int, provider_ms: int, provider: FakeOpenAI) -> dict[str, str]:
@@ -205,7 +236,13 @@ def series(database: str, configs: list[tuple[int, int, int]], runs: int) -> lis
         persona = seed_operator(agents={"clock": AGENT, "remote": REMOTE})
         versions = {name: live_version(persona["tenant"], name, None) for name in ("clock", "remote")}
         for processes, threads, provider_ms in configs:
-            floor = _bare_rate() if not provider_ms else None
+            if provider_ms:  # the turn itself against the same server, the worker not started yet
+                for _ in range(BARE_PROVIDER_TURNS[threads] + 1):
+                    provider.reply_text("Hello.", delay=provider_ms / 1000)
+                turns = str(BARE_PROVIDER_TURNS[threads])
+                floor = float(child("--bare-provider", provider.base_url, str(threads), turns))
+            else:
+                floor = _bare_rate()
             count = PROVIDER_RUNS[threads] if provider_ms else runs
             version, message = (versions["remote"], "hello") if provider_ms else (versions["clock"], "call get_time")
             for _ in range(count if provider_ms else 0):
@@ -360,11 +397,15 @@ def main() -> None:
     parser.add_argument("--one", nargs=3, metavar=("DATABASE", "PROCESSES", "THREADS"), help=argparse.SUPPRESS)
     parser.add_argument("--series", nargs=2, metavar=("DATABASE", "CONFIGS"), help=argparse.SUPPRESS)
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bare-provider", nargs=3, metavar=("URL", "THREADS", "TURNS"), help=argparse.SUPPRESS)
     parser.add_argument("--provider-ms", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--phases-of", nargs=2, metavar=("DATABASE", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
         print(bare())
+        return
+    if args.bare_provider:
+        print(bare_provider(args.bare_provider[0], int(args.bare_provider[1]), int(args.bare_provider[2])))
         return
     if args.one:  # bench/scale.py's
         print(json.dumps(one(args.one[0], int(args.one[1]), int(args.one[2]), args.runs, args.provider_ms)))
@@ -441,22 +482,33 @@ def print_provider(rows: list[dict[str, Any]]) -> None:
         f"{python_line()}; one `run_worker` process started once the runs are queued; each turn is one model call "
         f"to a loopback OpenAI-compatible server (tests/fakes/openai_server.py) that answers after {PROVIDER_MS} "
         f"ms; the floor is the provider's pace, one turn per {PROVIDER_MS} ms per thread; runs/s from the first "
-        "finished run to the last; overhead per run: threads / runs/s, less the provider's wait.\n"
+        "finished run to the last; overhead per run: threads / runs/s, less the provider's wait. Beside it, bare "
+        "pydantic-ai's turn (its OpenAI model, no worker, no database) against the same server, as many turns at a "
+        "time as the worker has threads, one after another in each, timed right before the worker starts: how close "
+        "to the pace the turn itself comes.\n"
     )
     print(
         "| database | threads | runs | completed | provider calls | runs/s | provider's pace | ratio "
-        "| overhead ms/run |"
+        "| overhead ms/run | bare pydantic-ai turns/s | its ratio to the pace | worker / bare |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         pace = row["threads"] * 1000 / PROVIDER_MS
         overhead = (row["threads"] / row["per_second"] - PROVIDER_MS / 1000) * 1000 if row["per_second"] else 0.0
         row["ratio"] = row["per_second"] / pace
         print(
             f"| {row['database']} | {row['threads']} | {row['runs']} | {row['completed']} | {row['provider_calls']} "
-            f"| {row['per_second']:.2f} | {pace:.0f} | {row['ratio']:.3f}x | {overhead:.1f} |"
+            f"| {row['per_second']:.2f} | {pace:.0f} | {row['ratio']:.3f}x | {overhead:.1f} | {row['bare']:.2f} "
+            f"| {row['bare'] / pace:.3f}x | {row['per_second'] / row['bare']:.3f}x |"
         )
     print()
+    best = max(row["bare"] / (row["threads"] * 1000 / PROVIDER_MS) for row in rows)
+    reach = " (the 0.95x target is beyond any such worker here)" if best < PROVIDER_PACE else ""
+    print(
+        f"Bare pydantic-ai comes to at most {best:.3f}x of the provider's pace against this server (its model call "
+        f"alone takes a few ms more than the {PROVIDER_MS} ms wait): a worker that runs its turns through pydantic-ai "
+        f"can come no closer{reach}.\n"
+    )
     for row in rows:
         print(
             f"Target (issue 32): one worker process with {row['threads']} thread{'s' if row['threads'] > 1 else ''} "
