@@ -29,23 +29,23 @@ TIMEOUT_SECONDS = 420
 # a 2-core machine (issue 32 item 5): fewer rounds, turns and requests than each script's own defaults where
 # its figures stayed within run-to-run noise (bench/README.md gives each script's long form).
 BENCHMARKS: list[tuple[str, list[str]]] = [
-    ("turn_overhead", ["bench/turn_overhead.py", "--turns", "200", "--http", "--provider"]),
+    ("turn_overhead", ["bench/turn_overhead.py", "--turns", "150", "--http", "--provider"]),
     # The long form (5 rounds of blocks four times as long) is `bench/peer_langgraph.py --long`.
     ("peer_langgraph", ["bench/peer_langgraph.py", "--rounds", "2"]),
     ("policy_turn", ["bench/policy_turn.py", "--turns", "200"]),
     ("policy_stall", ["bench/policy_stall.py"]),
-    ("push_latency", ["bench/push_latency.py", "--rounds", "10", "--rounds-large", "3", "--rounds-small", "120"]),
+    ("push_latency", ["bench/push_latency.py", "--rounds", "6", "--rounds-large", "2", "--rounds-small", "80"]),
     ("respond_throughput", ["bench/respond_throughput.py", "--requests", "400"]),
-    ("inbox_scale", ["bench/inbox_scale.py", "--requests", "30"]),
+    ("inbox_scale", ["bench/inbox_scale.py", "--requests", "20"]),
     ("ws_memory", ["bench/ws_memory.py"]),
-    ("queue_throughput", ["bench/queue_throughput.py", "--runs", "120"]),
+    ("queue_throughput", ["bench/queue_throughput.py", "--runs", "80"]),
     ("session_stream", ["bench/session_stream.py", "--words", "400"]),
     ("idle_streams", ["bench/idle_streams.py", "--window", "6"]),
-    ("long_polls", ["bench/long_polls.py"]),
+    ("long_polls", ["bench/long_polls.py", "--rounds", "3"]),
     ("receipts_answer", ["bench/receipts_answer.py", "--requests", "250", "--rounds", "4", "--contention", "200"]),
     # The full measurement (a million receipts, ~2.5 min to build) is `bench/verify_receipts.py --receipts 1000000`.
     ("verify_receipts", ["bench/verify_receipts.py", "--sizes", "20000,100000"]),
-    ("scale", ["bench/scale.py", "--requests", "100", "--runs", "50"]),
+    ("scale", ["bench/scale.py", "--requests", "60", "--runs", "40"]),
 ]
 
 
