@@ -125,24 +125,25 @@ PRINT_BACKENDS = (
 )
 
 
-def test_it_runs_embedded_on_sqlite_and_an_in_memory_layer_by_default(tmp_path):
-    result = run_python(["-c", PRINT_BACKENDS], tmp_path)
+def resolved_backends(tmp_path, **env):
+    result = run_python(["-c", PRINT_BACKENDS], tmp_path, **env)
     assert result.returncode == 0, result.stderr
-    resolved = json.loads(result.stdout)
+    return json.loads(result.stdout)
+
+
+def test_it_runs_embedded_on_sqlite_and_an_in_memory_layer_by_default(tmp_path):
+    resolved = resolved_backends(tmp_path)
     assert resolved["database"] == "django.db.backends.sqlite3"
     assert resolved["name"] == str(tmp_path / "data" / "airlock.sqlite3")
     assert resolved["layer"] == "console.layers.InMemoryChannelLayer"
 
 
 def test_it_scales_out_on_postgresql_and_redis(tmp_path):
-    result = run_python(
-        ["-c", PRINT_BACKENDS],
+    resolved = resolved_backends(
         tmp_path,
         DATABASE_URL="postgres://airlock:pw@db.internal:5432/airlock",
         REDIS_URL="redis://cache.internal:6379/0",
     )
-    assert result.returncode == 0, result.stderr
-    resolved = json.loads(result.stdout)
     assert resolved["database"] == "django.db.backends.postgresql"
     assert resolved["name"] == "airlock"
     assert resolved["layer"] == "channels_redis.core.RedisChannelLayer"
@@ -156,14 +157,8 @@ def test_it_scales_out_on_postgresql_and_redis(tmp_path):
 
 
 def test_it_prepares_no_statements_behind_a_pooler_that_cannot_keep_them(tmp_path):
-    result = run_python(
-        ["-c", PRINT_BACKENDS],
-        tmp_path,
-        DATABASE_URL="postgres://airlock:pw@db.internal:5432/airlock",
-        DATABASE_PREPARE_THRESHOLD="0",
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["prepare"] is None
+    postgresql = "postgres://airlock:pw@db.internal:5432/airlock"
+    assert resolved_backends(tmp_path, DATABASE_URL=postgresql, DATABASE_PREPARE_THRESHOLD="0")["prepare"] is None
 
 
 def test_it_passes_the_deployment_checklist(tmp_path):
