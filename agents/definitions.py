@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from functools import cached_property, partial
 from typing import Annotated, Any, Literal
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -32,6 +30,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agents.policies import declaration_problems, unlisted_tools, webhook_connections
 from agents.request_kinds import RequestKindName
+from agents.schemas import schema_refusal
 from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 
@@ -76,11 +75,9 @@ class WireModel(BaseModel):
 
 
 def object_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as error:
-        where = "/".join(str(p) for p in error.path)
-        raise ValueError(f"not a valid JSON Schema: {error.message}" + (f" (at {where})" if where else "")) from None
+    refusal = schema_refusal(schema)
+    if refusal:
+        raise ValueError(refusal)
     if schema.get("type", "object") != "object":
         raise ValueError('a tool\'s parameters must be a JSON Schema of "type": "object"')
     return schema

@@ -1,5 +1,5 @@
 """What every request kind declares (`Kind`), and what the kinds share: the refusal of an answer, the schema
-checks, the engine state of the call a request stands for. `parameters_schema` (a tool's parameters, for the
+checks (`agents.schemas`'), the engine state of the call a request stands for. `parameters_schema` (a tool's parameters, for the
 card and for checking an edited call) is the registry's: each kind says whether it knows them.
 
 Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.prepare.prepare_run`) and
@@ -9,12 +9,11 @@ the inbox / respond API (`approvals.actions.answer_request`).
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from jsonschema import Draft202012Validator
-
 from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import Payload, RequestAnswered
+from agents.schemas import schema_problems as schema_problems  # where approvals.actions.external imports it
 from approvals.models import PendingRequest, RequestKind
 
 
@@ -24,12 +23,6 @@ class AnswerRefused(Exception):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
         self.code, self.detail = code, detail
-
-
-def schema_problems(schema: dict[str, Any], content: dict[str, Any], root: str = "(content)") -> str:
-    """Where `content` does not fit `schema`: each problem at its path (`root` for the whole), joined by "; "."""
-    errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
-    return "; ".join(f"{'/'.join(map(str, e.path)) or root}: {e.message}" for e in errors)
 
 
 class Kind:
