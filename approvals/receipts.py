@@ -20,7 +20,7 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import rfc8785
@@ -442,29 +442,51 @@ def record_requests(requests: Iterable[Any], at: datetime) -> None:
 
 @dataclass(frozen=True)
 class Broken:
-    """The first receipt of a chain that does not verify, and why."""
+    """The first receipt of a chain that does not verify, and why. `unsigned`: it verifies but no signed chain
+    head covers it (`verify_receipts --allow-unsigned` accepts that)."""
 
     sequence: int
     receipt_id: str
     why: str
+    unsigned: bool = False
 
     def __str__(self) -> str:
         return f"receipt {self.receipt_id} (#{self.sequence}): {self.why}"
 
 
-# How long a receipt may stay unsigned while later ones are written (the signer runs every minute at least).
-UNSIGNED_GRACE = timedelta(minutes=5)
-
-# The columns copied out of a receipt's body for filtering, and the body's names for them.
-COLUMNS = {"request_id": "requestId", "agent": "agent", "tool_name": "toolName", "result": "result"}
+# The columns copied out of a receipt's body for filtering, paging and finding a request's receipt, and the
+# body's names for them: a column edited alone would hide a receipt from a filter or show it under another.
+COLUMNS = {
+    "sequence": "sequence",
+    "request_id": "requestId",
+    "agent": "agent",
+    "tool_name": "toolName",
+    "result": "result",
+    "at": "at",
+}
 
 
 def _column_problem(body: Mapping[str, Any], columns: Mapping[str, Any]) -> str | None:
     for column, name in COLUMNS.items():
-        said = body.get(name) or ""
-        if str(columns[column] or "") != str(said):
-            return f"its {column} column says {columns[column]!r} where the receipt says {said!r}"
+        said, stored = body.get(name), columns[column]
+        if column == "at":
+            agrees = isinstance(said, str) and isinstance(stored, datetime) and _moment(said) == stored
+        else:
+            agrees = str(stored or "") == str(said or "")
+        if not agrees:
+            return f"its {column} column says {_shown(stored)} where the receipt says {_shown(said)}"
     return None
+
+
+def _moment(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _shown(value: Any) -> str:
+    return repr(value.isoformat() if isinstance(value, datetime) else value)
 
 
 def verify_chain(
@@ -476,18 +498,17 @@ def verify_chain(
 ) -> tuple[int, Broken | None]:
     """Walk a tenant's chain in order and say how many receipts it has and the first that breaks it (None when
     it holds). `rows`: each receipt's body, stored hash and filter columns (None from an export); `signed`: the
-    hash each verified signature names by position. Every receipt decided more than `UNSIGNED_GRACE` before
-    the chain's newest must be covered by a signature (the signer signs at least every minute while receipts are
-    written): a chain whose signatures were deleted fails too. Constant memory: it keeps the last hash. `after`:
-    the position and hash the rows follow (the signer checks only what it has not signed yet); the count is of
-    the rows walked."""
+    hash each verified signature names by position. The chain's end must be covered by a signed head: a receipt
+    after the newest one is only as good as whoever could write the database, whatever its `at` says (the
+    signature covers the hashes, each hash covers its `at`); the first such receipt comes back `unsigned`.
+    Constant memory: it keeps the last hash. `after`: the position and hash the rows follow (the signer checks
+    only what it has not signed yet); the count is of the rows walked."""
     expected_prev, previous, count, offset = genesis(tenant_id), "the start of the chain", 0, 0
     if after is not None:
         offset, expected_prev = after
         previous = f"the signed receipt #{offset}"
     covered = max(signed, default=0)
-    unsigned: Broken | None = None
-    unsigned_at = last_at = None
+    first_unsigned = ""
     for body, stored, columns in rows:
         count += 1
         position, sequence, rid = offset + count, body.get("sequence"), str(body.get("receiptId"))
@@ -501,21 +522,16 @@ def verify_chain(
             return count, Broken(position, rid, "its content was edited: its hash does not match it")
         problem = _column_problem(body, columns) if columns is not None else None
         if problem is not None:
-            return count, Broken(position, rid, problem)
+            return count, Broken(position, rid, f"{problem}: the column was edited")
         if position in signed and signed[position] != stored:
             why = "the signed chain head at this position names another hash: the chain was rewritten from here"
             return count, Broken(position, rid, why)
         expected_prev, previous = stored, f"receipt {rid} (#{position})"
-        last_at = body.get("at")
         if position == covered + 1:
-            unsigned_at, why = last_at, "no signed chain head covers it, though receipts were written long after it"
-            unsigned = Broken(position, rid, why)
-    if unsigned is not None and _apart(unsigned_at, last_at) > UNSIGNED_GRACE:
-        return count, unsigned
+            first_unsigned = rid
+    end = offset + count
+    if end > covered:
+        newest = f"the newest signed head is #{covered}" if covered else "the chain has no signed head"
+        why = f"no signed chain head covers it or what follows, up to #{end} ({newest})"
+        return count, Broken(covered + 1, first_unsigned or f"#{covered + 1}", why, unsigned=True)
     return count, None
-
-
-def _apart(earlier: Any, later: Any) -> timedelta:
-    if not isinstance(earlier, str) or not isinstance(later, str):
-        return timedelta(0)
-    return datetime.fromisoformat(later) - datetime.fromisoformat(earlier)

@@ -1,9 +1,12 @@
 """The installation's receipt key, the signed chain heads, and verifying a chain (SPEC section 13).
 
-The key is an Ed25519 private key in `RECEIPT_SIGNING_KEY_FILE` (PEM, mode 0600), made on first use. Every
-serving process signs each tenant's chain head that moved since its last signature (`sign_heads`, every
-`RECEIPT_SIGN_SECONDS`); `verify` recomputes a chain from the database or from an export and checks every
-signature with the public key. docs/security.md says what that proves and what it cannot.
+The key is an Ed25519 private key in `RECEIPT_SIGNING_KEY_FILE` (PEM), made on first use; the heads it signed are
+appended to `RECEIPT_HEADS_FILE`. Both are this user's alone (files 0600 in a folder made 0700), outside the data
+folder by default, so a copy of the database or of the data folder is not the key. Every serving process signs each
+tenant's chain head that moved since its last signature (`sign_heads`, every `RECEIPT_SIGN_SECONDS`);
+`verify_tenant` and `verify_file` recompute a chain from the database or from an export and check every signature
+with the public key; a chain whose end no signed head covers fails unless the caller accepts it unsigned.
+docs/security.md says what that proves and what it cannot.
 """
 
 import hashlib
@@ -40,7 +43,7 @@ def signing_key() -> Ed25519PrivateKey:
     processes starting at once make one key: the file is created exclusively, the loser reads the winner's."""
     path = key_path()
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         made = Ed25519PrivateKey.generate()
         pem = made.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -115,9 +118,20 @@ def sign_heads() -> list[ChainSignature]:
             )
         )
     if signatures:
-        with heads_path().open("a", encoding="utf-8") as file:
-            file.writelines(_line(signature.wire()) for signature in signatures)
+        _keep_heads([signature.wire() for signature in signatures])
     return ChainSignature.objects.bulk_create(signatures)
+
+
+def _keep_heads(heads: list[dict[str, Any]]) -> None:
+    """Append `heads` to the heads file, made readable by this user only (a file an older version made 0644 is
+    narrowed on the next append)."""
+    path = heads_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(descriptor, "a", encoding="utf-8") as file:
+        if os.fstat(descriptor).st_mode & 0o077:
+            os.fchmod(descriptor, 0o600)
+        file.writelines(_line(head) for head in heads)
 
 
 def _unsigned_part(head: Any) -> Broken | None:
@@ -135,17 +149,41 @@ def _unsigned_part(head: Any) -> Broken | None:
 
 @dataclass
 class Verified:
-    """What verifying one tenant's chain found."""
+    """What verifying one tenant's chain found. `unsigned`: how many receipts at its end no signed head covers,
+    accepted because the caller said so (else `broken` names the first)."""
 
     tenant: str
     receipts: int
     signatures: int
     broken: Broken | None
+    unsigned: int = 0
 
     def __str__(self) -> str:
+        if self.broken is not None and self.broken.unsigned:
+            return (
+                f"{self.tenant}: FAILED at {self.broken}. A serving process signs the heads every"
+                " RECEIPT_SIGN_SECONDS: verify again once it has, or pass --allow-unsigned to accept an unsigned end"
+                " (it proves nothing against whoever could write the database)"
+            )
         if self.broken is not None:
             return f"{self.tenant}: FAILED at {self.broken}"
-        return f"{self.tenant}: {self.receipts} receipts verified, {self.signatures} signed heads"
+        said = f"{self.tenant}: {self.receipts} receipts verified, {self.signatures} signed heads"
+        if self.unsigned:
+            first = self.receipts - self.unsigned + 1
+            said += (
+                f"; UNSIGNED: the last {self.unsigned} (#{first} to #{self.receipts}) are covered by no signed head"
+                " (accepted: --allow-unsigned)"
+            )
+        return said
+
+
+def _verified(
+    slug: str, count: int, signed: Mapping[int, str], broken: Broken | None, *, allow_unsigned: bool
+) -> Verified:
+    unsigned = max(0, count - max(signed, default=0))
+    if broken is not None and broken.unsigned and allow_unsigned:
+        return Verified(slug, count, len(signed), None, unsigned)
+    return Verified(slug, count, len(signed), broken)
 
 
 def _checked_signatures(
@@ -182,8 +220,9 @@ def _kept_heads(tenant_id: str) -> Iterator[Mapping[str, Any]]:
                 yield head
 
 
-def verify_tenant(tenant: Tenant, public_key: Ed25519PublicKey) -> Verified:
-    """Recompute `tenant`'s chain from the database, reading it in chunks (constant memory)."""
+def verify_tenant(tenant: Tenant, public_key: Ed25519PublicKey, *, allow_unsigned: bool = False) -> Verified:
+    """Recompute `tenant`'s chain from the database, reading it in chunks (constant memory). Its end must be
+    covered by a signed head unless `allow_unsigned`."""
     tenant_id = str(tenant.pk)
     rows = ChainSignature.objects.filter(tenant=tenant).order_by("sequence").values("sequence", "hash", "signature")
     signed, bad = _checked_signatures(tenant_id, rows, public_key)
@@ -197,14 +236,14 @@ def verify_tenant(tenant: Tenant, public_key: Ed25519PublicKey) -> Verified:
             yield body, hash_, dict(zip(COLUMNS, columns, strict=True))
 
     count, broken = verify_chain(tenant_id, chain(), signed)
-    if broken is None:
+    if broken is None or broken.unsigned:  # an end deleted says more than an end unsigned
         head = ReceiptHead.objects.filter(tenant=tenant).values_list("sequence", flat=True).first() or 0
         top = max(signed, default=0)
         if head > count or top > count:
             said = max(head, top)
             why = f"the chain ends at #{count} but its head says #{said}: the newest receipts were deleted"
             broken = Broken(count + 1, f"#{count + 1}", why)
-    return Verified(tenant.slug, count, len(signed), broken)
+    return _verified(tenant.slug, count, signed, broken, allow_unsigned=allow_unsigned)
 
 
 # --- exports ---------------------------------------------------------------------------------------------
@@ -230,8 +269,10 @@ class UnreadableExport(Exception):
     pass
 
 
-def verify_file(file: IO[str], public_key: Ed25519PublicKey) -> Verified:
-    """Recompute the chain of an export (`export_lines`), one line at a time."""
+def verify_file(file: IO[str], public_key: Ed25519PublicKey, *, allow_unsigned: bool = False) -> Verified:
+    """Recompute the chain of an export (`export_lines`), one line at a time, with its `chainHead` lines and the
+    heads this machine's signer kept. Its end must be covered by a signed head unless `allow_unsigned`: an export
+    whose heads were left out is a chain anyone could have written."""
     header = _read(next(file, ""), 1)
     if "receiptsOf" not in header:
         raise UnreadableExport("line 1 is not the header of a receipts export (`receiptsOf`)")
@@ -263,7 +304,7 @@ def verify_file(file: IO[str], public_key: Ed25519PublicKey) -> Verified:
     if broken is None and max(signed, default=0) > count:
         why = f"the export ends at #{count} but a signed head names #{max(signed)}: receipts were left out"
         broken = Broken(count + 1, f"#{count + 1}", why)
-    return Verified(slug, count, len(signed), broken)
+    return _verified(slug, count, signed, broken, allow_unsigned=allow_unsigned)
 
 
 def _read(line: str, number: int) -> dict[str, Any]:

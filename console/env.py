@@ -3,6 +3,8 @@
 import contextlib
 import os
 import re
+import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -114,3 +116,19 @@ def kept_secret(path: Path, make: Callable[[], str]) -> str:
     if not secret:
         raise EnvError(f"{path} is empty: delete it to have a new secret made")
     return secret
+
+
+def env_file(name: str, default: Path, environ: Mapping[str, str] = os.environ, *, moved_from: Path) -> Path:
+    """A file's path from the environment (not empty), else `default`. With the default, a file still at
+    `moved_from` (where an older version kept it) and none at `default` yet is moved there first, into a folder
+    made readable by this user only: an existing installation keeps its file."""
+    if name in environ:
+        if not environ[name].strip():
+            raise EnvError(f"{name} must be a file's path; got an empty value")
+        return Path(environ[name])
+    if moved_from.is_file() and not default.exists():
+        default.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # another process starting moved it first
+            shutil.move(moved_from, default)
+            sys.stderr.write(f"Moved {moved_from} to {default} (its place now, outside the data folder).\n")
+    return default
