@@ -1,5 +1,6 @@
 """Settings for Airlock, read from the environment (see README.md for the variables)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -7,8 +8,22 @@ import dj_database_url
 from django.core.management.utils import get_random_secret_key
 from django.utils.csp import CSP
 
-from console.env import EnvError, env_bool, env_float, env_int, env_lanes, env_list, env_str, env_url, kept_secret
+from console.env import (
+    EnvError,
+    env_bool,
+    env_file,
+    env_float,
+    env_int,
+    env_lanes,
+    env_list,
+    env_str,
+    env_url,
+    kept_secret,
+)
 
+# What the app writes (the SQLite database, mail, uploads, the receipt key and heads, the folders they go in) is
+# its user's alone: the database holds session keys and password hashes.
+os.umask(0o077)
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("AIRLOCK_DATA_DIR", str(BASE_DIR / "data")))
 
@@ -237,11 +252,24 @@ CONSOLE_URL = env_url("CONSOLE_URL", "http://127.0.0.1:8000", schemes=("http", "
 # --every N`). Each member still gets at most one every N minutes, the N they chose.
 DIGEST_SWEEP_SECONDS = env_int("DIGEST_SWEEP_SECONDS", 60)
 # The installation's Ed25519 key that signs each tenant's chain of receipts (SPEC section 13), made on first use,
-# and how often a serving process signs the chain heads that moved (at least every minute).
-RECEIPT_SIGNING_KEY_FILE = env_str("RECEIPT_SIGNING_KEY_FILE", str(DATA_DIR / "receipt-signing.key"))
+# and how often a serving process signs the chain heads that moved (at least every minute). Every signed head is
+# also appended to RECEIPT_HEADS_FILE, outside the database (approvals.signing.sign_heads). Both sit beside the
+# data folder, not in it, so a copy of the database or of the data folder is not the key; an installation that
+# kept them in the data folder has them moved on its next start.
+RECEIPT_KEYS_DIR = DATA_DIR.parent / f"{DATA_DIR.name}-keys"
+RECEIPT_SIGNING_KEY_FILE = str(
+    env_file(
+        "RECEIPT_SIGNING_KEY_FILE",
+        RECEIPT_KEYS_DIR / "receipt-signing.key",
+        moved_from=DATA_DIR / "receipt-signing.key",
+    )
+)
 RECEIPT_SIGN_SECONDS = env_int("RECEIPT_SIGN_SECONDS", 30, minimum=1)
-# Every signed head is also appended here, outside the database (approvals.signing.sign_heads).
-RECEIPT_HEADS_FILE = env_str("RECEIPT_HEADS_FILE", str(DATA_DIR / "receipt-heads.jsonl"))
+RECEIPT_HEADS_FILE = str(
+    env_file(
+        "RECEIPT_HEADS_FILE", RECEIPT_KEYS_DIR / "receipt-heads.jsonl", moved_from=DATA_DIR / "receipt-heads.jsonl"
+    )
+)
 
 SESSION_COOKIE_HTTPONLY = True
 # Every script and style comes from the console's own static files (no CDN: it works offline); nothing inline
