@@ -28,11 +28,12 @@ from referencing.jsonschema import DRAFT202012
 # own limits (approvals/external.py) may read these.
 SCHEMA_MAX_BYTES = 64 * 1024
 SCHEMA_MAX_DEPTH = 32
-# How many keywords one validation may evaluate (at about 16 µs each, under a second): the largest arguments an
-# external request may carry (approvals/external.py, 10,000 values) take about 25,000 against a plain schema.
-# A schema whose `$ref`s fan out (each definition referring twice to the next) costs 2^n with no loop at all:
-# past this budget the value is refused rather than the process held.
+# How many steps one validation may take, a keyword being one and a `$ref` (its lookup) six: about 10 µs each,
+# under half a second. The largest arguments an external request may carry (approvals/external.py, 10,000
+# values) take about 25,000 against a plain schema. A schema whose `$ref`s fan out (each definition referring
+# twice to the next) costs 2^n with no loop at all: past this budget the value is refused, the process not held.
 EVALUATION_STEPS = 50_000
+REF_STEPS = 6
 # How many schemas (objects and booleans where a schema stands) one schema may hold: checking one against the
 # meta-schema takes about 90 µs a schema.
 SCHEMA_MAX_SCHEMAS = 2_000
@@ -177,11 +178,11 @@ def _additional_properties(validator: Any, additional: Any, instance: Any, schem
 _BUDGET: ContextVar[list[int]] = ContextVar("schema_budget")
 
 
-def _counted(keyword: Any) -> Any:
+def _counted(keyword: Any, cost: int) -> Any:
     def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         left = _BUDGET.get(None)
         if left is not None:
-            left[0] -= 1
+            left[0] -= cost
             if left[0] < 0:
                 raise _TooCostly
         return keyword(validator, value, instance, schema)
@@ -195,7 +196,10 @@ _KEYWORDS = {
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
 }
-_Validator = validators.extend(Draft202012Validator, {name: _counted(keyword) for name, keyword in _KEYWORDS.items()})
+_Validator = validators.extend(
+    Draft202012Validator,
+    {name: _counted(keyword, REF_STEPS if name == "$ref" else 1) for name, keyword in _KEYWORDS.items()},
+)
 
 
 def _depth_refusal(schema: Any) -> str | None:
