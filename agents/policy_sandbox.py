@@ -5,12 +5,19 @@ while it compiles: run in the console's process, one tenant's save stalled every
 work runs in another process, at a lower priority, and a task that overruns its budget gets its worker
 killed (a fresh one starts for the next task); the caller gets `BudgetExceeded` and denies (fail-closed).
 
-`SANDBOX.check(manifest, bundles)` compiles a policy (what saving a definition asks);
+`SANDBOX.check(key, manifest, bundles)` compiles a policy (what saving a definition asks);
 `await SANDBOX.evaluate(key, manifest, bundles, point, context)` is one interception (what a turn asks).
 Both may be called from any thread, the latter from any event loop: a worker serves one task at a time and
 the caller waits on its pipe (the GIL is free meanwhile). The process-wide instance is created on first use
 with `POLICY_WORKERS` workers at most; the budgets are the settings `POLICY_COMPILE_BUDGET_MS` and
 `POLICY_EVAL_BUDGET_MS` when a task starts.
+
+Fair between tenants: a task is its tenant's (`for_tenant(tenant)` around the call; the server says whose,
+never the policy's context), and one tenant's tasks hold at most `POLICY_WORKERS_PER_TENANT` workers at once.
+Its further tasks wait in its own queue, and a worker that comes free goes to the tenants with tasks waiting
+in turn, so a tenant whose policy costs seconds keeps the other workers busy with nobody's work but its own
+queue's. A task waits for its turn at most its budget (then `BudgetExceeded`, a deny): a queue too long is
+its own tenant's timeout, never another's.
 """
 
 import asyncio
@@ -23,11 +30,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+
+from agents.policy_worker import HELD
 
 # The worker's first frame says it is ready; its start (an interpreter and the policy engine) is not
 # charged to the first task's budget.
@@ -46,11 +57,30 @@ class PolicyInvalid(ValueError):
     """The policy does not compile; the message is the compiler's."""
 
 
+# Whose tasks these are: the tenant the server acts for (a context's own `tenant` is the caller's word).
+_TENANT: ContextVar[str] = ContextVar("policy_tenant", default="")
+
+
+@contextlib.contextmanager
+def for_tenant(tenant: str | None) -> Iterator[None]:
+    """The policy tasks started within (in this thread, or tasks of this coroutine) are `tenant`'s: they wait for
+    its share of the workers. Outside any, tasks share the queue of the tenant ""."""
+    token = _TENANT.set(tenant or "")
+    try:
+        yield
+    finally:
+        _TENANT.reset(token)
+
+
 @dataclass
 class _Worker:
     process: subprocess.Popen[bytes]
     buffer: bytearray = field(default_factory=bytearray)
     ready: bool = False
+    # The policies the worker holds, as it keeps them (least recently used first): a task goes to a worker
+    # that holds its policy when one is idle, so a tenant's cheap policy is not compiled again after another
+    # tenant's task had its worker.
+    held: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     @classmethod
     def start(cls) -> "_Worker":
@@ -129,6 +159,12 @@ class _Worker:
                 loop.remove_reader(self.fd)
         return frame
 
+    def holds(self, key: str) -> None:
+        self.held[key] = None
+        self.held.move_to_end(key)
+        while len(self.held) > HELD:
+            self.held.popitem(last=False)
+
     def kill(self) -> None:
         self.process.kill()
         self.process.wait()
@@ -142,76 +178,203 @@ def _settle(future: "asyncio.Future[None]") -> None:
         future.set_result(None)
 
 
+@dataclass(eq=False)
+class _Turn:
+    """A task waiting in its tenant's queue; `wake` is called (under the sandbox's lock) when it is given a
+    worker's place."""
+
+    tenant: str
+    wake: Callable[[], object]
+    given: bool = False
+
+
 class Sandbox:
-    def __init__(self, size: int) -> None:
+    """At most `size` workers, at most `share` of them (ceil(size / 2) unless given) busy with one tenant's tasks."""
+
+    def __init__(self, size: int, share: int | None = None) -> None:
+        self.size = size
+        self.share = min(size, share or -(-size // 2))
         self._idle: list[_Worker] = []
+        self._alive = 0  # workers started and not killed, idle or lent
         self._lock = threading.Lock()
-        self._slots = threading.Semaphore(size)
+        self._busy = 0
+        self._running: Counter[str] = Counter()
+        # Tenants with tasks waiting, the next to be served first; each one's tasks in the order they came.
+        self._queues: OrderedDict[str, deque[_Turn]] = OrderedDict()
 
-    def _take_worker(self) -> _Worker:
+    # ---- turns: the workers' places, shared between tenants ----------------------------------------------
+
+    def _queue(self, tenant: str, wake: Callable[[], object]) -> _Turn | None:
+        """None when `tenant` may start a task now (its place taken), else its turn, queued."""
         with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return _Worker.start()
+            # Free places are only ever left when no waiting tenant may take one: nobody is overtaken.
+            if self._busy < self.size and self._running[tenant] < self.share and tenant not in self._queues:
+                self._busy += 1
+                self._running[tenant] += 1
+                return None
+            turn = _Turn(tenant, wake)
+            self._queues.setdefault(tenant, deque()).append(turn)
+            return turn
 
-    def _give_back(self, worker: _Worker | None) -> None:
-        if worker is not None:
+    def _hand_out(self) -> None:
+        """Free places to the waiting tenants under their share, one task each in turn (under the lock)."""
+        while self._busy < self.size:
+            tenant = next((t for t in self._queues if self._running[t] < self.share), None)
+            if tenant is None:
+                return
+            waiting = self._queues[tenant]
+            turn = waiting.popleft()
+            if waiting:
+                self._queues.move_to_end(tenant)
+            else:
+                del self._queues[tenant]
+            self._busy += 1
+            self._running[tenant] += 1
+            turn.given = True
+            turn.wake()
+
+    def _leave(self, tenant: str) -> None:
+        with self._lock:
+            self._busy -= 1
+            self._running[tenant] -= 1
+            if not self._running[tenant]:
+                del self._running[tenant]
+            self._hand_out()
+
+    def _give_up(self, turn: _Turn) -> bool:
+        """Take `turn` out of its queue; True when it was given its place meanwhile (the caller holds it)."""
+        with self._lock:
+            if turn.given:
+                return True
+            waiting = self._queues[turn.tenant]
+            waiting.remove(turn)
+            if not waiting:
+                del self._queues[turn.tenant]
+            return False
+
+    def _wait_turn(self, tenant: str, seconds: float) -> None:
+        given = threading.Event()
+        turn = self._queue(tenant, given.set)
+        if turn is not None and not given.wait(seconds) and not self._give_up(turn):
+            raise BudgetExceeded
+
+    async def _wait_turn_async(self, tenant: str, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        given: asyncio.Future[None] = loop.create_future()
+        # The place may be handed out from another thread (a task ending there) or from within this loop.
+        turn = self._queue(tenant, lambda: loop.call_soon_threadsafe(_settle, given))
+        if turn is None:
+            return
+        try:
+            async with asyncio.timeout(seconds):
+                await given
+        except TimeoutError:
+            if not self._give_up(turn):
+                raise BudgetExceeded from None
+        except BaseException:  # the caller gave up (cancelled): its place, if it got one, goes on
+            if self._give_up(turn):
+                self._leave(tenant)
+            raise
+
+    # ---- workers ------------------------------------------------------------------------------------------
+
+    def _take_worker(self, key: str) -> _Worker:
+        """An idle worker that holds the policy `key`, else one that holds none yet, else a new one while
+        there is room: another tenant's warm worker is taken last (its next task would compile again)."""
+        with self._lock:
+            holding = [w for w in self._idle if key in w.held] or [w for w in self._idle if not w.held]
+            if holding or (self._idle and self._alive >= self.size):
+                worker = (holding or sorted(self._idle, key=lambda w: len(w.held)))[0]
+                self._idle.remove(worker)
+                return worker
+            self._alive += 1
+        return self._started()
+
+    def _started(self) -> _Worker:
+        """A new worker, counted alive (by the caller, under the lock) before it starts."""
+        try:
+            return _Worker.start()
+        except BaseException:
             with self._lock:
-                self._idle.append(worker)
-        self._slots.release()
+                self._alive -= 1
+            raise
+
+    def _kill(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            self._alive -= 1
+
+    def _give_back(self, worker: _Worker) -> None:
+        with self._lock:
+            self._idle.append(worker)
 
     @contextlib.contextmanager
-    def _lent(self) -> Iterator[_Worker]:
-        """A worker for one task (its slot taken): given back after, or killed when the task failed on the
-        worker's side — over budget, dead, or abandoned by its caller (a timeout): it must not run on."""
-        worker = self._take_worker()
+    def _lent(self, key: str) -> Iterator[_Worker]:
+        """A worker for one task: given back after, or killed when the task failed on the worker's side — over
+        budget, dead, or abandoned by its caller (a timeout): it must not run on. A killed worker's successor
+        starts at once, so the next task (another tenant's, likely) does not wait for an interpreter."""
+        worker = self._take_worker(key)
         try:
             yield worker
         except PolicyInvalid:  # the policy's own fault: the worker is fine
             self._give_back(worker)
             raise
         except BaseException:
-            worker.kill()
-            self._give_back(None)
+            self._kill(worker)
+            with self._lock:
+                self._alive += 1
+            with contextlib.suppress(OSError):  # no process to spare: the next task starts one, or fails
+                self._give_back(self._started())
             raise
         self._give_back(worker)
 
     def check(self, key: str, manifest: str, bundles: dict[str, Any]) -> list[str]:
         """Why the policy does not compile (the compiler's words), empty when it does; BudgetExceeded when
-        compiling took longer than the compile budget."""
-        self._slots.acquire()
-        with self._lent() as worker:
-            if not worker.ready:
-                worker.wait(START_SECONDS)
-                worker.ready = True
-            worker.send({"op": "check", "key": key, "manifest": manifest, "bundles": bundles})
-            answer = worker.wait(self.compile_budget)
-            return list(answer.get("problems", []))
+        compiling took longer than the compile budget (or its tenant's turn did not come within it)."""
+        tenant = _TENANT.get()
+        self._wait_turn(tenant, self.compile_budget)
+        try:
+            with self._lent(key) as worker:
+                if not worker.ready:
+                    worker.wait(START_SECONDS)
+                    worker.ready = True
+                worker.send({"op": "check", "key": key, "manifest": manifest, "bundles": bundles})
+                problems = list(worker.wait(self.compile_budget).get("problems", []))
+                if not problems:
+                    worker.holds(key)
+                return problems
+        finally:
+            self._leave(tenant)
 
     async def evaluate(
         self, key: str, manifest: str, bundles: dict[str, Any], point: str, context: dict[str, Any]
     ) -> dict[str, Any]:
         """The verdict (wire) of the policy `key` at `point`; BudgetExceeded past the budget (plus the compile
-        budget when this worker has not compiled it yet), WorkerFailed when the worker died, PolicyInvalid
-        with the compiler's words when it does not compile."""
-        while not self._slots.acquire(blocking=False):
-            await asyncio.sleep(0.002)  # every worker busy: each task ends within its budget
-        with self._lent() as worker:
-            if not worker.ready:
-                await worker.wait_async(START_SECONDS)
-                worker.ready = True
-            # The policy itself travels only when this worker says it does not hold it (not yet, or no more).
-            request = {"op": "evaluate", "key": key, "point": point, "context": context}
-            worker.send(request)
-            answer = await worker.wait_async(self.eval_budget)
-            if answer.get("missing"):
-                worker.send(request | {"manifest": manifest, "bundles": bundles})
-                answer = await worker.wait_async(self.eval_budget + self.compile_budget)
-            if "problems" in answer:
-                raise PolicyInvalid("; ".join(answer["problems"]))
-            if "verdict" not in answer:
-                raise WorkerFailed(answer.get("failed"))
-            return dict(answer["verdict"])
+        budget when this worker has not compiled it yet) or when its tenant's turn did not come within the
+        budget, WorkerFailed when the worker died, PolicyInvalid with the compiler's words when it does not
+        compile."""
+        tenant = _TENANT.get()
+        await self._wait_turn_async(tenant, self.eval_budget)
+        try:
+            with self._lent(key) as worker:
+                if not worker.ready:
+                    await worker.wait_async(START_SECONDS)
+                    worker.ready = True
+                # The policy itself travels only when this worker says it does not hold it (not yet, or no more).
+                request = {"op": "evaluate", "key": key, "point": point, "context": context}
+                worker.send(request)
+                answer = await worker.wait_async(self.eval_budget)
+                if answer.get("missing"):
+                    worker.send(request | {"manifest": manifest, "bundles": bundles})
+                    answer = await worker.wait_async(self.eval_budget + self.compile_budget)
+                if "problems" in answer:
+                    raise PolicyInvalid("; ".join(answer["problems"]))
+                if "verdict" not in answer:
+                    raise WorkerFailed(answer.get("failed"))
+                worker.holds(key)
+                return dict(answer["verdict"])
+        finally:
+            self._leave(tenant)
 
     @property
     def compile_budget(self) -> float:
@@ -225,7 +388,7 @@ class Sandbox:
         with self._lock:
             idle, self._idle = self._idle, []
         for worker in idle:
-            worker.kill()
+            self._kill(worker)
 
 
 _SANDBOX: Sandbox | None = None
@@ -238,6 +401,6 @@ def sandbox() -> Sandbox:
     if _SANDBOX is None:
         with _CREATING:
             if _SANDBOX is None:
-                _SANDBOX = Sandbox(settings.POLICY_WORKERS)
+                _SANDBOX = Sandbox(settings.POLICY_WORKERS, settings.POLICY_WORKERS_PER_TENANT)
                 atexit.register(_SANDBOX.close)
     return _SANDBOX

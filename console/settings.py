@@ -206,6 +206,9 @@ PROVIDER_TIMEOUT_SECONDS = env_int("PROVIDER_TIMEOUT_SECONDS", 120, minimum=1)
 # Tenants' policies compile and evaluate in worker processes of their own, each task under a budget
 # (agents/policy_sandbox.py); a tenant's policy compiles (saves of new policy texts) are rate-limited.
 POLICY_WORKERS = env_int("POLICY_WORKERS", 2, minimum=1)
+# Policy workers one tenant's evaluations and compiles may hold at once; its further tasks wait in its own queue
+# (counted against their budgets), so one tenant's costly policy slows only itself.
+POLICY_WORKERS_PER_TENANT = env_int("POLICY_WORKERS_PER_TENANT", -(-POLICY_WORKERS // 2), minimum=1)
 POLICY_COMPILE_BUDGET_MS = env_int("POLICY_COMPILE_BUDGET_MS", 3000, minimum=1)
 POLICY_EVAL_BUDGET_MS = env_int("POLICY_EVAL_BUDGET_MS", 1000, minimum=1)
 POLICY_COMPILES_PER_MINUTE = env_int("POLICY_COMPILES_PER_MINUTE", 10, minimum=1)

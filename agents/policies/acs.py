@@ -19,7 +19,7 @@ from agent_hooks import (
 )
 from django.conf import settings
 
-from agents.policy_sandbox import BudgetExceeded, PolicyInvalid, WorkerFailed, sandbox
+from agents.policy_sandbox import BudgetExceeded, PolicyInvalid, WorkerFailed, for_tenant, sandbox
 
 # What a tenant's manifest may say (SPEC sections 2 and 8): every key the engine would resolve to a file or
 # URL is refused, and so is every key this list does not name, so a key a later engine learns to resolve is
@@ -250,7 +250,9 @@ def _compile(sources: AcsSources, tenant: str) -> tuple[str, ...]:
     if wait:
         raise CompilesThrottled(wait)
     try:
-        return tuple(_in_our_words(p) for p in sandbox().check(sources.key, sources.manifest, sources.bundles))
+        with for_tenant(tenant):
+            problems = sandbox().check(sources.key, sources.manifest, sources.bundles)
+        return tuple(_in_our_words(p) for p in problems)
     except BudgetExceeded:
         budget = settings.POLICY_COMPILE_BUDGET_MS / 1000
         return (f"{BUDGET_EXCEEDED}: the policy did not compile within {budget:g} s",)

@@ -19,6 +19,7 @@ from agents.payloads import Payload, PolicyVerdict
 from agents.policies.declarations import registry
 from agents.policies.escalations import MESSAGE_LIMIT, REASON_LIMIT, Escalation, InboxResolver, capped, stable_key
 from agents.policies.points import LIFTABLE, POINTS
+from agents.policy_sandbox import for_tenant
 from console.connections import ConnectionSpec
 
 FRAMEWORK = "airlock"
@@ -82,13 +83,14 @@ class TurnPolicies:
     """The emitter of one turn, with what it needs to report: `emit` (the run's events), `records` (every
     interception record, in order, on the wire) and the operators' decisions (and denials' reasons) in
     `resolver`. `surface`: the points the declaration selected (all eight unless its `surface` names fewer);
-    the others are not emitted."""
+    the others are not emitted. `tenant`: whose share of the policy workers its evaluations wait for."""
 
     emitter: InterceptionEmitter
     builder: AgentContextBuilder
     resolver: InboxResolver
     emit: Emit
     records: list[dict[str, Any]] = field(default_factory=list)
+    tenant: str = ""
     surface: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -124,7 +126,7 @@ class TurnPolicies:
         )
         if tenant or session_id:
             builder.with_l2(tenant=tenant, extensions={"airlock": {"sessionId": session_id}})
-        policies = cls(emitter, builder, resolver, emit, records)
+        policies = cls(emitter, builder, resolver, emit, records, tenant or "")
         emitter.set_record_sink(lambda record: records.append(_capped_record(record.to_wire())))
         return policies
 
@@ -141,7 +143,8 @@ class TurnPolicies:
             return target
         original = copy.deepcopy(target) if not self.enforced else None
         try:
-            outcome = await self.emitter.emit(context)
+            with for_tenant(self.tenant):
+                outcome = await self.emitter.emit(context)
         except InterceptionBlocked as blocked:
             record = blocked.result
             asked = self.resolver.asked.get(stable_key(context))
@@ -158,7 +161,8 @@ class TurnPolicies:
 
     async def shutdown(self, reason: str) -> None:
         """`agent_shutdown`, on every way out of a turn (its verdict is recorded, never enforced)."""
-        record = await self.emitter.emit_unchecked(self.builder.agent_shutdown(reason=reason))
+        with for_tenant(self.tenant):
+            record = await self.emitter.emit_unchecked(self.builder.agent_shutdown(reason=reason))
         await self._report({"interception_point": "agent_shutdown"}, record, None)
 
     def decided(self, context: Mapping[str, Any]) -> bool:

@@ -28,6 +28,7 @@ from asgiref.sync import async_to_sync
 from agents.models import AgentVersion
 from agents.payloads import Payload, PolicyAsk
 from agents.policies import Escalation, InboxResolver, PolicyBlocked, PolicyScope, registry
+from agents.policy_sandbox import for_tenant
 from agents.prepare import granted_connections, live_version
 from console.connections import ConnectionSpec
 from console.models import Membership
@@ -120,7 +121,8 @@ async def intercept(version: AgentVersion, connections: Mapping[str, ConnectionS
         )
     except DeclarationError as error:
         raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
-    record = await emitter.emit_unchecked(context)
+    with for_tenant(str(agent.tenant_id)):  # the tenant the token is of, whatever the context says
+        record = await emitter.emit_unchecked(context)
     extensions = {"airlock": {"agent": agent.name, "definitionVersion": version.number, "record": record.to_wire()}}
     if emitter.mode is not EnforcementMode.ENFORCE:
         return {"verdict": {"decision": "allow"}, "extensions": extensions}
