@@ -6,12 +6,17 @@ shows changes only when it is claimed or released, with who may answer it, and w
 minutes ago"). So the list keeps each card's HTML under a key of exactly those, in this process, with a
 placeholder where the form's CSRF token goes (a token is per response; the placeholder is random per process,
 so no text a request carries can name it).
+
+A card shows a request's arguments cut (`shown_arguments`): a page of cards stays small whatever the agents sent,
+and a cut card links to the request's JSON, which has them whole.
 """
 
+import json
 import secrets
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from django.template.loader import render_to_string
@@ -45,3 +50,38 @@ def listed_card(pending: PendingRequest, *, can_answer: bool, user: Any, csrf_to
             while len(_CARDS) > KEPT:
                 _CARDS.popitem(last=False)
     return mark_safe(html.replace(_CSRF_SLOT, token))
+
+
+# How much of a request's arguments its card shows: the first rows, each value's first characters, and the first
+# characters of the JSON view. An external agent may send up to 256 KB (approvals.external.ARGUMENTS_LIMIT) and a
+# card shows them three times, on every open inbox (issue 48: six cards of megabytes made a 138 MB page).
+SHOWN_ROWS, SHOWN_VALUE, SHOWN_JSON = 20, 500, 4_000
+
+
+@dataclass(frozen=True)
+class ShownArguments:
+    """A call's arguments as its card shows them: `rows` (name, value, whether the value is JSON), the indented
+    JSON, and whether any of it is `cut` (the card then links to the whole and offers no editing)."""
+
+    rows: list[dict[str, Any]]
+    json: str
+    cut: bool
+
+
+def shown_arguments(arguments: Any) -> ShownArguments:
+    if not isinstance(arguments, dict):
+        return ShownArguments([], "", cut=False)
+    rows, cut = [], len(arguments) > SHOWN_ROWS
+    for name, value in list(arguments.items())[:SHOWN_ROWS]:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        cut = cut or len(text) > SHOWN_VALUE
+        rows.append(
+            {"name": _cut(str(name), SHOWN_VALUE), "value": _cut(text, SHOWN_VALUE), "json": not isinstance(value, str)}
+        )
+    whole = json.dumps(arguments, indent=2, ensure_ascii=False)
+    cut = cut or len(whole) > SHOWN_JSON
+    return ShownArguments(rows, _cut(whole, SHOWN_JSON), cut)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"

@@ -6,12 +6,14 @@ or external, in the request's JSON (`request_wire`, which a woken long poll is a
 import hashlib
 import json
 import uuid
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 from django.db.models import OuterRef, QuerySet, Subquery
 from pydantic import Field, StrictBool, StrictInt
 
 from agents.definitions import WireModel
+from agents.tools import CHOICE_MAX
 from approvals.models import PendingRequest, Receipt, RequestKind, RequestStatus
 from approvals.receipts import result_kind
 
@@ -19,6 +21,82 @@ from approvals.receipts import result_kind
 MAX_EXPIRES_IN = 30 * 24 * 3600
 
 OpenKind = Literal["approval", "question", "input", "plan"]
+
+
+@dataclass(frozen=True)
+class JsonLimit:
+    """How large a JSON value an agent sends may be: its compact UTF-8 `size` in bytes (over it: 413), and its
+    shape (400): `nodes` (keys and items, all levels together), `depth` (levels of nesting), and the items of any
+    `enum` list in it."""
+
+    size: int
+    nodes: int
+    depth: int
+    enum_items: int | None = None
+
+
+# Each card is pushed to every open inbox and stored in several rows (the request, its events, its receipt): an
+# agent may not make one of megabytes (issue 48), as a model may not (agents.tools.QUESTION_MAX and the rest).
+ARGUMENTS_LIMIT = JsonLimit(size=256 * 1024, nodes=10_000, depth=32)
+SCHEMA_LIMIT = JsonLimit(size=64 * 1024, nodes=2_000, depth=32, enum_items=500)
+# What the agent reports its tool did (`POST /api/requests/{id}/outcome`): the run history shows it.
+RESULT_LIMIT = ARGUMENTS_LIMIT
+
+
+class TooLarge(Exception):
+    """A JSON value over its limit: `status` 413 (bytes) or 400 (shape), `field` the wire name, `message` the
+    limit."""
+
+    def __init__(self, status: int, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.status, self.field, self.message = status, field, message
+
+
+def check_size(value: Any, field: str, limit: JsonLimit) -> None:
+    """Raise TooLarge when `value` is over `limit`. The shape is walked first, without recursion, and stops at the
+    first container over a limit: a body of 400,000 keys costs little more to refuse than a small one."""
+    nodes = 0
+    stack: list[tuple[Any, int, str]] = [(value, 1, field)]
+    while stack:
+        item, depth, where = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if depth > limit.depth:
+            raise TooLarge(400, field, f"is nested deeper than the limit of {limit.depth} levels (at {_cut(where)})")
+        nodes += len(item)
+        if nodes > limit.nodes:
+            raise TooLarge(400, field, f"has more than the limit of {limit.nodes} keys and items")
+        if isinstance(item, list):
+            stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(item))
+            continue
+        enum = item.get("enum")
+        if limit.enum_items is not None and isinstance(enum, list) and len(enum) > limit.enum_items:
+            raise TooLarge(400, f"{_cut(where)}.enum", f"has {len(enum)} items, over the limit of {limit.enum_items}")
+        stack.extend((child, depth + 1, f"{where}.{key}") for key, child in item.items())
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > limit.size:
+        raise TooLarge(413, field, f"is {size} bytes as JSON, over the limit of {limit.size} bytes")
+
+
+def _cut(path: str) -> str:
+    return path if len(path) <= 200 else f"{path[:199]}…"
+
+
+# A request's id in Airlock is its client's `requestId` seen from its tenant: the same id in two tenants is two
+# requests, and no tenant can take (or learn of) an id another tenant's agent will use (issue 48). Never change
+# it: the stored requests' ids were derived with it.
+TENANT_IDS = uuid.UUID("5d0f1f9e-6a43-4c8e-9b39-2a8c3d7e41b6")
+
+
+def stored_request_id(tenant_id: int, request_id: uuid.UUID) -> uuid.UUID:
+    """The id under which the tenant's request of the client's `request_id` is stored, and the wire names it."""
+    return uuid.uuid5(TENANT_IDS, f"{tenant_id}:{request_id}")
+
+
+def request_ids(tenant_id: int, request_id: uuid.UUID) -> tuple[uuid.UUID, uuid.UUID]:
+    """The ids a path's `request_id` may name in the tenant: a request's own id (as Airlock answers it, and every
+    request opened before ids were derived), or the `requestId` its external agent sent."""
+    return request_id, stored_request_id(tenant_id, request_id)
 
 
 class OpenRequest(WireModel):
@@ -32,7 +110,7 @@ class OpenRequest(WireModel):
     arguments: dict[str, Any] | None = None
     description: str | None = Field(default=None, max_length=2000)
     question: str | None = Field(default=None, min_length=1, max_length=10_000)
-    choices: list[str] | None = Field(default=None, max_length=50)
+    choices: list[Annotated[str, Field(max_length=CHOICE_MAX)]] | None = Field(default=None, max_length=50)
     allow_freeform: StrictBool | None = None
     message: str | None = Field(default=None, min_length=1, max_length=10_000)
     requested_schema: dict[str, Any] | None = None

@@ -24,6 +24,7 @@ from agents.queue import queue_continuation
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import is_external, settle
 from approvals.answers import Outcome, Response, ResponseRefused, Status
+from approvals.external import request_ids
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable
 from approvals.push import notify_requests_closed, notify_requests_opened
@@ -170,11 +171,12 @@ def _record(
 def decide(membership: Membership, user: Any, request_id: uuid.UUID, response: Response, *, via: str) -> Outcome:
     """Answer the request `request_id` of the tenant, hosted or external (`POST /api/requests/{id}/responses`,
     SPEC section 12), as `answer_request` answers it. Raises PendingRequest.DoesNotExist, ResponseRefused."""
-    run_id = PendingRequest.objects.filter(tenant=membership.tenant, id=request_id).values_list("run_id", flat=True)
-    found = run_id.first()
+    ids = request_ids(membership.tenant_id, request_id)
+    found = PendingRequest.objects.filter(tenant=membership.tenant, id__in=ids).values_list("id", "run_id").first()
     if found is None:
         raise PendingRequest.DoesNotExist
-    return answer_request(membership, user, found, response.model_copy(update={"request_id": request_id}), via=via)
+    stored_id, run_id = found  # the path may name an external request by its agent's own `requestId`
+    return answer_request(membership, user, run_id, response.model_copy(update={"request_id": stored_id}), via=via)
 
 
 @dataclass

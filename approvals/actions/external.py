@@ -34,10 +34,20 @@ from agents.payloads import (
     ToolExecutionComplete,
     ToolExecutionStart,
 )
-from agents.prepare import RunRejected, granted_connections, live_version
+from agents.prepare import SESSION_KEY, RunRejected, granted_connections, live_version
 from agents.runs import active_rules, cancel_waiting
+from agents.tools import STEP_MAX, STEPS_MAX
 from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call
-from approvals.external import OpenRequest
+from approvals.external import (
+    ARGUMENTS_LIMIT,
+    RESULT_LIMIT,
+    SCHEMA_LIMIT,
+    OpenRequest,
+    TooLarge,
+    check_size,
+    request_ids,
+    stored_request_id,
+)
 from approvals.kinds import KINDS, awaiting_status
 from approvals.kinds.base import schema_problems
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
@@ -68,6 +78,10 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
     """Open a request of the external agent `name` (SPEC section 12). A remembered rule, or a tool in approval
     mode `never`, decides an approval at once; otherwise it waits in every inbox. Raises RequestRefused."""
     tenant = membership.tenant
+    if body.session_id is not None and not SESSION_KEY.fullmatch(body.session_id):
+        # A session is addressed in paths (/api/sessions/{sessionId}/…): refused as a hosted run's is.
+        raise _invalid("sessionId", "a session id may not contain '/' or control characters")
+    _refuse_if_too_large(body)
     if body.request_id is not None:
         known = _known(membership, body)
         if known is not None:
@@ -80,7 +94,7 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
     if not definition.external:
         detail = f"The agent {name!r} is hosted: its requests open in its runs (POST /api/agents/{name}/runs)."
         raise RequestRefused(409, "not_external", detail)
-    request_id = body.request_id or uuid.uuid4()
+    request_id = stored_request_id(tenant.pk, body.request_id) if body.request_id is not None else uuid.uuid4()
     fields = _fields(version, body, request_id)
     run_id = uuid.uuid4()
     check = _checked(version, body, fields, request_id, run_id)
@@ -102,14 +116,37 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
     return Opened(opened, created=True)
 
 
+def _refuse_if_too_large(body: OpenRequest) -> None:
+    """RequestRefused 413 (bytes) or 400 (shape) for a JSON field over its limit, before anything is read or
+    stored (approvals.external.JsonLimit)."""
+    for field, value, limit in (
+        ("arguments", body.arguments, ARGUMENTS_LIMIT),
+        ("requestedSchema", body.requested_schema, SCHEMA_LIMIT),
+    ):
+        if value is not None:
+            try:
+                check_size(value, field, limit)
+            except TooLarge as over:
+                raise _too_large(over) from None
+
+
+def _too_large(over: TooLarge) -> RequestRefused:
+    code = "content_too_large" if over.status == 413 else "content_too_complex"
+    return RequestRefused(over.status, code, f"{over.field} {over.message}.", {over.field: over.message})
+
+
 def _known(membership: Membership, body: OpenRequest) -> PendingRequest | None:
-    """The request a retry names: the same when its body is the same; another body is a conflict."""
+    """The tenant's request a retry names: the same when its body is the same; another body is a conflict. Only
+    the tenant's own requests count: another tenant's agent may send the same id (approvals.external.request_ids)."""
+    if body.request_id is None:
+        return None
     found = PendingRequest.objects.select_related("agent", "session", "answered_by", "closed_by", "claimed_by")
-    known = found.filter(id=body.request_id).first() if body.request_id is not None else None
+    ids = request_ids(membership.tenant_id, body.request_id)
+    known = found.filter(tenant=membership.tenant_id, id__in=ids).first()
     if known is None:
         return None
     state = (known.engine_state or {}).get("external") or {}
-    if known.tenant_id != membership.tenant_id or state.get("digest") != body.digest():
+    if state.get("digest") != body.digest():
         detail = f"A request {body.request_id} was opened with another body; a retry sends the same one."
         raise RequestRefused(409, "request_conflict", detail)
     return known
@@ -170,6 +207,13 @@ def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID) -> 
     if body.plan_content is None:
         raise _invalid("planContent", "a plan says what it plans")
     steps = [line.strip() for line in body.plan_content.splitlines() if line.strip()]
+    if len(steps) > STEPS_MAX:
+        message = f"has {len(steps)} steps (lines that are not blank), over the limit of {STEPS_MAX}"
+        raise _too_large(TooLarge(400, "planContent", message))
+    longest = max(steps, key=len, default="")
+    if len(longest) > STEP_MAX:
+        message = f"has a step of {len(longest)} characters, over the limit of {STEP_MAX}"
+        raise _too_large(TooLarge(400, "planContent", message))
     arguments = {"steps": steps, "summary": body.summary, "planContent": body.plan_content}
     return {**base, "tool_name": "propose_plan", "arguments": arguments, "engine_state": state}
 
@@ -418,6 +462,10 @@ def report_outcome(
     """What the tool did once approved (`POST /api/requests/{id}/outcome`): `tool.execution_start` and
     `tool.execution_complete` in the request's run, once. RequestRefused 409 before approval or a second time."""
     _refuse_unless_its_agent(membership, pending)
+    try:
+        check_size(result, "result", RESULT_LIMIT)
+    except TooLarge as over:
+        raise _too_large(over) from None
     answer = pending.answer or {}
     if pending.kind != RequestKind.APPROVAL or not answer.get("approved") or pending.status != RequestStatus.ANSWERED:
         raise RequestRefused(409, "request_not_approved", "Only an approved call has an outcome to report.")

@@ -10,6 +10,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from ninja import Field, Query, Router, Schema
 
 from approvals import receipt_lists
+from approvals.external import request_ids
 from approvals.models import PendingRequest
 from approvals.receipts import Receipt
 from console.api import ApiError
@@ -82,9 +83,10 @@ def export_receipts(request: ConsoleRequest, filters: Query[ReceiptFilters]) -> 
 @router.get("/requests/{request_id}/receipt", response=dict)
 def get_request_receipt(request: ConsoleRequest, request_id: uuid.UUID) -> dict[str, Any]:
     """The receipt of a closed request (or of a call a rule or policy decided without one)."""
-    receipt = Receipt.objects.filter(tenant=request.tenant, request_id=request_id).first()
+    ids = request_ids(request.tenant.pk, request_id)  # its id, or the requestId its external agent sent
+    receipt = Receipt.objects.filter(tenant=request.tenant, request_id__in=ids).first()
     if receipt is not None:
         return receipt.wire()
-    if PendingRequest.objects.filter(tenant=request.tenant, id=request_id).exists():
+    if PendingRequest.objects.filter(tenant=request.tenant, id__in=ids).exists():
         raise ApiError(404, "receipt_not_found", "The request is still open: it has no receipt yet.")
     raise ApiError(404, "request_not_found", f"No request {request_id} in this tenant.")

@@ -5,7 +5,6 @@ Like the card's other filters (approvals/templatetags/inbox.py) these take the r
 renders the card with nothing else.
 """
 
-import json
 from functools import lru_cache
 from typing import Any
 
@@ -16,6 +15,7 @@ from markdown_it import MarkdownIt
 from agents.definitions import ExternalTool
 from agents.models import Run
 from agents.tools import REGISTRY
+from approvals import cards
 from approvals.actions.external import is_external
 from approvals.models import PendingRequest, RequestKind
 
@@ -74,15 +74,7 @@ def triggering_message(pending: PendingRequest) -> str:
 
 
 @register.filter
-def argument_rows(arguments: Any) -> list[dict[str, Any]]:
-    """The call's arguments as rows: a text value as it is, any other value as compact JSON."""
-    if not isinstance(arguments, dict):
-        return []
-    return [
-        {
-            "name": name,
-            "value": value if isinstance(value, str) else json.dumps(value, ensure_ascii=False),
-            "json": not isinstance(value, str),
-        }
-        for name, value in arguments.items()
-    ]
+def shown_arguments(arguments: Any) -> cards.ShownArguments:
+    """The call's arguments as the card shows them: rows (a text value as it is, any other value as compact JSON)
+    and the JSON view, cut to a card's size (approvals.cards)."""
+    return cards.shown_arguments(arguments)

@@ -80,10 +80,82 @@ def test_a_retry_with_the_same_request_id_is_the_same_request_and_another_body_c
     assert first.status_code == 201
     before = snapshot()
     second = open_deploy(operator, requestId=rid)
-    assert second.status_code == 200 and second.json()["requestId"] == rid
+    assert second.status_code == 200 and second.json()["requestId"] == first.json()["requestId"]
     assert second.json()["runId"] == first.json()["runId"]
     other = open_deploy(operator, requestId=rid, arguments={"service": "billing", "environment": "production"})
     assert_problem(other, 409, "request_conflict")
+    assert snapshot() == before
+
+
+@pytest.fixture
+def their_deployer(outsider: Persona) -> Agent:
+    """Another tenant's agent of the same name and tools."""
+    content = DefinitionContent.model_validate({"name": "deployer", "runtime": "external", "tools": [DEPLOY, STATUS]})
+    return Agent.create(outsider.tenant, content, outsider.user)
+
+
+def test_it_opens_the_same_request_id_in_two_tenants_as_two_requests(deployer, their_deployer, operator, outsider):
+    rid = str(uuid.uuid4())
+    # The other tenant uses the id first (an adapter's ids are predictable): it neither blocks it nor tells of it.
+    theirs = open_deploy(outsider, requestId=rid, sessionId="theirs")
+    assert theirs.status_code == 201, theirs.content
+    ours = open_deploy(operator, requestId=rid, arguments={"service": "api", "environment": "production"})
+    assert ours.status_code == 201, ours.content
+    their_id, our_id = theirs.json()["requestId"], ours.json()["requestId"]
+    assert their_id != our_id and PendingRequest.objects.filter(id__in=[their_id, our_id]).count() == 2
+    # The agent's own id and the returned one both name the tenant's own request; the other's is a 404.
+    for persona, own, other, service in [(operator, our_id, their_id, "api"), (outsider, their_id, our_id, "billing")]:
+        for path_id in (rid, own):
+            got = persona.api("get", f"/api/requests/{path_id}")
+            assert got.status_code == 200 and got.json()["requestId"] == own
+            assert got.json()["arguments"]["service"] == service
+        assert_problem(persona.api("get", f"/api/requests/{other}"), 404, "request_not_found")
+    # A retry is idempotent within the tenant, and another body conflicts there only.
+    again = open_deploy(operator, requestId=rid, arguments={"service": "api", "environment": "production"})
+    assert again.status_code == 200 and again.json()["requestId"] == our_id
+    assert_problem(open_deploy(operator, requestId=rid), 409, "request_conflict")
+    assert open_deploy(outsider, requestId=rid, sessionId="theirs").json()["requestId"] == their_id
+
+
+def test_the_agents_own_id_answers_cancels_and_reports_its_request(deployer, their_deployer, operator, admin, outsider):
+    rid = str(uuid.uuid4())
+    open_deploy(outsider, requestId=rid)
+    ours = open_deploy(operator, requestId=rid).json()
+    answered = admin.api("post", f"/api/requests/{rid}/responses", {"approved": True})
+    assert answered.json()["status"] == "accepted" and answered.json()["requestId"] == ours["requestId"]
+    reported = operator.api("post", f"/api/requests/{rid}/outcome", {"success": True})
+    assert reported.status_code == 200, reported.content
+    assert operator.api("get", f"/api/requests/{rid}/receipt").json()["requestId"] == ours["requestId"]
+    # The other tenant's request of that id is untouched, and cancelled by its own agent.
+    cancelled = outsider.api("delete", f"/api/requests/{rid}")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert PendingRequest.objects.get(id=ours["requestId"]).status == RequestStatus.ANSWERED
+
+
+def test_a_request_stored_under_its_agents_own_id_is_still_found(deployer, operator, admin, outsider):
+    """Requests opened before ids were derived per tenant are stored under the id their agent sent: a row whose id
+    is the `requestId` a retry sends (as one opened without a `requestId` is)."""
+    rid = open_deploy(operator).json()["requestId"]
+    retried = open_deploy(operator, requestId=rid)
+    assert retried.status_code == 200 and retried.json()["requestId"] == rid
+    assert_problem(
+        open_deploy(operator, requestId=rid, arguments={"service": "x", "environment": "staging"}),
+        409,
+        "request_conflict",
+    )
+    assert operator.api("get", f"/api/requests/{rid}").json()["requestId"] == rid
+    assert admin.api("post", f"/api/requests/{rid}/responses", {"approved": False}).json()["status"] == "accepted"
+    assert_problem(outsider.api("get", f"/api/requests/{rid}"), 404, "request_not_found")
+    assert PendingRequest.objects.count() == 1
+
+
+@pytest.mark.parametrize("session_id", ["ci/42", "ci\n42", "ci\t42"], ids=["slash", "newline", "tab"])
+def test_it_refuses_a_session_id_a_path_cannot_name(deployer, operator, session_id):
+    before = snapshot()
+    refused = assert_problem(open_deploy(operator, sessionId=session_id), 400, "invalid_request")
+    assert refused["errors"] == [
+        {"field": "sessionId", "message": "a session id may not contain '/' or control characters"}
+    ]
     assert snapshot() == before
 
 

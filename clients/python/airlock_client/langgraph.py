@@ -136,7 +136,7 @@ def invoke_with_airlock(
             opened = airlock.request(airlock_agent, kind, request_id=rid, **fields)
             if on_request is not None:
                 on_request(opened)
-            answers[interrupt.id] = resume_value(rid, _sync_decision(airlock, opened, wait_timeout))
+            answers[interrupt.id] = resume_value(opened.request_id, _sync_decision(airlock, opened, wait_timeout))
         result = graph.invoke(Command(resume=answers), config, **invoke_kwargs)
     return result
 
@@ -172,9 +172,9 @@ async def ainvoke_with_airlock(
             if on_request is not None:
                 on_request(opened)
             if opened.decision is not None:
-                return interrupt.id, resume_value(rid, opened.decision)
+                return interrupt.id, resume_value(opened.request_id, opened.decision)
             try:
-                decision = await airlock.wait(rid, wait_timeout)
+                decision = await airlock.wait(opened.request_id, wait_timeout)
             except RequestClosed as closed:
                 decision = closed.decision
         else:
@@ -182,7 +182,7 @@ async def ainvoke_with_airlock(
             if on_request is not None:
                 on_request(opened)
             decision = await asyncio.to_thread(_sync_decision, airlock, opened, wait_timeout)
-        return interrupt.id, resume_value(rid, decision)
+        return interrupt.id, resume_value(opened.request_id, decision)
 
     result = await graph.ainvoke(input, config, **invoke_kwargs)
     while interrupts := interrupts_of(result):

@@ -66,13 +66,12 @@ async def decide_interruption(
     """Open (or find again) the Airlock approval of one interruption and wait for it: its request id, and the
     decision, or the RequestClosed that says it closed unanswered."""
     call_id = item.call_id or ""
-    rid = request_id_for(airlock_agent, session_id, call_id)
     opened = await _call(
         airlock,
         "request",
         airlock_agent,
         "approval",
-        request_id=rid,
+        request_id=request_id_for(airlock_agent, session_id, call_id),
         session_id=session_id,
         tool_name=item.tool_name or item.name,
         tool_call_id=call_id or None,
@@ -80,6 +79,7 @@ async def decide_interruption(
     )
     if on_request is not None:
         on_request(opened)
+    rid = opened.request_id  # Airlock's id of it (derived from ours and the tenant): the one its long poll wakes
     decided: Decision | None = opened.decision
     try:
         if decided is None:
