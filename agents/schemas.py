@@ -6,7 +6,7 @@ line: nothing a tenant writes may make the server read a file, open a URL, or ho
 have been stored before these checks, or come from an MCP server) and then validates. A schema refers only
 within itself: each `$ref` is `#…`, looked up in a `referencing` registry holding the schema alone, whose
 retrieval refuses everything (jsonschema's default registry would fetch `file:` and `http:` references). Its
-patterns run on RE2, linear in the text; one RE2 cannot compile (a backreference, a lookaround) is refused.
+patterns run on RE2, linear in the text; a pattern RE2 cannot compile (a backreference, a lookaround) is refused.
 """
 
 import json
@@ -78,8 +78,33 @@ def _refuse_retrieval(uri: str) -> Resource[Any]:
 _LOCAL_ONLY: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _re2_syntax(pattern: str) -> str:
+    """ECMA-262's `\\uXXXX` (JSON Schema's patterns are ECMA-262's; Python's `re` read it too) as RE2's
+    `\\x{XXXX}`; a scan, as a pattern must not be rewritten by a pattern that may backtrack."""
+    if "\\u" not in pattern:
+        return pattern
+    out, index = [], 0
+    while index < len(pattern):
+        if pattern[index] == "\\" and index + 1 < len(pattern):
+            digits = pattern[index + 2 : index + 6]
+            if pattern[index + 1] == "u" and len(digits) == 4 and set(digits) <= _HEX:
+                out.append(f"\\x{{{digits}}}")
+                index += 6
+            else:
+                out.append(pattern[index : index + 2])
+                index += 2
+        else:
+            out.append(pattern[index])
+            index += 1
+    return "".join(out)
+
+
+@lru_cache(maxsize=256)
 def _compiled(pattern: str) -> Any:
-    return re2.compile(pattern, _RE2_OPTIONS)
+    return re2.compile(_re2_syntax(pattern), _RE2_OPTIONS)
 
 
 def _pattern_refusal(pattern: str) -> str | None:

@@ -105,6 +105,36 @@ def test_it_accepts_a_client_tool_schema():
     assert validate(clientTools=[{"name": "t", "parameters": schema}]).client_tools[0].parameters == schema
 
 
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"$ref": "file:///etc/passwd"}, "the $ref 'file:///etc/passwd' is refused: a schema may refer only within"),
+        ({"properties": {"a": {"$ref": "http://127.0.0.1:9/s.json"}}}, "(at properties/a)"),
+        ({"properties": {"a": {"$id": "file:///etc/", "$ref": "passwd"}}}, "is refused"),
+        ({"properties": {"a": {"$dynamicRef": "#meta"}}}, "$dynamicRef is refused"),
+        ({"properties": {"a": {"$schema": "http://json-schema.org/draft-07/schema#"}}}, "$schema is refused inside"),
+        ({"$defs": {"a": {"$ref": "#"}}, "$ref": "#/$defs/a"}, "loops back to where it stands"),
+        ({"properties": {"a": {"$ref": "#/required"}}, "required": ["a"]}, "points to a value that is not a schema"),
+        ({"properties": {"a": {"pattern": "(a)\\1"}}}, "patterns are RE2 (no backreferences or lookaround)"),
+        ({"properties": {"a": {"pattern": "^(?=a)"}}}, "(at properties/a/pattern)"),
+    ],
+)
+def test_it_refuses_a_client_tool_schema_that_leaves_itself_or_has_no_linear_time_pattern(schema, message):
+    errors = errors_of(clientTools=[{"name": "t", "parameters": {"type": "object", **schema}}])
+    assert message in errors["clientTools.0.parameters"]
+
+
+def test_it_accepts_refs_within_a_schema_and_a_draft_7_dialect():
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "definitions": {"name": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$"}},
+        "$defs": {"node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/node"}}}},
+        "properties": {"name": {"$ref": "#/definitions/name"}, "tree": {"$ref": "#/$defs/node"}},
+    }
+    assert validate(clientTools=[{"name": "t", "parameters": schema}]).client_tools[0].parameters == schema
+
+
 INLINE = "inline connection settings are refused: connections belong to the installation; "
 
 

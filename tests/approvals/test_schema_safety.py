@@ -297,6 +297,14 @@ def test_it_runs_pattern_properties_and_additional_properties_on_the_same_engine
     assert answer(admin, request_id, {"aaa": 1})["status"] == "accepted"
 
 
+def test_it_reads_a_patterns_unicode_escapes_as_json_schema_writes_them(deployer, operator, admin):
+    schema = {"type": "object", "properties": {"service": {"type": "string", "pattern": "^[\\u0061-\\u007A]+$"}}}
+    request_id = opened_input(operator, schema)
+
+    assert answer(admin, request_id, {"service": "BILLING"})["status"] == "invalid_response"
+    assert answer(admin, request_id, {"service": "billing"})["status"] == "accepted"
+
+
 @pytest.mark.parametrize(
     ("schema", "where"),
     [
