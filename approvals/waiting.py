@@ -5,19 +5,23 @@ sends to that group. With the Redis layer, an answer given on one console proces
 
 `console.asgi.ConsoleASGIHandler` holds the long poll: it subscribes, answers the request through Django once
 (which says whether to wait), waits here with no thread and no database connection, then answers with the
-request's JSON the wake carried (or, without it, through Django again).
+request's JSON the wake carried, or when its time is up the JSON `Rereads` read for it with every other poll
+whose time was up then (a request too large for either: through Django again).
 """
 
 import asyncio
 import contextlib
+import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import close_old_connections
 
 from approvals.external import SHOWN, request_wire, with_receipt_ids
 from approvals.models import PendingRequest
@@ -40,17 +44,20 @@ def group(request_id: str) -> str:
 BODY_LIMIT = 256 * 1024
 
 
+def bodies(request_ids: Iterable[str]) -> dict[str, str]:
+    """The JSON of each of `request_ids` as `GET /api/requests/{id}` answers it, in one query (none for an id of no
+    request, or JSON over BODY_LIMIT)."""
+    found = with_receipt_ids(PendingRequest.objects.select_related(*SHOWN).filter(id__in=list(request_ids)))
+    rendered = ((str(pending.id), json.dumps(request_wire(pending), cls=DjangoJSONEncoder)) for pending in found)
+    return {rid: body for rid, body in rendered if len(body) <= BODY_LIMIT}
+
+
 def messages(request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """The wake of each of `request_ids`: its request's JSON as `GET /api/requests/{id}` answers it (none for an
-    id of no request, or JSON over BODY_LIMIT), so a woken waiter costs no second request."""
+    """The wake of each of `request_ids`: its request's JSON (`bodies`), so a woken waiter costs no second
+    request."""
     ids = list(request_ids)
-    found = with_receipt_ids(PendingRequest.objects.select_related(*SHOWN).filter(id__in=ids))
-    bodies = {str(pending.id): json.dumps(request_wire(pending), cls=DjangoJSONEncoder) for pending in found}
-    woken: dict[str, dict[str, Any]] = {}
-    for rid in ids:
-        body = bodies.get(rid)
-        woken[rid] = {"type": "request.decided", **({"body": body} if body and len(body) <= BODY_LIMIT else {})}
-    return woken
+    found = bodies(ids)
+    return {rid: {"type": "request.decided", **({"body": found[rid]} if rid in found else {})} for rid in ids}
 
 
 def wake(request_ids: Iterable[str]) -> None:
@@ -132,3 +139,52 @@ async def subscribed(request_id: str) -> AsyncIterator[Callable[[float, Awaitabl
     finally:
         if layer is not None and channel is not None:
             await layer.group_discard(name, channel)
+
+
+# The most requests one read of `Rereads` asks for.
+REREAD_BATCH = 500
+
+
+def read_bodies(request_ids: list[str]) -> dict[str, str]:
+    """`bodies`, the connection then given back where none is kept (PostgreSQL's pool)."""
+    try:
+        return bodies(request_ids)
+    finally:
+        close_old_connections()
+
+
+class Rereads:
+    """The JSON of the requests whose waiters' time is up, read together: whatever is asked while one read runs
+    goes in the next (up to REREAD_BATCH a query), so a thousand polls that end at once cost a few queries on one
+    thread, not a thousand passes through Django. `run(read)` runs `read` on a thread and gives its result."""
+
+    def __init__(self, run: Callable[[Callable[[], dict[str, str]]], Awaitable[dict[str, str]]]) -> None:
+        self.run = run
+        self.asked: dict[str, list[asyncio.Future[bytes | None]]] = {}
+        self.reading: asyncio.Task[None] | None = None
+
+    async def body(self, request_id: str) -> bytes | None:
+        """The JSON of `request_id` now (None for no such request, or one larger than BODY_LIMIT)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[bytes | None] = loop.create_future()
+        self.asked.setdefault(request_id, []).append(answer)
+        if self.reading is None or self.reading.done() or self.reading.get_loop() is not loop:
+            self.reading = loop.create_task(self._read_all())
+        return await answer
+
+    async def _read_all(self) -> None:
+        while self.asked:
+            ids = list(itertools.islice(self.asked, REREAD_BATCH))
+            answers = {rid: self.asked.pop(rid) for rid in ids}
+            try:
+                found: dict[str, str] | BaseException = await self.run(partial(read_bodies, ids))
+            except Exception as error:
+                found = error
+            for rid, futures in answers.items():
+                # One whose poll was cancelled (its client left), or of another event loop (a test's, closed).
+                for answer in (f for f in futures if not f.done() and not f.get_loop().is_closed()):
+                    if isinstance(found, BaseException):
+                        answer.set_exception(found)
+                    else:
+                        body = found.get(rid)
+                        answer.set_result(body.encode() if body is not None else None)

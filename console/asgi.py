@@ -1,6 +1,10 @@
+import asyncio
 import os
 import re
+import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,15 +18,72 @@ get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from approvals import waiting  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
+from console.api import problem  # noqa: E402
 from console.origins import ConsoleOriginValidator  # noqa: E402
 
 IDLE_REQUEST_THREADS = 32
+# The threads every long poll's reads share, however many polls there are: a read waits its turn for one.
+LONG_POLL_THREADS = 2
+# What a poll past LONG_POLLS_PER_PROCESS is told: a held poll ends within MAX_WAIT seconds, most much sooner.
+LONG_POLL_RETRY_AFTER_SECONDS = 5
 # `GET /api/requests/{id}?wait=N` (SPEC section 12): held by `ConsoleASGIHandler._long_poll`.
 LONG_POLL = re.compile(r"^/api/requests/([0-9a-fA-F-]{32,36})$")
 WAIT = re.compile(rb"(?:^|&)wait=([0-9]{1,2})(?:&|$)")
+
+
+class Executors:
+    """Single-thread executors lent to requests, one request at a time each, and given back once everything the
+    request queued on it has run. `most`: how many there may be (a borrower past it waits for one given back);
+    None: one more whenever none is idle, of which `kept` stay once idle."""
+
+    def __init__(self, name: str, most: int | None = None, kept: int = 0) -> None:
+        self.name, self.most, self.kept = name, most, kept if most is None else most
+        self.made = 0
+        self.idle: deque[ThreadPoolExecutor] = deque()
+        self.waiting: deque[asyncio.Future[ThreadPoolExecutor]] = deque()
+        # Given back from the executor's own thread.
+        self.lock = threading.Lock()
+
+    async def borrow(self) -> ThreadPoolExecutor:
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+            if self.most is None or self.made < self.most:
+                self.made += 1
+                return ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+            turn: asyncio.Future[ThreadPoolExecutor] = asyncio.get_running_loop().create_future()
+            self.waiting.append(turn)
+        try:
+            return await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # handed over just as the borrower was cancelled
+                self.give_back(turn.result())
+            raise
+
+    def give_back(self, executor: ThreadPoolExecutor) -> None:
+        """Hand `executor` to the borrower waiting longest, else keep it idle (or let it go); from any thread."""
+        with self.lock:
+            while self.waiting:
+                turn = self.waiting.popleft()
+                loop = turn.get_loop()
+                if not turn.done() and not loop.is_closed():
+                    loop.call_soon_threadsafe(self._hand, turn, executor)
+                    return
+            if len(self.idle) < self.kept:
+                self.idle.append(executor)
+                return
+            self.made -= 1
+        executor.shutdown(wait=False)
+
+    def _hand(self, turn: asyncio.Future[ThreadPoolExecutor], executor: ThreadPoolExecutor) -> None:
+        if turn.done():  # its borrower was cancelled meanwhile
+            self.give_back(executor)
+        else:
+            turn.set_result(executor)
 
 
 class ConsoleASGIHandler(ASGIHandler):
@@ -40,11 +101,17 @@ class ConsoleASGIHandler(ASGIHandler):
     thread for sync tools). Here a request borrows an idle single-thread executor and gives it back once
     everything it queued has run, so a request whose client went away while its view still runs does not
     hold up the next one.
+
+    Long polls (`_long_poll`) read on LONG_POLL_THREADS executors of their own, so a thousand of them arriving
+    or ending at once cost no more threads than a few, and the rest of the console keeps its own.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.idle: deque[ThreadPoolExecutor] = deque()
+        self.requests = Executors("request", kept=IDLE_REQUEST_THREADS)
+        self.poll_reads = Executors("long-poll", most=LONG_POLL_THREADS)
+        self.rereads = waiting.Rereads(self._read_for_polls)
+        self.polls = 0
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
@@ -59,49 +126,78 @@ class ConsoleASGIHandler(ASGIHandler):
         if poll and wait and 0 < int(wait.group(1)) <= waiting.MAX_WAIT:
             await self._long_poll(scope, receive, send, poll.group(1), int(wait.group(1)))
         else:
-            await self._serve(scope, receive, send)
+            await self._serve(scope, receive, send, self.requests)
 
-    async def _serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        try:
-            executor = self.idle.pop()
-        except IndexError:
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="request")
+    async def _serve(self, scope: dict[str, Any], receive: Any, send: Any, executors: Executors) -> None:
+        executor = await executors.borrow()
         try:
             async with ThreadSensitiveContext(executor=executor):
                 await self.handle(scope, receive, send)
         finally:
-            executor.submit(lambda: None).add_done_callback(lambda _: self._give_back(executor))
+            executor.submit(lambda: None).add_done_callback(lambda _: executors.give_back(executor))
+
+    async def _read_for_polls[T](self, read: Callable[[], T]) -> T:
+        executor = await self.poll_reads.borrow()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, read)
+        finally:
+            self.poll_reads.give_back(executor)
 
     async def _long_poll(self, scope: dict[str, Any], receive: Any, send: Any, request_id: str, seconds: int) -> None:
-        """A request's JSON once it is decided or `seconds` passed: Django answers once (on a borrowed thread, given
-        back); while that answer says to wait, nothing but a channel of the layer is held until the decision's
-        wake, the time, or the client's disconnect; then the request's JSON the wake carried goes out (Django
-        answers again after a timeout, or a wake without it)."""
+        """Hold the poll, unless this process holds LONG_POLLS_PER_PROCESS already: then 429 `too_many_long_polls`
+        (a poll costs a socket and a channel of the layer for as long as it lasts, the process's memory)."""
+        if self.polls >= settings.LONG_POLLS_PER_PROCESS:
+            detail = (
+                f"This console process holds {settings.LONG_POLLS_PER_PROCESS} long polls already, the most it "
+                f"may; try again in {LONG_POLL_RETRY_AFTER_SECONDS} seconds, or read without wait."
+            )
+            refused = problem(429, "too_many_long_polls", detail)
+            refused["Retry-After"] = str(LONG_POLL_RETRY_AFTER_SECONDS)
+            refused["Content-Length"] = str(len(refused.content))
+            await self.send_response(refused, send)
+            return
+        self.polls += 1
+        try:
+            await self._hold(scope, receive, send, request_id, time.monotonic() + seconds)
+        finally:
+            self.polls -= 1
+
+    async def _hold(self, scope: dict[str, Any], receive: Any, send: Any, request_id: str, deadline: float) -> None:
+        """A request's JSON once it is decided or the `deadline` (time.monotonic()) passed: Django answers once, on
+        a thread of the long polls' (the deadline counts from the poll's arrival, a turn waited for one
+        included); while that answer says to wait, nothing but a channel of the layer is held until the
+        decision's wake, the deadline, or the client's disconnect; then the request's JSON the wake carried goes
+        out, or at the deadline the JSON read with the other polls' that ended then (`waiting.Rereads`). Only
+        a request whose JSON is larger than a wake carries is answered by Django again."""
         async with waiting.subscribed(request_id) as woken:
             first: list[dict[str, Any]] = []
 
             async def keep(message: dict[str, Any]) -> None:
                 first.append(message)
 
-            await self._serve(scope, receive, keep)
+            await self._serve(scope, receive, keep, self.poll_reads)
             start = first[0] if first else {}
             headers = start.get("headers", [])
             told = waiting.WAIT_HEADER.encode()
-            if not any(name.lower() == told for name, _ in headers):
+            left = deadline - time.monotonic()
+            if not any(name.lower() == told for name, _ in headers) or left <= 0:
+                # Decided already, refused, or its time went waiting for a thread: this answer is the poll's.
+                kept = [(name, value) for name, value in headers if name.lower() != told]
                 for message in first:
-                    await send(message)
+                    await send({**message, "headers": kept} if message is start else message)
                 return
-            wake = await woken(seconds, receive())
-            if wake.outcome == "gone":
-                return
-            if wake.body is not None:
-                # The request's JSON as the view answers it, with the first answer's status and headers.
-                dropped = {told, b"content-length", b"content-encoding"}
-                kept = [(name, value) for name, value in headers if name.lower() not in dropped]
-                length = (b"content-length", str(len(wake.body)).encode())
-                await send({**start, "headers": [*kept, length]})
-                await send({"type": "http.response.body", "body": wake.body})
-                return
+            wake = await woken(left, receive())
+        if wake.outcome == "gone":
+            return
+        body = wake.body if wake.outcome == "decided" else await self.rereads.body(request_id)
+        if body is not None:
+            # The request's JSON as the view answers it, with the first answer's status and headers.
+            dropped = {told, b"content-length", b"content-encoding"}
+            kept = [(name, value) for name, value in headers if name.lower() not in dropped]
+            length = (b"content-length", str(len(body)).encode())
+            await send({**start, "headers": [*kept, length]})
+            await send({"type": "http.response.body", "body": body})
+            return
         asked = False
 
         async def again() -> dict[str, Any]:
@@ -112,13 +208,7 @@ class ConsoleASGIHandler(ASGIHandler):
             return await receive()
 
         query = WAIT.sub(b"&", scope.get("query_string", b"")).strip(b"&")
-        await self._serve({**scope, "query_string": query}, again, send)
-
-    def _give_back(self, executor: ThreadPoolExecutor) -> None:
-        if len(self.idle) < IDLE_REQUEST_THREADS:
-            self.idle.append(executor)
-        else:
-            executor.shutdown(wait=False)
+        await self._serve({**scope, "query_string": query}, again, send, self.poll_reads)
 
 
 application = ProtocolTypeRouter(

@@ -157,6 +157,9 @@ else:
 # next stream gets 429 `too_many_streams`, the next websocket closes with 4429.
 SESSION_STREAMS_PER_USER = env_int("SESSION_STREAMS_PER_USER", 100, minimum=1)
 WEBSOCKETS_PER_USER = env_int("WEBSOCKETS_PER_USER", 100, minimum=1)
+# Long polls (`GET /api/requests/{id}?wait=N`) one console process holds at once, whoever asks; the next is 429
+# `too_many_long_polls` with Retry-After (console/asgi.py; their reads share a few threads, however many wait).
+LONG_POLLS_PER_PROCESS = env_int("LONG_POLLS_PER_PROCESS", 1000, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -1,7 +1,8 @@
 """`GET /api/requests/{id}?wait=N` through the console's ASGI application (SPEC section 12): it returns the
 moment the request is decided, with the decision the wake carried; after N seconds still pending; at once
-when decided already. The header that tells the handler to wait never reaches a client. (Two console processes
-on Redis: tests/processes/test_long_poll_cluster.py.)"""
+when decided already; past LONG_POLLS_PER_PROCESS held at once, 429. The header that tells the handler to wait
+never reaches a client. (Two console processes on Redis: tests/processes/test_long_poll_cluster.py; a thousand
+polls on one: tests/processes/test_long_poll_storm.py.)"""
 
 import asyncio
 import json
@@ -103,3 +104,23 @@ async def test_a_wait_out_of_bounds_is_refused(deployer, operator):
     async with client(operator) as http:
         refused: list[Any] = [await http.get(f"/api/requests/{request_id}?wait={n}") for n in ("61", "-1", "x")]
     assert [r.status_code for r in refused] == [400, 400, 400]
+
+
+async def test_it_refuses_a_long_poll_past_the_process_cap_until_one_ends(deployer, operator, admin, settings):
+    settings.LONG_POLLS_PER_PROCESS = 1
+    request_id = await open_deploy(operator)
+    async with client(operator) as http:
+        held = asyncio.ensure_future(http.get(f"/api/requests/{request_id}?wait=20"))
+        await asyncio.sleep(0.3)
+        refused = await http.get(f"/api/requests/{request_id}?wait=20")
+        unheld = await http.get(f"/api/requests/{request_id}")
+        await answer_later(admin, request_id, 0)
+        answered = await held
+        after = await http.get(f"/api/requests/{request_id}?wait=20")
+
+    assert refused.status_code == 429 and refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["code"] == "too_many_long_polls" and int(refused.headers["retry-after"]) > 0
+    assert int(refused.headers["content-length"]) == len(refused.content)
+    assert unheld.status_code == 200  # a read without wait is not a long poll
+    assert answered.json()["decision"]["approved"] is True
+    assert after.status_code == 200 and after.json()["decision"]["approved"] is True
