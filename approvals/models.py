@@ -418,6 +418,9 @@ class HeldAnswer(models.Model):
     membership = models.ForeignKey(Membership, on_delete=models.CASCADE, related_name="held_answers")
     batch = models.UUIDField(db_index=True)
     via = models.CharField(max_length=16)
+    # How the one who gave it signed in (`console.tenancy.AUTH_METHOD`: "session", "token:<id>"): it is applied
+    # later, in a timer or a sweep, and its receipt must still say how they signed in (issue 50).
+    auth_method = models.CharField(max_length=64, blank=True)
     # The validated `approvals.answers.Response`, as the respond API takes it (camelCase).
     response = models.JSONField()
     # When it applies; while applying, when that began (a sweep retries an apply that stopped with its process).

@@ -272,10 +272,15 @@ def request_facts(pending: Any, at: datetime) -> dict[str, Any]:
         pending.tool_name,
         _digests(pending.arguments, (answer or {}).get("overrideArguments")),
         result=result_kind(pending.kind, pending.status, answer),
-        reason=pending.status if answer is None else None,
+        reason=pending.status if answer is None else _said(answer.get("reason")),
         decider=_request_decider(pending),
         at=at,
     )
+
+
+def _said(reason: Any) -> str | None:
+    """The reason an answer gave (a person's words on a denial, a policy's on its verdict), as its receipt keeps it."""
+    return reason if isinstance(reason, str) and reason else None
 
 
 def call_facts(

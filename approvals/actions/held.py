@@ -35,6 +35,7 @@ from approvals.models import (
 )
 from approvals.push import notify_requests_held, notify_requests_released
 from console.models import Membership
+from console.tenancy import AUTH_METHOD
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ def hold_answers(
             membership=membership,
             batch=held.batch,
             via=via,
+            auth_method=AUTH_METHOD.get() or "",
             response=response.model_dump(mode="json", by_alias=True),
             due_at=now if at_once else now + window,
         )
@@ -179,11 +181,16 @@ def apply_due(now: datetime | None = None, *, batch: uuid.UUID | None = None) ->
 def _apply(row: HeldAnswer, now: datetime, *, retried: bool = False) -> Outcome:
     """Give the held answer of `row` through `answer_request` and settle the row: applied, or dropped with why."""
     membership, rid = row.membership, str(row.request_id)
+    # Applied in a timer or a sweep, outside the request that gave it: its receipt says how its giver signed in
+    # then, not "cli" (a row from before the column says nothing and stays so).
+    signed_in = AUTH_METHOD.set(row.auth_method or None)
     try:
         response = Response.model_validate(row.response)
         outcome = answer_request(membership, membership.user, row.request.run_id, response, via=row.via)
     except ResponseRefused as refused:  # the member's right changed meanwhile, or the agent's version went
         outcome = Outcome("invalid_response", rid, refused.detail)
+    finally:
+        AUTH_METHOD.reset(signed_in)
     applied = outcome.status == "accepted"
     if retried and outcome.status == "already_resolved":
         # The apply that stopped may have stored this very answer before its process went.
