@@ -94,6 +94,11 @@ def get_request(
     section 12): `decision` is null until then."""
     wire = request_wire(get_request_for(request, request_id, *SHOWN))
     if held.wait and wire["decision"] is None:
+        if wire["requestId"] != str(request_id):
+            # console.asgi listens for, and reads again, the request the path names: on an external agent's own
+            # requestId that may be another tenant's request (approvals.external.request_ids).
+            detail = f"A long poll waits on the request's id in Airlock, {wire['requestId']} (its opening's answer)."
+            raise ApiError(400, "wait_on_request_id", detail)
         response[waiting.WAIT_HEADER] = str(held.wait)  # console.asgi holds it, without a thread
     return wire
 

@@ -1,15 +1,19 @@
 """External agents' requests through the API (SPEC section 12): open, decide, wait, cancel, report."""
 
+import asyncio
 import json
 import uuid
 from typing import Any
 
+import httpx
 import pytest
+from asgiref.sync import sync_to_async
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.actions import expire_due
 from approvals.models import PendingRequest, RequestStatus, Rule
+from console.asgi import application
 from tests.conftest import Persona
 from tests.helpers import assert_problem, snapshot, stored_events
 
@@ -291,3 +295,29 @@ def test_a_hosted_request_is_answered_by_its_id(operator, admin):
     outcome = admin.api("post", f"/api/requests/{rid}/responses", {"approved": True}).json()
     assert outcome["status"] == "accepted" and outcome["continuationRunId"]
     assert operator.api("get", f"/api/requests/{rid}").json()["decision"]["approved"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_long_poll_by_another_tenants_request_id_never_reads_that_request(
+    deployer, their_deployer, operator, admin, outsider
+):
+    """A long poll listens for the id in its path: it is held only on the request's own id. The other tenant
+    opens a request whose `requestId` is this tenant's stored id, and waits on it."""
+    ours = (await sync_to_async(open_deploy)(operator, requestId=str(uuid.uuid4()))).json()["requestId"]
+    theirs = await sync_to_async(open_deploy)(outsider, requestId=ours)
+    assert theirs.status_code == 201 and theirs.json()["requestId"] != ours
+    transport = httpx.ASGITransport(app=application)
+    auth = {"Authorization": f"Bearer {outsider.token}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=auth) as http:
+        poll = asyncio.ensure_future(http.get(f"/api/requests/{ours}?wait=3"))
+        await asyncio.sleep(0.3)
+        answered = await sync_to_async(admin.api)("post", f"/api/requests/{ours}/responses", {"approved": True})
+        assert answered.json()["status"] == "accepted"
+        response = await poll
+    assert ours not in response.text
+    assert response.status_code == 400 and response.json()["code"] == "wait_on_request_id"
+    assert theirs.json()["requestId"] in response.json()["detail"]
+    # Its own id holds as ever.
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=auth) as http:
+        held = await http.get(f"/api/requests/{theirs.json()['requestId']}?wait=1")
+    assert held.status_code == 200 and held.json()["decision"] is None
