@@ -38,7 +38,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents.policy_worker import HELD
+from agents.policy_worker import HELD, NICENESS
 
 # The worker's first frame says it is ready; its start (an interpreter and the policy engine) is not
 # charged to the first task's budget.
@@ -93,6 +93,11 @@ class _Worker:
             env={"PYTHONPATH": str(settings.BASE_DIR), "PYTHONDONTWRITEBYTECODE": "1"},
             start_new_session=True,
         )
+        # Lowered at once, not when the worker gets to it: its start-up (an interpreter and the engine) would
+        # otherwise compete with the console's requests at their priority, once per task a tenant's policy has
+        # killed.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, process.pid, NICENESS)
         assert process.stdout is not None
         os.set_blocking(process.stdout.fileno(), False)
         return cls(process)

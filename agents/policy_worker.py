@@ -30,6 +30,7 @@ from agent_control_spec import ActivatedPolicy, validate_artifacts
 # when the worker answers `missing`).
 HELD = 64
 MEMORY_BYTES = 2 * 1024**3
+NICENESS = 10
 
 
 def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
@@ -95,7 +96,7 @@ class Worker:
 def confine() -> None:
     """Give up the filesystem and the network where the kernel lets an unprivileged process (best effort:
     the manifest checks are the rule; see the module's docstring)."""
-    os.nice(10)
+    os.setpriority(os.PRIO_PROCESS, 0, NICENESS)  # the sandbox may have lowered it already: not twice
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     empty = tempfile.mkdtemp(prefix="airlock-policy-")
     try:
