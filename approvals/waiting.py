@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -116,7 +117,8 @@ async def subscribed(request_id: str) -> AsyncIterator[Callable[[float, Awaitabl
     name = group(request_id)
     channel = await layer.new_channel("wait.") if layer is not None else None
     if layer is not None and channel is not None:
-        await layer.group_add(name, channel)
+        async with _gate():
+            await layer.group_add(name, channel)
 
     async def woken(seconds: float, gone: Awaitable[object]) -> Wake:
         if layer is None or channel is None:
@@ -138,7 +140,24 @@ async def subscribed(request_id: str) -> AsyncIterator[Callable[[float, Awaitabl
         yield woken
     finally:
         if layer is not None and channel is not None:
-            await layer.group_discard(name, channel)
+            async with _gate():
+                await layer.group_discard(name, channel)
+
+
+# Joins and leaves of the layer's groups that run at once on an event loop: on Redis each takes a connection of
+# the layer's pool, and a thousand polls arriving (or ending) together opened a thousand.
+LAYER_CALLS = 8
+_GATES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
+
+
+def _gate() -> asyncio.Semaphore:
+    """LAYER_CALLS's semaphore of the running event loop (one of each loop: a semaphore binds to the loop it first
+    waits on, and tests run one loop after another)."""
+    loop = asyncio.get_running_loop()
+    gate = _GATES.get(loop)
+    if gate is None:
+        gate = _GATES[loop] = asyncio.Semaphore(LAYER_CALLS)
+    return gate
 
 
 # The most requests one read of `Rereads` asks for.

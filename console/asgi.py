@@ -187,17 +187,18 @@ class ConsoleASGIHandler(ASGIHandler):
                     await send({**message, "headers": kept} if message is start else message)
                 return
             wake = await woken(left, receive())
-        if wake.outcome == "gone":
-            return
-        body = wake.body if wake.outcome == "decided" else await self.rereads.body(request_id)
-        if body is not None:
-            # The request's JSON as the view answers it, with the first answer's status and headers.
-            dropped = {told, b"content-length", b"content-encoding"}
-            kept = [(name, value) for name, value in headers if name.lower() not in dropped]
-            length = (b"content-length", str(len(body)).encode())
-            await send({**start, "headers": [*kept, length]})
-            await send({"type": "http.response.body", "body": body})
-            return
+            if wake.outcome == "gone":
+                return
+            body = wake.body if wake.outcome == "decided" else await self.rereads.body(request_id)
+            if body is not None:
+                # The request's JSON as the view answers it, with the first answer's status and headers; sent
+                # before the channel leaves its group (a thousand polls ending at once queue to leave).
+                dropped = {told, b"content-length", b"content-encoding"}
+                kept = [(name, value) for name, value in headers if name.lower() not in dropped]
+                length = (b"content-length", str(len(body)).encode())
+                await send({**start, "headers": [*kept, length]})
+                await send({"type": "http.response.body", "body": body})
+                return
         asked = False
 
         async def again() -> dict[str, Any]:
