@@ -88,13 +88,38 @@ class Problem(Schema):
 # Deeper JSON than this is refused before anything walks it (a definition's JSON schemas need far less; Python's
 # encoders and validators give up near 1,000 levels, with a server error).
 MAX_JSON_DEPTH = 64
+# More values than this in one body are refused before any route reads them: every later step (validation, the
+# checks of each route, storing) walks them again, and a 10 MB body of 400,000 keys held a request thread for
+# seconds. The largest a route takes (a definition, an external request at its limits) has a few tens of thousands.
+MAX_JSON_VALUES = 200_000
+
+
+def _shape_problem(value: Any) -> str | None:
+    """Why `value` (parsed JSON) is too deep or too large to go on with, counting its keys and values once without
+    recursion; None when it is neither."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    seen = 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > MAX_JSON_VALUES:
+            return f"The body holds more than {MAX_JSON_VALUES} values."
+        if isinstance(item, dict):
+            if depth >= MAX_JSON_DEPTH and item:
+                return f"The body is nested deeper than {MAX_JSON_DEPTH} levels."
+            seen += len(item)  # the keys
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            if depth >= MAX_JSON_DEPTH and item:
+                return f"The body is nested deeper than {MAX_JSON_DEPTH} levels."
+            stack.extend((child, depth + 1) for child in item)
+    return None
 
 
 def _unstorable_text(value: Any, path: tuple[str, ...] = ()) -> list[dict[str, str]]:
-    """Where `value` (parsed JSON) holds text no database column takes: NUL characters (PostgreSQL refuses
-    them in text and JSON) or unpaired surrogates (not encodable as UTF-8), as `{field, message}` errors."""
-    if len(path) > MAX_JSON_DEPTH:
-        raise ApiError(400, "invalid_json", f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
+    """Where `value` (parsed JSON, its shape checked) holds text no database column takes: NUL characters
+    (PostgreSQL refuses them in text and JSON) or unpaired surrogates (not encodable as UTF-8), as `{field,
+    message}` errors."""
     if isinstance(value, str):
         try:
             value.encode()
@@ -128,8 +153,15 @@ def _not_a_number(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _refuse_unstorable(value: Any) -> None:
-    errors = _unstorable_text(value)
+def _refuse_unstorable(value: Any, raw: bytes | None = None) -> None:
+    """Refuse JSON too deep or too large (400 `invalid_json`), or with text no column stores (400
+    `invalid_request`). JSON text carries a NUL only as a `\\u` escape (a raw one does not parse) and a lone
+    surrogate as one or as UTF-8-like bytes starting 0xED (which `json.loads` lets through): a `raw` body with
+    neither is not walked for them."""
+    shape = _shape_problem(value)
+    if shape is not None:
+        raise ApiError(400, "invalid_json", shape)
+    errors = _unstorable_text(value) if raw is None or b"\\u" in raw or b"\xed" in raw else []
     if errors:
         raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
 
@@ -157,7 +189,7 @@ class JsonBody(Parser):
             body: DictStrAny = json.loads(request.body, parse_float=_finite_number, parse_constant=_not_a_number)
         except (ValueError, RecursionError) as error:
             raise ApiError(400, "invalid_json", f"The body is not valid JSON ({error}).") from None
-        _refuse_unstorable(body)
+        _refuse_unstorable(body, request.body)
         return body
 
     def parse_querydict(

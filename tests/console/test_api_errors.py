@@ -155,6 +155,31 @@ def test_it_refuses_text_no_database_stores_naming_the_field(admin, assistant, p
     assert snapshot() == before
 
 
+def test_it_refuses_an_unpaired_surrogate_sent_as_raw_bytes(admin, assistant):
+    # json.loads reads bytes with "surrogatepass": no \\u escape is needed to carry one.
+    body = b'{"message": "hi", "parameters": {"team": "' + "\ud800".encode("utf-8", "surrogatepass") + b'"}}'
+    before = snapshot()
+
+    response = send(admin, "POST", "/api/agents/assistant/runs", body, "application/json")
+
+    problem = assert_problem(response, 400, "invalid_request")
+    assert [error["field"] for error in problem["errors"]] == ["parameters.team"]
+    assert snapshot() == before
+
+
+def test_it_refuses_a_body_of_too_many_values_before_any_route_reads_it(admin, assistant):
+    # 300,000 keys in 4 MB, under the body's byte limit: each later walk of them held the request thread for seconds.
+    arguments = {f"k{n}": 0 for n in range(300_000)}
+    body = json.dumps({"agent": "assistant", "toolName": "send_email", "arguments": arguments}).encode()
+    before = snapshot()
+
+    response = send(admin, "POST", "/api/rules", body, "application/json")
+
+    problem = assert_problem(response, 400, "invalid_json")
+    assert "more than 200000 values" in problem["detail"]
+    assert snapshot() == before
+
+
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_it_refuses_numbers_json_does_not_have(admin, assistant, number):
     before = snapshot()
