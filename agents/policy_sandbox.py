@@ -287,9 +287,9 @@ class Sandbox:
         """An idle worker that holds the policy `key`, else one that holds none yet, else a new one while
         there is room: another tenant's warm worker is taken last (its next task would compile again)."""
         with self._lock:
-            holding = [w for w in self._idle if key in w.held] or [w for w in self._idle if not w.held]
-            if holding or (self._idle and self._alive >= self.size):
-                worker = (holding or sorted(self._idle, key=lambda w: len(w.held)))[0]
+            fitting = [w for w in self._idle if key in w.held] or [w for w in self._idle if not w.held]
+            if fitting or (self._idle and self._alive >= self.size):
+                worker = (fitting or sorted(self._idle, key=lambda w: len(w.held)))[0]
                 self._idle.remove(worker)
                 return worker
             self._alive += 1
