@@ -91,19 +91,27 @@ def safe_manifest(text: str) -> dict[str, Any]:
         raise ManifestRefused("annotators", "annotators call services from the server: use a policy webhook")
     if document.get("approval") is not None:
         raise ManifestRefused("approval", "escalations go to the declaration's resolver (airlock-inbox)")
-    for name, policy in _only(document.get("policies") or {}, set(document.get("policies") or {}), "").items():
+    for name, policy in _section(document, "policies").items():
         kind = policy.get("type") if isinstance(policy, dict) else None
         if kind not in _POLICY_KEYS:
             raise ManifestRefused(f"policies.{name}.type", "must be rego or cedar")
         _only(policy, _POLICY_KEYS[kind], f"policies.{name}")
-    for point, config in (document.get("intervention_points") or {}).items():
+    for point, config in _section(document, "intervention_points").items():
         _only(config, _POINT_KEYS, f"intervention_points.{point}")
         if config.get("annotations") not in (None, {}):
             raise ManifestRefused(f"intervention_points.{point}.annotations", "annotators are not available")
         _only(config.get("policy") or {}, _POINT_POLICY_KEYS, f"intervention_points.{point}.policy")
-    for name, tool in (document.get("tools") or {}).items():
+    for name, tool in _section(document, "tools").items():
         _only(tool, _TOOL_KEYS, f"tools.{name}")
     return document
+
+
+def _section(document: dict[str, Any], key: str) -> dict[str, Any]:
+    """The manifest's section `key`, which maps names to entries (none when absent)."""
+    section = document.get(key) or {}
+    if not isinstance(section, dict):
+        raise ManifestRefused(key, "must be a mapping")
+    return section
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ a policy's escalation), sections 2 and 8 (a manifest's tools name nothing on the
 group answers its requests, in the inbox too, with the production undo window)."""
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -147,6 +148,17 @@ def test_a_manifest_tool_with_a_key_it_may_not_have_is_refused(admin, line, key,
     message = assert_problem(response, 400, "invalid_hooks")["errors"][0]["message"]
     assert f"manifest key {key} is not allowed" in message and why in message, message
     assert snapshot() == before
+
+
+@pytest.mark.parametrize("section", ["policies", "intervention_points", "tools"])
+def test_a_manifest_section_that_is_not_a_mapping_is_refused_by_its_name(admin, section):
+    manifest = re.sub(rf"^{section}:\n(?:  .*\n)+", f"{section}: [probe]\n", PROBE, flags=re.MULTILINE)
+    assert f"{section}: [probe]" in manifest
+
+    response = admin.api("POST", "/api/agents", {**ASSISTANT, "hooks": hooks_with(manifest)})
+
+    message = assert_problem(response, 400, "invalid_hooks")["errors"][0]["message"]
+    assert f"manifest key {section} is not allowed: must be a mapping" in message, message
 
 
 # --- SPEC section 11: only the group answers its requests, in the inbox too -----------------------------------
