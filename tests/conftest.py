@@ -2,15 +2,21 @@
 who is admin of another tenant ("globex")."""
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
+from django.core.signals import request_finished
 from django.db import connections
 from django.test import Client
+from django.utils import timezone
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent
+from approvals.actions import apply_due
 from console.models import ApiToken, Connection, Membership, Tenant
 
 PASSWORD = "correct horse battery staple"
@@ -95,10 +101,55 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+# The undo window console answers are held for in production (console/settings.py), read before a test sets one.
+PRODUCTION_WINDOW: float = django_settings.ANSWER_UNDO_SECONDS
+# The modules whose tests answer in the console (inbox cards, the selection, a run's batch bar, the trial page):
+# each of their tests runs twice, its answers applied inline (a window of 0) and held for the production window.
+# Not here: the respond API's and the receipts' tests (the API never holds an answer: approvals/views/answers.py
+# is hold_answers' only caller), and test_losing_answers.py, whose races are steered at the hold itself.
+HELD_TOO = {
+    "tests.agents.test_trial_pages",
+    "tests.approvals.test_cards",
+    "tests.approvals.test_claims",
+    "tests.approvals.test_deleted_agent",
+    "tests.approvals.test_client_tool_outcomes",
+    "tests.approvals.test_inbox_pages",
+    "tests.approvals.test_inbox_tools",
+    "tests.approvals.test_inbox_views",
+    "tests.approvals.test_person_kinds",
+    "tests.approvals.test_routing",
+    "tests.approvals.test_routing_push",
+    "tests.approvals.test_rule_scopes",
+    "tests.approvals.test_triage",
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.module.__name__ in HELD_TOO:
+        windows = [0, PRODUCTION_WINDOW]
+        metafunc.parametrize("answer_window", windows, indirect=True, ids=["applied-inline", "held"])
+
+
 @pytest.fixture(autouse=True)
-def answers_apply_at_once(settings):
-    """Console answers apply inline (a window of 0, the same code path); the undo tests set their window."""
-    settings.ANSWER_UNDO_SECONDS = 0
+def answer_window(request, settings) -> Iterator[float]:
+    """How long console answers are held before they apply: 0 (inline, the same code path) unless the module is
+    one of HELD_TOO, whose tests run with the production window as well; the undo tests set their own. Held, an
+    answer applies as the window closes after each request ends (the timer's `apply_due`, with its clock moved
+    past the window), so a test goes on as a person who waits out the window does, and no test sleeps."""
+    window = getattr(request, "param", 0)
+    settings.ANSWER_UNDO_SECONDS = window
+    if not window:
+        yield window
+        return
+
+    def window_closed(**kwargs: object) -> None:
+        apply_due(timezone.now() + timedelta(seconds=window))
+
+    request_finished.connect(window_closed, dispatch_uid="tests.answer_window")
+    try:
+        yield window
+    finally:
+        request_finished.disconnect(dispatch_uid="tests.answer_window")
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from django_tasks_db.models import DBTaskResult
 from agents.definitions import DefinitionContent
 from agents.models import Agent, AgentVersion, Attachment, Checkpoint, Event, Run, RunStatus, Session
 from agents.queue import WorkerPool, _runner, drain
-from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.models import HeldAnswer, PendingRequest, RequestKind, Rule
 from approvals.push import notify_requests_closed
 from tests.conftest import Persona
 
@@ -172,3 +172,28 @@ def send_json(handler: Any, payload: Any) -> None:
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def swapped_out(response: Any, window: float, summary: str) -> None:
+    """An htmx answer swaps its card out: for nothing when it applied at once, for its notice with an Undo when
+    it is held for its window (`answer_window`)."""
+    assert response.status_code == 200, response.content
+    if window:
+        assert f'aria-label="Undo: {summary}"' in response.content.decode(), response.content
+    else:
+        assert response.content == b""
+
+
+def answer_said(window: float, at_once: str, summary: str) -> str:
+    """What a console answer is said to have done once it applied: the inbox's message (`at_once`), or, held for
+    its window (`answer_window`), its notice settled ("Approved send_email.")."""
+    return f"{summary}." if window else at_once
+
+
+def answer_told(persona: Persona, window: float) -> str:
+    """Where the one who answered in the console reads what it did: the inbox page (applied at once), or, held
+    for its window, their last answer's notice as its page asks for it when the window closes."""
+    if not window:
+        return persona.client.get("/inbox/").content.decode()
+    batch = HeldAnswer.objects.filter(membership=persona.membership).latest("created_at").batch
+    return persona.client.get(f"/inbox/held/{batch}/", HTTP_HX_REQUEST="true").content.decode()

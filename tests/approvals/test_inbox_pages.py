@@ -12,7 +12,16 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.models import PendingRequest, Rule
 from approvals.push import render_request
-from tests.helpers import ask_for_a_day, call_line, drain_queued, run_queued, snapshot
+from tests.helpers import (
+    answer_said,
+    answer_told,
+    ask_for_a_day,
+    call_line,
+    drain_queued,
+    run_queued,
+    snapshot,
+    swapped_out,
+)
 
 EMAIL = {"to": "a@b.co", "subject": "s", "body": "b"}
 SEND = f"call send_email {json.dumps(EMAIL)}"
@@ -208,7 +217,7 @@ def test_it_serves_only_the_list_to_htmx(operator, mailer):
 # --- answering an approval ------------------------------------------------------------------------
 
 
-def test_it_approves_from_the_form_and_the_run_continues(operator, mailer):
+def test_it_approves_from_the_form_and_the_run_continues(operator, mailer, answer_window):
     asked = ask(operator)
 
     response = answer(operator, request_id(asked), {"decision": "approve"})
@@ -224,18 +233,17 @@ def test_it_approves_from_the_form_and_the_run_continues(operator, mailer):
     assert run.status == RunStatus.COMPLETED
     assert run.output == "send_email: sent to a@b.co"
     assert [m.to for m in mail.outbox] == [["a@b.co"]]
-    page = operator.client.get("/inbox/").content.decode()
-    assert "Approved send_email. The run continues." in page
-    assert card_ids(page) == []
+    said = answer_said(answer_window, "Approved send_email. The run continues.", "Approved send_email")
+    assert said in answer_told(operator, answer_window)
+    assert card_ids(operator.client.get("/inbox/").content.decode()) == []
 
 
-def test_it_swaps_the_card_out_when_htmx_posts_the_answer(operator, mailer):
+def test_it_swaps_the_card_out_when_htmx_posts_the_answer(operator, mailer, answer_window):
     asked = ask(operator)
 
     response = answer(operator, request_id(asked), {"decision": "approve"}, htmx=True)
 
-    assert response.status_code == 200
-    assert response.content == b""
+    swapped_out(response, answer_window, "Approved send_email")
     assert run_queued(continuation(asked).id).status == RunStatus.COMPLETED
 
 
@@ -398,7 +406,7 @@ def test_it_denies_all_of_a_runs_approvals_with_one_reason(operator, mailer):
     assert mail.outbox == []
 
 
-def test_it_approves_all_without_javascript(operator, mailer):
+def test_it_approves_all_without_javascript(operator, mailer, answer_window):
     asked = ask(operator, message=f"{SEND}\n{SEND}")
     ids = [request_id(asked, 0), request_id(asked, 1)]
 
@@ -410,7 +418,8 @@ def test_it_approves_all_without_javascript(operator, mailer):
     drain_queued()
     assert continuation(asked).status == RunStatus.COMPLETED
     assert len(mail.outbox) == 2
-    assert "Approved 2 requests of the run." in operator.client.get("/inbox/").content.decode()
+    said = answer_said(answer_window, "Approved 2 requests of the run.", "Approved 2 requests")
+    assert said in answer_told(operator, answer_window)
 
 
 # --- client tools and input requests ---------------------------------------------------------
@@ -490,13 +499,13 @@ def test_it_shows_field_errors_for_values_of_the_wrong_type(operator, mailer):
     assert day.answer is None
 
 
-def test_it_stores_an_accepted_input_answer(operator, mailer):
+def test_it_stores_an_accepted_input_answer(operator, mailer, answer_window):
     asked = ask(operator)
     day = ask_for_a_day(asked)
 
     response = answer(operator, str(day.id), {"action": "accept", "field-day": "Monday"}, htmx=True)
 
-    assert response.content == b""
+    swapped_out(response, answer_window, "Answered book_meeting")
     day.refresh_from_db()
     assert day.answer == {"requestId": str(day.id), "action": "accept", "content": {"day": "Monday"}}
     # The approval of the same session is still open: no continuation yet.
