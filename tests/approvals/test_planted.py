@@ -8,20 +8,16 @@ import re
 from typing import Any
 
 import pytest
-from django.conf import settings as production
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals.models import ApproverGroup, HeldAnswer, PendingRequest
 from tests.approvals.test_inbox_pages import HTMX, answer, card_ids
 from tests.approvals.test_previews import DEPLOY, STATUS, guard
-from tests.conftest import Persona, make_persona
+from tests.conftest import PRODUCTION_WINDOW, Persona, make_persona
 from tests.helpers import ASSISTANT, EMAIL, assert_problem, make_agent, run_ok, snapshot
 
 pytestmark = pytest.mark.django_db
-
-# The window a console answer is held for in production (console/settings.py), read before any test changes it.
-PRODUCTION_WINDOW = production.ANSWER_UNDO_SECONDS
 
 
 @pytest.fixture
