@@ -1,6 +1,6 @@
 """What every request kind declares (`Kind`), and what the kinds share: the refusal of an answer, the schema
-checks (`agents.schemas`'), the engine state of the call a request stands for. `parameters_schema` (a tool's parameters, for the
-card and for checking an edited call) is the registry's: each kind says whether it knows them.
+checks (`agents.schemas`'), the engine state of the call a request stands for. `parameters_schema` (a tool's
+parameters, for the card and for checking an edited call) is the registry's: each kind says whether it knows them.
 
 Both ways of answering call the same `Kind.answer`: the next turn's input (`agents.prepare.prepare_run`) and
 the inbox / respond API (`approvals.actions.answer_request`).
