@@ -9,10 +9,11 @@ from django.utils import timezone
 
 from approvals.actions import apply_due
 from approvals.models import Receipt
-from tests.approvals.test_inbox_pages import HTMX, answer, ask, mailer, request_id
+from tests.approvals.test_inbox_pages import HTMX, answer, ask, mailer, request_id  # noqa: F401
 
 LATER = timedelta(seconds=6)
-__all__ = ["mailer"]  # a fixture of the inbox tests, used here as it is
+# The inbox tests' agent with send_email always asked about.
+pytestmark = pytest.mark.usefixtures("mailer")
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +26,7 @@ def receipt_of(rid: str) -> dict:
     return Receipt.objects.get(request_id=rid).wire()
 
 
-def test_a_held_card_answer_keeps_the_session_sign_in_and_the_reason(operator, mailer):
+def test_a_held_card_answer_keeps_the_session_sign_in_and_the_reason(operator):
     rid = request_id(ask(operator))
 
     answer(operator, rid, {"decision": "deny", "reason": "not on a Friday"}, htmx=True)
@@ -42,7 +43,7 @@ def test_a_held_card_answer_keeps_the_session_sign_in_and_the_reason(operator, m
     assert receipt["result"] == "denied-interactively-by-user"
 
 
-def test_a_held_bulk_answer_keeps_the_session_sign_in(operator, mailer):
+def test_a_held_bulk_answer_keeps_the_session_sign_in(operator):
     rids = [request_id(ask(operator, session=f"s{n}")) for n in range(2)]
 
     response = operator.client.post("/inbox/selection/", {"selected": rids, "decision": "approve"}, **HTMX)
@@ -52,7 +53,7 @@ def test_a_held_bulk_answer_keeps_the_session_sign_in(operator, mailer):
     assert [receipt_of(rid)["authMethod"] for rid in rids] == ["session", "session"]
 
 
-def test_an_api_answer_keeps_the_token_and_the_reason(operator, mailer):
+def test_an_api_answer_keeps_the_token_and_the_reason(operator):
     rid = request_id(ask(operator))
 
     response = operator.api("post", f"/api/requests/{rid}/responses", {"approved": False, "reason": "too risky"})
@@ -62,7 +63,7 @@ def test_an_api_answer_keeps_the_token_and_the_reason(operator, mailer):
     assert receipt["authMethod"].startswith("token:") and receipt["reason"] == "too risky"
 
 
-def test_an_approval_without_words_has_no_reason(operator, mailer):
+def test_an_approval_without_words_has_no_reason(operator):
     rid = request_id(ask(operator))
 
     operator.api("post", f"/api/requests/{rid}/responses", {"approved": True})

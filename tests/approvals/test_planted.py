@@ -16,6 +16,7 @@ from tests.approvals.test_inbox_pages import HTMX, answer, card_ids
 from tests.approvals.test_previews import DEPLOY, STATUS, guard
 from tests.conftest import PRODUCTION_WINDOW, Persona, make_persona
 from tests.helpers import ASSISTANT, EMAIL, assert_problem, make_agent, run_ok, snapshot
+from tests.policies.test_policy_sandbox import INPUT_ONLY
 
 pytestmark = pytest.mark.django_db
 
@@ -96,25 +97,8 @@ def open_deploy_of(persona: Persona, service: str) -> str:
 
 # --- SPECs 2 and 8: every key of a manifest's tools is checked ------------------------------------------------
 
-PROBE = """\
-agent_control_specification_version: "0.4.0-alpha.1"
-metadata:
-  name: "probe"
-policies:
-  probe:
-    type: rego
-    query: data.airlock.probe.verdict
-intervention_points:
-  input:
-    policy_target: "$.input"
-    policy_target_kind: user_input
-    policy:
-      id: probe
-tools:
-  send_email:
-    type: Tool
-    id: send_email
-"""
+# The sandbox tests' manifest with a tool declared as the standard allows it.
+PROBE = INPUT_ONLY + "tools:\n  send_email:\n    type: Tool\n    id: send_email\n"
 REGO = 'package airlock.probe\n\nimport rego.v1\n\ndefault verdict := {"decision": "allow"}\n'
 
 

@@ -3,7 +3,6 @@
 the host and a filter column edited alone are caught; the key and the heads live outside the data folder, this
 user's alone, as do the database and the mail the app writes."""
 
-import io
 import json
 import os
 import stat
@@ -12,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from approvals.receipts import ChainSignature, Receipt, ReceiptHead, digest, genesis
 from approvals.signing import public_pem, sign_heads, signing_key
 from console.env import EnvError, env_file
+from tests.approvals.test_receipts import verify
 from tests.approvals.test_respond_api import approve, ask
 from tests.conftest import Persona
 from tests.console.test_settings import run_python
@@ -94,15 +93,6 @@ def export_of(persona: Persona) -> list[str]:
     exported = persona.api("GET", "/api/receipts/export")
     assert exported.status_code == 200, exported.content
     return b"".join(exported.streaming_content).decode().splitlines()
-
-
-def verify(*args: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command("verify_receipts", *args, stdout=out, stderr=err)
-    except SystemExit as exited:
-        return int(exited.code or 0), out.getvalue() + err.getvalue()
-    return 0, out.getvalue() + err.getvalue()
 
 
 @pytest.fixture

@@ -79,10 +79,10 @@ async def settle() -> None:
     its request queued has run, just after the response)."""
     handler = application.application_mapping["http"]
     for _ in range(400):
-        if len(handler.idle) == len(request_threads()):
+        if len(handler.requests.idle) == len(request_threads()):
             return
         await asyncio.sleep(0.005)
-    raise AssertionError(f"{len(request_threads())} request threads, {len(handler.idle)} idle")
+    raise AssertionError(f"{len(request_threads())} request threads, {len(handler.requests.idle)} idle")
 
 
 async def test_it_runs_one_request_after_another_on_the_threads_it_has(gate):

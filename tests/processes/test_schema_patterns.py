@@ -5,12 +5,10 @@ stay fast. Before patterns ran on RE2, 30 characters held the whole process (the
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.processes.cluster import Api, Cluster, manage_all, new_cluster
+from tests.processes.cluster import Api, Cluster, manage_all
 
 pytestmark = pytest.mark.processes
 
@@ -20,15 +18,6 @@ SCHEMA = {"type": "object", "properties": {"service": {"type": "string", "patter
 # How many calls globex times, and the bound on their 99th percentile.
 SAMPLES = 100
 P99_SECONDS = 0.2
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = new_cluster(tmp_path)
-    try:
-        yield cluster
-    finally:
-        cluster.stop_all()
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ import socket
 import threading
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from copilot.session_events import SessionEvent, SessionEventType
@@ -21,7 +19,7 @@ from jsonschema import Draft202012Validator
 
 from agents.client import SessionStream
 from agents.payloads import EXTENSION_TYPES, TURN_ENDS, is_stored
-from tests.processes.cluster import Api, Cluster, login, new_cluster, wait_for
+from tests.processes.cluster import Api, login, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -83,15 +81,6 @@ class CuttingProxy:
     def close(self) -> None:
         self.cut()
         self.listener.close()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = new_cluster(tmp_path)
-    try:
-        yield cluster
-    finally:
-        cluster.stop_all()
 
 
 def answer_in_inbox(url: str, request_id: str) -> None:
