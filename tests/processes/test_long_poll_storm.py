@@ -173,7 +173,7 @@ class Watch(threading.Thread):
         return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture(params=["sqlite", "postgresql"])
 def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """SQLite and the in-memory layer (the one-process default), or PostgreSQL and the Redis layer."""
     if request.param == "sqlite":
