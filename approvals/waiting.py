@@ -140,12 +140,13 @@ async def subscribed(request_id: str) -> AsyncIterator[Callable[[float, Awaitabl
         yield woken
     finally:
         if layer is not None and channel is not None:
-            async with _gate():
-                await layer.group_discard(name, channel)
+            # Not gated: the poll has answered, and waiting in line to leave held its response back (1,000 polls
+            # woken at once: p50 1.1x the bare group_send's, 1.6x gated).
+            await layer.group_discard(name, channel)
 
 
-# Joins and leaves of the layer's groups that run at once on an event loop: on Redis each takes a connection of
-# the layer's pool, and a thousand polls arriving (or ending) together opened a thousand.
+# Joins of the layer's groups that run at once on an event loop: on Redis each takes a connection of the layer's
+# pool, and a thousand polls arriving together opened a thousand.
 LAYER_CALLS = 8
 _GATES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
 
