@@ -1,6 +1,6 @@
 """The audit of decisions: who decided what, when and why, newest first.
 
-An entry is one of five facts, each stored elsewhere:
+An entry is one of six facts, each stored elsewhere:
 - an answer: a PendingRequest with an answer (who = `answered_by`, when = `answered_at`; an external agent's
   request decided at once by its tool's mode `never` or a policy has no one, and says `via`);
 - a terminal closing: a request closed expired, cancelled or abandoned (who = who cancelled it, else "system";
@@ -12,9 +12,11 @@ An entry is one of five facts, each stored elsewhere:
   An escalation is two entries: the verdict, and the operator's answer that lifted or confirmed it.
 - an undo: an answer given in the console and taken back in its undo window (a HeldAnswer undone; who = who
   undid it, when = `settled_at`); the request stayed pending.
+- a revocation: a rule revoked by hand, on the rules page or by `DELETE /api/rules/{id}` (who = `revoked_by`,
+  when = `revoked_at`, which = the rule); no request nor run.
 
 Filters narrow every branch alike: agent, tool, policy binding and a text search in the arguments (a LIKE over
-their JSON text, in the database, per tenant). The five are merged in the database (UNION ALL of their keys,
+their JSON text, in the database, per tenant). The six are merged in the database (UNION ALL of their keys,
 ordered by time), so a page or an export
 chunk costs the same few queries whatever its size: one for the keys, then one per kind of row to load.
 """
@@ -38,7 +40,7 @@ from approvals.kinds import KINDS
 from approvals.models import TERMINAL, HeldAnswer, HeldState, PendingRequest, RequestKind, RequestStatus, Rule
 from console.models import Tenant
 
-ANSWER, CLOSING, RULE, POLICY, UNDO = "answer", "closing", "rule", "policy", "undo"
+ANSWER, CLOSING, RULE, POLICY, UNDO, REVOCATION = "answer", "closing", "rule", "policy", "undo", "revocation"
 
 # A page or an export chunk is a list of these: (when, id of the request or event, source).
 EntryKey = tuple[datetime, uuid.UUID, str]
@@ -59,6 +61,7 @@ class DecisionFilter(models.TextChoices):
     INPUT = "input", "input answer"
     TOOL_RESULT = "tool_result", "tool result"
     UNDONE = "undone", "undone"
+    REVOKED = "revoked", "rule revoked"
     POLICY = "policy", "any policy verdict"
     POLICY_DENY = "policy-deny", "denied by policy"
     POLICY_TRANSFORM = "policy-transform", "rewritten by policy"
@@ -208,8 +211,9 @@ class AuditEntry:
         return f"{reverse('rules')}#rule-{self.rule_id}" if self.rule_id else None
 
     @property
-    def run_url(self) -> str:
-        return reverse("run", args=[self.run_id])
+    def run_url(self) -> str | None:
+        # A revocation is no run's.
+        return reverse("run", args=[self.run_id]) if self.run_id else None
 
     def wire(self) -> dict[str, Any]:
         """The entry as the JSON export gives it (camelCase keys, ISO 8601 time)."""
@@ -218,7 +222,9 @@ class AuditEntry:
             "who": self.who,
             "actor": "system"
             if self.who == "system"
-            else {ANSWER: "user", CLOSING: "system", RULE: "rule", POLICY: "policy", UNDO: "user"}[self.source],
+            else {ANSWER: "user", CLOSING: "system", RULE: "rule", POLICY: "policy", UNDO: "user", REVOCATION: "user"}[
+                self.source
+            ],
             "decision": self.decision,
             "reason": self.reason,
             "via": self.via or None,
@@ -238,7 +244,7 @@ class AuditEntry:
             "point": self.point,
             "enforced": self.enforced,
             "agentVersion": self.version,
-            "runId": self.run_id,
+            "runId": self.run_id or None,
             "agent": self.agent,
             "sessionId": self.session_id,
         }
@@ -274,6 +280,7 @@ DECISION_LABELS = {
     **{decision: label for kind in KINDS.values() for decision, label in kind.decisions.items()},
     "approved-by-rule": "approved by rule",
     DecisionFilter.UNDONE: "undone",
+    DecisionFilter.REVOKED: "revoked a rule",
     RequestStatus.EXPIRED: "expired",
     RequestStatus.CANCELLED: "cancelled",
     RequestStatus.ABANDONED: "abandoned",
@@ -412,6 +419,23 @@ def _undos(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
     return _keys(undone, F("settled_at"), UNDO)
 
 
+def _revocations(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
+    if (criteria.decision and criteria.decision != DecisionFilter.REVOKED) or criteria.policy:
+        return None
+    revoked = Rule.objects.filter(tenant=tenant, revoked_at__isnull=False)
+    if criteria.who:
+        revoked = revoked.filter(revoked_by__username=criteria.who)
+    if criteria.agent:
+        revoked = revoked.filter(agent__name=criteria.agent)
+    if criteria.tool:
+        revoked = revoked.filter(tool_name=criteria.tool)
+    if criteria.search:
+        # The exact arguments a rule approved; a rule of any arguments or of conditions has none to match.
+        revoked = revoked.annotate(arguments_text=Cast("arguments", models.TextField()))
+        revoked = revoked.filter(_mentions("arguments_text", criteria.search))
+    return _keys(revoked, F("revoked_at"), REVOCATION)
+
+
 def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None) -> QuerySet[Any]:
     """The keys of the tenant's audit entries matching `criteria`, newest first; only those after the
     key `after` in that order when given (to walk an export chunk by chunk)."""
@@ -422,6 +446,7 @@ def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None
         (_rule_decisions, RULE),
         (_policy_verdicts, POLICY),
         (_undos, UNDO),
+        (_revocations, REVOCATION),
     ):
         branch = build(tenant, criteria)
         if branch is None:
@@ -462,6 +487,9 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
     undos = HeldAnswer.objects.select_related(
         "membership__user", "request__agent", "request__session", "request__run__version"
     ).in_bulk(undo_ids)
+    revoked = Rule.objects.select_related("agent", "session", "revoked_by").in_bulk(
+        [entry_id for _, entry_id, source in keys if source == REVOCATION]
+    )
     remembered: dict[uuid.UUID | None, str] = {
         rule.created_from_id: str(rule.id)
         for rule in Rule.objects.filter(tenant=tenant, created_from__in=request_ids).only("id", "created_from")
@@ -479,6 +507,8 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
             found.append(_closing_entry(requests[entry_id], when))
         elif source == UNDO and entry_id in undos:
             found.append(_undo_entry(undos[entry_id]))
+        elif source == REVOCATION and entry_id in revoked:
+            found.append(_revocation_entry(revoked[entry_id]))
     return found
 
 
@@ -628,4 +658,24 @@ def _policy_entry(event: Event) -> AuditEntry:
         point=str(data.get("point") or "") or None,
         enforced=bool(data.get("enforced", True)),
         version=event.run.version.number,
+    )
+
+
+def _revocation_entry(rule: Rule) -> AuditEntry:
+    assert rule.revoked_at is not None
+    return AuditEntry(
+        when=rule.revoked_at,
+        source=REVOCATION,
+        decision=DecisionFilter.REVOKED,
+        who=rule.revoked_by.username if rule.revoked_by else None,
+        reason=f"Revoked rule {rule.id} (version {rule.version}): the calls it approved ask again.",
+        via="",
+        request_id=None,
+        request_kind=RequestKind.APPROVAL,
+        tool_name=rule.tool_name,
+        arguments=rule.arguments,
+        run_id="",
+        agent=rule.agent.name,
+        session_id=rule.session.key if rule.session else None,
+        rule_id=str(rule.id),
     )

@@ -461,6 +461,10 @@ class Rule(models.Model):
     created_from = models.ForeignKey(PendingRequest, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Who revoked it (the audit names them); null for a rule revoked before this was kept, or by no one signed in.
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # Scope (SPEC section 13): a rule remembered "for this session" holds in that session only; null: always.
     session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="rules")
     # A rule no longer applies from this moment on (kept, like a revoked one, for the record).

@@ -114,11 +114,12 @@ def _edited_session(rule: Rule, edit: RuleEdit) -> Session | None:
     return session
 
 
-def revoke_rule(rule: Rule) -> None:
-    """Calls the rule approved ask again. Revoking a revoked rule keeps the first revocation time."""
-    now = timezone.now()
-    if Rule.objects.filter(pk=rule.pk, revoked_at__isnull=True).update(revoked_at=now):
-        rule.revoked_at = now
+def revoke_rule(user: Any, rule: Rule) -> None:
+    """Calls the rule approved ask again. Revoking a revoked rule keeps the first revocation, its time and who
+    made it (the audit lists it)."""
+    now, person = timezone.now(), _person(user)
+    if Rule.objects.filter(pk=rule.pk, revoked_at__isnull=True).update(revoked_at=now, revoked_by=person):
+        rule.revoked_at, rule.revoked_by = now, person
 
 
 def _person(user: Any) -> Any:

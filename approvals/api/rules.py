@@ -86,5 +86,5 @@ def revoke_rule(request: ConsoleRequest, rule_id: uuid.UUID) -> Status[None]:
     """Revoke a rule: calls it approved ask again. Revoking a revoked rule changes nothing."""
     require_role(request, "admin")
     rule = get_rule_for(request, rule_id)
-    actions.revoke_rule(rule)
+    actions.revoke_rule(request.user, rule)
     return Status(204, None)

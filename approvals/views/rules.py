@@ -379,7 +379,7 @@ def rule_edit(request: ConsoleRequest, rule_id: uuid.UUID) -> HttpResponse:
 @require_POST
 def rule_revoke(request: ConsoleRequest, rule_id: uuid.UUID) -> HttpResponse:
     rule = get_rule_for(request, rule_id)
-    revoke_rule(rule)
+    revoke_rule(request.user, rule)
     messages.success(request, f"Revoked the rule for {rule.agent.name} · {rule.tool_name}: its calls ask again.")
     back = request.POST.get("next", "")
     if back.startswith("/rules/") and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
