@@ -371,9 +371,17 @@
     const all = cards();
     const card = currentCard();
     const at = card ? all.indexOf(card) : -1;
-    // Nothing focused yet: the card shown beside the rows (a wide screen), else the first.
-    if (at < 0) return focusCard(selected && selected.isConnected ? selected : all[0]);
+    if (at < 0) return focusCard(all[0]);
     focusCard(all[Math.max(0, Math.min(all.length - 1, at + step))]);
+  }
+
+  // The first key on arrival, no card focused yet: the card marked selected since the page loaded takes the
+  // focus, so what the operator sees marked is what the key acts on, and j moves off it on the first press
+  // rather than landing on it (`j a` once approved the marked card instead of the next). Only that card:
+  // one marked later (a push into an emptied list) has not been seen, and no key acts on it unfocused.
+  function takeSelected() {
+    if (currentCard() || !selected || selected !== onArrival || !selected.isConnected) return;
+    focusCard(selected);
   }
 
   // Whether an answering key may act on the card: the operator has it in view, and the focus did not just
@@ -476,6 +484,8 @@
       return;
     }
     if (keys.open && event.key !== "?") return; // the dialog closes itself on Escape
+    const digit = /^[1-9]$/.test(event.key);
+    if (digit || "jkaderxc".split("").includes(event.key)) takeSelected();
     const card = currentCard();
     const actions = {
       j: () => move(1),
@@ -488,7 +498,7 @@
       c: () => claim(card),
       "?": showKeys,
     };
-    if (/^[1-9]$/.test(event.key)) {
+    if (digit) {
       event.preventDefault();
       return choose(card, Number(event.key));
     }
@@ -584,6 +594,7 @@
   window.addEventListener("scroll", () => window.requestAnimationFrame(place), { passive: true });
   wide.addEventListener("change", place);
   keepShown();
+  const onArrival = selected; // the card marked as the page loaded (takeSelected)
 
   // --- the selection: ticked cards of any run, answered at once from the selection bar -------
 

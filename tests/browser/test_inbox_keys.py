@@ -46,8 +46,7 @@ def test_the_keys_answer_questions_plans_and_forms(
     colour, name, plan, revised, meeting = (page.locator(f"#request-{rid}") for rid in ids)
     expect(colour.get_by_role("button", name="blue", exact=True)).to_have_attribute("aria-keyshortcuts", "2")
 
-    page.keyboard.press("j")
-    expect(colour).to_be_focused()
+    expect(colour).to_have_class(re.compile(r"\bselected\b"))  # the first card, marked before any key
     page.keyboard.press("2")
     expect(colour).to_have_count(0)
     assert continuation_of(api["otto"], asked[0])["output"] == "ask_user: blue"
@@ -132,8 +131,7 @@ def test_the_focus_never_lands_on_a_card_that_arrived_meanwhile_nor_takes_a_stra
     open_filtered(page, f"agent={agent}")
     cards = [page.locator(f"#request-{a['pendingRequests'][0]['requestId']}") for a in (first, second)]
 
-    page.keyboard.press("j")
-    expect(cards[0]).to_be_focused()
+    expect(cards[0]).to_have_class(re.compile(r"\bselected\b"))
     page.keyboard.press("a")
     expect(cards[0]).to_have_count(0)
     expect(cards[1]).to_be_focused()
@@ -151,3 +149,32 @@ def test_the_focus_never_lands_on_a_card_that_arrived_meanwhile_nor_takes_a_stra
     page.wait_for_timeout(500)
     expect(arrived).to_have_count(1)
     api["otto"]("POST", f"/api/runs/{late['runId']}/cancel")
+
+
+def test_the_first_j_moves_off_the_selected_card_and_a_answers_the_one_it_moved_to(
+    api: dict[str, Api],  # noqa: F811
+    sign_in: Callable[[str], Page],
+) -> None:
+    agent = create_agent(api, tools=[{"name": "send_email", "approval": "always"}])
+    asked = [run(api["otto"], agent, SEND, uuid4().hex) for _ in range(3)]
+    page = sign_in("otto")
+    page.set_viewport_size({"width": 800, "height": 900})  # the cards as they are, no rows beside them
+    open_filtered(page, f"agent={agent}")
+    first, second, third = (page.locator(f"#request-{a['pendingRequests'][0]['requestId']}") for a in asked)
+
+    # The selection is marked before any key acts: the first card, set apart from the others.
+    expect(first).to_have_class(re.compile(r"\bselected\b"))
+    marks = [card.evaluate("(card) => getComputedStyle(card).boxShadow") for card in (first, second)]
+    assert marks[0] != marks[1] and marks[1] == "none", marks
+
+    page.keyboard.press("j")
+    expect(second).to_be_focused()
+    expect(second).to_have_class(re.compile(r"\bselected\b"))
+    expect(first).not_to_have_class(re.compile(r"\bselected\b"))
+    page.keyboard.press("a")
+    expect(second).to_have_count(0)
+    assert continuation_of(api["otto"], asked[1])["output"] == "send_email: sent to a@b.co"
+    expect(first).to_have_count(1)
+    expect(third).to_have_count(1)
+    for left in asked[0], asked[2]:
+        api["otto"]("POST", f"/api/runs/{left['runId']}/cancel")
