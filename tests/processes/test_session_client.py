@@ -1,4 +1,4 @@
-"""The typed client (`agents.client.SessionStream`) reads a whole session over the session stream of a real
+"""The typed client (`airlock_events.SessionStream`) reads a whole session over the session stream of a real
 console process, as the Copilot SDK's own events: a tool approval answered from the inbox, a client tool
 answered through the API, and the continuations they start, on one SSE connection that a proxy cuts once in the
 middle. No event is missed or repeated, every event is of an SDK type or a listed extension, the stored ones are
@@ -17,8 +17,8 @@ import pytest
 from copilot.session_events import SessionEvent, SessionEventType
 from jsonschema import Draft202012Validator
 
-from agents.client import SessionStream
 from agents.payloads import EXTENSION_TYPES, TURN_ENDS, is_stored
+from airlock_events import SessionStream
 from tests.processes.cluster import Api, login, wait_for
 
 pytestmark = pytest.mark.processes

@@ -5,7 +5,7 @@ runs that answers continue it in, as the Copilot SDK's own session events (`copi
 
     from copilot.session_events import SessionEventType
 
-    from agents.client import SessionStream
+    from airlock_events import SessionStream
 
     stream = SessionStream("http://127.0.0.1:8000", token="al_…", session_id="s1")
     for event in stream.events():
