@@ -1,6 +1,7 @@
 """An input request: an MCP server's elicitation, answered with an action and content that fits its requested
 schema."""
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -8,8 +9,33 @@ from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import ElicitationCompleted, ElicitationRequested, Payload, RequestedSchema
+from agents.schema_forms import schema_fields
+from agents.schemas import schema_refusal
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind
+
+
+def form_problems(schema: dict[str, Any], content: Any) -> str:
+    """Where `content` does not fit `schema`, in the words of the form the schema generates (its fields'
+    labels, agents/schema_forms.py): "Day is required." rather than "(content): 'day' is a required property".
+    A problem that is not one field's (a schema refused, a value that is no object) keeps schema_problems' words."""
+    problems = schema_problems(schema, content)
+    # References between properties only resolve from the whole schema: its own words then.
+    if not problems or not isinstance(content, dict) or schema_refusal(schema) or "$ref" in json.dumps(schema):
+        return problems
+    fields = {f.name: f for f in schema_fields(schema)}
+    properties = schema.get("properties") or {}
+    said = [f"{f.label} is required." for f in fields.values() if f.required and f.name not in content]
+    for name, value in content.items():
+        if name not in fields:
+            if schema.get("additionalProperties") is False:
+                said.append(f"{name!r} is not a field of this form.")
+            continue
+        # Checked against its own property's schema, the problem is named by the field's label.
+        wrong = schema_problems(properties[name], value, root=fields[name].label)
+        if wrong:
+            said.append(f"{wrong}.")
+    return " ".join(said) or problems
 
 
 class Input(Kind):
@@ -29,7 +55,7 @@ class Input(Kind):
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         super().check(pending, wire, modes)
         if wire.get("action") == "accept":
-            problems = schema_problems(pending.requested_schema or {"type": "object"}, wire.get("content") or {})
+            problems = form_problems(pending.requested_schema or {"type": "object"}, wire.get("content") or {})
             if problems:
                 raise AnswerRefused("invalid_content", f"The content does not fit the requested schema: {problems}")
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from agents.models import Run, RunStatus
+from approvals.kinds.input import form_problems
 from approvals.models import PendingRequest, RequestStatus
 from tests.helpers import assert_problem, call_line, make_agent, run, run_ok, run_queued, snapshot, stored_events
 
@@ -256,3 +257,31 @@ def test_it_asks_a_question_and_a_plan_at_their_caps(agent, operator):
 
     assert asked["pendingRequests"][0]["arguments"]["choices"] == choices
     assert planned["pendingRequests"][0]["arguments"]["steps"] == steps
+
+
+# ---- input (an MCP server's form): its refusal in the form's words ----------------------------------------
+
+MEETING = {
+    "type": "object",
+    "properties": {"day": {"type": "string"}, "people": {"type": "integer", "title": "Number of people"}},
+    "required": ["day", "people"],
+}
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ({}, "Day is required. Number of people is required."),
+        ({"day": "Friday"}, "Number of people is required."),
+        ({"day": "Friday", "people": "many"}, "Number of people: 'many' is not of type 'integer'."),
+        ({"day": "Friday", "people": 3}, ""),
+    ],
+)
+def test_it_names_the_input_forms_fields_by_their_labels(content, said):
+    assert form_problems(MEETING, content) == said
+
+
+def test_it_keeps_the_schemas_words_for_what_is_no_field():
+    assert form_problems(MEETING, ["Friday"]) == "(content): ['Friday'] is not of type 'object'"
+    closed = {**MEETING, "required": [], "additionalProperties": False}
+    assert form_problems(closed, {"room": "Blue"}) == "'room' is not a field of this form."
