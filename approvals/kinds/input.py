@@ -14,18 +14,23 @@ from agents.schemas import schema_refusal
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind
 
+# The keywords of a schema whose every problem is one field's: anything else (patternProperties, minProperties,
+# dependencies, references between properties) keeps schema_problems' words.
+FORM_KEYWORDS = frozenset({"$schema", "type", "title", "description", "properties", "required", "additionalProperties"})
+
 
 def form_problems(schema: dict[str, Any], content: Any) -> str:
     """Where `content` does not fit `schema`, in the words of the form the schema generates (its fields'
     labels, agents/schema_forms.py): "Day is required." rather than "(content): 'day' is a required property".
     A problem that is not one field's (a schema refused, a value that is no object) keeps schema_problems' words."""
     problems = schema_problems(schema, content)
-    # References between properties only resolve from the whole schema: its own words then.
-    if not problems or not isinstance(content, dict) or schema_refusal(schema) or "$ref" in json.dumps(schema):
+    plain = set(schema) <= FORM_KEYWORDS and "$ref" not in json.dumps(schema) and not schema_refusal(schema)
+    if not problems or not plain or not isinstance(content, dict):
         return problems
     fields = {f.name: f for f in schema_fields(schema)}
     properties = schema.get("properties") or {}
-    said = [f"{f.label} is required." for f in fields.values() if f.required and f.name not in content]
+    required = [name for name in schema.get("required") or [] if name not in content]
+    said = [f"{fields[name].label if name in fields else repr(name)} is required." for name in required]
     for name, value in content.items():
         if name not in fields:
             if schema.get("additionalProperties") is False:

@@ -292,7 +292,7 @@ def test_it_refuses_input_that_does_not_fit_the_requested_schema(operator, assis
         body = assert_problem(
             run(operator, {"sessionId": "s1", "inputResponses": [answer]}), 400, "invalid_input_content"
         )
-        assert "day" in body["detail"]
+        assert "day" in body["detail"].lower()  # "Day is required."
 
     assert snapshot() == before
 
