@@ -2,6 +2,7 @@
 `plan` (`propose_plan`) and `continuation` (a run at its `maxModelCalls`), answered through the respond
 API, the next turn's `answers` and the inbox; each refusal changes nothing."""
 
+import re
 from typing import Any
 
 import pytest
@@ -172,6 +173,20 @@ def test_a_plan_sent_back_needs_guidance(agent, operator):
     asked = ask(operator, PLAN)
     before = snapshot()
     assert respond(operator, asked, approved=False)["status"] == "invalid_response"
+    assert snapshot() == before
+
+
+def test_the_inbox_says_once_what_a_plan_sent_back_needs(agent, operator):
+    asked = ask(operator, PLAN)
+    request_id = asked["pendingRequests"][0]["requestId"]
+    before = snapshot()
+
+    refused = operator.client.post(f"/inbox/{request_id}/answer/", {"decision": "revise"}, HTTP_HX_REQUEST="true")
+
+    html = refused.content.decode()
+    assert html.count("Say what to revise.") == 1
+    assert re.search(r'data-error-for="text">Say what to revise.<', html)
+    assert re.search(r"data-card-error>Check the highlighted field.<", html)
     assert snapshot() == before
 
 
