@@ -309,8 +309,13 @@
     const when = new Date(envelope.timestamp).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
     const note = el("p", "answered-elsewhere muted", `${how}${data.answeredBy ? ` by ${data.answeredBy}` : ""} · ${when}`);
     box.replaceWith(note);
+    if (turn && !closed) turn.dataset.answered = "true";
     const waiting = turn && !openWidgets(turn).length && turn.querySelector(".reply.muted");
     if (waiting) waiting.textContent = "Answered: the conversation goes on below.";
+    // The turn's status no longer waits once nothing of it is open (the server's TrialTurn.status_label says
+    // the same on a reload): not "Awaiting approval" until the page is reloaded.
+    const label = turn && !openWidgets(turn).length && turn.querySelector(".meta .pill");
+    if (label) label.textContent = turn.dataset.answered ? "Answered" : "Closed";
   }
 
   function followSession() {

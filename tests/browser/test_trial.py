@@ -64,6 +64,9 @@ def test_it_runs_an_approval_round_trip_turn_by_turn(logged_in: Page) -> None:
     expect(page.locator(".turn").last).to_contain_text("send_email denied: not during the freeze", timeout=15000)
     expect(page.locator(".answered-elsewhere")).to_contain_text("Denied by")
     expect(page.locator(".request-widget")).to_have_count(0)
+    # The turn that asked no longer says it waits, without a reload.
+    asked = page.locator(".turn").filter(has=page.locator(".answered-elsewhere"))
+    expect(asked.locator(".meta .pill")).to_have_text("Answered")
 
     send(page, SEND)
     page.locator(".request-widget").get_by_role("button", name="Approve", exact=True).click()
@@ -125,7 +128,10 @@ def test_it_answers_a_question_a_plan_and_a_refused_client_tool(logged_in: Page)
     widget = page.locator(".request-widget")
     expect(widget.locator(".plan-steps li")).to_have_count(2)
     widget.get_by_role("button", name="Send back to revise").click()
-    expect(widget.locator("[data-card-error]")).to_have_text("Say what to revise.")  # the inbox's own check
+    # The inbox's own check, said once: beside the field, the card pointing to it.
+    expect(widget.locator("[data-error-for=text]")).to_have_text("Say what to revise.")
+    expect(widget.locator("[data-card-error]")).to_have_text("Check the highlighted field.")
+    expect(widget.get_by_text("Say what to revise.")).to_have_count(1)
     widget.get_by_label("What to revise").fill("Check the disk first")
     widget.get_by_role("button", name="Send back to revise").click()
     expect(page.locator(".turn").last).to_contain_text("propose_plan: revise: Check the disk first", timeout=15000)
@@ -153,6 +159,8 @@ def test_the_trial_page_follows_an_answer_given_in_the_inbox(logged_in: Page, si
 
     expect(page.locator(".answered-elsewhere")).to_contain_text("Approved by otto")
     expect(page.locator(f'.request-widget[data-request-id="{rid}"]')).to_have_count(0)
+    asked = page.locator(".turn").filter(has=page.locator(".answered-elsewhere"))
+    expect(asked.locator(".meta .pill")).to_have_text("Answered")  # not "Awaiting approval" until reloaded
     expect(page.locator(".turn").last).to_contain_text("send_email: sent to ops@example.com", timeout=15000)
     expect(page.locator(".turn").last).to_contain_text("Completed")
 
