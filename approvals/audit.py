@@ -304,18 +304,24 @@ def _mentions(text: Any, search: str) -> Q:
     return found | Q(arguments_text__icontains=escaped) if escaped != search else found
 
 
+def _narrowed(rows: QuerySet[Any], criteria: Criteria) -> QuerySet[Any]:
+    """Requests or rules (each has an agent, a tool name and arguments) narrowed by agent, tool and argument
+    search."""
+    if criteria.agent:
+        rows = rows.filter(agent__name=criteria.agent)
+    if criteria.tool:
+        rows = rows.filter(tool_name=criteria.tool)
+    if criteria.search:
+        rows = rows.annotate(arguments_text=Cast("arguments", models.TextField()))
+        rows = rows.filter(_mentions("arguments_text", criteria.search))
+    return rows
+
+
 def _narrowed_requests(requests: QuerySet[PendingRequest], criteria: Criteria) -> QuerySet[PendingRequest]:
     """Requests narrowed by agent, tool, policy and argument search."""
-    if criteria.agent:
-        requests = requests.filter(agent__name=criteria.agent)
-    if criteria.tool:
-        requests = requests.filter(tool_name=criteria.tool)
     if criteria.policy:
         requests = requests.filter(policy__binding=criteria.policy)
-    if criteria.search:
-        requests = requests.annotate(arguments_text=Cast("arguments", models.TextField()))
-        requests = requests.filter(_mentions("arguments_text", criteria.search))
-    return requests
+    return _narrowed(requests, criteria)
 
 
 def _narrowed_events(events: QuerySet[Event], criteria: Criteria) -> QuerySet[Event]:
@@ -425,15 +431,8 @@ def _revocations(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
     revoked = Rule.objects.filter(tenant=tenant, revoked_at__isnull=False)
     if criteria.who:
         revoked = revoked.filter(revoked_by__username=criteria.who)
-    if criteria.agent:
-        revoked = revoked.filter(agent__name=criteria.agent)
-    if criteria.tool:
-        revoked = revoked.filter(tool_name=criteria.tool)
-    if criteria.search:
-        # The exact arguments a rule approved; a rule of any arguments or of conditions has none to match.
-        revoked = revoked.annotate(arguments_text=Cast("arguments", models.TextField()))
-        revoked = revoked.filter(_mentions("arguments_text", criteria.search))
-    return _keys(revoked, F("revoked_at"), REVOCATION)
+    # A search matches the exact arguments a rule approved; a rule of any arguments or of conditions has none.
+    return _keys(_narrowed(revoked, criteria), F("revoked_at"), REVOCATION)
 
 
 def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None) -> QuerySet[Any]:
