@@ -1,9 +1,7 @@
 """The JSON API: authentication (bearer token or browser session), problem+json errors, the routers."""
 
 import functools
-import json
 import logging
-import math
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -12,192 +10,23 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooMa
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, UnreadablePostError
 from django.http.multipartparser import MultiPartParserError
 from django.urls import URLPattern, URLResolver, re_path
-from django.utils.datastructures import MultiValueDict
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.openapi.schema import OpenAPISchema
 from ninja.operation import Operation
-from ninja.parser import Parser
 from ninja.security import HttpBearer
 from ninja.security.session import SessionAuth
 from ninja.types import DictStrAny
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
+from console.json_bodies import JsonBody
 from console.models import ApiToken, Membership
+from console.problems import TITLES, ApiError, Problem, problem
 from console.tenancy import AUTH_METHOD, ConsoleRequest, NotFound, current_membership
 
-
-class ApiError(Exception):
-    """An error with a stable `code`, rendered as application/problem+json."""
-
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail, self.extra = status, code, detail, extra
-
-
-TITLES = {
-    400: "Bad request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not found",
-    405: "Method not allowed",
-    409: "Conflict",
-    413: "Payload too large",
-    415: "Unsupported media type",
-    422: "Unprocessable",
-    429: "Too many requests",
-    500: "Server error",
-}
-
 logger = logging.getLogger(__name__)
-
-
-def problem(status: int, code: str, detail: str, **extra: Any) -> HttpResponse:
-    """An application/problem+json response (RFC 9457) with a stable `code`; `extra` adds members."""
-    body = {
-        "type": f"https://airlock.dev/problems/{code}",
-        "title": TITLES.get(status, "Error"),
-        "status": status,
-        "detail": detail,
-        "code": code,
-        **extra,
-    }
-    return HttpResponse(json.dumps(body), status=status, content_type="application/problem+json")
-
-
-class FieldProblem(Schema):
-    field: str = Field(description="The offending input, as its dotted path on the wire (`body` for the whole body).")
-    message: str
-
-
-class Problem(Schema):
-    """The body of every error response: RFC 9457 problem details with a stable `code`."""
-
-    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": True})
-
-    type: str
-    title: str
-    status: int
-    detail: str
-    code: str = Field(description="Stable and machine-readable, e.g. `invalid_request`, `agent_not_found`.")
-    errors: list[FieldProblem] = Field(default=[], description="The offending fields, when some are.")
-
-
-# Deeper JSON than this is refused before anything walks it (a definition's JSON schemas need far less; Python's
-# encoders and validators give up near 1,000 levels, with a server error).
-MAX_JSON_DEPTH = 64
-# More values than this in one body are refused before any route reads them: every later step (validation, the
-# checks of each route, storing) walks them again, and a 10 MB body of 400,000 keys held a request thread for
-# seconds. The largest a route takes (a definition, an external request at its limits) has a few tens of thousands.
-MAX_JSON_VALUES = 200_000
-
-
-def _shape_problem(value: Any) -> str | None:
-    """Why `value` (parsed JSON) is too deep or too large to go on with, counting its keys and values once without
-    recursion; None when it is neither."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    seen = 0
-    while stack:
-        item, depth = stack.pop()
-        seen += 1
-        if seen > MAX_JSON_VALUES:
-            return f"The body holds more than {MAX_JSON_VALUES} values."
-        if isinstance(item, dict):
-            if depth >= MAX_JSON_DEPTH and item:
-                return f"The body is nested deeper than {MAX_JSON_DEPTH} levels."
-            seen += len(item)  # the keys
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            if depth >= MAX_JSON_DEPTH and item:
-                return f"The body is nested deeper than {MAX_JSON_DEPTH} levels."
-            stack.extend((child, depth + 1) for child in item)
-    return None
-
-
-def _unstorable_text(value: Any, path: tuple[str, ...] = ()) -> list[dict[str, str]]:
-    """Where `value` (parsed JSON, its shape checked) holds text no database column takes: NUL characters
-    (PostgreSQL refuses them in text and JSON) or unpaired surrogates (not encodable as UTF-8), as `{field,
-    message}` errors."""
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return [{"field": ".".join(path) or "body", "message": "contains an unpaired surrogate"}]
-        if "\x00" in value:
-            return [{"field": ".".join(path) or "body", "message": "contains a NUL character"}]
-        return []
-    if isinstance(value, dict):
-        items: Any = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return []
-    errors = []
-    for key, item in items:
-        errors += _unstorable_text(key, path) if isinstance(key, str) else []
-        errors += _unstorable_text(item, (*path, str(key)))
-    return errors
-
-
-def _finite_number(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{text} is out of range")
-    return number
-
-
-def _not_a_number(name: str) -> None:
-    # Python reads NaN and Infinity; JSON has no such numbers, and no JSON column stores them.
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _refuse_unstorable(value: Any, raw: bytes | None = None) -> None:
-    """Refuse JSON too deep or too large (400 `invalid_json`), or with text no column stores (400
-    `invalid_request`). JSON text carries a NUL only as a `\\u` escape (a raw one does not parse) and a lone
-    surrogate as one or as UTF-8-like bytes starting 0xED (which `json.loads` lets through): a `raw` body with
-    neither is not walked for them."""
-    shape = _shape_problem(value)
-    if shape is not None:
-        raise ApiError(400, "invalid_json", shape)
-    errors = _unstorable_text(value) if raw is None or b"\\u" in raw or b"\xed" in raw else []
-    if errors:
-        raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
-
-
-def _is_json(content_type: str) -> bool:
-    return content_type == "application/json" or (
-        content_type.startswith("application/") and content_type.endswith("+json")
-    )
-
-
-class JsonBody(Parser):
-    """Reads a body as JSON only when its Content-Type says JSON (415 otherwise: a client must not get an
-    answer by accident; an empty body is no fields), and says when it does not parse or nests too deep (400
-    `invalid_json`). Text no database stores (NUL, unpaired surrogates) is refused in bodies and query parameters
-    as invalid fields."""
-
-    def parse_body(self, request: HttpRequest) -> DictStrAny:
-        if not request.body:
-            return {}  # no body is no fields (a route whose body is optional needs none), whatever the type says
-        content_type = (request.content_type or "").lower()
-        if not _is_json(content_type):
-            sent = f"not {content_type}" if content_type else "with a Content-Type header"
-            raise ApiError(415, "unsupported_media_type", f"Send the body as application/json, {sent}.")
-        try:
-            body: DictStrAny = json.loads(request.body, parse_float=_finite_number, parse_constant=_not_a_number)
-        except (ValueError, RecursionError) as error:
-            raise ApiError(400, "invalid_json", f"The body is not valid JSON ({error}).") from None
-        _refuse_unstorable(body, request.body)
-        return body
-
-    def parse_querydict(
-        self, data: MultiValueDict[str, Any], list_fields: list[str], request: HttpRequest
-    ) -> DictStrAny:
-        parsed = super().parse_querydict(data, list_fields, request)
-        _refuse_unstorable(parsed)
-        return parsed
 
 
 class BearerToken(HttpBearer):
