@@ -13,7 +13,9 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from agents.models import Agent
-from approvals.audit import AuditEntry, Criteria, DecisionFilter, entries, entry_keys, iter_entries, known_names
+from approvals.audit_entries import AuditEntry, DecisionFilter
+from approvals.audit_queries import Criteria, entry_keys, iter_entries, known_names
+from approvals.audit_rows import entries
 from console.filters import SUBMIT_ON_CHANGE, ListFilters
 from console.login import lockouts_of
 from console.models import Membership, Tenant

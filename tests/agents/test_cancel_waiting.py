@@ -4,7 +4,7 @@ close `cancelled` with who cancelled them, and the next turn tells the model the
 from django.core import mail
 
 from agents.models import Event, Run, RunStatus
-from approvals.audit import Criteria, iter_entries
+from approvals.audit_queries import Criteria, iter_entries
 from approvals.models import PendingRequest, RequestStatus
 from tests.helpers import EMAIL, ask_to_send, assert_problem, call_line, run_ok, snapshot, stored_events
 

@@ -4,7 +4,7 @@ stays, and a later run with its id starts a new session."""
 from django.core import mail
 
 from agents.models import Run, RunStatus, Session
-from approvals.audit import Criteria, iter_entries
+from approvals.audit_queries import Criteria, iter_entries
 from approvals.models import PendingRequest, RequestStatus
 from tests.helpers import ask_to_send, assert_problem, run, run_ok, snapshot, stored_events
 

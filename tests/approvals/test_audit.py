@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event
-from approvals.audit import Criteria, entry_keys, iter_entries
+from approvals.audit_queries import Criteria, entry_keys, iter_entries
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.views.audit import CSV_COLUMNS
 from tests.conftest import Persona, make_persona

@@ -11,7 +11,7 @@ from django.utils.html import escape
 from agents.definitions import KindRouting
 from agents.engine import PendingCall
 from agents.request_kinds import REQUEST_KINDS
-from approvals.audit import DECISION_LABELS
+from approvals.audit_entries import DECISION_LABELS
 from approvals.forms import AnswerForm
 from approvals.kinds import KINDS
 from approvals.models import RequestKind

@@ -22,7 +22,8 @@ from django.utils import timezone
 from agents.models import Agent, Event, Run, RunStatus
 from agents.queue import queue_continuation
 from agents.runs import start_run
-from approvals.audit import ANSWER, Criteria, iter_entries
+from approvals.audit_entries import ANSWER
+from approvals.audit_queries import Criteria, iter_entries
 from approvals.models import HeldAnswer, PendingRequest, RequestStatus
 from tests.approvals.test_respond_race import together
 from tests.conftest import Persona, make_persona
