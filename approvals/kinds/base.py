@@ -6,6 +6,7 @@ Both ways of answering call the same `Kind.answer`: the next turn's input (`agen
 the inbox / respond API (`approvals.actions.answer_request`).
 """
 
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -14,6 +15,7 @@ from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import Payload, RequestAnswered
 from agents.schemas import schema_problems as schema_problems  # where approvals.actions.external imports it
+from agents.tools import REGISTRY
 from approvals.models import PendingRequest, RequestKind
 
 
@@ -35,11 +37,31 @@ class Kind:
     stored: ClassVar[tuple[str, ...]]
     # Said when an answer is not for this kind.
     takes: ClassVar[str]
-    # What the agent does, as in "helper wants to call send_email" (the kind's name is `label`). The card's
-    # answer fields are the partial templates/approvals/kinds/<name>.html; its form names the kind (approvals/forms.py).
+    # What the agent does, as in "helper wants to call send_email" (the kind's name is `label`). Everything else a
+    # page shows of the kind is a partial of its `template`; its form names the kind (approvals/forms.py).
     asks: ClassVar[str]
     # The decisions `audit` gives, and how the audit page says each.
     decisions: ClassVar[dict[str, str]]
+    # What the inbox's keys do on its card (static/console/inbox.js reads them from the card's `data-keys`): for a,
+    # d and e, the values of the buttons to press (a list) or the name of the field to type in first ("field": the
+    # first of a form's fields); `needs`, the field `a` waits on while it is empty; `enter`, the button Enter in
+    # a field presses (by the field's name).
+    keys: ClassVar[dict[str, Any]]
+    # Whether its cards are answered together: the selection's checkbox and a run's "Approve all" bar.
+    selectable: ClassVar[bool] = False
+
+    # The partials of `template`, each rendering the request as `r`: what a page shows of this kind.
+    PARTIALS: ClassVar[tuple[str, ...]] = ("title", "card", "answer", "what", "ask", "shows", "asked", "answered")
+
+    @property
+    def template(self) -> str:
+        """The kind's template (templates/approvals/kinds/<name>.html): its `PARTIALS`, one for each place a
+        page shows the kind, included as `template#part` (`approvals.templatetags.inbox.kind_part`)."""
+        return f"approvals/kinds/{self.name}.html"
+
+    @property
+    def keys_json(self) -> str:
+        return json.dumps(self.keys, separators=(",", ":"))
 
     @property
     def label(self) -> str:
@@ -59,6 +81,27 @@ class Kind:
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         if wire.get("remember") or wire.get("expiresAt"):
             raise AnswerRefused("remember_refused", "`remember` applies to tool approvals only.")
+
+    def remembers(self, pending: PendingRequest) -> bool:
+        """Whether its card offers "don't ask again" (a rule that answers the next ones)."""
+        return False
+
+    def glance(self, pending: PendingRequest) -> str:
+        """What the request's row in the dense inbox quotes, before it is cut: by default the call's first
+        argument (`to: a@b.co`), else the request's message."""
+        arguments = pending.arguments if isinstance(pending.arguments, dict) else {}
+        if not arguments:
+            return pending.message
+        name, value = next(iter(arguments.items()))
+        return f"{name}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+
+    def tool_description(self, pending: PendingRequest) -> str:
+        """What the requested tool does, as the definition of the run that asked has it: a server tool's
+        docstring; "" when the console does not know it (an MCP tool's lives on its server)."""
+        tools = pending.run.version.definition.tools
+        if pending.tool_name in REGISTRY and any(t.name == pending.tool_name for t in tools):
+            return REGISTRY[pending.tool_name].description
+        return ""
 
     def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
         """The JSON schema of the parameters of the tool `pending` asks about, where the console knows it."""

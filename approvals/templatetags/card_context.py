@@ -14,10 +14,10 @@ from markdown_it import MarkdownIt
 
 from agents.definitions import ExternalTool
 from agents.models import Run
-from agents.tools import REGISTRY
 from approvals import cards
 from approvals.actions.external import is_external
-from approvals.models import PendingRequest, RequestKind
+from approvals.kinds import KINDS
+from approvals.models import PendingRequest
 
 register = template.Library()
 
@@ -37,19 +37,17 @@ def render_markdown(text: str) -> SafeString:
 
 @register.filter
 def tool_description(pending: PendingRequest) -> SafeString:
-    """The requested tool's description, rendered: a server tool's docstring or a client tool's description
-    from the definition of the run that asked; "" when there is none (an MCP tool's lives on its server)."""
-    definition = pending.run.version.definition
-    text = ""
+    """The requested tool's description, rendered: what an external agent said of it, else its kind's
+    (`Kind.tool_description`: a server tool's docstring, a client tool's description); "" when there is none (an
+    MCP tool's lives on its server)."""
     if is_external(pending):
         # What the agent said about this call, else its declared tool's description (approvals.actions.external).
+        definition = pending.run.version.definition
         asked = (pending.engine_state or {}).get("permissionRequest") or {}
         declared = [t for t in definition.tools if isinstance(t, ExternalTool) and t.name == pending.tool_name]
         text = asked.get("toolDescription") or (declared[0].description if declared else "")
-    elif pending.kind == RequestKind.CLIENT_TOOL:
-        text = next((t.description for t in definition.client_tools if t.name == pending.tool_name), "")
-    elif pending.tool_name in REGISTRY and any(t.name == pending.tool_name for t in definition.tools):
-        text = REGISTRY[pending.tool_name].description
+    else:
+        text = KINDS[pending.kind].tool_description(pending)
     return render_markdown(text) if text.strip() else SafeString("")
 
 

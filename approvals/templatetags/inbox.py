@@ -12,7 +12,7 @@ from django import template
 from agents.schema_forms import SchemaField, schema_fields
 from approvals.cards import listed_card
 from approvals.kinds import KINDS, Kind, parameters_schema
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import PendingRequest
 
 register = template.Library()
 
@@ -45,6 +45,12 @@ def request_kind(pending: PendingRequest) -> Kind:
 
 
 @register.filter
+def kind_part(pending: PendingRequest, part: str) -> str:
+    """The partial `part` of the template of `pending`'s kind: `{% include r|kind_part:"card" %}`."""
+    return f"{KINDS[pending.kind].template}#{part}"
+
+
+@register.filter
 def lookup(mapping: Any, key: str) -> Any:
     """`mapping[key]`, or None: field errors and posted values by a computed name."""
     return mapping.get(key) if mapping else None
@@ -70,22 +76,12 @@ def tool_parameters(pending: PendingRequest) -> list[dict[str, Any]]:
 @register.filter
 def can_remember(pending: PendingRequest) -> bool:
     """Whether "don't ask again" is offered: never for a tool that asks every time, nor for a policy's escalation."""
-    return pending.kind == RequestKind.APPROVAL and pending.policy is None and pending.approval_mode != "every_time"
+    return KINDS[pending.kind].remembers(pending)
 
 
 @register.filter
 def key_argument(pending: PendingRequest) -> str:
-    """What a request's row in the dense inbox quotes: a question's or a form's words, a plan's first step,
-    else the call's first argument (`to: a@b.co`), cut to a glance."""
-    arguments = pending.arguments if isinstance(pending.arguments, dict) else {}
-    if pending.kind in (RequestKind.QUESTION, RequestKind.INPUT, RequestKind.CONTINUATION) and pending.message:
-        said = pending.message
-    elif pending.kind == RequestKind.PLAN:
-        steps = arguments.get("steps") or []
-        said = str(steps[0]) if steps else ""
-    elif arguments:
-        name, value = next(iter(arguments.items()))
-        said = f"{name}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-    else:
-        said = pending.message
+    """What a request's row in the dense inbox quotes (its kind's `glance`: a question's words, a plan's first
+    step, a call's first argument), cut to a glance."""
+    said = KINDS[pending.kind].glance(pending)
     return said if len(said) <= 120 else f"{said[:119]}…"

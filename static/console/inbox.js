@@ -180,13 +180,13 @@
   // A batch answer names the requests it answered; the pushes remove them too, a moment later.
   document.body.addEventListener("airlock:answered", (event) => remove(event.detail.ids || []));
 
-  // --- batch bars: one per run with two or more approval cards shown --------------------------
+  // --- batch bars: one per run with two or more selectable cards (approvals) shown -------------
 
   function syncBatches() {
     if (!batchTemplate) return;
     const runs = new Map();
     // Only cards this user may answer (a request routed to a group they are not in has no form).
-    cards().filter((card) => card.dataset.kind === "approval" && card.querySelector("[data-answer-form]")).forEach((card) => {
+    cards().filter((card) => card.hasAttribute("data-selectable") && card.querySelector("[data-answer-form]")).forEach((card) => {
       if (!runs.has(card.dataset.run)) runs.set(card.dataset.run, []);
       runs.get(card.dataset.run).push(card);
     });
@@ -260,29 +260,29 @@
 
   // --- answer forms: checked here first, the server checks again ---------------------------
 
+  // By the fields the card's kind put in its form, never by the kind: a field with `data-needed-for` must be
+  // filled in for that button (its `data-needed` says so).
   function check(form, intent) {
     const errors = [];
     const fail = (message, field) => errors.push([field, message]);
-    const card = form.closest(".request-card");
-    if (card.dataset.kind === "approval") {
-      const remember = form.querySelector('[name="remember"]:checked');
-      const exact = form.querySelector('[name="remember_arguments_only"]');
-      if (intent === "deny" && ((remember && remember.value) || (exact && exact.checked))) {
-        fail("A denial cannot be remembered: uncheck \u201cDon't ask again\u201d to deny.");
+    const remember = form.querySelector('[name="remember"]:checked');
+    const exact = form.querySelector('[name="remember_arguments_only"]');
+    if (intent === "deny" && ((remember && remember.value) || (exact && exact.checked))) {
+      fail("A denial cannot be remembered: uncheck \u201cDon't ask again\u201d to deny.");
+    }
+    const edited = form.querySelector('[name="arguments"]');
+    if (intent === "approve" && edited && edited.value.trim()) {
+      try {
+        const value = JSON.parse(edited.value);
+        if (value === null || typeof value !== "object" || Array.isArray(value)) fail("Give a JSON object: {…}.", "arguments");
+      } catch (error) {
+        fail(`Not valid JSON: ${error.message}`, "arguments");
       }
-      const edited = form.querySelector('[name="arguments"]');
-      if (intent === "approve" && edited.value.trim()) {
-        try {
-          const value = JSON.parse(edited.value);
-          if (value === null || typeof value !== "object" || Array.isArray(value)) fail("Give a JSON object: {…}.", "arguments");
-        } catch (error) {
-          fail(`Not valid JSON: ${error.message}`, "arguments");
-        }
-      }
-    } else if (card.dataset.kind === "client_tool") {
-      if (intent === "result" && !form.querySelector('[name="result"]').value.trim()) fail("Give the result (JSON or text).", "result");
-      if (intent === "error" && !form.querySelector('[name="error_message"]').value.trim()) fail("Write the error message.", "error_message");
-    } else if (intent === "accept") {
+    }
+    form.querySelectorAll("[data-needed-for]").forEach((input) => {
+      if (input.dataset.neededFor === intent && !input.value.trim()) fail(input.dataset.needed, input.name);
+    });
+    if (intent === "accept") {
       form.querySelectorAll("[data-field]").forEach((box) => {
         const name = box.dataset.field;
         const input = box.querySelector(`[name="field-${CSS.escape(name)}"]`);
@@ -413,23 +413,18 @@
     moved = { card: null, at: 0 }; // typing first is deliberate: Enter then sends
   }
 
-  // What a, d and e do on each kind: buttons to press (their values), or a field to type in first.
-  const KIND_KEYS = {
-    approval: { a: ["approve"], d: "reason", e: "arguments" },
-    client_tool: { a: ["result"], d: "error_message", e: "result", needs: "result" },
-    input: { a: ["accept"], d: ["decline"], e: "field" },
-    question: { a: ["answer"], e: "text", needs: "text" },
-    plan: { a: ["approve"], d: "text", e: "text" },
-    continuation: { a: ["continue"], d: ["stop"] },
-  };
-  // Enter in these fields sends what the field goes with (never the form's first button: Approve, a choice).
-  const ENTER = { reason: "deny", error_message: "error", text: null };
+  // What a, d and e do on a card, as its kind says (`Kind.keys`, the card's `data-keys`): buttons to press
+  // (their values), or a field to type in first; `enter`, what Enter in a field sends (never the form's first
+  // button: Approve, a choice).
+  function keysOf(card) {
+    return card && card.dataset.keys ? JSON.parse(card.dataset.keys) : {};
+  }
 
   function act(card, key) {
-    const does = card && (KIND_KEYS[card.dataset.kind] || {})[key];
+    const does = keysOf(card)[key];
     if (!does) return;
     if (Array.isArray(does)) {
-      const needed = field(card, KIND_KEYS[card.dataset.kind].needs);
+      const needed = field(card, keysOf(card).needs);
       if (key === "a" && needed && !needed.value.trim()) return focusField(needed); // the answer is typed first
       return press(card, does);
     }
@@ -476,10 +471,9 @@
       if (event.key === "Escape" && card) {
         event.preventDefault();
         focusCard(card);
-      } else if (event.key === "Enter" && card && typing.matches("[data-answer-form] input") && typing.name in ENTER) {
+      } else if (event.key === "Enter" && card && typing.matches("[data-answer-form] input") && typing.name in (keysOf(card).enter || {})) {
         event.preventDefault();
-        const kind = card.dataset.kind;
-        press(card, [ENTER[typing.name] || (kind === "plan" ? "revise" : "answer")]);
+        press(card, [keysOf(card).enter[typing.name]]);
       }
       return;
     }

@@ -56,6 +56,10 @@ class Input(Kind):
         "input-declined": "input declined",
         "input-cancelled": "input cancelled",
     }
+    keys = {"a": ["accept"], "d": ["decline"], "e": "field"}
+
+    def glance(self, pending: PendingRequest) -> str:
+        return pending.message or super().glance(pending)
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         super().check(pending, wire, modes)

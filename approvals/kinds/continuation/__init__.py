@@ -22,6 +22,10 @@ class Continuation(Kind):
     takes = "A continuation takes `approved` (go on, or stop with what the run has)."
     asks = "reached its model-call limit in"
     decisions = {"continuation-continue": "told to go on", "continuation-stop": "told to stop"}
+    keys = {"a": ["continue"], "d": ["stop"]}
+
+    def glance(self, pending: PendingRequest) -> str:
+        return pending.message or super().glance(pending)
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"approved": value} if isinstance(value, bool) else None

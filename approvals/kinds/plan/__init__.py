@@ -23,6 +23,13 @@ class Plan(Kind):
     takes = "A plan takes `approved` (and, to send it back, `text` with what to revise)."
     asks = "proposes a plan through"
     decisions = {"plan-approved": "plan approved", "plan-revised": "plan sent back"}
+    keys = {"a": ["approve"], "d": "text", "e": "text", "enter": {"text": "revise"}}
+
+    def glance(self, pending: PendingRequest) -> str:
+        """The plan's first step."""
+        arguments = pending.arguments if isinstance(pending.arguments, dict) else {}
+        steps = arguments.get("steps") or []
+        return str(steps[0]) if steps else ""
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         super().check(pending, wire, modes)

@@ -23,6 +23,10 @@ class Question(Kind):
     takes = "A question takes `text` (one of its choices unless free text is allowed)."
     asks = "asks through"
     decisions = {"question-answered": "question answered"}
+    keys = {"a": ["answer"], "e": "text", "needs": "text", "enter": {"text": "answer"}}
+
+    def glance(self, pending: PendingRequest) -> str:
+        return pending.message or super().glance(pending)
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         super().check(pending, wire, modes)

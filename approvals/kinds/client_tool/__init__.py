@@ -28,6 +28,18 @@ class ClientTool(Kind):
         "tool-rejected": "refused by the client",
         "tool-background": "running in the background on the client",
     }
+    keys = {
+        "a": ["result"],
+        "d": "error_message",
+        "e": "result",
+        "needs": "result",
+        "enter": {"error_message": "error"},
+    }
+
+    def tool_description(self, pending: PendingRequest) -> str:
+        """The client tool's, from its definition."""
+        definition = pending.run.version.definition
+        return next((t.description for t in definition.client_tools if t.name == pending.tool_name), "")
 
     @staticmethod
     def outcome(answer: Mapping[str, Any]) -> str:

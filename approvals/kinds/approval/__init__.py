@@ -43,6 +43,12 @@ class Approval(Kind):
     takes = "An approval request takes `approved` (and a reason)."
     asks = "wants to call"
     decisions = {"approved": "approved", "denied": "denied"}
+    keys = {"a": ["approve"], "d": "reason", "e": "arguments", "enter": {"reason": "deny"}}
+    selectable = True
+
+    def remembers(self, pending: PendingRequest) -> bool:
+        """Never for a tool that asks every time, nor for a policy's escalation."""
+        return pending.policy is None and pending.approval_mode != "every_time"
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         if wire.get("remember") and pending.policy is not None:
