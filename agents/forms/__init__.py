@@ -1,14 +1,13 @@
-"""The agents pages' forms: the definition form (`definition`) and the policies' Try panel (`policy_try`). This
-module only re-exports."""
+"""The agents pages' forms: the definition form (`definition`, its fields in `definition_fields`) and the policies'
+Try panel (`policy_try`). This module only re-exports."""
 
-from agents.forms.definition import (
+from agents.forms.definition import DefinitionForm
+from agents.forms.definition_fields import (
     APPROVAL_LABELS,
     KEPT_FIELDS,
-    KIND_LABELS,
     RUNTIMES,
     SECTIONS,
     TOP_FIELDS,
-    DefinitionForm,
     as_text,
     choices,
     hooks_text,
@@ -18,7 +17,6 @@ from agents.forms.policy_try import SAMPLE_EMAIL, SAMPLE_MESSAGE, PolicyTryForm,
 __all__ = [
     "APPROVAL_LABELS",
     "KEPT_FIELDS",
-    "KIND_LABELS",
     "RUNTIMES",
     "SAMPLE_EMAIL",
     "SAMPLE_MESSAGE",

@@ -16,7 +16,6 @@ from agents import actions
 from agents.definitions import ConnectionRefused, DefinitionContent, ExternalTool, ToolBinding
 from agents.forms import (
     APPROVAL_LABELS,
-    KIND_LABELS,
     SECTIONS,
     DefinitionForm,
     PolicyTryForm,
@@ -27,6 +26,7 @@ from agents.forms import (
 from agents.forms.hooks import PolicyEditor
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
+from agents.request_kinds import KIND_NAMES
 from agents.starter_policy import starter_hooks
 from agents.tools import REGISTRY
 from agents.views.diff import diff_rows
@@ -307,5 +307,5 @@ def _routing(content: DefinitionContent) -> list[tuple[str, str, bool, str]]:
         for s in content.mcp_servers
         if s.approvers
     ]
-    routed += [("Requests", KIND_LABELS[k.kind], False, k.approvers) for k in content.request_kinds]
+    routed += [("Requests", KIND_NAMES[k.kind].routes, False, k.approvers) for k in content.request_kinds]
     return routed

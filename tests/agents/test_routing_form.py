@@ -5,6 +5,7 @@ import pytest
 from django.core.management import call_command
 
 from agents.models import Agent
+from agents.request_kinds import KIND_NAMES, REQUEST_KINDS
 from tests.agents.test_pages import browser_post, read, rows
 from tests.conftest import definition, grant
 
@@ -107,6 +108,13 @@ def test_it_offers_only_the_tenants_groups(admin):
 
     assert "finance" in page.texts["id_question_approvers-field"] and "legal" in html
     assert "globex-only" not in html
+
+
+def test_it_offers_a_select_for_every_request_kind_saying_what_it_routes(admin):
+    page = read(admin.client.get("/agents/new/"))
+
+    for kind in REQUEST_KINDS:
+        assert KIND_NAMES[kind].routes in page.texts[f"id_{kind}_approvers-field"], kind
 
 
 def test_an_escalation_row_needs_a_group(admin):
