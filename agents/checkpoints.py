@@ -26,8 +26,8 @@ from django.db.models import JSONField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import JSONObject
 
 from agents.models import Checkpoint, Run, Session
+from approvals.decisions import Decision, decide
 from approvals.models import PendingRequest, RequestStatus
-from approvals.receipts import record_requests
 
 # The longest chain of deltas behind a checkpoint, its full copy included.
 FULL_COPY_EVERY = 32
@@ -232,19 +232,16 @@ def fork(
     checkpoint: Checkpoint,
     copies: list[PendingRequest],
     answered: PendingRequest,
-    answer: dict[str, Any],
-    user: Any,
-    via: str,
+    decision: Decision,
     now: datetime,
 ) -> Forked | None:
-    """The session `branch` makes from `checkpoint` with `copies`, `answered` (one of them) holding `answer`.
-    None when the session or its agent was deleted."""
-    answered.answer, answered.answered_by, answered.answered_at, answered.answered_via = answer, user, now, via
+    """The session `branch` makes from `checkpoint` with `copies`, `answered` (one of them) decided by `decision`
+    (nobody saw the copy open: nothing is announced). None when the session or its agent was deleted."""
     with transaction.atomic():
         session = branch(checkpoint, copies)
         if session is None:
             return None
-        record_requests([answered], now)  # the copy's decision: its receipt
+        decide(answered, decision, now, announce=False)
     return Forked(session, answered, [c for c in copies if c is not answered])
 
 

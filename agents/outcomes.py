@@ -18,6 +18,7 @@ from agents.models import Run, RunStatus, Session
 from agents.payloads import BlockedError, ErrorInfo, RunAwaiting, RunBlocked, RunCompleted, RunFailed, SessionError
 from agents.runs import ExecutionResult, StartedRun, calls_with_side_effects, record_cancelled, record_terminated
 from approvals import receipts
+from approvals.decisions import Actor, Decision, Unasked, announced_together, decide, hand_back, record_unasked
 from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened
@@ -97,12 +98,10 @@ def abandon_requests(
     events are not all stored)."""
     # Locked before the first closing writes its receipt under the tenant's chain lock (called in a transaction).
     waiting = requests.filter(status=RequestStatus.PENDING).select_related("run").select_for_update(of=("self",))
-    abandoned = [
-        pending
-        for pending in waiting.order_by("opened_at", "id")
-        if pending.close(RequestStatus.ABANDONED, now, answered_too=True)
-    ]
-    record_closings(abandoned, current)
+    gone = Decision(Actor.closing(RequestStatus.ABANDONED), closing=RequestStatus.ABANDONED, answered_too=True)
+    with announced_together():  # every inbox drops them in one push once committed
+        abandoned = [pending for pending in waiting.order_by("opened_at", "id") if decide(pending, gone, now)]
+        record_closings(abandoned, current)
     return abandoned
 
 
@@ -197,14 +196,7 @@ def _store_outcome(
     if handed_back:
         # The answers this run carried were not consumed: keep them for the next turn of the session,
         # except that a call with side effects that already ran is never run again.
-        ran = calls_with_side_effects(run, log) if ran is None else ran
-        for pending in PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED, call_id__in=ran):
-            pending.answer = {**(pending.answer or {}), "ranInFailedTurn": True}
-            pending.save(update_fields=["answer"])
-        PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED).update(
-            status=RequestStatus.PENDING, answered_in=None, closed_at=None
-        )
-        PendingRequest.objects.filter(answered_in=run).update(answered_in=None)
+        hand_back(run, calls_with_side_effects(run, log) if ran is None else ran)
     if opened:
         PendingRequest.objects.bulk_create(opened)
     if gone:
@@ -257,21 +249,20 @@ def _record_receipts(run: Run, log: EventLog) -> None:
     written = receipts.Receipt.objects.filter(request_id__in=ids).values_list("request_id", flat=True)
     known = {str(request_id) for request_id in [*asked, *written]}
     versions = rule_versions([e.data["ruleId"] for e in decided if e.data.get("ruleId")])
-    facts = []
-    for event in decided:
-        data = event.data
-        if data["requestId"] in known:
-            continue  # a person's answer to a request (a policy's escalation): its receipt was written then
-        rule_id = data.get("ruleId")
-        if rule_id:
-            decider, result = receipts.rule_decider(rule_id, versions.get(rule_id, 1)), "approved"
-        else:
-            decider = receipts.policy_decider(data["policy"].get("binding"), run.version.number)
-            result = "denied-by-permission-request-hook"
-        name = data.get("toolName") or ""
-        arguments, at = data.get("arguments"), event.timestamp
-        facts.append(receipts.call_facts(run, run.agent.name, data["requestId"], name, arguments, decider, result, at))
-    receipts.record(run.tenant_id, facts)
+    calls = [
+        Unasked(
+            event.data["requestId"],
+            event.data.get("toolName") or "",
+            event.data.get("arguments"),
+            event.timestamp,
+            rule_id=event.data.get("ruleId"),
+            rule_version=versions.get(event.data.get("ruleId") or "", 1),
+            binding=(event.data.get("policy") or {}).get("binding"),
+        )
+        for event in decided
+        if event.data["requestId"] not in known  # a person's answer to a policy's escalation: its receipt was written
+    ]
+    record_unasked(run, calls)
 
 
 def _record_failed(log: EventLog, error: dict[str, str]) -> None:

@@ -23,9 +23,9 @@ from agents.payloads import Abort, DocumentAttached, RequestTerminated, RunCance
 from agents.policies import PolicyScope
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
+from approvals.decisions import Actor, Decision, Via, announced_together, decide, deliver, deliver_closed
 from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
-from approvals.push import notify_requests_closed
 from approvals.rules import rules_in_force
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
     Raises RunRejected (and writes nothing) when a request it answers was answered meanwhile."""
     request, tenant = prepared.request, prepared.tenant
     queued = enqueue is not None
-    with transaction.atomic():
+    with announced_together(), transaction.atomic():
         session = prepared.session
         after: Any = None  # the session's last event, which the run's first one follows (SPEC section 10)
         if session is not None:
@@ -109,8 +109,9 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             # order, so no answer given meanwhile holds one of them while waiting for the chain (a deadlock).
             locked = PendingRequest.objects.select_for_update().filter(pk__in=[p.pk for p in closing]).order_by("pk")
             list(locked.values_list("pk", flat=True))
+        abandoned = Decision(Actor.closing(RequestStatus.ABANDONED), closing=RequestStatus.ABANDONED)
         for pending in prepared.abandoned:
-            if not pending.close(RequestStatus.ABANDONED, now):
+            if not decide(pending, abandoned, now):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
             # Closed in the conversation too: the model must see that the call never ran, and the engine
@@ -121,11 +122,12 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             _carry_terminated(pending, run, answers)
         # Answers given in this request, then answers stored before (from the inbox): a request answered
         # or closed since prepare_run found it rejects the whole run, so a call is never answered twice.
+        answerer = Actor.person(author(user), Via.RUN)
         for pending, payload in prepared.answered:
-            if not pending.carry(run, now, answer=payload, user=author(user)):
+            if not decide(pending, Decision(answerer, payload, carried_in=run), now):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
-        if not PendingRequest.carry_stored(prepared.stored_answers, run, now):
+        if not deliver(prepared.stored_answers, run, now):
             detail = "A request whose stored answer this run carries was carried or closed meanwhile."
             raise RunRejected(409, "already_answered", detail)
         carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
@@ -139,8 +141,6 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             log.record(DocumentAttached(name=name, size=len(text.encode())))
         if queued:
             log.flush()  # what starting it wrote; the worker's turn goes on from there
-    closed = [p.id for p in prepared.abandoned] + [p.id for p, _ in prepared.answered]
-    notify_requests_closed(run.tenant_id, [str(i) for i in closed], tenant)
     conversation = session.conversation if session is not None else None
     return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules, conversation=conversation)
 
@@ -204,8 +204,7 @@ TERMINATED_REASONS = {
 def _carry_terminated(pending: PendingRequest, run: Run, answers: Answers) -> None:
     """Mark a request closed without an answer (expired, cancelled) carried by `run`, and tell the engine that its
     call did not run; the decision is recorded apart from a human "no"."""
-    claimed = PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run)
-    if not claimed:
+    if not deliver_closed(pending, run):
         raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
     # Its closing was recorded when it closed (`record_terminated`); the model learns of it now.
     close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])
@@ -263,7 +262,7 @@ def cancel_waiting(run: Run, user: Any) -> bool:
     turn of the session tells the model the calls did not run. False when the run waits on nothing any
     more (every request answered and carried: the session moved on)."""
     now = timezone.now()
-    with transaction.atomic():
+    with announced_together(), transaction.atomic():
         # The run's own session's requests: a fork's copies (same run, another session) wait in the fork.
         waiting = list(
             run.requests.select_for_update().filter(
@@ -275,13 +274,14 @@ def cancel_waiting(run: Run, user: Any) -> bool:
         ):
             return False
         log = EventLog.resume(run)
-        closed = [p for p in waiting if p.close(RequestStatus.CANCELLED, now, answered_too=True, by=author(user))]
+        cancelling = Actor.closing(RequestStatus.CANCELLED, author(user))
+        cancelled = Decision(cancelling, closing=RequestStatus.CANCELLED, answered_too=True)
+        closed = [pending for pending in waiting if decide(pending, cancelled, now)]
         for pending in closed:
             record_terminated(log, pending)
         record_cancelled(log, getattr(author(user), "username", None))
         log.flush()
     run.status, run.finished_at = RunStatus.CANCELLED, now
-    notify_requests_closed(run.tenant_id, [str(p.id) for p in closed])
     return True
 
 

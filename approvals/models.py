@@ -1,4 +1,3 @@
-import copy
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -15,7 +14,7 @@ from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
 from agents.queries import picked
 from agents.request_kinds import REQUEST_KINDS
-from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis, record_closing
+from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis
 
 __all__ = ["ChainSignature", "Receipt", "ReceiptHead"]  # the receipts' tables, declared in approvals.receipts
 from console.models import Membership, Tenant
@@ -44,6 +43,19 @@ class RequestStatus(models.TextChoices):
     EXPIRED = "expired"
     CANCELLED = "cancelled"
     ABANDONED = "abandoned"
+
+
+class Via(models.TextChoices):
+    """How an answer reached Airlock (`PendingRequest.answered_via`, `answeredVia` on the wire; blank for a request
+    closed unanswered). Who decided is the receipt's (`approvals.decisions.Actor`)."""
+
+    INBOX = "inbox", "the inbox"
+    TRIAL = "trial", "the trial page"
+    API = "api", "the respond API"
+    RUN = "run", "a run request's answers"
+    RULE = "rule", "a remembered rule"
+    POLICY = "policy", "a policy"
+    NEVER = "never", "the tool's approval mode never"
 
 
 TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDONED)
@@ -183,7 +195,8 @@ class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
 
 
 class PendingRequest(models.Model):
-    """Something a run asks of the outside world; answered once, or closed with a terminal kind."""
+    """Something a run asks of the outside world; answered once, or closed with a terminal kind. Its end is
+    written by `approvals.decisions.decide` only."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="requests")
@@ -205,8 +218,7 @@ class PendingRequest(models.Model):
     answer = models.JSONField(null=True, blank=True)
     answered_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     answered_at = models.DateTimeField(null=True, blank=True)
-    # "inbox", "api" (the respond route) or "run" (carried by a run request)
-    answered_via = models.CharField(max_length=16, blank=True)
+    answered_via = models.CharField(max_length=16, blank=True, choices=Via.choices)
     # Who closed it without an answer (a cancel); None when the system did (deadline, the session moved on).
     closed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -240,23 +252,6 @@ class PendingRequest(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.tool_name or 'output'} ({self.status})"
 
-    def close(self, kind: str, now: datetime, *, answered_too: bool = False, by: Any = None) -> bool:
-        """Close the request with the terminal `kind` (expired, cancelled, abandoned) while it is still open,
-        and say whether it was. A conditional update: of a closing and an answer (or two closings) at once,
-        one wins. An answer stored but not yet carried by a run keeps the request open unless `answered_too`
-        (its agent is gone, so no run will ever carry it); the answer stays for the audit. `by`: the user who
-        closed it (a cancel)."""
-        still_open = PendingRequest.objects.filter(pk=self.pk, status=RequestStatus.PENDING, answered_in=None)
-        # Unanswered, it gets its receipt now; answered, it had one when the answer was stored.
-        changes = {"status": kind, "closed_at": now, "closed_by": by}
-        if self._closed(still_open.filter(answer__isnull=True), {**changes, "answer": None}, now):
-            return True
-        if not answered_too or not still_open.update(**changes):
-            return False
-        for name, value in changes.items():
-            setattr(self, name, value)
-        return True
-
     @property
     def approval_mode(self) -> str:
         """The approval mode the request was opened under, by the version of the run that asked."""
@@ -266,66 +261,6 @@ class PendingRequest(models.Model):
         """The request's approval mode by the definition whose tool `modes` (name -> mode) are given; an MCP
         tool carries its server's."""
         return (self.engine_state or {}).get("approvalMode") or modes.get(self.tool_name, "always")
-
-    def record_answer(
-        self, answer: dict[str, Any], user: Any, via: str, now: datetime, *, carried_in: Run | None = None
-    ) -> bool:
-        """Store the answer given outside a run (inbox, respond API) while the request is open and has
-        none; False when another answer or a closing came first (a conditional update: one wins). With
-        `carried_in`, the continuation being queued in the caller's transaction, it is marked carried by it too."""
-        changes: dict[str, Any] = {"answer": answer, "answered_by": user, "answered_at": now, "answered_via": via}
-        if carried_in is not None:
-            changes |= {"status": RequestStatus.ANSWERED, "answered_in": carried_in, "closed_at": now}
-        return self._closed(PendingRequest.objects.open().filter(pk=self.pk), changes, now)
-
-    def carry(self, run: Run, now: datetime, answer: dict[str, Any], user: Any) -> bool:
-        """Mark the request answered with `answer`, given in the run request of `run`, and carried by that run
-        (`answered_in`), while it is as the run request found it: open and unanswered; False when an answer or a
-        closing came in between (two operators, two turns at once). Answers stored before: `carry_stored`."""
-        changes: dict[str, Any] = {
-            "status": RequestStatus.ANSWERED,
-            "answered_in": run,
-            "answer": answer,
-            "answered_by": user,
-            "answered_at": now,
-            "answered_via": "run",
-            "closed_at": now,
-        }
-        found = PendingRequest.objects.filter(
-            pk=self.pk, status=RequestStatus.PENDING, answered_in=None, answer__isnull=True
-        )
-        return self._closed(found, changes, now)
-
-    def _closed(self, found: "PendingRequestQuerySet", changes: dict[str, Any], now: datetime) -> bool:
-        """Write `changes` where `found` still finds this request (one conditional update: of two writers, one wins),
-        with the receipt of the request as they leave it, in one transaction; False, and nothing written, when
-        `found` finds it no more. Answering, carrying and closing are each such a write."""
-        closed = copy.copy(self)
-        for name, value in changes.items():
-            setattr(closed, name, value)
-        if not record_closing(found, changes, closed, now):
-            return False
-        for name, value in changes.items():
-            setattr(self, name, value)
-        return True
-
-    @staticmethod
-    def carry_stored(requests: list["PendingRequest"], run: Run, now: datetime) -> bool:
-        """Mark the requests whose answers were stored before (inbox, respond API) carried by `run`, in one
-        conditional update while each is as it was found: open with its answer, carried by no run. False
-        when any was carried or closed in between (the caller's transaction then writes nothing)."""
-        if not requests:
-            return True
-        found = PendingRequest.objects.filter(
-            pk__in=[r.pk for r in requests], status=RequestStatus.PENDING, answered_in=None, answer__isnull=False
-        )
-        changes = {"status": RequestStatus.ANSWERED, "answered_in": run, "closed_at": now}
-        if found.update(**changes) != len(requests):
-            return False
-        for request in requests:
-            for name, value in changes.items():
-                setattr(request, name, value)
-        return True
 
     def answerable_by(self, membership: Membership, groups: set[str] | None = None) -> bool:
         """Whether the member may answer it: an operator when it is routed to no group; else an admin or a

@@ -7,10 +7,9 @@ tenant's chain names the tenant's `genesis`), so editing, deleting, inserting or
 chain (`verify`). An installation key signs each tenant's head (`approvals.signing`), so a chain rewritten whole
 by someone holding the database but not the key fails too.
 
-They are written by the three closings of `approvals.models.PendingRequest` (`record_answer`, `carry`, `close`,
-through `record_closing` with the closing's own write), by the decisions made at once (an external agent's request
-a rule, a policy or the tool's mode decided) and by a hosted turn's outcome for the calls a rule approved or a
-policy denied without a request (`agents.outcomes`). `record` takes the tenant's head under a row lock: the chain's
+They are written by the one door of decisions (`approvals.decisions`): `record_closing` with the decision's own
+write on its request, `record` for the calls of a hosted turn a rule approved or a policy denied without a request.
+`record` takes the tenant's head under a row lock: the chain's
 order is the order the decisions were committed in. This module sits below the models it describes: it reads them
 duck-typed.
 """
@@ -18,7 +17,7 @@ duck-typed.
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,7 +27,6 @@ from django.db import connection, models, transaction
 
 from console.models import Tenant
 from console.sql import update_sql
-from console.tenancy import AUTH_METHOD
 
 # What the receipt's `decisionSource` says decided.
 HUMAN, RULE, POLICY, APPROVAL_MODE, EXPIRY, CANCEL, ABANDON = (
@@ -181,44 +179,12 @@ def result_kind(kind: str, status: str, answer: Mapping[str, Any] | None) -> str
 
 @dataclass(frozen=True)
 class Decider:
-    """Who decided: `source` (the receipt's `decisionSource`), `by` (`answeredBy`) and `auth` (`authMethod`)."""
+    """Who decided, as a receipt says it: `source` (`decisionSource`), `by` (`answeredBy`) and `auth` (`authMethod`);
+    made by `approvals.decisions.Actor`."""
 
     source: str
     by: str
     auth: str | None = None
-
-
-def person(user: Any) -> Decider:
-    """A person deciding now, signed in as `AUTH_METHOD` says ("cli" outside a request: a command)."""
-    name = getattr(user, "username", None) or "unknown"
-    return Decider(HUMAN, name, AUTH_METHOD.get() or "cli")
-
-
-def rule_decider(rule_id: Any, version: int) -> Decider:
-    return Decider(RULE, f"rule:{rule_id}@{version}")
-
-
-def policy_decider(binding: Any, definition_version: int) -> Decider:
-    """A policy's decision: its binding in the agent's `hooks`, at the definition version that declared it."""
-    return Decider(POLICY, f"policy:{binding or '?'}@{definition_version}")
-
-
-def _request_decider(pending: Any) -> Decider:
-    answer = pending.answer
-    if answer is None:
-        closer = pending.closed_by
-        if closer is not None:
-            return Decider(CANCEL, closer.username, AUTH_METHOD.get() or "cli")
-        source = {"expired": EXPIRY, "cancelled": CANCEL}.get(pending.status, ABANDON)
-        return Decider(source, SYSTEM)
-    via = pending.answered_via
-    if via == "rule":
-        return rule_decider(answer.get("ruleId"), answer.get("ruleVersion") or 1)
-    if via == "policy":
-        return policy_decider(answer.get("binding"), pending.run.version.number)
-    if via == "never":
-        return Decider(APPROVAL_MODE, SYSTEM)
-    return person(pending.answered_by)
 
 
 def _digests(arguments: Any, override: Any) -> tuple[str, str | None]:
@@ -259,9 +225,9 @@ def _facts(
     }
 
 
-def request_facts(pending: Any, at: datetime) -> dict[str, Any]:
-    """The receipt of a request just closed (`pending`, with its run's version and session, and its agent),
-    without its place in the chain."""
+def request_facts(pending: Any, at: datetime, decider: Decider) -> dict[str, Any]:
+    """The receipt of a request just closed (`pending`, with its run's version and session, and its agent) by
+    `decider`, without its place in the chain."""
     answer = pending.answer
     return _facts(
         str(pending.id),
@@ -273,7 +239,7 @@ def request_facts(pending: Any, at: datetime) -> dict[str, Any]:
         _digests(pending.arguments, (answer or {}).get("overrideArguments")),
         result=result_kind(pending.kind, pending.status, answer),
         reason=pending.status if answer is None else _said(answer.get("reason")),
-        decider=_request_decider(pending),
+        decider=decider,
         at=at,
     )
 
@@ -415,12 +381,14 @@ def _append_in_one_statement(
     return True, _receipt(tenant_id, {**body, "sequence": sequence, "prevHash": prev}, hash_)
 
 
-def record_closing(found: models.QuerySet[Any], changes: dict[str, Any], closed: Any, at: datetime) -> bool:
+def record_closing(
+    found: models.QuerySet[Any], changes: dict[str, Any], closed: Any, at: datetime, decider: Decider
+) -> bool:
     """`found.update(**changes)`, the conditional write that answers or closes one request, and when it wrote a
     row the receipt of the request as that write leaves it (`closed`, a copy with `changes` on it), in the caller's
     transaction (one is opened when there is none); on PostgreSQL in one statement. False, and nothing written,
     when `found` found nothing (another answer or closing came first)."""
-    fact = request_facts(closed, at)
+    fact = request_facts(closed, at, decider)
     with transaction.atomic(savepoint=False):
         if connection.vendor == "postgresql":
             wrote, receipt = _append_in_one_statement(closed.tenant_id, fact, update_sql(found, changes))
@@ -431,112 +399,3 @@ def record_closing(found: models.QuerySet[Any], changes: dict[str, Any], closed:
             return False
         record(closed.tenant_id, [fact])
     return True
-
-
-def record_requests(requests: Iterable[Any], at: datetime) -> None:
-    """The receipts of requests just closed, each in its tenant's chain."""
-    by_tenant: dict[Any, list[dict[str, Any]]] = {}
-    for pending in requests:
-        by_tenant.setdefault(pending.tenant_id, []).append(request_facts(pending, at))
-    for tenant_id, facts in by_tenant.items():
-        record(tenant_id, facts)
-
-
-# --- verification -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Broken:
-    """The first receipt of a chain that does not verify, and why. `unsigned`: it verifies but no signed chain
-    head covers it (`verify_receipts --allow-unsigned` accepts that)."""
-
-    sequence: int
-    receipt_id: str
-    why: str
-    unsigned: bool = False
-
-    def __str__(self) -> str:
-        return f"receipt {self.receipt_id} (#{self.sequence}): {self.why}"
-
-
-# The columns copied out of a receipt's body for filtering, paging and finding a request's receipt, and the
-# body's names for them: a column edited alone would hide a receipt from a filter or show it under another.
-COLUMNS = {
-    "sequence": "sequence",
-    "request_id": "requestId",
-    "agent": "agent",
-    "tool_name": "toolName",
-    "result": "result",
-    "at": "at",
-}
-
-
-def _column_problem(body: Mapping[str, Any], columns: Mapping[str, Any]) -> str | None:
-    for column, name in COLUMNS.items():
-        said, stored = body.get(name), columns[column]
-        if column == "at":
-            agrees = isinstance(said, str) and isinstance(stored, datetime) and _moment(said) == stored
-        else:
-            agrees = str(stored or "") == str(said or "")
-        if not agrees:
-            return f"its {column} column says {_shown(stored)} where the receipt says {_shown(said)}"
-    return None
-
-
-def _moment(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _shown(value: Any) -> str:
-    return repr(value.isoformat() if isinstance(value, datetime) else value)
-
-
-def verify_chain(
-    tenant_id: Any,
-    rows: Iterable[tuple[Mapping[str, Any], str, Mapping[str, Any] | None]],
-    signed: Mapping[int, str],
-    *,
-    after: tuple[int, str] | None = None,
-) -> tuple[int, Broken | None]:
-    """Walk a tenant's chain in order and say how many receipts it has and the first that breaks it (None when
-    it holds). `rows`: each receipt's body, stored hash and filter columns (None from an export); `signed`: the
-    hash each verified signature names by position. The chain's end must be covered by a signed head: a receipt
-    after the newest one is only as good as whoever could write the database, whatever its `at` says (the
-    signature covers the hashes, each hash covers its `at`); the first such receipt comes back `unsigned`.
-    Constant memory: it keeps the last hash. `after`: the position and hash the rows follow (the signer checks
-    only what it has not signed yet); the count is of the rows walked."""
-    expected_prev, previous, count, offset = genesis(tenant_id), "the start of the chain", 0, 0
-    if after is not None:
-        offset, expected_prev = after
-        previous = f"the signed receipt #{offset}"
-    covered = max(signed, default=0)
-    first_unsigned = ""
-    for body, stored, columns in rows:
-        count += 1
-        position, sequence, rid = offset + count, body.get("sequence"), str(body.get("receiptId"))
-        if sequence != position:
-            why = f"it is at position {position} but says #{sequence}: one before it was deleted, or it was inserted"
-            return count, Broken(position, rid, why)
-        if body.get("prevHash") != expected_prev:
-            why = f"it does not follow {previous}: one of the two was rewritten, or a receipt between them deleted"
-            return count, Broken(position, rid, why)
-        if digest(body) != stored:
-            return count, Broken(position, rid, "its content was edited: its hash does not match it")
-        problem = _column_problem(body, columns) if columns is not None else None
-        if problem is not None:
-            return count, Broken(position, rid, f"{problem}: the column was edited")
-        if position in signed and signed[position] != stored:
-            why = "the signed chain head at this position names another hash: the chain was rewritten from here"
-            return count, Broken(position, rid, why)
-        expected_prev, previous = stored, f"receipt {rid} (#{position})"
-        if position == covered + 1:
-            first_unsigned = rid
-    end = offset + count
-    if end > covered:
-        newest = f"the newest signed head is #{covered}" if covered else "the chain has no signed head"
-        why = f"no signed chain head covers it or what follows, up to #{end} ({newest})"
-        return count, Broken(covered + 1, first_unsigned or f"#{covered + 1}", why, unsigned=True)
-    return count, None

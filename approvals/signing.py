@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,8 +26,108 @@ from django.conf import settings
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from approvals.receipts import COLUMNS, Broken, ChainSignature, Receipt, ReceiptHead, signed_head, verify_chain
+from approvals.receipts import ChainSignature, Receipt, ReceiptHead, digest, genesis, signed_head
 from console.models import Tenant
+
+# --- verification -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Broken:
+    """The first receipt of a chain that does not verify, and why. `unsigned`: it verifies but no signed chain
+    head covers it (`verify_receipts --allow-unsigned` accepts that)."""
+
+    sequence: int
+    receipt_id: str
+    why: str
+    unsigned: bool = False
+
+    def __str__(self) -> str:
+        return f"receipt {self.receipt_id} (#{self.sequence}): {self.why}"
+
+
+# The columns copied out of a receipt's body for filtering, paging and finding a request's receipt, and the
+# body's names for them: a column edited alone would hide a receipt from a filter or show it under another.
+COLUMNS = {
+    "sequence": "sequence",
+    "request_id": "requestId",
+    "agent": "agent",
+    "tool_name": "toolName",
+    "result": "result",
+    "at": "at",
+}
+
+
+def _column_problem(body: Mapping[str, Any], columns: Mapping[str, Any]) -> str | None:
+    for column, name in COLUMNS.items():
+        said, stored = body.get(name), columns[column]
+        if column == "at":
+            agrees = isinstance(said, str) and isinstance(stored, datetime) and _moment(said) == stored
+        else:
+            agrees = str(stored or "") == str(said or "")
+        if not agrees:
+            return f"its {column} column says {_shown(stored)} where the receipt says {_shown(said)}"
+    return None
+
+
+def _moment(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _shown(value: Any) -> str:
+    return repr(value.isoformat() if isinstance(value, datetime) else value)
+
+
+def verify_chain(
+    tenant_id: Any,
+    rows: Iterable[tuple[Mapping[str, Any], str, Mapping[str, Any] | None]],
+    signed: Mapping[int, str],
+    *,
+    after: tuple[int, str] | None = None,
+) -> tuple[int, Broken | None]:
+    """Walk a tenant's chain in order and say how many receipts it has and the first that breaks it (None when
+    it holds). `rows`: each receipt's body, stored hash and filter columns (None from an export); `signed`: the
+    hash each verified signature names by position. The chain's end must be covered by a signed head: a receipt
+    after the newest one is only as good as whoever could write the database, whatever its `at` says (the
+    signature covers the hashes, each hash covers its `at`); the first such receipt comes back `unsigned`.
+    Constant memory: it keeps the last hash. `after`: the position and hash the rows follow (the signer checks
+    only what it has not signed yet); the count is of the rows walked."""
+    expected_prev, previous, count, offset = genesis(tenant_id), "the start of the chain", 0, 0
+    if after is not None:
+        offset, expected_prev = after
+        previous = f"the signed receipt #{offset}"
+    covered = max(signed, default=0)
+    first_unsigned = ""
+    for body, stored, columns in rows:
+        count += 1
+        position, sequence, rid = offset + count, body.get("sequence"), str(body.get("receiptId"))
+        if sequence != position:
+            why = f"it is at position {position} but says #{sequence}: one before it was deleted, or it was inserted"
+            return count, Broken(position, rid, why)
+        if body.get("prevHash") != expected_prev:
+            why = f"it does not follow {previous}: one of the two was rewritten, or a receipt between them deleted"
+            return count, Broken(position, rid, why)
+        if digest(body) != stored:
+            return count, Broken(position, rid, "its content was edited: its hash does not match it")
+        problem = _column_problem(body, columns) if columns is not None else None
+        if problem is not None:
+            return count, Broken(position, rid, f"{problem}: the column was edited")
+        if position in signed and signed[position] != stored:
+            why = "the signed chain head at this position names another hash: the chain was rewritten from here"
+            return count, Broken(position, rid, why)
+        expected_prev, previous = stored, f"receipt {rid} (#{position})"
+        if position == covered + 1:
+            first_unsigned = rid
+    end = offset + count
+    if end > covered:
+        newest = f"the newest signed head is #{covered}" if covered else "the chain has no signed head"
+        why = f"no signed chain head covers it or what follows, up to #{end} ({newest})"
+        return count, Broken(covered + 1, first_unsigned or f"#{covered + 1}", why, unsigned=True)
+    return count, None
+
 
 logger = logging.getLogger(__name__)
 

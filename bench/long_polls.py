@@ -12,7 +12,7 @@ sampled too, and another tenant's inbox (`GET /api/requests`, its own token, one
 from the first poll's arrival until they all wait.
 
 Then the requests are answered in batches (`--batch`, default all at once): this process stores each answer as
-`approvals.actions.decide` does (`PendingRequest.record_answer`, its conditional update: the full answer path
+`approvals.actions.answer_request` does (`approvals.decisions.decide`, its conditional update: the full answer path
 costs ~75 ms a request in process here, and a thousand of them would outlast the 60 s wait), then sends the
 batch's wakes back to back as `approvals.waiting.wake` does (what the answer's `notify_requests_closed` calls:
 each wake carries its request's JSON); each waiter's latency is the time from its wake's send to its response's
@@ -194,15 +194,17 @@ def figures(server: Daphne) -> dict[str, int]:
 
 
 def store_answers(persona: dict[str, Any], ids: list[str]) -> None:
-    """Store an approval for each of `ids` as `decide` stores it (`PendingRequest.record_answer`: its conditional
-    update), without the rest of the answer's work and without its wake."""
+    """Store an approval for each of `ids` as `answer_request` stores it (`approvals.decisions.decide`: its
+    conditional update and receipt), without the rest of the answer's work and without its wake."""
     from django.utils import timezone
 
+    from approvals.decisions import Actor, Decision, Via, decide
     from approvals.models import PendingRequest
 
     now = timezone.now()
+    approved = Decision(Actor.person(persona["user"], Via.API), {"approved": True})
     for pending in PendingRequest.objects.filter(id__in=ids):
-        assert pending.record_answer({"approved": True}, persona["user"], "api", now), pending.id
+        assert decide(pending, approved, now, announce=False), pending.id
 
 
 def send_wakes(request_ids: list[str]) -> dict[str, float]:

@@ -3,9 +3,9 @@ the same answer without it.
 
 Each answer goes through the real respond path in process: Django's test client (every middleware, token auth)
 `POST /api/runs/{runId}/responses` with `{"requestId", "approved": true}`, which stores the answer
-(`PendingRequest.record_answer`) and, with it, the request's receipt (`approvals.receipts.record_closing`: the
+(`approvals.decisions.decide`) and, with it, the request's receipt (`approvals.receipts.record_closing`: the
 tenant's `ReceiptHead` under a row lock, the receipt's RFC 8785 digest, its insert, the head's update; on PostgreSQL
-in the answer's own statement). "Without receipts" is the same code with `approvals.models.record_closing` replaced
+in the answer's own statement). "Without receipts" is the same code with `approvals.receipts.record_closing` replaced
 by the answer's conditional update alone for the duration of that arm (a benchmark may patch; a test may not).
 
 The runs of the scripted model ask PER_RUN + 1 approvals each (seeded through the run API) and only PER_RUN of
@@ -62,14 +62,14 @@ COUNTED = 10  # answers per arm whose queries are counted (not timed)
 
 @contextlib.contextmanager
 def without_receipts() -> Iterator[None]:
-    import approvals.models
+    import approvals.receipts
 
-    real = approvals.models.record_closing
-    approvals.models.record_closing = lambda found, changes, closed, at: found.update(**changes) > 0  # type: ignore[assignment]
+    real = approvals.receipts.record_closing
+    approvals.receipts.record_closing = lambda found, changes, closed, at, decider: found.update(**changes) > 0  # type: ignore[assignment]
     try:
         yield
     finally:
-        approvals.models.record_closing = real
+        approvals.receipts.record_closing = real
 
 
 def seed(requests: int, slug: str) -> tuple[str, list[tuple[str, str]]]:
@@ -250,8 +250,8 @@ def main() -> None:
     print(
         f"`receipts_answer.py --requests {args.requests} --rounds {args.rounds} --threads {args.threads} "
         f"--contention {args.contention}`: in process (Django test client: middleware, token auth, the respond "
-        f"API, `record_answer`), one operator approving one pending request at a time, no continuation started; "
-        f"without receipts = `approvals.models.record_closing` patched to the bare update for the arm; arms "
+        f"API, `decide`), one operator approving one pending request at a time, no continuation started; "
+        f"without receipts = `approvals.receipts.record_closing` patched to the bare update for the arm; arms "
         f"alternating in {args.rounds} rounds; {python_line()}\n"
     )
     print("| database | arm | n | p50 ms | p99 ms | queries per answer |\n|---|---|---|---|---|---|")

@@ -18,7 +18,6 @@ from agents.models import Agent, Run, RunStatus, Session
 from agents.outcomes import abandon_requests
 from agents.prepare import refuse_unless_approver_of
 from approvals.models import PendingRequest, RequestStatus
-from approvals.push import notify_requests_closed
 from console.models import Membership
 
 
@@ -26,13 +25,7 @@ def delete_agent(agent: Agent) -> None:
     with transaction.atomic():
         agent.soft_delete()
         assert agent.deleted_at is not None
-        _end(
-            agent.tenant_id,
-            Session.objects.filter(agent=agent),
-            agent.runs.all(),
-            agent.requests.all(),
-            agent.deleted_at,
-        )
+        _end(Session.objects.filter(agent=agent), agent.runs.all(), agent.requests.all(), agent.deleted_at)
 
 
 def delete_session(membership: Membership, session: Session) -> bool:
@@ -45,16 +38,14 @@ def delete_session(membership: Membership, session: Session) -> bool:
             return False
         session.deleted_at = now
         sessions = Session.objects.filter(pk=session.pk)
-        _end(session.tenant_id, sessions, session.runs.all(), session.requests.all(), now)
+        _end(sessions, session.runs.all(), session.requests.all(), now)
         # Its streams end once none of its turns is left, which they read from the database: woken, they read it
         # now (a session without a turn or request writes no event that would wake them).
         transaction.on_commit(lambda: live.wake_now(session.pk), robust=True)
     return True
 
 
-def _end(
-    tenant_id: int, sessions: QuerySet[Session], runs: QuerySet[Run], requests: QuerySet[PendingRequest], now: datetime
-) -> None:
+def _end(sessions: QuerySet[Session], runs: QuerySet[Run], requests: QuerySet[PendingRequest], now: datetime) -> None:
     # The sessions' locks order this against a turn being recorded or finished now (agents/runs.py): that
     # turn is cancelled below, or it sees the deletion and stops.
     list(sessions.select_for_update().values_list("pk"))
@@ -62,5 +53,4 @@ def _end(
         # A queued turn ends `cancelled` here and hands back the answers it carried (closed below); a
         # running one stops within a second and closes what it leaves open itself.
         queue.cancel(run)
-    ids = [str(pending.id) for pending in abandon_requests(requests, now)]
-    transaction.on_commit(lambda: notify_requests_closed(tenant_id, ids))
+    abandon_requests(requests, now)

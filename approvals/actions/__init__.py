@@ -2,7 +2,7 @@
 commands and the deadline sweep: each checks the member's right, writes, and announces the change to the
 open consoles once it is committed."""
 
-from approvals.actions.answers import Answered, answer_request, decide
+from approvals.actions.answers import Answered, answer_request
 from approvals.actions.claims import ClaimRefused, claim, release
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import Opened, RequestRefused, cancel_request, open_request, report_outcome
@@ -23,7 +23,6 @@ __all__ = [
     "apply_due",
     "cancel_request",
     "claim",
-    "decide",
     "edit_rule",
     "expire_due",
     "hold_answers",

@@ -24,10 +24,11 @@ from agents.queue import queue_continuation
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import is_external, settle
 from approvals.answers import Outcome, Response, ResponseRefused, Status
+from approvals.decisions import Actor, Decision, announced_together, decide
 from approvals.external import request_ids
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable
-from approvals.push import notify_requests_closed, notify_requests_opened
+from approvals.push import notify_requests_opened
 from console.models import Membership
 
 # The fields that carry an answer (the rest say which request and where the continuation goes; `remember`
@@ -48,10 +49,24 @@ _TERMINAL_STATUS: dict[str, Status] = {
 }
 
 
-def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, response: Response, *, via: str) -> Outcome:
-    """Answer one request of the run `run_id`; `via` (inbox, trial, api) is kept for the audit. Raises
-    PendingRequest.DoesNotExist for a request this tenant's run never issued, ResponseRefused for a refused
-    answer (403 `not_an_approver` for a member outside the group the request is routed to)."""
+def answer_request(
+    membership: Membership, actor: Actor, response: Response, *, run_id: uuid.UUID | None = None
+) -> Outcome:
+    """`actor`'s answer to the request `response.request_id` of the tenant (of the run `run_id`, when the route names
+    a run), hosted or external: the inbox, the trial page, a held answer applied, `POST /api/runs/{id}/responses` and
+    `POST /api/requests/{id}/responses` (which may name an external request by its agent's own `requestId`, SPEC
+    section 12). Raises PendingRequest.DoesNotExist for a request this tenant (or its run) never issued,
+    ResponseRefused for a refused answer (403 `not_an_approver` for a member outside the group the request is routed
+    to)."""
+    user = actor.user
+    if run_id is None:
+        ids = request_ids(membership.tenant_id, response.request_id)
+        found_ids = PendingRequest.objects.filter(tenant=membership.tenant, id__in=ids).values_list("id", "run_id")
+        named = found_ids.first()
+        if named is None:
+            raise PendingRequest.DoesNotExist
+        stored_id, run_id = named
+        response = response.model_copy(update={"request_id": stored_id})
     # One query for all an answer reads; the session's conversation (a whole history) is not among it.
     found = PendingRequest.objects.select_related(
         "run__version", "session__agent", "session__tenant", "agent", "tenant"
@@ -86,7 +101,7 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
             payload = _payload(copy, response)
             if isinstance(payload, Outcome):
                 return replace(payload, request_id=rid)
-            forked = fork(checkpoint, list(copies.values()), copy, payload, user, via, now)
+            forked = fork(checkpoint, list(copies.values()), copy, Decision(actor, payload), now)
             if forked is None:
                 return Outcome("execution_ended", rid, "The request's session or its agent was deleted.")
             transaction.on_commit(partial(notify_requests_opened, forked.waiting))
@@ -126,7 +141,11 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
     # The last answer (no other request was waiting when it was read, and none opens while the session waits) is
     # all the continuation carries: queued with it in one transaction, when nothing more needs reading.
     alone = None if pending.others_open or external else pending
-    recorded, queued = _record(pending, payload, user, via, continuation_of(pending, payload, user) if alone else None)
+    continuation = continuation_of(pending, payload, user) if alone else None
+    with announced_together():  # its waiters wake to the request as it ends up: an external one settled, answered
+        recorded, queued = _record(pending, Decision(actor, payload), continuation)
+        if recorded and external:
+            settle(pending)  # an external agent reads its decision; no run of Airlock's continues
     if not recorded:
         # Another answer won, or the sweep closed the request (expired) since it was read above.
         now_status = PendingRequest.objects.filter(pk=pending.pk).values_list("status", flat=True).first()
@@ -136,28 +155,22 @@ def answer_request(membership: Membership, user: Any, run_id: uuid.UUID, respons
     # Committed (its own conditional update) before the continuation reads the session's answers: of two last
     # answers given at once, each on its own connection, one sees the other's, and the run continues once.
     if external:
-        settle(pending)  # an external agent reads its decision; no run of Airlock's continues
-    # Its waiters are woken with the request as it now is (an external one settled: answered).
-    transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [rid], pending.tenant))
-    if external:
         return Outcome("accepted", rid, "The answer was stored.", None)
     if queued is not None:
         return Outcome("accepted", rid, "The answer was stored.", str(queued.id))
     # Otherwise the session's answers are read again, now that this one is committed.
-    continuation = continue_session(user, pending.session, last=alone, asked=pending.run)
-    return Outcome("accepted", rid, "The answer was stored.", str(continuation.id) if continuation else None)
+    continued = continue_session(user, pending.session, last=alone, asked=pending.run)
+    return Outcome("accepted", rid, "The answer was stored.", str(continued.id) if continued else None)
 
 
-def _record(
-    pending: PendingRequest, payload: dict[str, Any], user: Any, via: str, continuation: Run | None
-) -> tuple[bool, Run | None]:
-    """Store the answer, with the `continuation` it starts queued in the same transaction when there is one:
-    whether it was stored (not when another answer or a closing came first), and the continuation queued."""
+def _record(pending: PendingRequest, decision: Decision, continuation: Run | None) -> tuple[bool, Run | None]:
+    """Write the decision, with the `continuation` it starts queued in the same transaction when there is one:
+    whether it was written (not when another answer or a closing came first), and the continuation queued."""
     now = timezone.now()
     if continuation is not None:
 
         def carry() -> bool:
-            return pending.record_answer(payload, user, via, now, carried_in=continuation)
+            return decide(pending, replace(decision, carried_in=continuation), now)
 
         try:
             return queue_continuation(continuation, pending, carry), continuation
@@ -165,18 +178,7 @@ def _record(
             # The run id the answer chose was taken since it was checked, or the session is busy (another turn is on
             # its way) or gone: the answer is stored alone, and the continuation starts as any run would.
             pass
-    return pending.record_answer(payload, user, via, now), None
-
-
-def decide(membership: Membership, user: Any, request_id: uuid.UUID, response: Response, *, via: str) -> Outcome:
-    """Answer the request `request_id` of the tenant, hosted or external (`POST /api/requests/{id}/responses`,
-    SPEC section 12), as `answer_request` answers it. Raises PendingRequest.DoesNotExist, ResponseRefused."""
-    ids = request_ids(membership.tenant_id, request_id)
-    found = PendingRequest.objects.filter(tenant=membership.tenant, id__in=ids).values_list("id", "run_id").first()
-    if found is None:
-        raise PendingRequest.DoesNotExist
-    stored_id, run_id = found  # the path may name an external request by its agent's own `requestId`
-    return answer_request(membership, user, run_id, response.model_copy(update={"request_id": stored_id}), via=via)
+    return decide(pending, decision, now), None
 
 
 @dataclass

@@ -34,10 +34,12 @@ from agents.payloads import (
     ToolExecutionComplete,
     ToolExecutionStart,
 )
-from agents.prepare import SESSION_KEY, RunRejected, granted_connections, live_version
+from agents.prepare import RunRejected, granted_connections, live_version
+from agents.run_requests import SESSION_KEY
 from agents.runs import active_rules, cancel_waiting
 from agents.tools import STEP_MAX, STEPS_MAX
 from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call
+from approvals.decisions import Actor, Decision, decide, deliver
 from approvals.external import (
     ARGUMENTS_LIMIT,
     RESULT_LIMIT,
@@ -52,7 +54,6 @@ from approvals.kinds import KINDS, awaiting_status
 from approvals.kinds.base import schema_problems
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
 from approvals.push import notify_requests_opened
-from approvals.receipts import record_requests
 from approvals.rules import first_matching
 from console.models import Membership
 
@@ -345,28 +346,22 @@ def _decided(
     (no rule) approved it. Its run completes."""
     run = pending.run
     rule_id = str(rule.id) if rule is not None else None
-    pending.status, pending.closed_at, pending.answered_at = RequestStatus.ANSWERED, now, now
+    answer: dict[str, Any] = {"requestId": str(pending.id), "approved": denied is None}
     result: Approved | DeniedByHook
     if denied is not None:
         message = denied.message or denied.reason
-        pending.answer = {
-            "requestId": str(pending.id),
-            "approved": False,
-            "reason": message,
-            "deniedBy": "policy",
-            "binding": denied.binding,
-        }
-        pending.answered_via = "policy"
+        answer |= {"reason": message, "deniedBy": "policy", "binding": denied.binding}
+        actor = Actor.policy(denied.binding, run.version.number)
         result = DeniedByHook(kind="denied-by-permission-request-hook", message=message)
     else:
-        pending.answer = {"requestId": str(pending.id), "approved": True, "ruleId": rule_id}
+        answer["ruleId"] = rule_id
         if rule is not None:
-            pending.answer["ruleVersion"] = rule.version  # what `rule:<id>@<version>` of its receipt names
-        pending.answered_via = "rule" if rule is not None else "never"
+            answer["ruleVersion"] = rule.version  # what `rule:<id>@<version>` of its receipt names
+        actor = Actor.rule(rule_id, rule.version) if rule is not None else Actor.approval_mode()
         result = Approved(kind="approved")
-    pending.answered_in = run
+    # Opened and decided at once, in one transaction: nobody saw it open, so nothing is announced.
     pending.save(force_insert=True)
-    record_requests([pending], now)
+    decide(pending, Decision(actor, answer, carried_in=run), now, announce=False)
     asked = KINDS[pending.kind].requested(pending)
     assert isinstance(asked, PermissionRequested)
     log.record(asked)
@@ -415,7 +410,7 @@ def settle(pending: PendingRequest) -> None:
     `request.answered`, a remembered rule) and completes. Its waiters were woken with the answer's push."""
     now = timezone.now()
     with transaction.atomic():
-        if not PendingRequest.carry_stored([pending], pending.run, now):
+        if not deliver([pending], pending.run, now):
             return
         log = EventLog.resume(pending.run)
         KINDS[pending.kind].record_carried(pending, log)

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from approvals.actions.answers import Answered, answer_request, refusal
 from approvals.answers import Outcome, Response, ResponseRefused
+from approvals.decisions import Actor, Via
 from approvals.models import (
     UNSETTLED,
     HeldAnswer,
@@ -35,7 +36,6 @@ from approvals.models import (
 )
 from approvals.push import notify_requests_held, notify_requests_released
 from console.models import Membership
-from console.tenancy import AUTH_METHOD
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +78,7 @@ class Held:
         return done
 
 
-def hold_answers(
-    membership: Membership, user: Any, answers: list[tuple[PendingRequest, Response]], *, via: str
-) -> Held:
+def hold_answers(membership: Membership, actor: Actor, answers: list[tuple[PendingRequest, Response]]) -> Held:
     """Check each answer now (a refusal is reported at once, as `answer_request` words it) and hold it; with a
     window of 0, or for an answer at an earlier checkpoint (it forks the session), apply it at once."""
     now, window = timezone.now(), timedelta(seconds=settings.ANSWER_UNDO_SECONDS)
@@ -89,7 +87,7 @@ def hold_answers(
         rid = str(pending.id)
         held.names[rid] = (pending.agent.name, pending.tool_name)
         try:
-            checked = _checked(membership, user, pending, response, via)
+            checked = _checked(membership, actor, pending, response)
         except ResponseRefused as refused:
             held.outcomes[rid] = refused
             continue
@@ -102,8 +100,8 @@ def hold_answers(
             request=pending,
             membership=membership,
             batch=held.batch,
-            via=via,
-            auth_method=AUTH_METHOD.get() or "",
+            via=actor.via or "",
+            auth_method=actor.decider.auth or "",
             response=response.model_dump(mode="json", by_alias=True),
             due_at=now if at_once else now + window,
         )
@@ -127,9 +125,7 @@ def hold_answers(
     return held
 
 
-def _checked(
-    membership: Membership, user: Any, pending: PendingRequest, response: Response, via: str
-) -> Outcome | None:
+def _checked(membership: Membership, actor: Actor, pending: PendingRequest, response: Response) -> Outcome | None:
     """None for an answer that may be held; else the outcome that settles it now. A request no longer open,
     or past its deadline, gets `answer_request`'s own words (and stores nothing)."""
     try:
@@ -139,7 +135,7 @@ def _checked(
     overdue = pending.expires_at is not None and pending.expires_at <= timezone.now()
     closed = pending.status != RequestStatus.PENDING or pending.answer is not None
     if closed or overdue:
-        return answer_request(membership, user, pending.run_id, response, via=via)
+        return answer_request(membership, actor, response, run_id=pending.run_id)
     return None if response.checkpoint_id is not None else refusal(pending, response)
 
 
@@ -182,15 +178,13 @@ def _apply(row: HeldAnswer, now: datetime, *, retried: bool = False) -> Outcome:
     """Give the held answer of `row` through `answer_request` and settle the row: applied, or dropped with why."""
     membership, rid = row.membership, str(row.request_id)
     # Applied in a timer or a sweep, outside the request that gave it: its receipt says how its giver signed in
-    # then, not "cli" (a row from before the column says nothing and stays so).
-    signed_in = AUTH_METHOD.set(row.auth_method or None)
+    # then, not "cli" (a row from before the column says nothing: "cli").
+    actor = Actor.person(membership.user, Via(row.via), row.auth_method or "cli")
     try:
         response = Response.model_validate(row.response)
-        outcome = answer_request(membership, membership.user, row.request.run_id, response, via=row.via)
+        outcome = answer_request(membership, actor, response, run_id=row.request.run_id)
     except ResponseRefused as refused:  # the member's right changed meanwhile, or the agent's version went
         outcome = Outcome("invalid_response", rid, refused.detail)
-    finally:
-        AUTH_METHOD.reset(signed_in)
     applied = outcome.status == "accepted"
     if retried and outcome.status == "already_resolved":
         # The apply that stopped may have stored this very answer before its process went.

@@ -20,13 +20,13 @@ from approvals.actions import (
     answer_request,
     cancel_request,
     claim,
-    decide,
     open_request,
     release,
     report_outcome,
     verdict_for,
 )
 from approvals.answers import Response, ResponseRefused
+from approvals.decisions import Actor, Via
 from approvals.external import SHOWN, OpenRequest, decision, request_wire, with_receipt_ids
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
@@ -153,7 +153,8 @@ def answer_one_request(request: ConsoleRequest, request_id: uuid.UUID, payload: 
     if payload.request_id is not None and payload.request_id != request_id:
         raise ApiError(400, "invalid_request", "The body's requestId is not the path's.")
     try:
-        outcome = decide(membership, membership.user, request_id, payload, via="api")
+        actor = Actor.person(membership.user, Via.API)
+        outcome = answer_request(membership, actor, payload.model_copy(update={"request_id": request_id}))
     except PendingRequest.DoesNotExist:
         raise ApiError(404, "request_not_found", f"No request {request_id} in this tenant.") from None
     except ResponseRefused as refused:
@@ -223,7 +224,7 @@ def respond_to_request(request: ConsoleRequest, run_id: uuid.UUID, payload: Resp
     """Answer one pending request of a run. The status says what became of the answer."""
     membership = require_role(request, "operator")
     try:
-        outcome = answer_request(membership, membership.user, run_id, payload, via="api")
+        outcome = answer_request(membership, Actor.person(membership.user, Via.API), payload, run_id=run_id)
     except PendingRequest.DoesNotExist:
         get_run_for(request, run_id)  # a run not the tenant's is run_not_found
         raise ApiError(404, "request_not_found", f"The run {run_id} issued no request {payload.request_id}.") from None

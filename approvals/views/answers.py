@@ -38,6 +38,7 @@ from approvals.actions import (
     undo,
 )
 from approvals.answers import Outcome, Response, ResponseRefused
+from approvals.decisions import Actor, Via
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
 from approvals.models import HeldAnswer, PendingRequest, RequestKind
@@ -74,8 +75,8 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
     else:
         response = form.cleaned_data["response"]
         # The trial page answers with the inbox card's widget, posted here; it says so for the audit.
-        via = "trial" if request.POST.get("via") == "trial" else "inbox"
-        held = _held(request, hold_answers(membership, request.user, [(pending, response)], via=via))
+        actor = Actor.person(request.user, Via.TRIAL if request.POST.get("via") == "trial" else Via.INBOX)
+        held = _held(request, hold_answers(membership, actor, [(pending, response)]))
         given = held.outcomes.get(str(pending.id))  # none: held
         if isinstance(given, ResponseRefused):
             error = given.detail
@@ -184,7 +185,7 @@ def answer_listed(request: ConsoleRequest, form: BatchForm | SelectionForm, list
     wanted = form.cleaned_data
     approved, reason = wanted["decision"] == "approve", wanted["reason"] or None
     answers = [(pending, Response(request_id=pending.id, approved=approved, reason=reason)) for pending in listed]
-    return _held(request, hold_answers(request.membership, request.user, answers, via="inbox"))
+    return _held(request, hold_answers(request.membership, Actor.person(request.user, Via.INBOX), answers))
 
 
 def _held(request: ConsoleRequest, held: Held) -> Held:

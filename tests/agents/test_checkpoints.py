@@ -16,6 +16,7 @@ from agents.models import Agent, Checkpoint, Event, Run, RunStatus, Session
 from agents.starter_policy import starter_hooks
 from approvals.actions import answer_request
 from approvals.answers import Response
+from approvals.decisions import Actor, Via
 from approvals.models import PendingRequest, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import (
@@ -328,7 +329,9 @@ def test_the_respond_result_names_the_fork(operator, assistant):
     run = Run.objects.get(id=asked["runId"])
     body = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True, "checkpointId": earlier}
 
-    outcome = answer_request(operator.membership, operator.user, run, Response.model_validate(body), via="api").wire()
+    outcome = answer_request(
+        operator.membership, Actor.person(operator.user, Via.API), Response.model_validate(body), run_id=run
+    ).wire()
 
     fork = Session.objects.get(forked_from_checkpoint=earlier)
     assert outcome["sessionId"] == fork.key

@@ -24,6 +24,7 @@ from agents.queue import queue_continuation
 from agents.runs import start_run
 from approvals.audit_entries import ANSWER
 from approvals.audit_queries import Criteria, iter_entries
+from approvals.decisions import decide
 from approvals.models import HeldAnswer, PendingRequest, RequestStatus
 from tests.approvals.test_respond_race import together
 from tests.conftest import Persona, make_persona
@@ -135,11 +136,9 @@ def after_the_winner_lands(
         seen["outcome"] = winner()
         seen["answered_at"] = PendingRequest.objects.values_list("answered_at", flat=True).get(id=request_id)
 
-    record_answer = PendingRequest.record_answer
-
-    def record_second(self: PendingRequest, *args: Any, **kwargs: Any) -> bool:
+    def record_second(*args: Any, **kwargs: Any) -> bool:
         first_the_winner()
-        return record_answer(self, *args, **kwargs)
+        return decide(*args, **kwargs)
 
     def start_second(*args: Any, **kwargs: Any) -> Any:
         first_the_winner()
@@ -155,7 +154,7 @@ def after_the_winner_lands(
         first_the_winner()
         held_save(self, *args, **kwargs)
 
-    monkeypatch.setattr(PendingRequest, "record_answer", record_second)
+    monkeypatch.setattr("approvals.actions.answers.decide", record_second)
     # The last answer is stored in the transaction that queues its continuation: the winner lands before it opens.
     monkeypatch.setattr("approvals.actions.answers.queue_continuation", queue_second)
     # A console answer is held first (approvals.actions.held): the one whose held row is stored first wins.
@@ -210,16 +209,16 @@ def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier
     own (the respond path), holds it (the console's: the first held row of a request wins, then applies) or
     starts the turn that carries it (a run request): all store at the same moment, and all but one lose there.
     Each waits once, at the first of those it comes to."""
-    record_answer, held_save, waited = PendingRequest.record_answer, HeldAnswer.save, threading.local()
+    held_save, waited = HeldAnswer.save, threading.local()
 
     def meet() -> None:
         if not getattr(waited, "once", False):
             waited.once = True
             barrier.wait(timeout=30)
 
-    def record_together(self: PendingRequest, *args: Any, **kwargs: Any) -> bool:
+    def record_together(*args: Any, **kwargs: Any) -> bool:
         meet()
-        return record_answer(self, *args, **kwargs)
+        return decide(*args, **kwargs)
 
     def hold_together(self: HeldAnswer, *args: Any, **kwargs: Any) -> None:
         meet()
@@ -233,7 +232,7 @@ def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier
         meet()
         return queue_continuation(*args, **kwargs)
 
-    monkeypatch.setattr(PendingRequest, "record_answer", record_together)
+    monkeypatch.setattr("approvals.actions.answers.decide", record_together)
     monkeypatch.setattr(HeldAnswer, "save", hold_together)
     monkeypatch.setattr("agents.runs.start_run", start_together)  # as above
     monkeypatch.setattr("approvals.actions.answers.queue_continuation", queue_together)

@@ -17,6 +17,7 @@ from agents.models import Agent
 from agents.starter_policy import starter_hooks
 from approvals import receipts
 from approvals.actions import expire_due
+from approvals.decisions import Actor, Decision, Via, decide
 from approvals.models import PendingRequest, Rule
 from approvals.receipts import ChainSignature, Receipt, ReceiptHead, digest, genesis
 from approvals.signing import export_lines, sign_heads
@@ -378,7 +379,7 @@ def test_an_answer_in_a_tenant_without_a_head_yet_makes_it_and_a_lost_one_writes
 
     pending = PendingRequest.objects.get(id=request_id(asked))
     denied = {"requestId": str(pending.id), "approved": False}
-    late = pending.record_answer(denied, operator.user, "api", timezone.now())
+    late = decide(pending, Decision(Actor.person(operator.user, Via.API), denied), timezone.now())
     assert late is False and pending.answer["approved"] is True
     assert Receipt.objects.count() == 1 and PendingRequest.objects.get(pk=pending.pk).answer["approved"] is True
     sign_heads()

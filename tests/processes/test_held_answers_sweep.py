@@ -33,6 +33,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals.actions import hold_answers, open_request
 from approvals.answers import Response
+from approvals.decisions import Actor, Via
 from approvals.external import OpenRequest
 from approvals.models import HeldAnswer
 from console.models import ApiToken, Membership
@@ -44,7 +45,7 @@ Agent.create(membership.tenant, content, membership.user)
 body = OpenRequest.model_validate({"toolName": "deploy", "arguments": {"service": "x"}})
 pending = open_request(membership, membership.user, "deployer", body).request
 answer = Response(request_id=pending.id, approved=True, reason="held, then applied by the sweep")
-held = hold_answers(membership, membership.user, [(pending, answer)], via="inbox")
+held = hold_answers(membership, Actor.person(membership.user, Via.INBOX), [(pending, answer)])
 assert held.held == [pending], held
 due = HeldAnswer.objects.get(request=pending).due_at.isoformat()
 print(json.dumps({"token": token, "requestId": str(pending.id), "due": due}))

@@ -11,13 +11,15 @@ from django.db import transaction
 from django.db.models import F
 
 from agents.actions import run_to_end, start_run
+from agents.claiming import drain
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event, Run, Session
-from agents.prepare import RunRejected, RunRequest
-from agents.queue import drain
+from agents.prepare import RunRejected
+from agents.run_requests import RunRequest
 from agents.starter_policy import starter_hooks
 from approvals.actions import RequestRefused, answer_request, open_request
 from approvals.answers import Response, ResponseRefused
+from approvals.decisions import Actor, Via
 from approvals.external import OpenRequest
 from approvals.models import PendingRequest
 from console.models import Membership, Role, Tenant
@@ -269,7 +271,7 @@ class Command(BaseCommand):
                 ended = run_to_end(start_run(membership, operator, agent, request))
                 for pending in ended.opened:
                     response = Response.model_validate({"requestId": pending.id, **answer})
-                    answer_request(membership, operator, ended.run.id, response, via="inbox")
+                    answer_request(membership, Actor.person(operator, Via.INBOX), response, run_id=ended.run.id)
             except (RunRejected, ResponseRefused) as refused:  # an agent a person changed since: theirs
                 self.stdout.write(f"Demo history: {agent} skipped ({refused})")
         drain()

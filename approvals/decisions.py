@@ -1,0 +1,247 @@
+"""The one door of decisions (SPEC sections 4, 12, 13): every end of a request is written here, whoever made it.
+
+A decision is a `Decision`: who made it (`Actor`: a person, signed in how, through which channel; a rule at its
+version; a policy; the tool's approval mode `never`; the system) and what (an answer, or a closing without one:
+expired, cancelled, abandoned). `decide` writes it on its request as one conditional update (of two writers at
+once, one wins) with the request's receipt in the same transaction, and once committed tells every open inbox, the
+long polls and the webhooks that the request left (`approvals.push.notify_requests_closed`, batched per
+`announced_together` block). `deliver` and `deliver_closed` mark decisions already written as carried by the run
+that hands them to the engine: not decisions, so no receipt.
+
+A decision nobody was asked for is one `Actor` too (`Actor.rule`, `Actor.policy`, `Actor.approval_mode`): an
+external agent's request has a row (its agent reads it by id), so it is opened and decided here like any other;
+a hosted turn's call decided without asking has no request (nobody was asked, nothing reads it by id): only its
+receipt, written by `record_unasked` from the same actors. `tests/approvals/test_one_door.py` fails when code
+outside this module writes a request's end.
+"""
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+
+from agents.models import Run
+from approvals import receipts
+from approvals.models import PendingRequest, RequestStatus, Via
+from approvals.push import notify_requests_closed
+from approvals.receipts import APPROVAL_MODE, CANCEL, HUMAN, POLICY, RULE, SYSTEM, Decider
+from console.tenancy import AUTH_METHOD
+
+__all__ = [
+    "Actor",
+    "Decision",
+    "Unasked",
+    "Via",
+    "announced_together",
+    "decide",
+    "deliver",
+    "deliver_closed",
+    "hand_back",
+    "note_remembered",
+    "record_unasked",
+]
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who decides, carried unchanged from where the decision was made to its receipt: `via` (how an answer reached
+    Airlock; None for a closing), `user` (the person; None for a rule, a policy, a mode, the system) and `decider`
+    (the receipt's `decisionSource`, `answeredBy` and `authMethod`)."""
+
+    via: Via | None
+    decider: Decider
+    user: Any = None
+
+    @classmethod
+    def person(cls, user: Any, via: Via, auth: str | None = None) -> "Actor":
+        """A person answering through `via`, signed in as `auth` says ("session", "token:<id>"), else as the
+        request being served says (`AUTH_METHOD`), else "cli" (a command)."""
+        name = getattr(user, "username", None) or "unknown"
+        return cls(via, Decider(HUMAN, name, auth or AUTH_METHOD.get() or "cli"), user)
+
+    @classmethod
+    def rule(cls, rule_id: Any, version: int) -> "Actor":
+        """A remembered rule, at the version that matched (`rule:<id>@<version>`)."""
+        return cls(Via.RULE, Decider(RULE, f"rule:{rule_id}@{version}"))
+
+    @classmethod
+    def policy(cls, binding: Any, definition_version: int) -> "Actor":
+        """A policy: its binding in the agent's `hooks`, at the definition version that declared it."""
+        return cls(Via.POLICY, Decider(POLICY, f"policy:{binding or '?'}@{definition_version}"))
+
+    @classmethod
+    def approval_mode(cls) -> "Actor":
+        """The tool's approval mode `never`: approved without asking."""
+        return cls(Via.NEVER, Decider(APPROVAL_MODE, SYSTEM))
+
+    @classmethod
+    def closing(cls, status: RequestStatus, user: Any = None) -> "Actor":
+        """Who closes a request unanswered with `status`: the system (a deadline, a session moved on or deleted), or
+        the person who cancelled it (`user`)."""
+        if user is not None:
+            return cls(None, Decider(CANCEL, user.username, AUTH_METHOD.get() or "cli"), user)
+        source = {RequestStatus.EXPIRED: receipts.EXPIRY, RequestStatus.CANCELLED: CANCEL}.get(status, receipts.ABANDON)
+        return cls(None, Decider(source, SYSTEM))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What `actor` decided about a request: its `answer`, or (`answer` None) a closing with `closing` (expired,
+    cancelled, abandoned). `carried_in`: the run that hands the answer to the engine now (a run request's answers,
+    the continuation queued with the last answer, an external agent's own run). `answered_too`: a closing also ends
+    an answer stored but carried by no run yet (its agent, session or run is gone); the answer stays for the audit."""
+
+    actor: Actor
+    answer: dict[str, Any] | None = None
+    closing: RequestStatus | None = None
+    carried_in: Run | None = None
+    answered_too: bool = False
+
+
+def decide(pending: PendingRequest, decision: Decision, now: datetime, *, announce: bool = True) -> bool:
+    """Write `decision` on `pending` while the request is still open for it (an answer: open and unanswered; a
+    closing: pending and carried by no run), with its receipt, in one transaction; False, and nothing written, when
+    another decision came first. Once committed, the inboxes, long polls and webhooks hear that it left, unless
+    `announce` is False (a request born decided: nobody saw it open)."""
+    actor = decision.actor
+    still_open = PendingRequest.objects.filter(pk=pending.pk, status=RequestStatus.PENDING, answered_in=None)
+    if decision.answer is not None:
+        changes: dict[str, Any] = {
+            "answer": decision.answer,
+            "answered_by": actor.user,
+            "answered_at": now,
+            "answered_via": actor.via,
+        }
+        if decision.carried_in is not None:
+            changes |= {"status": RequestStatus.ANSWERED, "answered_in": decision.carried_in, "closed_at": now}
+        wrote = _written(pending, still_open.filter(answer__isnull=True), changes, actor, now)
+    else:
+        assert decision.closing is not None, "a decision is an answer or a closing"
+        changes = {"status": decision.closing, "closed_at": now, "closed_by": actor.user}
+        wrote = _written(pending, still_open.filter(answer__isnull=True), {**changes, "answer": None}, actor, now)
+        if not wrote and decision.answered_too and still_open.update(**changes):
+            # Answered before (that answer had its receipt): closed now without another.
+            for name, value in changes.items():
+                setattr(pending, name, value)
+            wrote = True
+    if wrote and announce:
+        _announce(pending)
+    return wrote
+
+
+def _written(pending: PendingRequest, found: Any, changes: dict[str, Any], actor: Actor, now: datetime) -> bool:
+    """`found.update(**changes)` with the receipt of `pending` as the write leaves it, in one transaction
+    (`receipts.record_closing`); on `pending` too once written."""
+    closed = copy.copy(pending)
+    for name, value in changes.items():
+        setattr(closed, name, value)
+    if not receipts.record_closing(found, changes, closed, now, actor.decider):
+        return False
+    for name, value in changes.items():
+        setattr(pending, name, value)
+    return True
+
+
+def deliver(requests: list[PendingRequest], run: Run, now: datetime) -> bool:
+    """Mark the requests whose answers were decided before (inbox, respond API, a rule) carried by `run`, in one
+    conditional update while each is as it was found: open with its answer, carried by no run. False when any was
+    carried or closed in between (the caller's transaction then writes nothing)."""
+    if not requests:
+        return True
+    found = PendingRequest.objects.filter(
+        pk__in=[r.pk for r in requests], status=RequestStatus.PENDING, answered_in=None, answer__isnull=False
+    )
+    changes = {"status": RequestStatus.ANSWERED, "answered_in": run, "closed_at": now}
+    if found.update(**changes) != len(requests):
+        return False
+    for request in requests:
+        for name, value in changes.items():
+            setattr(request, name, value)
+    return True
+
+
+def deliver_closed(pending: PendingRequest, run: Run) -> bool:
+    """Mark a request closed unanswered (expired, cancelled) carried by `run`, which tells the model its call did not
+    run; False when another run carried it first."""
+    return bool(PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run))
+
+
+@dataclass(frozen=True)
+class Unasked:
+    """A hosted turn's call decided without a request: `rule_id` approved it (at its version then), else `binding`
+    (a policy of the run's definition) denied it."""
+
+    request_id: str
+    tool_name: str
+    arguments: Any
+    at: datetime
+    rule_id: str | None = None
+    rule_version: int = 1
+    binding: Any = None
+
+
+def record_unasked(run: Run, calls: list[Unasked]) -> None:
+    """The receipts of `calls`, which `run`'s turn decided without asking anyone, decided by the same actors as an
+    external agent's request a rule or a policy decides."""
+    facts = []
+    for call in calls:
+        if call.rule_id:
+            actor, result = Actor.rule(call.rule_id, call.rule_version), "approved"
+        else:
+            actor, result = Actor.policy(call.binding, run.version.number), "denied-by-permission-request-hook"
+        facts.append(
+            receipts.call_facts(
+                run, run.agent.name, call.request_id, call.tool_name, call.arguments, actor.decider, result, call.at
+            )
+        )
+    receipts.record(run.tenant_id, facts)
+
+
+# The requests decided in the current `announced_together` block, by tenant.
+_TOGETHER: ContextVar[dict[int, list[str]] | None] = ContextVar("airlock_decided_together", default=None)
+
+
+@contextlib.contextmanager
+def announced_together() -> Iterator[None]:
+    """Announce the requests decided in the block in one push per tenant, once the block's work is committed (a
+    sweep, a cancel, a run that carries many answers); nothing when the block raises."""
+    decided: dict[int, list[str]] = {}
+    token = _TOGETHER.set(decided)
+    try:
+        yield
+    finally:
+        _TOGETHER.reset(token)
+    for tenant_id, ids in decided.items():
+        transaction.on_commit(partial(notify_requests_closed, tenant_id, ids))
+
+
+def _announce(pending: PendingRequest) -> None:
+    together = _TOGETHER.get()
+    if together is not None:
+        together.setdefault(pending.tenant_id, []).append(str(pending.id))
+        return
+    tenant = pending.tenant if PendingRequest.tenant.is_cached(pending) else None
+    transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [str(pending.id)], tenant))
+
+
+def hand_back(run: Run, ran: set[str]) -> None:
+    """The answers `run` carried but its turn did not consume (it failed): open again, for the session's next turn to
+    carry; an approved call in `ran` (its side effects happened) is marked so it never runs again."""
+    carried = PendingRequest.objects.filter(answered_in=run, status=RequestStatus.ANSWERED)
+    for pending in carried.filter(call_id__in=ran):
+        pending.answer = {**(pending.answer or {}), "ranInFailedTurn": True}
+        pending.save(update_fields=["answer"])
+    carried.update(status=RequestStatus.PENDING, answered_in=None, closed_at=None)
+    PendingRequest.objects.filter(answered_in=run).update(answered_in=None)
+
+
+def note_remembered(pending: PendingRequest, rule_id: str) -> None:
+    """Note on an approval's answer the rule it remembered (`rememberedRuleId`), once the rule is made."""
+    pending.answer = {**(pending.answer or {}), "rememberedRuleId": rule_id}
+    PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
