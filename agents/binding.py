@@ -3,7 +3,8 @@
 import re
 from typing import Any
 
-from agents.definitions import PLACEHOLDER, DefinitionContent
+from agents.definition_checks import PLACEHOLDER
+from agents.definitions import DefinitionContent
 
 
 class BindingError(ValueError):

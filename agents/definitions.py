@@ -6,7 +6,7 @@ On the wire the fields are camelCase (`displayName`); in Python they are snake_c
 import json
 import re
 from collections.abc import Mapping
-from functools import cached_property, partial
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -26,19 +26,24 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from agents.policies import declaration_problems, unlisted_tools, webhook_connections
+from agents.definition_checks import (
+    distinct_names,
+    distinct_sub_agents,
+    hooks_problems,
+    placeholder_errors,
+    refuse_inline,
+    registered,
+    unique,
+)
+from agents.policies import webhook_connections
 from agents.request_kinds import RequestKindName
 from agents.schemas import schema_refusal
-from agents.tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 CULTURE = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
-# A `{{name}}` in instructions, filled from the parameter of that name (agents.binding.render_instructions).
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 Approval = Literal["never", "always", "every_time"]
 
@@ -83,16 +88,9 @@ def object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _refuse_inline(value: Any) -> Any:
-    raise ValueError(
-        "inline connection settings are refused: connections belong to the installation; "
-        "name one granted to this tenant instead (GET /api/connections lists them)"
-    )
-
-
 # The fields a definition held before connections (SPEC section 2): refused with a message naming them,
 # never stored, and left out of the schema.
-Refused = Annotated[SkipJsonSchema[Any], AfterValidator(_refuse_inline), Field(default=None, exclude=True)]
+Refused = Annotated[SkipJsonSchema[Any], AfterValidator(refuse_inline), Field(default=None, exclude=True)]
 
 
 class ModelBinding(WireModel):
@@ -114,14 +112,8 @@ class ModelBinding(WireModel):
 Approvers = Annotated[str | None, Field(default=None, pattern=SLUG, exclude_if=lambda value: value is None)]
 
 
-def _registered(name: str) -> str:
-    if name not in REGISTRY:
-        raise ValueError(f"no server tool named {name!r}; known: {', '.join(sorted(REGISTRY))}")
-    return name
-
-
 class ToolBinding(WireModel):
-    name: Annotated[str, AfterValidator(_registered)]
+    name: Annotated[str, AfterValidator(registered)]
     approval: Approval = "never"
     approvers: Approvers
 
@@ -229,26 +221,6 @@ def _one_per_kind(items: list["KindRouting"]) -> list["KindRouting"]:
 MAX_SUBAGENT_DEPTH = 3
 
 
-def _distinct(names: list[str]) -> list[str]:
-    if len(set(names)) != len(names):
-        raise ValueError("a sub-agent is named twice")
-    return names
-
-
-def _distinct_names(what: str, items: list[Any]) -> list[Any]:
-    """Names must differ within the list; the error points at the list ("parameters")."""
-    seen: set[str] = set()
-    for item in items:
-        if item.name in seen:
-            raise ValueError(f"two {what} are named {item.name!r}")
-        seen.add(item.name)
-    return items
-
-
-def _unique(what: str) -> AfterValidator:
-    return AfterValidator(partial(_distinct_names, what))
-
-
 class DefinitionContent(WireModel):
     """Everything a version of an agent definition holds."""
 
@@ -262,9 +234,9 @@ class DefinitionContent(WireModel):
     model: ModelBinding = Field(default_factory=lambda: ModelBinding.model_validate({}))
     # A hosted agent's server tools, or an external agent's declared tools.
     tools: list[ToolBinding | ExternalTool] = Field(default_factory=list)
-    client_tools: Annotated[list[ClientTool], _unique("client tools")] = Field(default_factory=list)
-    mcp_servers: Annotated[list[McpServer], _unique("MCP servers")] = Field(default_factory=list)
-    parameters: Annotated[list[Parameter], _unique("parameters")] = Field(default_factory=list)
+    client_tools: Annotated[list[ClientTool], unique("client tools")] = Field(default_factory=list)
+    mcp_servers: Annotated[list[McpServer], unique("MCP servers")] = Field(default_factory=list)
+    parameters: Annotated[list[Parameter], unique("parameters")] = Field(default_factory=list)
     request_deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=30 * 24 * 3600)
     # A run that reaches this many model calls asks whether to go on (a `continuation` request).
     max_model_calls: StrictInt = Field(default=25, ge=1, le=1000)
@@ -277,9 +249,9 @@ class DefinitionContent(WireModel):
     )
 
     # Other agents of the tenant the model may call as tools `name(task)` (SPEC section 10).
-    sub_agents: Annotated[list[Annotated[str, StringConstraints(pattern=SLUG)]], AfterValidator(_distinct)] = Field(
-        default_factory=list, max_length=16, exclude_if=lambda value: not value
-    )
+    sub_agents: Annotated[
+        list[Annotated[str, StringConstraints(pattern=SLUG)]], AfterValidator(distinct_sub_agents)
+    ] = Field(default_factory=list, max_length=16, exclude_if=lambda value: not value)
 
     @field_validator("tools", mode="wrap")
     @classmethod
@@ -288,8 +260,8 @@ class DefinitionContent(WireModel):
     ) -> list[ToolBinding | ExternalTool]:
         """A hosted agent binds server tools by name; an external one declares its own."""
         if info.data.get("runtime") == "external":
-            return _distinct_names("tools", list(_EXTERNAL_TOOLS.validate_python(tools)))
-        return _distinct_names("server tools", list(_HOSTED_TOOLS.validate_python(tools)))
+            return distinct_names("tools", list(_EXTERNAL_TOOLS.validate_python(tools)))
+        return distinct_names("server tools", list(_HOSTED_TOOLS.validate_python(tools)))
 
     @field_validator(*HOSTED_ONLY, "model")
     @classmethod
@@ -319,12 +291,8 @@ class DefinitionContent(WireModel):
     def _hooks_load(cls, hooks: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         # A stored version was checked when it was saved; a turn checks its policies again as it builds them.
         if hooks is not None and not (info.context or {}).get("stored"):
-            problems = declaration_problems(hooks)
-            if not problems:
-                tools = [t.name for t in info.data.get("tools", [])] + [
-                    t.name for t in info.data.get("client_tools", [])
-                ]
-                problems = unlisted_tools(hooks, tools)
+            tools = [t.name for t in info.data.get("tools", [])] + [t.name for t in info.data.get("client_tools", [])]
+            problems = hooks_problems(hooks, tools)
             if problems:
                 raise ValueError("; ".join(problems))
         return hooks
@@ -348,15 +316,7 @@ class DefinitionContent(WireModel):
             (("instructionsByCulture", culture), f"The {culture} instructions", text)
             for culture, text in self.instructions_by_culture.items()
         ]
-        errors = [
-            InitErrorDetails(
-                type=PydanticCustomError("undefined_placeholder", "{message}", {"message": message}),
-                loc=loc,
-                input=text,
-            )
-            for loc, what, text in texts
-            if (message := _undefined_placeholders(what, text, declared))
-        ]
+        errors = placeholder_errors(texts, declared)
         if errors:
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
@@ -446,25 +406,3 @@ class DefinitionContent(WireModel):
         """Whether remembered rules can answer a call: only approval mode `always` asks them."""
         modes = [tool.approval for tool in self.tools] + [server.approval for server in self.mcp_servers]
         return "always" in modes
-
-
-def _undefined_placeholders(what: str, text: str, declared: set[str]) -> str:
-    """Why `text` cannot be saved: the placeholders in it that no parameter declares; "" when none."""
-    undefined = sorted({name for name in PLACEHOLDER.findall(text) if name not in declared})
-    if not undefined:
-        return ""
-    names = ", ".join("{{" + name + "}}" for name in undefined)
-    known = ", ".join(sorted(declared)) or "none yet"
-    return f"{what} use {names}, which no parameter declares: add it under Parameters (declared: {known})"
-
-
-def error_map(error: ValidationError, strip: int = 0) -> dict[str, str]:
-    """Field path ("parameters.0.default") -> message, for forms and problem+json bodies."""
-    fields: dict[str, str] = {}
-    for item in error.errors():
-        loc = [str(p) for p in item["loc"][strip:]]
-        # Union branches add the tried type to the path ("default.str"); the field is what matters.
-        path = ".".join(p for p in loc if p not in {"str", "float", "bool", "int"}) or "__all__"
-        message = item["msg"].removeprefix("Value error, ")
-        fields.setdefault(path, message)
-    return fields

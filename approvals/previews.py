@@ -38,7 +38,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from pydantic import ValidationError
 
-from agents.definitions import DefinitionContent, PoliciesRefused, error_map
+from agents.definition_checks import error_map
+from agents.definitions import DefinitionContent, PoliciesRefused
 from agents.models import Agent, AgentVersion
 from agents.payloads import Payload
 from agents.policies import CompilesThrottled, PolicyBlocked, PolicyScope, compile_problems, webhook_connections

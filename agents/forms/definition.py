@@ -19,7 +19,8 @@ from typing import Any
 from django.http import QueryDict
 from pydantic import ValidationError
 
-from agents.definitions import CULTURE, DefinitionContent, error_map
+from agents.definition_checks import error_map
+from agents.definitions import CULTURE, DefinitionContent
 from agents.forms.definition_fields import (
     FIELD_BY_PATH,
     HOSTED_KEPT,

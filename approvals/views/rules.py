@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 from pydantic import ValidationError
 
-from agents.definitions import error_map
+from agents.definition_checks import error_map
 from agents.models import Agent, AgentVersion
 from approvals.actions import edit_rule, remember_rule, revoke_rule
 from approvals.getters import get_rule_for

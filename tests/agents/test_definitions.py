@@ -3,7 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from agents.definitions import DefinitionContent, error_map
+from agents.definition_checks import error_map
+from agents.definitions import DefinitionContent
 from console.connections import ConnectionSpec
 
 
