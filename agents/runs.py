@@ -100,7 +100,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
         run.save(force_insert=True)
         log = EventLog(run, look_back=False)
         log.parent = after
-        log.record(run_started(prepared, _id(prepared.previous_run)))
+        log.record(_started(run, prepared))
         now = timezone.now()
         answers = Answers()
         closing = [*prepared.abandoned, *(pending for pending, _ in prepared.answered)]
@@ -145,17 +145,24 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
     return StartedRun(run=run, prepared=prepared, log=log, answers=answers, rules=rules, conversation=conversation)
 
 
-def run_started(prepared: PreparedRun, previous_run_id: str | None) -> RunStarted:
-    """The `run.started` of the run `prepared` describes (its first event)."""
+def run_started(
+    run: Run, agent_name: str, version_number: int, session_key: str | None, replay_of: Any = None
+) -> RunStarted:
+    """The `run.started` of `run` (its first event), hosted or external: every run's is built here."""
     return RunStarted(
-        agent=prepared.agent.name,
-        definitionVersion=prepared.version.number,
-        sessionId=prepared.request.session_id,
-        culture=prepared.culture or None,
-        parameters=prepared.bound,
-        previousRunId=previous_run_id,
-        **({"replayOf": str(prepared.replay_of.pk)} if prepared.replay_of is not None else {}),
+        agent=agent_name,
+        definitionVersion=version_number,
+        sessionId=session_key,
+        culture=run.culture or None,
+        parameters=run.parameters,
+        previousRunId=str(run.previous_run_id) if run.previous_run_id else None,
+        **({"replayOf": str(replay_of.pk)} if replay_of is not None else {}),
     )
+
+
+def _started(run: Run, prepared: PreparedRun) -> RunStarted:
+    name, number, key = prepared.agent.name, prepared.version.number, prepared.request.session_id
+    return run_started(run, name, number, key, prepared.replay_of)
 
 
 def begin_queued(prepared: PreparedRun, run: Run, log: EventLog, carried: list[PendingRequest]) -> Answers:
@@ -163,7 +170,7 @@ def begin_queued(prepared: PreparedRun, run: Run, log: EventLog, carried: list[P
     which wrote nothing but the run, its task and the answer: `run.started`, then the answers it carries (`carried`,
     answered) handed to the engine, as `start_run` records them. Before its turn, into its log (stored with the turn's
     outcome: should its worker die first, the next one begins it again)."""
-    log.record(run_started(prepared, str(run.previous_run_id) if run.previous_run_id else None))
+    log.record(_started(run, prepared))
     answers = Answers()
     for pending in carried:
         hand_over(pending, answers, log)
@@ -188,10 +195,6 @@ def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:
 def author(user: Any) -> Any:
     """The user to record as the author, or None for the system and anonymous callers."""
     return user if user is not None and user.is_authenticated else None
-
-
-def _id(obj: Any) -> str | None:
-    return str(obj.pk) if obj is not None else None
 
 
 ABANDONED_REASON = "The request was abandoned: the session moved on."

@@ -5,10 +5,11 @@ open consoles once it is committed."""
 from approvals.actions.answers import Answered, answer_request
 from approvals.actions.claims import ClaimRefused, claim, release
 from approvals.actions.expiry import expire_due
-from approvals.actions.external import Opened, RequestRefused, cancel_request, open_request, report_outcome
+from approvals.actions.external import Opened, RequestRefused, open_request
 from approvals.actions.held import HELD_UNTIL, Held, UndoRefused, apply_due, hold_answers, notice_rows, notices, undo
 from approvals.actions.interceptions import PoliciesUnavailable, verdict_for
 from approvals.actions.rules import edit_rule, remember_rule, revoke_rule
+from approvals.actions.settling import cancel_request, report_outcome
 
 __all__ = [
     "HELD_UNTIL",

@@ -22,7 +22,7 @@ from agents.models import Run, RunStatus
 from agents.prepare import RunRejected
 from agents.queue import queue_continuation
 from approvals.actions.expiry import expire_due
-from approvals.actions.external import is_external, settle
+from approvals.actions.settling import is_external, settle
 from approvals.answers import Outcome, Response, ResponseRefused, Status
 from approvals.decisions import Actor, Decision, announced_together, decide
 from approvals.external import request_ids

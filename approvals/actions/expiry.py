@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from agents.actions import continue_session
 from agents.outcomes import record_closings
-from approvals.actions.external import is_external, settle_closed
+from approvals.actions.settling import is_external, settle_closed
 from approvals.decisions import Actor, Decision, announced_together, decide
 from approvals.models import PendingRequest, RequestStatus
 

@@ -1,5 +1,5 @@
-"""The requests of external agents (SPEC section 12): opening one from outside, settling it once decided, the
-agent cancelling it, and the agent reporting what its tool did.
+"""The requests of external agents (SPEC section 12): opening one from outside, decided at once by a rule, a policy
+or the tool's mode, or left waiting; what becomes of it after is `approvals.actions.settling`.
 
 Each request of an external agent is an ordinary `PendingRequest`, in a session of the agent (the client's
 `sessionId`, or one of its own), asked by a run of its own: the run stands for the agent's turn that paused, so
@@ -30,19 +30,15 @@ from agents.payloads import (
     RequestAnswered,
     RunAwaiting,
     RunCompleted,
-    RunStarted,
-    ToolExecutionComplete,
-    ToolExecutionStart,
 )
 from agents.prepare import RunRejected, granted_connections, live_version
 from agents.run_requests import SESSION_KEY
-from agents.runs import active_rules, cancel_waiting
+from agents.runs import active_rules, run_started
 from agents.tools import STEP_MAX, STEPS_MAX
 from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call
-from approvals.decisions import Actor, Decision, decide, deliver
+from approvals.decisions import Actor, Decision, decide
 from approvals.external import (
     ARGUMENTS_LIMIT,
-    RESULT_LIMIT,
     SCHEMA_LIMIT,
     OpenRequest,
     TooLarge,
@@ -52,7 +48,7 @@ from approvals.external import (
 )
 from approvals.kinds import KINDS, awaiting_status
 from approvals.kinds.base import schema_problems
-from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.push import notify_requests_opened
 from approvals.rules import first_matching
 from console.models import Membership
@@ -82,7 +78,7 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
     if body.session_id is not None and not SESSION_KEY.fullmatch(body.session_id):
         # A session is addressed in paths (/api/sessions/{sessionId}/…): refused as a hosted run's is.
         raise _invalid("sessionId", "a session id may not contain '/' or control characters")
-    _refuse_if_too_large(body)
+    _refuse_iftoo_large(body)
     if body.request_id is not None:
         known = _known(membership, body)
         if known is not None:
@@ -117,7 +113,7 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
     return Opened(opened, created=True)
 
 
-def _refuse_if_too_large(body: OpenRequest) -> None:
+def _refuse_iftoo_large(body: OpenRequest) -> None:
     """RequestRefused 413 (bytes) or 400 (shape) for a JSON field over its limit, before anything is read or
     stored (approvals.external.JsonLimit)."""
     for field, value, limit in (
@@ -128,10 +124,10 @@ def _refuse_if_too_large(body: OpenRequest) -> None:
             try:
                 check_size(value, field, limit)
             except TooLarge as over:
-                raise _too_large(over) from None
+                raise too_large(over) from None
 
 
-def _too_large(over: TooLarge) -> RequestRefused:
+def too_large(over: TooLarge) -> RequestRefused:
     code = "content_too_large" if over.status == 413 else "content_too_complex"
     return RequestRefused(over.status, code, f"{over.field} {over.message}.", {over.field: over.message})
 
@@ -210,11 +206,11 @@ def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID) -> 
     steps = [line.strip() for line in body.plan_content.splitlines() if line.strip()]
     if len(steps) > STEPS_MAX:
         message = f"has {len(steps)} steps (lines that are not blank), over the limit of {STEPS_MAX}"
-        raise _too_large(TooLarge(400, "planContent", message))
+        raise too_large(TooLarge(400, "planContent", message))
     longest = max(steps, key=len, default="")
     if len(longest) > STEP_MAX:
         message = f"has a step of {len(longest)} characters, over the limit of {STEP_MAX}"
-        raise _too_large(TooLarge(400, "planContent", message))
+        raise too_large(TooLarge(400, "planContent", message))
     arguments = {"steps": steps, "summary": body.summary, "planContent": body.plan_content}
     return {**base, "tool_name": "propose_plan", "arguments": arguments, "engine_state": state}
 
@@ -301,16 +297,7 @@ def _open(
         **fields,
     )
     log = EventLog(run)
-    log.record(
-        RunStarted(
-            agent=agent.name,
-            definitionVersion=version.number,
-            sessionId=session.key,
-            culture=None,
-            parameters={},
-            previousRunId=str(run.previous_run_id) if run.previous_run_id else None,
-        )
-    )
+    log.record(run_started(run, agent.name, version.number, session.key))
     for verdict in check.events if check is not None else ():
         log.record(verdict)
     denied = check.denied if check is not None else None
@@ -399,100 +386,3 @@ def _decided_at_once(version: AgentVersion, pending: PendingRequest) -> Rule | s
         active_rules(version.agent, version, pending.session), pending.tool_name, pending.arguments
     )
     return rule
-
-
-def is_external(pending: PendingRequest) -> bool:
-    return bool((pending.engine_state or {}).get("external"))
-
-
-def settle(pending: PendingRequest) -> None:
-    """An external request whose answer was just stored: its own run carries the answer (the SDK's completion,
-    `request.answered`, a remembered rule) and completes. Its waiters were woken with the answer's push."""
-    now = timezone.now()
-    with transaction.atomic():
-        if not deliver([pending], pending.run, now):
-            return
-        log = EventLog.resume(pending.run)
-        KINDS[pending.kind].record_carried(pending, log)
-        _complete(pending.run, log, now)
-        log.flush()
-
-
-def settle_closed(requests: list[PendingRequest]) -> None:
-    """External requests just closed unanswered (expired): their runs complete (the closing was recorded)."""
-    now = timezone.now()
-    for pending in requests:
-        if is_external(pending):
-            with transaction.atomic():
-                log = EventLog.resume(pending.run)
-                _complete(pending.run, log, now)
-                log.flush()
-
-
-def _complete(run: Run, log: EventLog, now: datetime) -> None:
-    """The external run completes once none of its requests waits."""
-    if run.requests.filter(status=RequestStatus.PENDING).exists():
-        return
-    if Run.objects.filter(pk=run.pk, status__in=[k.awaiting for k in KINDS.values()]).update(
-        status=RunStatus.COMPLETED, finished_at=now
-    ):
-        run.status, run.finished_at = RunStatus.COMPLETED, now
-        log.record(RunCompleted(output=None))
-
-
-def cancel_request(membership: Membership, user: Any, pending: PendingRequest) -> None:
-    """The agent's side gives up on its request (`DELETE /api/requests/{id}`): it closes `cancelled` and leaves
-    every inbox; its run ends cancelled. RequestRefused 409 `request_closed` once decided or closed."""
-    _refuse_unless_its_agent(membership, pending)
-    if pending.answer is not None or pending.status != RequestStatus.PENDING:
-        raise RequestRefused(409, "request_closed", f"The request was {_what_became(pending)} already.")
-    if not cancel_waiting(pending.run, user):
-        raise RequestRefused(409, "request_closed", "The request was decided or closed meanwhile.")
-    pending.refresh_from_db()
-
-
-def report_outcome(
-    membership: Membership, user: Any, pending: PendingRequest, success: bool, result: Any, error: str | None
-) -> None:
-    """What the tool did once approved (`POST /api/requests/{id}/outcome`): `tool.execution_start` and
-    `tool.execution_complete` in the request's run, once. RequestRefused 409 before approval or a second time."""
-    _refuse_unless_its_agent(membership, pending)
-    try:
-        check_size(result, "result", RESULT_LIMIT)
-    except TooLarge as over:
-        raise _too_large(over) from None
-    answer = pending.answer or {}
-    if pending.kind != RequestKind.APPROVAL or not answer.get("approved") or pending.status != RequestStatus.ANSWERED:
-        raise RequestRefused(409, "request_not_approved", "Only an approved call has an outcome to report.")
-    with transaction.atomic():
-        locked = PendingRequest.objects.select_for_update().get(pk=pending.pk)
-        state = locked.engine_state or {}
-        if state.get("external", {}).get("outcome") is not None:
-            raise RequestRefused(409, "outcome_reported", "The outcome of this call was reported already.")
-        override = answer.get("overrideArguments")
-        arguments = override if override is not None else pending.arguments
-        log = EventLog.resume(pending.run)
-        log.record(ToolExecutionStart(toolCallId=pending.call_id, toolName=pending.tool_name, arguments=arguments))
-        log.record(
-            ToolExecutionComplete.of(pending.call_id, value=result, error=None if success else (error or "failed"))
-        )
-        state["external"] = {
-            **state.get("external", {}),
-            "outcome": {"success": success, "at": timezone.now().isoformat()},
-        }
-        PendingRequest.objects.filter(pk=pending.pk).update(engine_state=state)
-        pending.engine_state = state
-        log.flush()
-
-
-def _refuse_unless_its_agent(membership: Membership, pending: PendingRequest) -> None:
-    """Only the agent's side speaks for its request: the member who opened it, or an admin."""
-    if not is_external(pending):
-        detail = "The request was opened by a hosted run: its run cancels it, and reports what its tools did."
-        raise RequestRefused(409, "not_external", detail)
-    if pending.run.created_by_id != membership.user_id and not membership.allows("admin"):
-        raise RequestRefused(403, "forbidden", "Only the member who opened the request, or an admin, speaks for it.")
-
-
-def _what_became(pending: PendingRequest) -> str:
-    return "decided" if pending.answer is not None else str(pending.status)

@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 from agents.definitions import ExternalTool
 from agents.models import Run
 from approvals import cards
-from approvals.actions.external import is_external
+from approvals.actions.settling import is_external
 from approvals.kinds import KINDS
 from approvals.models import PendingRequest
 

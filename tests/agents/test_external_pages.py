@@ -9,7 +9,7 @@ from django.core.management import call_command
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent
-from approvals.actions.external import is_external
+from approvals.actions.settling import is_external
 from approvals.models import ApproverGroup, PendingRequest
 from console.models import Tenant
 from tests.agents.test_pages import browser_post, read, rows
