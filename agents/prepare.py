@@ -1,24 +1,22 @@
-"""A run request checked whole before anything is written (`prepare_run`): the request's schema, its
+"""A run request (agents/run_requests.py) checked whole before anything is written (`prepare_run`): its
 session, the answers it carries, parameters, culture, documents and connections. A rejected request
 (`RunRejected`) changes nothing; `agents.runs.start_run` records what `PreparedRun` holds.
 """
 
 import logging
-import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from django.db.models import Exists, F, OuterRef, QuerySet
-from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
-from agents.definitions import CULTURE, MAX_SUBAGENT_DEPTH, DefinitionContent, WireModel
+from agents.definitions import MAX_SUBAGENT_DEPTH, DefinitionContent
 from agents.engine.subagents import SubAgent
-from agents.lanes import LANE_PATTERN
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
+from agents.run_requests import PERSON_KINDS, PersonAnswer, RunRequest
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import (
     NotAnApprover,
@@ -27,7 +25,7 @@ from approvals.models import (
     RequestStatus,
     refuse_unless_answerable,
 )
-from approvals.rules import Remember, RememberedUntil, rules_in_force
+from approvals.rules import rules_in_force
 from console.connections import ConnectionSpec
 from console.models import Connection, Membership, Tenant
 
@@ -40,91 +38,6 @@ class RunRejected(Exception):
     def __init__(self, status: int, code: str, detail: str) -> None:
         super().__init__(detail)
         self.status, self.code, self.detail = status, code, detail
-
-
-# An answer's requestId is any string: one that is not a UUID names no request of the session, which is
-# `unknown_request` (SPEC section 4) rather than a malformed body.
-RequestId = Annotated[str, Field(max_length=200)]
-
-
-class ApprovalAnswer(WireModel):
-    request_id: RequestId
-    approved: StrictBool
-    reason: str | None = Field(default=None, max_length=2000)
-    remember: Remember = None
-    remember_arguments_only: StrictBool = False
-    override_arguments: dict[str, Any] | None = None
-    expires_at: RememberedUntil = None
-
-
-class ToolResultAnswer(WireModel):
-    call_id: str = Field(min_length=1, max_length=200)
-    result: Any = None
-    error_message: str | None = Field(default=None, max_length=5000)
-    outcome: Literal["completed", "failed", "rejected", "background"] | None = None
-
-
-class InputAnswer(WireModel):
-    request_id: RequestId
-    action: Literal["accept", "decline", "cancel"]
-    content: dict[str, Any] | None = None
-
-
-class PersonAnswer(WireModel):
-    """An answer to a question, a plan or a continuation (SPEC section 9): `text`, `json` or `approved`."""
-
-    request_id: RequestId
-    text: str | None = Field(default=None, max_length=20_000)
-    json_value: Any = Field(default=None, alias="json")
-    approved: StrictBool | None = None
-
-
-# The kinds `answers` answers (those whose every answer field a `PersonAnswer` has), and the fields each reads.
-PERSON_FIELDS = frozenset({"text", "approved"})
-PERSON_KINDS = {name: kind.fields for name, kind in KINDS.items() if kind.fields <= PERSON_FIELDS}
-
-
-SESSION_KEY = re.compile(r"[^/\x00-\x1f\x7f]+")
-
-
-class Document(WireModel):
-    name: str = Field(min_length=1, max_length=255)
-    content: str = Field(max_length=1_000_000)
-
-
-class RunRequest(WireModel):
-    message: str | None = Field(default=None, max_length=200_000)
-    session_id: str | None = Field(default=None, min_length=1, max_length=200)
-    parameters: dict[str, Any] | None = None
-    culture: str | None = Field(default=None, max_length=35)
-    documents: list[Document] = Field(default_factory=list)
-    attachment_ids: list[uuid.UUID] = Field(default_factory=list)
-    approvals: list[ApprovalAnswer] = Field(default_factory=list)
-    tool_results: list[ToolResultAnswer] = Field(default_factory=list)
-    input_responses: list[InputAnswer] = Field(default_factory=list)
-    answers: list[PersonAnswer] = Field(default_factory=list)
-    abandon_pending: StrictBool = False
-    definition_version: StrictInt | None = Field(default=None, ge=1)
-    lane: str | None = Field(default=None, pattern=LANE_PATTERN)
-
-    @field_validator("session_id")
-    @classmethod
-    def _session_id(cls, value: str | None) -> str | None:
-        # A session is addressed in paths (/api/sessions/{sessionId}/…).
-        if value is not None and not SESSION_KEY.fullmatch(value):
-            raise ValueError("a session id may not contain '/' or control characters")
-        return value
-
-    @field_validator("culture")
-    @classmethod
-    def _culture(cls, value: str | None) -> str | None:
-        if value is not None and not CULTURE.match(value):
-            raise ValueError("not a culture name (like 'tr' or 'tr-TR')")
-        return value
-
-    @property
-    def has_answers(self) -> bool:
-        return bool(self.approvals or self.tool_results or self.input_responses or self.answers)
 
 
 @dataclass

@@ -293,7 +293,7 @@ def airlock_statements(token: str) -> dict[str, float]:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from agents.queue import drain
+    from agents.claiming import drain
 
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     steps = {"start request": 0, "first turn (worker)": 0, "answer request": 0, "continuation (worker)": 0}

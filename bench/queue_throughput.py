@@ -108,8 +108,9 @@ def _queue(data: Path, database: str, runs: int, provider_ms: int, provider: Fak
     setup_django(env)
     from django.core.management import call_command
 
-    from agents.prepare import RunRequest, live_version, prepare_run
+    from agents.prepare import live_version, prepare_run
     from agents.queue import start_queued
+    from agents.run_requests import RunRequest
     from console.models import Connection
 
     call_command("migrate", verbosity=0)
@@ -225,8 +226,9 @@ def series(database: str, configs: list[tuple[int, int, int]], runs: int) -> lis
         from django.db.models import Max, Min
 
         from agents.models import Run
-        from agents.prepare import RunRequest, live_version, prepare_run
+        from agents.prepare import live_version, prepare_run
         from agents.queue import start_queued
+        from agents.run_requests import RunRequest
         from console.models import Connection
 
         call_command("migrate", verbosity=0)
@@ -290,8 +292,8 @@ def series(database: str, configs: list[tuple[int, int, int]], runs: int) -> lis
     return rows
 
 
-# Where a queued run's time goes, timed around the worker's own functions (agents/queue.py calls them by
-# their module-level names). "waiting for the claimer" is a worker thread's time from handing itself back
+# Where a queued run's time goes, timed around the worker's own functions (agents/workers.py and agents/queue.py
+# call them by their module-level names). "waiting for the claimer" is a worker thread's time from handing itself back
 # to getting its next task: the claim transaction and, when nothing was ready, the wait for a wake or a poll.
 PHASES = {
     "claim_batch": "claim (claim_batch: one transaction for the idle threads)",
@@ -309,7 +311,9 @@ def phases(database: str, threads: int, runs: int, provider_ms: int) -> dict[str
 
     with scratch_dir("airlock-queue-bench-") as data, FakeOpenAI() as provider:
         _queue(data, database, runs, provider_ms, provider)
-        from agents import queue
+        from django_tasks_db.management.commands.db_worker import Worker
+
+        from agents import queue, workers
         from agents.models import Run
 
         spent: dict[str, float] = defaultdict(float)
@@ -345,17 +349,18 @@ def phases(database: str, threads: int, runs: int, provider_ms: int) -> dict[str
             return timed_sync
 
         for name in PHASES:
-            setattr(queue, name, timed(name, getattr(queue, name)))
-        run_task = queue.Worker.run_task
-        queue.Worker.run_task = timed("run_task", run_task)  # type: ignore[method-assign]
-        pool = queue.WorkerPool(threads, poll=0.05)
+            module = workers if name == "claim_batch" else queue
+            setattr(module, name, timed(name, getattr(module, name)))
+        run_task = Worker.run_task
+        Worker.run_task = timed("run_task", run_task)  # type: ignore[method-assign]
+        pool = workers.WorkerPool(threads, poll=0.05)
         pool.start()
         try:
             while Run.objects.filter(finished_at__isnull=True).exists():
                 time.sleep(0.05)
         finally:
             pool.stop(30)
-            queue.Worker.run_task = run_task  # type: ignore[method-assign]
+            Worker.run_task = run_task  # type: ignore[method-assign]
         # The threads are busy from the first task's start to the last one's end, but for the start and the tail.
         wall = max(end for _, end in tasks) - min(start for start, _ in tasks)
         per_second, completed = _finished_rate(runs)

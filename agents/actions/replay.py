@@ -20,7 +20,8 @@ from agents import queue
 from agents.definitions import WireModel
 from agents.events import EventType
 from agents.models import Run
-from agents.prepare import PreparedRun, RunRejected, RunRequest, prepare_run, refuse_ungranted_connections
+from agents.prepare import PreparedRun, RunRejected, prepare_run, refuse_ungranted_connections
+from agents.run_requests import RunRequest
 from agents.runs import StartedRun, start_run
 
 

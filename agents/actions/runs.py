@@ -14,13 +14,8 @@ from typing import Any
 from agents import queue, runs
 from agents.models import Run
 from agents.outcomes import finish_run
-from agents.prepare import (
-    RunRequest,
-    live_version,
-    prepare_run,
-    refuse_ungranted_connections,
-    refuse_unless_approver_of,
-)
+from agents.prepare import live_version, prepare_run, refuse_ungranted_connections, refuse_unless_approver_of
+from agents.run_requests import RunRequest
 from agents.runs import ExecutionResult, StartedRun, execute, run_result
 from agents.turns import run_here
 from approvals.models import PendingRequest, RequestStatus

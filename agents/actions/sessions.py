@@ -19,8 +19,9 @@ from django.utils import timezone
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
 from agents.checkpoints import branch, request_copies
 from agents.models import Checkpoint, Run, RunStatus, Session
-from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
+from agents.prepare import RunRejected, live_version, prepare_run
 from agents.queue import start_queued
+from agents.run_requests import RunRequest
 from agents.runs import author
 from approvals.models import PendingRequest, RequestStatus
 from approvals.push import notify_requests_opened

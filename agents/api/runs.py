@@ -13,8 +13,9 @@ from agents.events import event_envelope
 from agents.getters import get_run_for
 from agents.models import Run, RunStatus
 from agents.payloads import event_schema
-from agents.prepare import RunRejected, RunRequest
+from agents.prepare import RunRejected
 from agents.queries import runs_matching
+from agents.run_requests import RunRequest
 from agents.runs import run_result
 from console.api import ApiError, Paging, Problem, page_of, require_role
 from console.tenancy import ConsoleRequest

@@ -14,8 +14,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from agents import queue
 from agents.checkpoints import ForkOrigin
+from agents.lane_limits import lane_limit
 from agents.lanes import LANE_PATTERN
 from agents.models import AWAITING, Agent, Run, RunStatus
 from agents.queries import runs_matching, with_verdicts
@@ -234,7 +234,7 @@ class LaneJobs:
 
     @property
     def limit(self) -> int:
-        return queue.lane_limit(self.lane)
+        return lane_limit(self.lane)
 
 
 def jobs_context(tenant: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agents import queue
+from agents import seats, workers
 from agents.models import Agent
 from tests.helpers import make_agent
 
@@ -21,10 +21,10 @@ def media(settings, tmp_path):
 
 
 @pytest.fixture
-def seat(monkeypatch) -> queue.WorkerPool:
+def seat(monkeypatch) -> workers.WorkerPool:
     """A pool of this process with one idle thread, for a run to be handed to (its thread is this test's: the task
     the hand-over gives it is run here, or nowhere)."""
-    pool = queue.WorkerPool(1, poll=30)
+    pool = workers.WorkerPool(1, poll=30)
     pool.idle(0)
-    monkeypatch.setattr(queue, "_POOLS", [pool])
+    monkeypatch.setattr(seats, "POOLS", [pool])
     return pool

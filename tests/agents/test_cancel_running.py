@@ -10,7 +10,7 @@ import pytest
 from django.core import mail
 from django.db import connections
 
-from agents import queue
+from agents import claiming
 from agents.engine import scripted
 from agents.models import Run, RunStatus
 from agents.turns import _HELD, _HELD_LOCK, keep_held
@@ -33,7 +33,7 @@ class HeldTurn:
 
     def _drain(self) -> None:
         try:
-            self.ran.append(queue.drain())
+            self.ran.append(claiming.drain())
         finally:
             connections.close_all()
 

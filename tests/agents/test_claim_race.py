@@ -26,7 +26,7 @@ import json, sys
 import django
 django.setup()
 from django.db import connection
-from agents.queue import claim
+from agents.claiming import claim
 print("ready", flush=True)
 sys.stdin.readline()
 task = claim(sys.argv[1], ["slow"])

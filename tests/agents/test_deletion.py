@@ -6,10 +6,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core import mail
 
-from agents import queue
+from agents import claiming
 from agents.models import Run, RunStatus
 from agents.outcomes import finish_run
-from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
+from agents.prepare import RunRejected, live_version, prepare_run
+from agents.run_requests import RunRequest
 from agents.runs import execute, start_run
 from approvals.models import PendingRequest, RequestStatus
 from tests.helpers import (
@@ -78,7 +79,7 @@ def test_it_closes_every_open_request_of_the_agent_abandoned(admin, operator, as
     assert stored_events(first["runId"])[-1].type == "request.terminated"
     [other] = [e.data for e in stored_events(second["runId"]) if e.type == "request.terminated"]
     assert other["requestId"] == request_id(second)
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     assert mail.outbox == []
 
 
@@ -92,7 +93,7 @@ def test_it_never_accepts_an_answer_to_a_request_of_a_deleted_agent(admin, opera
     assert (outcome["status"], outcome["continuationRunId"]) == ("execution_ended", None)
     assert "deleted" in outcome["message"]
     assert snapshot() == before
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     assert mail.outbox == []
 
 
@@ -120,13 +121,13 @@ def test_it_cancels_the_queued_continuation_of_a_deleted_agent(admin, operator, 
 
     continuation.refresh_from_db()
     assert continuation.status == RunStatus.CANCELLED
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     assert mail.outbox == []
     # The answer it carried never reached the engine: its request is closed, the answer kept for the audit.
     request = PendingRequest.objects.get(id=request_id(asked))
     assert (request.status, request.answer["approved"], request.answered_in) == (RequestStatus.ABANDONED, True, None)
     assert respond(operator, asked)["status"] == "execution_ended"
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     assert mail.outbox == []
 
 
@@ -138,7 +139,7 @@ def test_it_cancels_a_queued_run_of_a_deleted_agent(admin, operator):
     delete(admin)
 
     assert Run.objects.get(id=response.json()["runId"]).status == RunStatus.CANCELLED
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     assert mail.outbox == []
 
 
@@ -146,11 +147,11 @@ def test_it_never_starts_a_claimed_turn_of_a_deleted_agent(admin, operator):
     make_agent(admin, tools=[{"name": "send_email", "approval": "never"}])
     response = run(operator, {"message": call_line("send_email", EMAIL), "sessionId": "s1"}, **ASYNC)
     assert response.status_code == 202, response.content
-    claimed = queue.claim("worker-a")
+    claimed = claiming.claim("worker-a")
     assert claimed is not None
 
     delete(admin)
-    queue._runner("worker-a").run_task(claimed)
+    claiming.task_runner("worker-a").run_task(claimed)
 
     assert Run.objects.get(id=response.json()["runId"]).status == RunStatus.CANCELLED
     assert mail.outbox == []
@@ -178,7 +179,7 @@ def test_it_closes_what_a_turn_running_during_the_deletion_leaves_open(admin, op
     ]
     asked = {"runId": str(run.id), "pendingRequests": [{"requestId": str(request.id)}]}
     assert respond(operator, asked)["status"] == "execution_ended"
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     assert mail.outbox == []
 
 
@@ -197,7 +198,7 @@ def test_it_refuses_to_start_a_turn_of_an_agent_deleted_after_its_checks(admin, 
 
     assert (rejected.value.status, rejected.value.code) == (404, "agent_not_found")
     assert snapshot() == before
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     assert mail.outbox == []
 
 
@@ -209,7 +210,7 @@ def test_it_deletes_from_the_console_the_same_way(admin, operator, assistant):
     assert "Deleted agent “assistant”." in response.content.decode()
     assert request_of(operator, request_id(asked))["status"] == "abandoned"
     assert respond(operator, asked)["status"] == "execution_ended"
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     assert mail.outbox == []
 
 

@@ -1,4 +1,4 @@
-"""The hand-over of a run queued in this process to an idle worker thread (agents.queue.Seat): a run refused as it
+"""The hand-over of a run queued in this process to an idle worker thread (agents.seats.Seat): a run refused as it
 starts writes nothing and gives its thread back; a handed run reads its rules as its turn begins. (The hand-over
 with real servers: tests/processes/test_handoff.py.)"""
 
@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents import queue
+from agents import claiming, keeper, queue
 from agents.models import Run, RunStatus
-from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
+from agents.prepare import RunRejected, live_version, prepare_run
+from agents.run_requests import RunRequest
 from approvals.models import Rule
 from tests.helpers import EMAIL, call_line, run_handed, run_ok, stored_events
 
@@ -97,8 +98,8 @@ def test_a_continuation_that_cannot_be_begun_as_it_is_handed_gives_the_thread_ba
     assert seat.take_idle() == 0  # given back, not left waiting for a task it never gets
     seat.idle(0)
     Run.objects.filter(pk=continuation).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    queue.reclaim_lost()
-    assert queue.drain() == 1
+    keeper.reclaim_lost()
+    assert claiming.drain() == 1
     run = Run.objects.get(pk=continuation)
     assert (run.status, run.output) == (RunStatus.COMPLETED, f"send_email: sent to {EMAIL['to']}")
     assert [e.type for e in stored_events(continuation)].count("run.started") == 1

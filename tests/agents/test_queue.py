@@ -15,7 +15,7 @@ from django.test import AsyncClient
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
-from agents import queue
+from agents import claiming, keeper, queue
 from agents.definitions import DefinitionContent
 from agents.engine import Answers
 from agents.models import Agent, Run, RunStatus, Session
@@ -83,7 +83,7 @@ def test_it_answers_202_and_the_worker_runs_the_turn(operator, assistant):
     assert get_run(operator, accepted["runId"])["status"] == "queued"
     assert [e.type for e in stored_events(accepted["runId"])] == ["run.started", "user.message"]
 
-    assert queue.drain() == 1
+    assert claiming.drain() == 1
 
     result = get_run(operator, accepted["runId"])
     assert (result["status"], result["output"], result["lane"]) == ("completed", "You said: hello", "default")
@@ -93,13 +93,13 @@ def test_it_answers_202_and_the_worker_runs_the_turn(operator, assistant):
     assert events[-1].type == "run.completed"
     run_row = Run.objects.get(id=accepted["runId"])
     assert (run_row.attempts, run_row.queued_input, run_row.lease_expires_at) == (1, None, None)
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
 
 
 def drain_apart() -> int:
     """Play a worker in a thread of its own, closing its connection as a worker thread would."""
     try:
-        return queue.drain()
+        return claiming.drain()
     finally:
         connections.close_all()
 
@@ -125,7 +125,7 @@ def test_it_keeps_documents_until_the_turn_and_forgets_them_after(operator, assi
     accepted = queue_run(operator, {"message": "echo documents", "documents": [{"name": "spec.md", "content": "x"}]})
     assert Run.objects.get(id=accepted["runId"]).queued_input["documents"] == [["spec.md", "x"]]
 
-    queue.drain()
+    claiming.drain()
 
     run_row = Run.objects.get(id=accepted["runId"])
     assert (run_row.output, run_row.queued_input) == ("spec.md", None)
@@ -140,7 +140,7 @@ def test_a_queued_run_keeps_its_answers_on_their_requests_and_the_worker_hands_t
     assert set(kept) == {"instructions", "documents", "carried", "leftOpen"}
     assert kept["carried"] == [request_id]  # the request it carries, not a copy of the answer
     assert kept["leftOpen"] == []  # nothing else stays open through its turn
-    assert queue.drain() == 1
+    assert claiming.drain() == 1
     assert get_run(operator, accepted["runId"])["output"] == f"send_email: sent to {EMAIL['to']}"
     assert len(mail.outbox) == 1
 
@@ -153,7 +153,7 @@ def test_a_queued_turn_that_abandons_requests_goes_on_as_a_turn_run_here(operato
         body = {"sessionId": session, "message": "never mind", "abandonPending": True}
         if queued:
             accepted = queue_run(operator, body)
-            assert queue.drain() == 1
+            assert claiming.drain() == 1
             ended.append(get_run(operator, accepted["runId"]))
         else:
             ended.append(run_ok(operator, body))
@@ -178,7 +178,7 @@ def test_a_run_queued_with_a_copy_of_its_answers_runs_on_that_copy(operator, ass
     continuation.queued_input = {**continuation.queued_input, "answers": copy.dump()}
     continuation.save(update_fields=["queued_input"])
 
-    assert queue.drain() == 1
+    assert claiming.drain() == 1
 
     assert get_run(operator, str(continuation.id))["output"] == "send_email denied: Not today"
     assert mail.outbox == []
@@ -206,17 +206,17 @@ def test_it_holds_a_lane_to_its_limit_over_all_workers(operator, assistant, sett
     second = queue_run(operator, {"message": "two", "lane": "slow"})
     other = queue_run(operator, {"message": "three", "lane": "fast"})
 
-    taken = queue.claim("worker-a")
+    taken = claiming.claim("worker-a")
     assert taken is not None and taken.args_kwargs["args"] == [first["runId"]]
     # Lane "slow" is full while its first run runs: the next claim takes the other lane's run.
-    taken_next = queue.claim("worker-b")
+    taken_next = claiming.claim("worker-b")
     assert taken_next is not None and taken_next.args_kwargs["args"] == [other["runId"]]
-    assert queue.claim("worker-c") is None
+    assert claiming.claim("worker-c") is None
     assert Run.objects.get(id=second["runId"]).status == RunStatus.QUEUED
 
-    queue._runner("worker-a").run_task(taken)
+    claiming.task_runner("worker-a").run_task(taken)
     assert Run.objects.get(id=first["runId"]).status == RunStatus.COMPLETED
-    assert queue.drain(["slow"]) == 1
+    assert claiming.drain(["slow"]) == 1
     assert Run.objects.get(id=second["runId"]).status == RunStatus.COMPLETED
 
 
@@ -226,7 +226,7 @@ def test_a_batch_claim_takes_one_task_per_worker_within_the_lanes_limits(operato
     long = [queue_run(operator, {"message": f"long {n}", "lane": "long-" + "x" * 40})["runId"] for n in range(2)]
     fast = [queue_run(operator, {"message": f"fast {n}", "lane": "fast"})["runId"] for n in range(2)]
 
-    taken = queue.claim_batch(["worker-a", "worker-b", "worker-c", "worker-d", "worker-e"])
+    taken = claiming.claim_batch(["worker-a", "worker-b", "worker-c", "worker-d", "worker-e"])
 
     # One of each limited lane, both of the other: four tasks for five workers, in queue order.
     assert [task.args_kwargs["args"][0] for task in taken] == [slow[0], long[0], *fast]
@@ -234,7 +234,7 @@ def test_a_batch_claim_takes_one_task_per_worker_within_the_lanes_limits(operato
         run_id = task.args_kwargs["args"][0]
         assert task.worker_ids == [worker_id]
         assert Run.objects.filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id, attempts=1).exists()
-    assert queue.claim_batch(["worker-f", "worker-g"]) == []
+    assert claiming.claim_batch(["worker-f", "worker-g"]) == []
     assert set(Run.objects.filter(status=RunStatus.QUEUED).values_list("id", flat=True)) == {
         Run.objects.get(id=run_id).id for run_id in [*slow[1:], *long[1:]]
     }
@@ -244,7 +244,7 @@ def test_a_worker_of_some_lanes_leaves_the_others_alone(operator, assistant):
     mine = queue_run(operator, {"message": "mine", "lane": "reports"})
     theirs = queue_run(operator, {"message": "theirs"})
 
-    assert queue.drain(["reports"]) == 1
+    assert claiming.drain(["reports"]) == 1
 
     assert Run.objects.get(id=mine["runId"]).status == RunStatus.COMPLETED
     assert Run.objects.get(id=theirs["runId"]).status == RunStatus.QUEUED
@@ -254,7 +254,7 @@ def test_a_lane_longer_than_a_queue_name_still_works(operator, assistant):
     lane = "a" * 64
     accepted = queue_run(operator, {"message": "long", "lane": lane})
 
-    assert queue.drain([lane]) == 1
+    assert claiming.drain([lane]) == 1
     assert get_run(operator, accepted["runId"])["lane"] == lane
 
 
@@ -264,7 +264,7 @@ def test_it_cancels_a_queued_run(operator, assistant):
     response = operator.api("POST", f"/api/runs/{accepted['runId']}/cancel")
 
     assert response.json() == {"runId": accepted["runId"], "status": "cancelled"}
-    assert queue.drain() == 0
+    assert claiming.drain() == 0
     result = get_run(operator, accepted["runId"])
     assert (result["status"], result["output"]) == ("cancelled", None)
     assert stored_events(accepted["runId"])[-1].type == "run.cancelled"
@@ -293,7 +293,7 @@ def test_cancelling_a_queued_continuation_keeps_the_answer_for_the_next_turn(ope
 
 def test_a_cancel_asked_elsewhere_reaches_the_running_turn(operator, assistant):
     accepted = queue_run(operator, {"message": "hi"})
-    queue.claim("worker-elsewhere")
+    claiming.claim("worker-elsewhere")
 
     response = operator.api("POST", f"/api/runs/{accepted['runId']}/cancel")
 
@@ -310,7 +310,7 @@ def test_it_refuses_to_cancel_a_finished_run(operator, assistant):
 
 def test_a_continuation_from_the_inbox_is_queued_on_the_lane_that_asked(operator, assistant):
     accepted = queue_run(operator, {"message": call_line("send_email", EMAIL), "sessionId": "l1", "lane": "mail"})
-    queue.drain()
+    claiming.drain()
     asked = get_run(operator, accepted["runId"])
     assert asked["status"] == "awaiting_approval"
 
@@ -323,8 +323,8 @@ def test_a_continuation_from_the_inbox_is_queued_on_the_lane_that_asked(operator
     continuation = Run.objects.get(id=outcome["continuationRunId"])
     assert (continuation.status, continuation.lane) == (RunStatus.QUEUED, "mail")
     assert mail.outbox == []
-    assert queue.drain(["default"]) == 0
-    assert queue.drain(["mail"]) == 1
+    assert claiming.drain(["default"]) == 0
+    assert claiming.drain(["mail"]) == 1
     continuation.refresh_from_db()
     assert (continuation.status, len(mail.outbox)) == (RunStatus.COMPLETED, 1)
 
@@ -335,7 +335,7 @@ def test_it_retries_a_rate_limited_turn(operator, remote, fake):
     fake.reply_text("Done.")
     accepted = queue_run(operator, {"message": "hi"}, agent="remote")
 
-    assert queue.drain() == 3
+    assert claiming.drain() == 3
 
     result = get_run(operator, accepted["runId"])
     assert (result["status"], result["output"]) == ("completed", "Done.")
@@ -353,7 +353,7 @@ def test_it_gives_up_after_the_last_attempt(operator, remote, fake, settings):
     fake.fail(429)
     accepted = queue_run(operator, {"message": "hi"}, agent="remote")
 
-    queue.drain()
+    claiming.drain()
 
     result = get_run(operator, accepted["runId"])
     assert (result["status"], result["error"]["code"]) == ("failed", "provider_rate_limited")
@@ -364,7 +364,7 @@ def test_it_never_retries_a_permanent_failure(operator, remote, fake):
     fake.fail(401)
     accepted = queue_run(operator, {"message": "hi"}, agent="remote")
 
-    assert queue.drain() == 1
+    assert claiming.drain() == 1
     assert get_run(operator, accepted["runId"])["error"]["code"] == "provider_auth_failed"
 
 
@@ -373,7 +373,7 @@ def test_it_never_retries_once_a_tool_with_side_effects_ran(operator, remote, fa
     fake.fail(503)
     accepted = queue_run(operator, {"message": "mail it"}, agent="remote")
 
-    assert queue.drain() == 1
+    assert claiming.drain() == 1
 
     result = get_run(operator, accepted["runId"])
     assert (result["status"], result["error"]["code"]) == ("failed", "provider_unavailable")
@@ -387,14 +387,14 @@ def test_it_retries_after_a_tool_without_side_effects(operator, remote, fake):
     fake.reply_text("It is late.")
     accepted = queue_run(operator, {"message": "time?"}, agent="remote")
 
-    queue.drain()
+    claiming.drain()
 
     assert get_run(operator, accepted["runId"])["output"] == "It is late."
 
 
 def lose_worker(run_id: str) -> Run:
     """Claim the run's task as a worker that then dies: its lease runs out."""
-    assert queue.claim("worker-that-dies") is not None
+    assert claiming.claim("worker-that-dies") is not None
     Run.objects.filter(id=run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     return Run.objects.get(id=run_id)
 
@@ -403,12 +403,12 @@ def test_it_queues_again_a_run_whose_worker_died(operator, assistant):
     accepted = queue_run(operator, {"message": "hello"})
     lose_worker(accepted["runId"])
 
-    [reclaimed] = queue.reclaim_lost()
+    [reclaimed] = keeper.reclaim_lost()
 
     assert str(reclaimed.id) == accepted["runId"]
     assert Run.objects.get(id=accepted["runId"]).status == RunStatus.QUEUED
     assert DBTaskResult.objects.filter(status="FAILED").count() == 1
-    assert queue.drain() == 1
+    assert claiming.drain() == 1
     result = get_run(operator, accepted["runId"])
     assert (result["status"], result["output"]) == ("completed", "You said: hello")
     [retry] = [e for e in stored_events(accepted["runId"]) if e.type == "run.retrying"]
@@ -424,7 +424,7 @@ def test_a_run_lost_on_its_last_attempt_fails_worker_lost_and_keeps_its_answers(
     ).json()["continuationRunId"]
     lose_worker(continuation)
 
-    queue.reclaim_lost()
+    keeper.reclaim_lost()
 
     result = get_run(operator, continuation)
     assert (result["status"], result["error"]["code"]) == ("failed", "worker_lost")
@@ -451,8 +451,8 @@ def test_the_last_answer_queues_its_continuation_and_the_worker_that_takes_it_be
     assert (str(pending.answered_in_id), stored_events(continuation)) == (continuation, [])
 
     lose_worker(continuation)
-    queue.reclaim_lost()
-    assert queue.drain() == 1
+    keeper.reclaim_lost()
+    assert claiming.drain() == 1
 
     events = stored_events(continuation)
     types = [event.type for event in events]
@@ -505,22 +505,22 @@ def test_a_last_answer_that_finds_another_turn_on_its_way_is_stored_and_starts_n
 
 def test_it_leaves_a_run_alone_while_its_lease_holds(operator, assistant):
     accepted = queue_run(operator, {"message": "hello"})
-    queue.claim("worker-alive")
+    claiming.claim("worker-alive")
 
-    assert queue.reclaim_lost() == []
+    assert keeper.reclaim_lost() == []
     assert Run.objects.get(id=accepted["runId"]).status == RunStatus.RUNNING
 
 
 def test_a_late_outcome_of_a_reclaimed_run_is_dropped(operator, assistant):
     accepted = queue_run(operator, {"message": "hello"})
-    task = queue.claim("worker-slow")
+    task = claiming.claim("worker-slow")
     assert task is not None
     Run.objects.filter(id=accepted["runId"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    queue.reclaim_lost()  # queued again
-    queue._runner("worker-slow").run_task(task)  # the slow worker wakes up: its turn must not land
+    keeper.reclaim_lost()  # queued again
+    claiming.task_runner("worker-slow").run_task(task)  # the slow worker wakes up: its turn must not land
 
     assert Run.objects.get(id=accepted["runId"]).status == RunStatus.QUEUED
-    queue.drain()
+    claiming.drain()
     assert [e.type for e in stored_events(accepted["runId"])].count("run.completed") == 1
 
 
@@ -528,8 +528,8 @@ def test_the_outcome_of_a_run_taken_over_meanwhile_writes_neither_the_run_nor_it
     """The run's outcome and its session's row are written in one statement on PostgreSQL (`update_together`): when
     the run is no longer held by the worker finishing it, neither is written."""
     accepted = queue_run(operator, {"message": "hello", "sessionId": "late"})
-    assert queue.claim("worker-slow") is not None
-    started = queue.load_started(queue._runs().get(id=accepted["runId"]))
+    assert claiming.claim("worker-slow") is not None
+    started = queue.load_started(queue.loaded_runs().get(id=accepted["runId"]))
     result = run_here(execute(started))
     assert result.outcome is not None and result.outcome.conversation is not None
     Run.objects.filter(id=accepted["runId"]).update(worker_id="worker-new")  # its lease ran out; another holds it

@@ -10,10 +10,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core import mail
 
-from agents import queue
+from agents import claiming
 from agents.models import Attachment, Run, RunStatus, Session
 from agents.outcomes import finish_run
-from agents.prepare import RunRejected, RunRequest, live_version, prepare_run
+from agents.prepare import RunRejected, live_version, prepare_run
+from agents.run_requests import RunRequest
 from agents.runs import execute, start_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from tests.helpers import (
@@ -699,7 +700,7 @@ def test_it_refuses_a_second_turn_while_one_of_the_session_is_queued_or_running(
     first = run(operator, {"message": "hello", "sessionId": "busy"}, HTTP_PREFER="respond-async")
     assert first.status_code == 202, first.content
     if claimed:
-        assert queue.claim("worker-elsewhere") is not None
+        assert claiming.claim("worker-elsewhere") is not None
     assert Run.objects.get().status == (RunStatus.RUNNING if claimed else RunStatus.QUEUED)
     before = snapshot()
 

@@ -14,8 +14,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents import queue
+from agents import claiming
 from agents.models import Run, RunStatus
+from agents.turns import PROCESS_ID
 from tests.conftest import Persona
 from tests.helpers import EMAIL, call_line, make_agent, run_handed
 
@@ -52,7 +53,7 @@ BUDGETS = {
     # On PostgreSQL the task and the run taken are one statement, and so are the run's outcome and its session's row
     # (console.sql.update_together).
     "continuation": (11, 12),
-    # Handed to an idle thread of the process that queued it (agents.queue.Seat), begun from what queueing it read:
+    # Handed to an idle thread of the process that queued it (agents.seats.Seat), begun from what queueing it read:
     # no claim, nothing read again but the rules its turn may consult (the issue's 12 met); the answer that hands it
     # over counts its lane under the lane's lock, as a claim would.
     "handed continuation": (6, 7),
@@ -82,10 +83,10 @@ def answer(persona: Persona, asked: dict[str, Any], index: int = 0) -> dict[str,
 
 def work() -> None:
     """A worker's part in one queued run: its claim and its turn (not the poll after it, which is the next one's)."""
-    worker = f"{queue.PROCESS_ID}:budget"
-    db_task = queue.claim(worker)
+    worker = f"{PROCESS_ID}:budget"
+    db_task = claiming.claim(worker)
     assert db_task is not None
-    queue._runner(worker).run_task(db_task)
+    claiming.task_runner(worker).run_task(db_task)
 
 
 @pytest.fixture

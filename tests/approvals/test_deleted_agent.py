@@ -9,9 +9,9 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
+from agents.claiming import drain
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run
-from agents.queue import drain
 from approvals.models import PendingRequest, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import ask_for_a_day, snapshot

@@ -20,7 +20,9 @@ class Command(BaseCommand):
         parser.add_argument("--batch", action="store_true", help="Run every ready queued run, then exit.")
 
     def handle(self, *args: Any, lanes: str, threads: int | None, batch: bool, **options: Any) -> None:
-        from agents.queue import WorkerPool, drain, reclaim_lost
+        from agents.claiming import drain
+        from agents.keeper import reclaim_lost
+        from agents.workers import WorkerPool
 
         chosen = None if lanes.strip() == "*" else [lane.strip() for lane in lanes.split(",")]
         for lane in chosen or []:

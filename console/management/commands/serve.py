@@ -6,7 +6,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 import console.asgi  # noqa: F401  (loaded here, before tune_collector(), so the freeze covers it)
-from agents.queue import WorkerPool, start_keeper
+from agents.keeper import start_keeper
+from agents.workers import WorkerPool
 from approvals.deadlines import start_digests, start_signer, start_sweeper
 
 

@@ -1,0 +1,98 @@
+"""What a client sends to start a turn (SPEC section 4): its message, session, parameters, documents, lane and the
+answers it carries to the session's open requests, as pydantic models of the JSON body. `agents.prepare.prepare_run`
+checks one whole against the agent and the session."""
+
+import re
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictBool, StrictInt, field_validator
+
+from agents.definitions import CULTURE, WireModel
+from agents.lanes import LANE_PATTERN
+from approvals.kinds import KINDS
+from approvals.rules import Remember, RememberedUntil
+
+# An answer's requestId is any string: one that is not a UUID names no request of the session, which is
+# `unknown_request` (SPEC section 4) rather than a malformed body.
+RequestId = Annotated[str, Field(max_length=200)]
+
+
+class ApprovalAnswer(WireModel):
+    request_id: RequestId
+    approved: StrictBool
+    reason: str | None = Field(default=None, max_length=2000)
+    remember: Remember = None
+    remember_arguments_only: StrictBool = False
+    override_arguments: dict[str, Any] | None = None
+    expires_at: RememberedUntil = None
+
+
+class ToolResultAnswer(WireModel):
+    call_id: str = Field(min_length=1, max_length=200)
+    result: Any = None
+    error_message: str | None = Field(default=None, max_length=5000)
+    outcome: Literal["completed", "failed", "rejected", "background"] | None = None
+
+
+class InputAnswer(WireModel):
+    request_id: RequestId
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+
+
+class PersonAnswer(WireModel):
+    """An answer to a question, a plan or a continuation (SPEC section 9): `text`, `json` or `approved`."""
+
+    request_id: RequestId
+    text: str | None = Field(default=None, max_length=20_000)
+    json_value: Any = Field(default=None, alias="json")
+    approved: StrictBool | None = None
+
+
+# The kinds `answers` answers (those whose every answer field a `PersonAnswer` has), and the fields each reads.
+PERSON_FIELDS = frozenset({"text", "approved"})
+PERSON_KINDS = {name: kind.fields for name, kind in KINDS.items() if kind.fields <= PERSON_FIELDS}
+
+
+SESSION_KEY = re.compile(r"[^/\x00-\x1f\x7f]+")
+
+
+class Document(WireModel):
+    name: str = Field(min_length=1, max_length=255)
+    content: str = Field(max_length=1_000_000)
+
+
+class RunRequest(WireModel):
+    message: str | None = Field(default=None, max_length=200_000)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    parameters: dict[str, Any] | None = None
+    culture: str | None = Field(default=None, max_length=35)
+    documents: list[Document] = Field(default_factory=list)
+    attachment_ids: list[uuid.UUID] = Field(default_factory=list)
+    approvals: list[ApprovalAnswer] = Field(default_factory=list)
+    tool_results: list[ToolResultAnswer] = Field(default_factory=list)
+    input_responses: list[InputAnswer] = Field(default_factory=list)
+    answers: list[PersonAnswer] = Field(default_factory=list)
+    abandon_pending: StrictBool = False
+    definition_version: StrictInt | None = Field(default=None, ge=1)
+    lane: str | None = Field(default=None, pattern=LANE_PATTERN)
+
+    @field_validator("session_id")
+    @classmethod
+    def _session_id(cls, value: str | None) -> str | None:
+        # A session is addressed in paths (/api/sessions/{sessionId}/…).
+        if value is not None and not SESSION_KEY.fullmatch(value):
+            raise ValueError("a session id may not contain '/' or control characters")
+        return value
+
+    @field_validator("culture")
+    @classmethod
+    def _culture(cls, value: str | None) -> str | None:
+        if value is not None and not CULTURE.match(value):
+            raise ValueError("not a culture name (like 'tr' or 'tr-TR')")
+        return value
+
+    @property
+    def has_answers(self) -> bool:
+        return bool(self.approvals or self.tool_results or self.input_responses or self.answers)
