@@ -13,16 +13,14 @@ from django.utils import timezone
 
 from agents import checkpoints
 from agents.engine import TurnBlocked, TurnError
-from agents.events import EventLog, EventType
+from agents.events import EventLog
 from agents.models import Run, RunStatus, Session
 from agents.payloads import BlockedError, ErrorInfo, RunAwaiting, RunBlocked, RunCompleted, RunFailed, SessionError
 from agents.runs import ExecutionResult, StartedRun, calls_with_side_effects, record_cancelled, record_terminated
-from approvals import receipts
-from approvals.decisions import Actor, Decision, Unasked, announced_together, decide, hand_back, record_unasked
+from agents.signals import requests_opened
+from approvals.decisions import Actor, Decision, announced_together, decide, hand_back, record_unasked
 from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
-from approvals.push import notify_requests_opened
-from approvals.rules import rule_versions
 from console.sql import update_together
 
 logger = logging.getLogger(__name__)
@@ -57,7 +55,8 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
         run.refresh_from_db()
         return []
     started.log.publish_rest()
-    notify_requests_opened(opened)
+    if opened:
+        requests_opened.send(Run, requests=opened)
     return opened
 
 
@@ -230,39 +229,7 @@ def _store_outcome(
     only_opened = (first or prepared.left_open == []) and not handed_back
     checkpoints.record(run, first=first, open_requests=opened if only_opened else None)
     log.flush()
-    _record_receipts(run, log)
-
-
-def _record_receipts(run: Run, log: EventLog) -> None:
-    """The receipts of the calls the turn decided without a request (SPEC section 13): a rule approved them or a
-    policy denied them (`request.answered` naming the rule or policy, whose request id is no request's)."""
-    decided = [
-        event
-        for event in log.stored
-        if event.type == EventType.REQUEST_ANSWERED and (event.data.get("ruleId") or event.data.get("policy"))
-    ]
-    if not decided:
-        return
-    ids = [e.data["requestId"] for e in decided]
-    # A request's (a person answered it) or a call's whose receipt is written already (the same log, once more).
-    asked = PendingRequest.objects.filter(id__in=ids).values_list("id", flat=True)
-    written = receipts.Receipt.objects.filter(request_id__in=ids).values_list("request_id", flat=True)
-    known = {str(request_id) for request_id in [*asked, *written]}
-    versions = rule_versions([e.data["ruleId"] for e in decided if e.data.get("ruleId")])
-    calls = [
-        Unasked(
-            event.data["requestId"],
-            event.data.get("toolName") or "",
-            event.data.get("arguments"),
-            event.timestamp,
-            rule_id=event.data.get("ruleId"),
-            rule_version=versions.get(event.data.get("ruleId") or "", 1),
-            binding=(event.data.get("policy") or {}).get("binding"),
-        )
-        for event in decided
-        if event.data["requestId"] not in known  # a person's answer to a policy's escalation: its receipt was written
-    ]
-    record_unasked(run, calls)
+    record_unasked(run, log.stored)
 
 
 def _record_failed(log: EventLog, error: dict[str, str]) -> None:

@@ -10,8 +10,8 @@ from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from agents.definitions import CULTURE, WireModel
 from agents.lanes import LANE_PATTERN
+from agents.rule_matching import Remember, RememberedUntil
 from approvals.kinds import KINDS
-from approvals.rules import Remember, RememberedUntil
 
 # An answer's requestId is any string: one that is not a UUID names no request of the session, which is
 # `unknown_request` (SPEC section 4) rather than a malformed body.

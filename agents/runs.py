@@ -23,7 +23,7 @@ from agents.payloads import Abort, DocumentAttached, RequestTerminated, RunCance
 from agents.policies import PolicyScope
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
 from agents.turns import hold_here, holding
-from approvals.decisions import Actor, Decision, Via, announced_together, decide, deliver, deliver_closed
+from approvals.decisions import Actor, Decision, Via, announced_together, carry, carry_closed, decide
 from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.rules import rules_in_force
@@ -127,7 +127,7 @@ def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = Non
             if not decide(pending, Decision(answerer, payload, carried_in=run), now):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
-        if not deliver(prepared.stored_answers, run, now):
+        if not carry(prepared.stored_answers, run, now):
             detail = "A request whose stored answer this run carries was carried or closed meanwhile."
             raise RunRejected(409, "already_answered", detail)
         carried = [*prepared.answered, *((pending, None) for pending in prepared.stored_answers)]
@@ -207,7 +207,7 @@ TERMINATED_REASONS = {
 def _carry_terminated(pending: PendingRequest, run: Run, answers: Answers) -> None:
     """Mark a request closed without an answer (expired, cancelled) carried by `run`, and tell the engine that its
     call did not run; the decision is recorded apart from a human "no"."""
-    if not deliver_closed(pending, run):
+    if not carry_closed(pending, run):
         raise RunRejected(409, "already_answered", f"The request {pending.id} was delivered meanwhile.")
     # Its closing was recorded when it closed (`record_terminated`); the model learns of it now.
     close(pending, answers, TERMINATED_REASONS[RequestStatus(pending.status)])

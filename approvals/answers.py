@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool
 
 from agents.definitions import WireModel
-from approvals.rules import Remember, RememberedUntil
+from agents.rule_matching import Remember, RememberedUntil
 
 Status = Literal[
     "accepted",

@@ -5,7 +5,7 @@ version; a policy; the tool's approval mode `never`; the system) and what (an an
 expired, cancelled, abandoned). `decide` writes it on its request as one conditional update (of two writers at
 once, one wins) with the request's receipt in the same transaction, and once committed tells every open inbox, the
 long polls and the webhooks that the request left (`approvals.push.notify_requests_closed`, batched per
-`announced_together` block). `deliver` and `deliver_closed` mark decisions already written as carried by the run
+`announced_together` block). `carry` and `carry_closed` mark decisions already written as carried by the run
 that hands them to the engine: not decisions, so no receipt.
 
 A decision nobody was asked for is one `Actor` too (`Actor.rule`, `Actor.policy`, `Actor.approval_mode`): an
@@ -17,7 +17,7 @@ outside this module writes a request's end.
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,21 +27,22 @@ from typing import Any
 from django.db import transaction
 
 from agents.models import Run
+from agents.payloads import EventType
 from approvals import receipts
-from approvals.models import PendingRequest, RequestStatus, Via
+from approvals.models import PendingRequest, RequestStatus, Rule, Via
 from approvals.push import notify_requests_closed
 from approvals.receipts import APPROVAL_MODE, CANCEL, HUMAN, POLICY, RULE, SYSTEM, Decider
+from console.models import Tenant
 from console.tenancy import AUTH_METHOD
 
 __all__ = [
     "Actor",
     "Decision",
-    "Unasked",
     "Via",
     "announced_together",
+    "carry",
+    "carry_closed",
     "decide",
-    "deliver",
-    "deliver_closed",
     "hand_back",
     "note_remembered",
     "record_unasked",
@@ -148,7 +149,7 @@ def _written(pending: PendingRequest, found: Any, changes: dict[str, Any], actor
     return True
 
 
-def deliver(requests: list[PendingRequest], run: Run, now: datetime) -> bool:
+def carry(requests: list[PendingRequest], run: Run, now: datetime) -> bool:
     """Mark the requests whose answers were decided before (inbox, respond API, a rule) carried by `run`, in one
     conditional update while each is as it was found: open with its answer, carried by no run. False when any was
     carried or closed in between (the caller's transaction then writes nothing)."""
@@ -166,68 +167,10 @@ def deliver(requests: list[PendingRequest], run: Run, now: datetime) -> bool:
     return True
 
 
-def deliver_closed(pending: PendingRequest, run: Run) -> bool:
+def carry_closed(pending: PendingRequest, run: Run) -> bool:
     """Mark a request closed unanswered (expired, cancelled) carried by `run`, which tells the model its call did not
     run; False when another run carried it first."""
     return bool(PendingRequest.objects.filter(pk=pending.pk, answered_in=None).update(answered_in=run))
-
-
-@dataclass(frozen=True)
-class Unasked:
-    """A hosted turn's call decided without a request: `rule_id` approved it (at its version then), else `binding`
-    (a policy of the run's definition) denied it."""
-
-    request_id: str
-    tool_name: str
-    arguments: Any
-    at: datetime
-    rule_id: str | None = None
-    rule_version: int = 1
-    binding: Any = None
-
-
-def record_unasked(run: Run, calls: list[Unasked]) -> None:
-    """The receipts of `calls`, which `run`'s turn decided without asking anyone, decided by the same actors as an
-    external agent's request a rule or a policy decides."""
-    facts = []
-    for call in calls:
-        if call.rule_id:
-            actor, result = Actor.rule(call.rule_id, call.rule_version), "approved"
-        else:
-            actor, result = Actor.policy(call.binding, run.version.number), "denied-by-permission-request-hook"
-        facts.append(
-            receipts.call_facts(
-                run, run.agent.name, call.request_id, call.tool_name, call.arguments, actor.decider, result, call.at
-            )
-        )
-    receipts.record(run.tenant_id, facts)
-
-
-# The requests decided in the current `announced_together` block, by tenant.
-_TOGETHER: ContextVar[dict[int, list[str]] | None] = ContextVar("airlock_decided_together", default=None)
-
-
-@contextlib.contextmanager
-def announced_together() -> Iterator[None]:
-    """Announce the requests decided in the block in one push per tenant, once the block's work is committed (a
-    sweep, a cancel, a run that carries many answers); nothing when the block raises."""
-    decided: dict[int, list[str]] = {}
-    token = _TOGETHER.set(decided)
-    try:
-        yield
-    finally:
-        _TOGETHER.reset(token)
-    for tenant_id, ids in decided.items():
-        transaction.on_commit(partial(notify_requests_closed, tenant_id, ids))
-
-
-def _announce(pending: PendingRequest) -> None:
-    together = _TOGETHER.get()
-    if together is not None:
-        together.setdefault(pending.tenant_id, []).append(str(pending.id))
-        return
-    tenant = pending.tenant if PendingRequest.tenant.is_cached(pending) else None
-    transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [str(pending.id)], tenant))
 
 
 def hand_back(run: Run, ran: set[str]) -> None:
@@ -245,3 +188,70 @@ def note_remembered(pending: PendingRequest, rule_id: str) -> None:
     """Note on an approval's answer the rule it remembered (`rememberedRuleId`), once the rule is made."""
     pending.answer = {**(pending.answer or {}), "rememberedRuleId": rule_id}
     PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
+
+
+def record_unasked(run: Run, events: Iterable[Any]) -> None:
+    """The receipts of the calls `run`'s turn decided without asking anyone (its stored `events`: `request.answered`
+    naming a rule that approved the call or a policy that denied it, whose request id is no request's), decided by
+    the same actors as an external agent's request a rule or a policy decides."""
+    decided = [
+        e for e in events if e.type == EventType.REQUEST_ANSWERED and (e.data.get("ruleId") or e.data.get("policy"))
+    ]
+    if not decided:
+        return
+    ids = [e.data["requestId"] for e in decided]
+    # A request's (a person answered a policy's escalation) or a call's whose receipt is written already.
+    asked = PendingRequest.objects.filter(id__in=ids).values_list("id", flat=True)
+    written = receipts.Receipt.objects.filter(request_id__in=ids).values_list("request_id", flat=True)
+    known = {str(request_id) for request_id in [*asked, *written]}
+    rule_ids = {e.data["ruleId"] for e in decided if e.data.get("ruleId")}
+    # The version each rule is at now (the receipt names `rule:<id>@<version>`).
+    versions = {str(pk): n for pk, n in Rule.objects.filter(id__in=rule_ids).values_list("id", "version")}
+    facts = []
+    for event in decided:
+        data = event.data
+        if data["requestId"] in known:
+            continue
+        if rule_id := data.get("ruleId"):
+            actor, result = Actor.rule(rule_id, versions.get(rule_id, 1)), "approved"
+        else:
+            actor = Actor.policy(data["policy"].get("binding"), run.version.number)
+            result = "denied-by-permission-request-hook"
+        name, arguments = data.get("toolName") or "", data.get("arguments")
+        facts.append(
+            receipts.call_facts(
+                run, run.agent.name, data["requestId"], name, arguments, actor.decider, result, event.timestamp
+            )
+        )
+    receipts.record(run.tenant_id, facts)
+
+
+# The requests decided in the current `announced_together` block, by tenant id: the tenant (when read already) and
+# their ids.
+_TOGETHER: ContextVar[dict[int, tuple[Tenant | None, list[str]]] | None] = ContextVar(
+    "airlock_decided_together", default=None
+)
+
+
+@contextlib.contextmanager
+def announced_together() -> Iterator[None]:
+    """Announce the requests decided in the block in one push per tenant, once the block's work is committed (a
+    sweep, a cancel, a run that carries many answers); nothing when the block raises."""
+    decided: dict[int, tuple[Tenant | None, list[str]]] = {}
+    token = _TOGETHER.set(decided)
+    try:
+        yield
+    finally:
+        _TOGETHER.reset(token)
+    for tenant_id, (tenant, ids) in decided.items():
+        transaction.on_commit(partial(notify_requests_closed, tenant_id, ids, tenant))
+
+
+def _announce(pending: PendingRequest) -> None:
+    tenant = pending.tenant if PendingRequest.tenant.is_cached(pending) else None  # read already: not again
+    together = _TOGETHER.get()
+    if together is None:
+        transaction.on_commit(partial(notify_requests_closed, pending.tenant_id, [str(pending.id)], tenant))
+        return
+    known, ids = together.get(pending.tenant_id, (None, []))
+    together[pending.tenant_id] = (known or tenant, [*ids, str(pending.id)])

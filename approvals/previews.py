@@ -7,7 +7,7 @@ after). Its callers: `POST /api/rules/preview`, `POST /api/agents/{name}/policy-
 the rules page's and the policy editor's Preview buttons and the rules page's suggestions.
 
 What a candidate says of one past call:
-- a **rule** approves a call of its tool whose arguments it matches (`approvals.rules.rule_matches` on the
+- a **rule** approves a call of its tool whose arguments it matches (`agents.rule_matching.rule_matches` on the
   arguments the tool ran with: the answer's `overrideArguments`, else the request's), and otherwise asks; a rule
   never denies, and never lifts a policy's escalation (a request that stood for one: ask);
 - a **policy** declaration (its bindings at `pre_tool_call`, on the arguments the request was opened with, as an
@@ -43,9 +43,10 @@ from agents.definitions import DefinitionContent, PoliciesRefused
 from agents.models import Agent, AgentVersion
 from agents.payloads import Payload
 from agents.policies import CompilesThrottled, PolicyBlocked, PolicyScope, compile_problems, webhook_connections
+from agents.rule_matching import arguments_hash, first_matching, rule_matches
 from approvals.models import OPEN, PendingRequest, RequestKind, Rule
 from approvals.receipts import result_kind
-from approvals.rules import RuleIn, arguments_hash, first_matching, refusal, rule_matches
+from approvals.rules import RuleIn, refusal
 from console.models import Tenant
 
 LIMIT, MAX_LIMIT = 200, 10_000

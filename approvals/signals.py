@@ -1,5 +1,5 @@
 """Membership changes (a role, a tenant left, an approver group joined or left) reach the open consoles of
-that user at once."""
+that user at once; requests the run lifecycle opened (`agents.signals.requests_opened`) reach every inbox."""
 
 from functools import partial
 from typing import Any
@@ -8,9 +8,16 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
-from approvals.models import ApproverGroup
-from approvals.push import notify_membership_changed
+from agents.signals import requests_opened
+from approvals.models import ApproverGroup, PendingRequest
+from approvals.push import notify_membership_changed, notify_requests_opened
 from console.models import Membership
+
+
+@receiver(requests_opened)
+def announce_opened(sender: Any, requests: list[PendingRequest], **kwargs: Any) -> None:
+    """Requests a turn or a fork opened (sent once committed): every open inbox shows them."""
+    notify_requests_opened(requests)
 
 
 @receiver(post_save, sender=Membership)

@@ -23,8 +23,8 @@ from agents.prepare import RunRejected, live_version, prepare_run
 from agents.queue import start_queued
 from agents.run_requests import RunRequest
 from agents.runs import author
+from agents.signals import requests_opened
 from approvals.models import PendingRequest, RequestStatus
-from approvals.push import notify_requests_opened
 
 
 def continue_session(
@@ -148,5 +148,5 @@ def fork_session(run: Run) -> Fork:
         session = branch(checkpoint, copies)
         if session is None:
             raise ForkRefused("session_deleted", "The session or its agent was deleted: nothing to fork.")
-        transaction.on_commit(partial(notify_requests_opened, copies))
+        transaction.on_commit(partial(requests_opened.send, Session, requests=copies))
     return Fork(session, checkpoint)

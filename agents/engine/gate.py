@@ -31,8 +31,8 @@ from agents.engine.outcome import TurnError
 from agents.engine.seams import ClientToolGate
 from agents.payloads import Approved, DeniedByHook, PolicyAsk, ToolExecutionComplete
 from agents.policies import PolicyBlocked, TurnPolicies
+from agents.rule_matching import first_matching
 from agents.tools import REGISTRY
-from approvals.rules import first_matching
 
 
 def definition_toolsets(content: DefinitionContent) -> list[AbstractToolset[TurnDeps]]:

@@ -32,6 +32,7 @@ from agents.payloads import (
     RunCompleted,
 )
 from agents.prepare import RunRejected, granted_connections, live_version
+from agents.rule_matching import first_matching
 from agents.run_requests import SESSION_KEY
 from agents.runs import active_rules, run_started
 from agents.tools import STEP_MAX, STEPS_MAX
@@ -50,7 +51,6 @@ from approvals.kinds import KINDS, awaiting_status
 from approvals.kinds.base import schema_problems
 from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.push import notify_requests_opened
-from approvals.rules import first_matching
 from console.models import Membership
 
 

@@ -8,8 +8,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.models import Agent, Session
+from agents.rule_matching import arguments_hash
 from approvals.models import Rule, RuleVersion
-from approvals.rules import RuleEdit, RuleIn, RuleRefused, arguments_hash, refusal
+from approvals.rules import RuleEdit, RuleIn, RuleRefused, refusal
 from console.models import Membership
 
 

@@ -13,7 +13,7 @@ from agents.models import Run, RunStatus
 from agents.payloads import RunCompleted, ToolExecutionComplete, ToolExecutionStart
 from agents.runs import cancel_waiting
 from approvals.actions.external import RequestRefused, too_large
-from approvals.decisions import deliver
+from approvals.decisions import carry
 from approvals.external import RESULT_LIMIT, TooLarge, check_size
 from approvals.kinds import KINDS
 from approvals.models import PendingRequest, RequestKind, RequestStatus
@@ -29,7 +29,7 @@ def settle(pending: PendingRequest) -> None:
     `request.answered`, a remembered rule) and completes. Its waiters were woken with the answer's push."""
     now = timezone.now()
     with transaction.atomic():
-        if not deliver([pending], pending.run, now):
+        if not carry([pending], pending.run, now):
             return
         log = EventLog.resume(pending.run)
         KINDS[pending.kind].record_carried(pending, log)

@@ -3,8 +3,8 @@
 from django.core import mail
 from django.utils import timezone
 
+from agents.rule_matching import arguments_hash
 from approvals.models import PendingRequest, Rule
-from approvals.rules import arguments_hash
 from tests.helpers import (
     EMAIL,
     ask_to_send,

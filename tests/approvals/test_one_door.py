@@ -14,7 +14,7 @@ NOT_DECISIONS = {
     Path("console/management/commands/seed_demo.py"): "moves the demo's history (answered, closed) back in time",
 }
 
-# A request's end: what `approvals.decisions.decide` writes (and `deliver`, `deliver_closed` once decided).
+# A request's end: what `approvals.decisions.decide` writes (and `carry`, `carry_closed` once decided).
 END_FIELDS = {"answer", "answered_by", "answered_at", "answered_via", "answered_in", "closed_by", "closed_at"}
 
 

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from approvals.rules import arguments_hash, first_matching, rule_matches
+from agents.rule_matching import arguments_hash, first_matching, rule_matches
 
 CALL = {"to": "ada@example.com", "amount": 40, "tags": ["a", "b"], "urgent": False}
 

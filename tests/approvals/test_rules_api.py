@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent
+from agents.rule_matching import arguments_hash
 from approvals.models import PendingRequest, Rule
-from approvals.rules import arguments_hash
 from tests.conftest import Persona, grant
 from tests.helpers import assert_problem, snapshot
 

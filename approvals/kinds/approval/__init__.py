@@ -24,10 +24,11 @@ from agents.payloads import (
     PermissionRequested,
     PolicyAsk,
 )
+from agents.rule_matching import arguments_hash
 from agents.tools import REGISTRY
+from approvals.decisions import note_remembered
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind, Rule
-from approvals.rules import arguments_hash
 
 
 def _policy(pending: PendingRequest) -> PolicyAsk | None:
@@ -195,8 +196,7 @@ class Approval(Kind):
             session=session,
             expires_at=datetime.fromisoformat(expires) if expires else None,
         )
-        pending.answer = {**answer, "rememberedRuleId": str(rule.id)}
-        PendingRequest.objects.filter(pk=pending.pk).update(answer=pending.answer)
+        note_remembered(pending, str(rule.id))
         return str(rule.id)
 
     def close(self, pending: PendingRequest, answers: Answers, reason: str) -> None:
