@@ -1,6 +1,6 @@
 """Turns held by this process: who holds them (`PROCESS_ID`, leases), the event loop they turn on, and
 the keeper's part for them (renew their leases, write their events as they come, pass on cancels asked
-in another process). Reclaiming runs other processes lost is the queue's part (agents/queue.py)."""
+in another process). Reclaiming runs other processes lost is the keeper's (agents/keeper.py)."""
 
 import asyncio
 import os

@@ -5,7 +5,7 @@ Every task put on a queue, and every task that ends (its lane may have room agai
 `airlock_runs` with its queue's name: triggers on the task table do (migration agents/0015), so PostgreSQL
 delivers it when the transaction commits, and no request or worker sends a statement more. Each process
 that runs a `WorkerPool` holds one connection of its own (not one of the pool's) that LISTENs and wakes its
-pools (`agents.queue.wake_workers`); when that connection is lost it connects again with a backoff, and
+pools (`agents.seats.wake_workers`); when that connection is lost it connects again with a backoff, and
 wakes the pools once it listens again, for what was queued meanwhile. The pools' poll
 (`WORKER_POLL_SECONDS`) stays, as the safety net. Off with `WORKER_WAKEUPS=0`, and on SQLite: a process's
 own runs still wake its pools directly.

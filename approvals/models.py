@@ -13,7 +13,7 @@ from django.utils import timezone
 from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
 from agents.queries import picked
-from agents.request_kinds import REQUEST_KINDS
+from agents.request_kinds import KIND_NAMES, REQUEST_KINDS
 from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis
 
 __all__ = ["ChainSignature", "Receipt", "ReceiptHead"]  # the receipts' tables, declared in approvals.receipts
@@ -22,15 +22,14 @@ from console.models import Membership, Tenant
 
 class RequestKind(models.TextChoices):
     """A request's stored kind: the names of `agents.request_kinds.REQUEST_KINDS`, in their order, as members the
-    ORM and the code can name. The labels are each kind's one name, on every page that names a kind (the
-    card's pill, `Kind.label`, the run page, the audit, the Kind filter): said here only."""
+    ORM and the code can name, labelled with each kind's one name (`KIND_NAMES`)."""
 
-    APPROVAL = "approval", "Approval"
-    CLIENT_TOOL = "client_tool", "Client tool"
-    INPUT = "input", "Input"
-    QUESTION = "question", "Question"
-    PLAN = "plan", "Plan"
-    CONTINUATION = "continuation", "Go on?"
+    APPROVAL = "approval", KIND_NAMES["approval"].label
+    CLIENT_TOOL = "client_tool", KIND_NAMES["client_tool"].label
+    INPUT = "input", KIND_NAMES["input"].label
+    QUESTION = "question", KIND_NAMES["question"].label
+    PLAN = "plan", KIND_NAMES["plan"].label
+    CONTINUATION = "continuation", KIND_NAMES["continuation"].label
 
 
 if tuple(RequestKind.values) != REQUEST_KINDS:

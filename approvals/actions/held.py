@@ -24,13 +24,13 @@ from django.utils import timezone
 from approvals.actions.answers import Answered, answer_request, refusal
 from approvals.answers import Outcome, Response, ResponseRefused
 from approvals.decisions import Actor, Via
+from approvals.kinds import SELECTABLE
 from approvals.models import (
     UNSETTLED,
     HeldAnswer,
     HeldState,
     NotAnApprover,
     PendingRequest,
-    RequestKind,
     RequestStatus,
     refuse_unless_answerable,
 )
@@ -272,11 +272,11 @@ def notices(rows: list[HeldAnswer]) -> list[Notice]:
 def _notice(rows: list[HeldAnswer]) -> Notice:
     first = rows[0]
     verb = "Approved" if first.response.get("approved") else "Denied"
-    if len(rows) > 1:
+    if len(rows) > 1:  # a batch bar's: approvals, all approved or all denied
         summary = f"{verb} {len(rows)} requests"
-    elif first.request.kind == RequestKind.APPROVAL:
+    elif first.request.kind in SELECTABLE:
         summary = f"{verb} {first.request.tool_name}"
-    else:
+    else:  # the notice is short: what the answer held is the card's to say (`Kind.done`)
         summary = f"Answered {first.request.tool_name or 'the request'}"
     states = {row.state for row in rows}
     if states & set(UNSETTLED):

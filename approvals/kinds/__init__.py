@@ -1,4 +1,4 @@
-"""Request kinds (SPEC section 4): what a run may ask while it runs. Each kind says, once, in its own module,
+"""Request kinds (SPEC section 4): what a run may ask while it runs. Each kind says, once, in its own package,
 which answer fields it takes and what it stores, the checks an answer must pass, how the answer reaches the
 engine and which event records it, the event and run status that announce it, and how the audit describes it.
 
@@ -10,6 +10,7 @@ from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.kinds.registry import (
     KINDS,
     RAN_IN_FAILED_TURN,
+    SELECTABLE,
     awaiting_status,
     close,
     closed,
@@ -22,6 +23,7 @@ from approvals.kinds.registry import (
 __all__ = [
     "KINDS",
     "RAN_IN_FAILED_TURN",
+    "SELECTABLE",
     "AnswerRefused",
     "Kind",
     "awaiting_status",

@@ -86,6 +86,11 @@ class Kind:
         """Whether its card offers "don't ask again" (a rule that answers the next ones)."""
         return False
 
+    def done(self, pending: PendingRequest, given: Mapping[str, Any]) -> str:
+        """What an answer `given` (camelCase, as the respond API takes it) did, as the card and the undo notice say
+        it once given: "Answered lookup"."""
+        return f"Answered {pending.tool_name or 'the request'}"
+
     def glance(self, pending: PendingRequest) -> str:
         """What the request's row in the dense inbox quotes, before it is cut: by default the call's first
         argument (`to: a@b.co`), else the request's message."""

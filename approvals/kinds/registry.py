@@ -31,6 +31,10 @@ KINDS: dict[str, Kind] = {
 }
 
 
+# The kinds a batch or selection bar answers with one yes or no (`Kind.selectable`).
+SELECTABLE = [name for name, kind in KINDS.items() if kind.selectable]
+
+
 def awaiting_status(kinds: set[str]) -> RunStatus:
     """The status of a run waiting on requests of `kinds`."""
     return next(kind.awaiting for name, kind in KINDS.items() if name in kinds)

@@ -41,7 +41,8 @@ from approvals.answers import Outcome, Response, ResponseRefused
 from approvals.decisions import Actor, Via
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
-from approvals.models import HeldAnswer, PendingRequest, RequestKind
+from approvals.kinds import KINDS, SELECTABLE
+from approvals.models import HeldAnswer, PendingRequest
 from console.tenancy import ConsoleRequest, role_required
 
 # Closed meanwhile: the card cannot be answered any more, so it shows the outcome instead of its forms.
@@ -49,15 +50,7 @@ _CLOSED = ("already_resolved", "expired", "cancelled", "execution_ended")
 
 
 def _summary(pending: PendingRequest, response: Response, outcome: Outcome) -> str:
-    if pending.kind == RequestKind.APPROVAL:
-        done = f"{'Approved' if response.approved else 'Denied'} {pending.tool_name}"
-        done += " and remembered the rule" if response.remember else ""
-    elif pending.kind == RequestKind.CLIENT_TOOL:
-        done = f"Sent the {'error' if response.error_message else 'result'} of {pending.tool_name}"
-    elif pending.kind == RequestKind.INPUT:
-        done = f"Answered {pending.tool_name} ({response.action})"
-    else:  # a question, a plan, a continuation
-        done = f"Answered {pending.tool_name or 'the request'}"
+    done = KINDS[pending.kind].done(pending, response.model_dump(mode="json", by_alias=True))
     return done + (". The run continues." if outcome.continuation_run_id else ".")
 
 
@@ -226,7 +219,7 @@ def answer_selection(request: ConsoleRequest) -> HttpResponse:
     selected = wanted.get("selected") or []
     listed = list(
         PendingRequest.objects.select_related("run", "agent")
-        .filter(tenant=request.tenant, id__in=selected, kind=RequestKind.APPROVAL)
+        .filter(tenant=request.tenant, id__in=selected, kind__in=SELECTABLE)
         .order_by("opened_at", "id")
     )
     held = answer_listed(request, form, listed)

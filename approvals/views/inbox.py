@@ -17,6 +17,7 @@ from django.views.decorators.vary import vary_on_headers
 from agents.getters import get_run_for
 from agents.models import Agent
 from approvals.forms import BatchForm
+from approvals.kinds import SELECTABLE
 from approvals.models import (
     UNSETTLED,
     ApproverGroup,
@@ -118,7 +119,7 @@ def _with_batches(requests: list[PendingRequest]) -> list[PendingRequest]:
     """Mark the first card of each run with several approval requests listed: its batch bar goes before it."""
     by_run: dict[uuid.UUID, list[PendingRequest]] = {}
     for pending in requests:
-        if pending.kind == RequestKind.APPROVAL:
+        if pending.kind in SELECTABLE:
             by_run.setdefault(pending.run_id, []).append(pending)
     for approvals in by_run.values():
         if len(approvals) > 1:
@@ -204,7 +205,7 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
     run = get_run_for(request, wanted["run"])
     listed = list(
         run.requests.select_related("agent")
-        .filter(id__in=wanted["request"], kind=RequestKind.APPROVAL)
+        .filter(id__in=wanted["request"], kind__in=SELECTABLE)
         .order_by("opened_at", "id")
     )
     held = answer_listed(request, form, listed)
@@ -215,7 +216,7 @@ def answer_all(request: ConsoleRequest) -> HttpResponse:
         return back_to_inbox(request, held, done, wanted.get("decision"), "{n} request{s} of the run")
     body = ""
     if done.problems:  # the bar again, with what is left to answer and why the rest was not
-        left = list(_open_requests(request.tenant).filter(run=run, session=run.session_id, kind=RequestKind.APPROVAL))
+        left = list(_open_requests(request.tenant).filter(run=run, session=run.session_id, kind__in=SELECTABLE))
         batch = {"run_id": run.id, "requests": left, "errors": done.problems}
         body = render(request, "approvals/inbox.html#batch", {"batch": batch}).content.decode()
     return batch_answered(request, body, held, done)

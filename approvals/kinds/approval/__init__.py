@@ -47,6 +47,10 @@ class Approval(Kind):
     keys = {"a": ["approve"], "d": "reason", "e": "arguments", "enter": {"reason": "deny"}}
     selectable = True
 
+    def done(self, pending: PendingRequest, given: Mapping[str, Any]) -> str:
+        said = f"{'Approved' if given.get('approved') else 'Denied'} {pending.tool_name}"
+        return said + (" and remembered the rule" if given.get("remember") else "")
+
     def remembers(self, pending: PendingRequest) -> bool:
         """Never for a tool that asks every time, nor for a policy's escalation."""
         return pending.policy is None and pending.approval_mode != "every_time"

@@ -36,6 +36,9 @@ class ClientTool(Kind):
         "enter": {"error_message": "error"},
     }
 
+    def done(self, pending: PendingRequest, given: Mapping[str, Any]) -> str:
+        return f"Sent the {'error' if given.get('errorMessage') else 'result'} of {pending.tool_name}"
+
     def tool_description(self, pending: PendingRequest) -> str:
         """The client tool's, from its definition."""
         definition = pending.run.version.definition

@@ -58,6 +58,9 @@ class Input(Kind):
     }
     keys = {"a": ["accept"], "d": ["decline"], "e": "field"}
 
+    def done(self, pending: PendingRequest, given: Mapping[str, Any]) -> str:
+        return f"Answered {pending.tool_name} ({given.get('action')})"
+
     def glance(self, pending: PendingRequest) -> str:
         return pending.message or super().glance(pending)
 
