@@ -39,7 +39,7 @@ def capped(text: str | None, limit: int) -> str | None:
 
 
 @dataclass
-class Escalation:
+class AskedEscalation:
     """A liftable deny the inbox resolver could not answer yet: it becomes an approval request."""
 
     key: str
@@ -63,7 +63,7 @@ class InboxResolver:
     def __init__(self, decisions: Mapping[str, bool], refusals: Mapping[str, str] | None = None) -> None:
         self.decisions = decisions
         self.refusals = refusals or {}
-        self.asked: dict[str, Escalation] = {}
+        self.asked: dict[str, AskedEscalation] = {}
 
     def resolve(self, request: ApprovalRequest) -> ApprovalResolution:
         key = stable_key(request.context)
@@ -72,7 +72,7 @@ class InboxResolver:
         if decided is None:
             point = request.interception_point.value
             verdict = request.verdict
-            self.asked[key] = Escalation(key, point, None, verdict.reason, verdict.message)
+            self.asked[key] = AskedEscalation(key, point, None, verdict.reason, verdict.message)
             return ApprovalResolution(outcome=ApprovalOutcome.UNRESOLVED, context_identity=identity)
         if decided:
             return ApprovalResolution(

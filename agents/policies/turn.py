@@ -17,7 +17,7 @@ from agent_hooks import (
 
 from agents.payloads import Payload, PolicyVerdict
 from agents.policies.declarations import registry
-from agents.policies.escalations import MESSAGE_LIMIT, REASON_LIMIT, Escalation, InboxResolver, capped, stable_key
+from agents.policies.escalations import MESSAGE_LIMIT, REASON_LIMIT, AskedEscalation, InboxResolver, capped, stable_key
 from agents.policies.points import LIFTABLE, POINTS
 from agents.policy_sandbox import for_tenant
 from console.connections import ConnectionSpec
@@ -44,7 +44,7 @@ class PolicyBlocked(Exception):
     """A deny at `point`; `escalation` is set when the operator may still lift it."""
 
     def __init__(
-        self, point: str, record: InterceptionRecord, escalation: Escalation | None, asked: Escalation | None
+        self, point: str, record: InterceptionRecord, escalation: AskedEscalation | None, asked: AskedEscalation | None
     ) -> None:
         # An escalation nobody may lift here is a deny; its reason is the policy's, not the resolver's.
         said = asked or record.verdict
@@ -170,7 +170,7 @@ class TurnPolicies:
         return stable_key(context) in self.resolver.decisions
 
     async def _report(
-        self, context: Mapping[str, Any], record: InterceptionRecord, escalation: Escalation | None
+        self, context: Mapping[str, Any], record: InterceptionRecord, escalation: AskedEscalation | None
     ) -> None:
         decision = "escalate" if escalation is not None else _verdict_decision(record)
         if decision == "allow":

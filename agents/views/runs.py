@@ -33,7 +33,7 @@ RUNS_PER_PAGE = 50
 RUNS_PER_SESSION = 10
 
 
-class RunFilters(ListFilters):
+class RunFilterForm(ListFilters):
     """The filters of the run list, read from the query string; an invalid field is ignored."""
 
     status = forms.ChoiceField(
@@ -210,7 +210,7 @@ def session_rows(tenant: Tenant, picked: QuerySet[Run], page_number: str | None)
 def run_list(request: ConsoleRequest) -> HttpResponse:
     """The runs, a row per session (SPEC section 6); with a session named, that session's runs one by one."""
     tenant = request.tenant
-    filters = RunFilters(request.GET, Agent.objects.names_in(tenant))
+    filters = RunFilterForm(request.GET, Agent.objects.names_in(tenant))
     picked = filters.apply(Run.objects.filter(tenant=tenant))
     if filters.one_session:
         page = Paginator(_shown(picked).order_by("-created_at", "-pk"), RUNS_PER_PAGE).get_page(request.GET.get("page"))

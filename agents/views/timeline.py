@@ -38,7 +38,7 @@ def _point(name: str) -> Point:
 
 
 @dataclass
-class PolicyVerdict:
+class VerdictSentence:
     """A `policy.verdict` event as a sentence, with the later event it led to (the first that fits, of the same
     call when the verdict names one): the denial, the approval request, the call that ran, the message recorded."""
 
@@ -133,7 +133,7 @@ class TimelineEntry:
 
     event: Event
     pretty: dict[str, str] = field(default_factory=dict)
-    verdict: PolicyVerdict | None = None
+    verdict: VerdictSentence | None = None
     # A sub-agent's event: the sub-agent's name (the page nests it under the call that runs it).
     subagent: str | None = None
     # The tool an event about a call is of (the SDK's completions name only the call).
@@ -217,7 +217,7 @@ def timeline(
     claimed: set[int] = set()
     for index, entry in enumerate(entries):
         if entry.event.type == EventType.POLICY_VERDICT and isinstance(entry.event.data, dict):
-            entry.verdict = PolicyVerdict(entry.event.data)
+            entry.verdict = VerdictSentence(entry.event.data)
             entry.verdict.find_follower(entries[index + 1 :], claimed)
     return entries
 

@@ -27,7 +27,7 @@ from asgiref.sync import async_to_sync
 
 from agents.models import AgentVersion
 from agents.payloads import Payload, PolicyAsk
-from agents.policies import Escalation, InboxResolver, PolicyBlocked, PolicyScope, registry
+from agents.policies import AskedEscalation, InboxResolver, PolicyBlocked, PolicyScope, registry
 from agents.policy_sandbox import for_tenant
 from agents.prepare import granted_connections, live_version
 from console.connections import ConnectionSpec
@@ -52,7 +52,7 @@ class PolicyCheck:
 
     arguments: dict[str, Any]
     denied: PolicyAsk | None = None
-    escalation: Escalation | None = None
+    escalation: AskedEscalation | None = None
     events: list[Payload] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
 

@@ -27,7 +27,7 @@ RESULTS = [
 ]
 
 
-class ReceiptFilters(ListFilters):
+class ReceiptFilterForm(ListFilters):
     """The list's filters, read from the query string; an invalid field is ignored."""
 
     tool = forms.CharField(required=False, max_length=200, widget=forms.TextInput(attrs={"autocomplete": "off"}))
@@ -52,7 +52,7 @@ class ReceiptFilters(ListFilters):
 @require_GET
 def receipt_list(request: ConsoleRequest) -> HttpResponse:
     tenant = request.tenant
-    filters = ReceiptFilters(request.GET, Agent.objects.names_in(tenant))
+    filters = ReceiptFilterForm(request.GET, Agent.objects.names_in(tenant))
     picked = filters.picked()
     if request.GET.get("format") == "jsonl":
         # role_required is typed for HttpResponse; a streaming response is what an export needs.

@@ -66,7 +66,7 @@ CONDITIONS = RowKind(
 _SUBMIT_ON_CHANGE = {"data-submit-on-change": True}  # see static/console/console.js
 
 
-class RuleFilters(forms.Form):
+class RuleFilterForm(forms.Form):
     """The filters of the rule list, read from the query string; an invalid field is ignored."""
 
     agent = forms.ChoiceField(required=False, widget=forms.Select(attrs=_SUBMIT_ON_CHANGE))
@@ -299,7 +299,7 @@ def _gated_tools(request: ConsoleRequest) -> list[str]:
 
 def _page(request: ConsoleRequest, form: RuleForm | None, editing: RuleEditForm | None = None) -> HttpResponse:
     agents, tools = _names(request)
-    filters = RuleFilters(request.GET, agents, tools)
+    filters = RuleFilterForm(request.GET, agents, tools)
     rules = filters.rules(request.tenant)
     page = Paginator(rules.order_by("-created_at", "-id"), RULES_PER_PAGE).get_page(request.GET.get("page"))
     can_admin = request.membership.allows("admin")

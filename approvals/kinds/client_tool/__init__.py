@@ -12,7 +12,7 @@ from approvals.kinds.base import AnswerRefused, Kind
 from approvals.models import PendingRequest, RequestKind
 
 
-class ClientTool(Kind):
+class ClientToolKind(Kind):
     name = RequestKind.CLIENT_TOOL
     awaiting = RunStatus.AWAITING_TOOL_RESULT
     fields = frozenset({"result", "error_message", "outcome"})
