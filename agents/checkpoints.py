@@ -73,7 +73,9 @@ def _latest(run: Run, session: Session) -> Checkpoint | None:
     return latest
 
 
-def record(run: Run, *, first: bool = False, open_requests: list[PendingRequest] | None = None) -> Checkpoint | None:
+def record_checkpoint(
+    run: Run, *, first: bool = False, open_requests: list[PendingRequest] | None = None
+) -> Checkpoint | None:
     """Record the state of `run`'s session now that the run has ended: its conversation, its open requests,
     the version and the run's status. None for a sessionless run. `first`: the run is the session's first turn
     (no checkpoint before it to read); `open_requests`: the session's open requests, when the caller knows them.

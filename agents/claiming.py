@@ -72,7 +72,7 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
     return claimed
 
 
-def claim(worker_id: str, lanes: list[str] | None = None) -> DBTaskResult | None:
+def claim_task(worker_id: str, lanes: list[str] | None = None) -> DBTaskResult | None:
     """Take the next ready task of a lane below its limit and mark its run running under a lease."""
     claimed = claim_batch([worker_id], lanes)
     return claimed[0] if claimed else None
@@ -96,7 +96,7 @@ def drain(lanes: list[str] | None = None) -> int:
     """Run every ready queued run in this thread until none is left; how many ran (tests, `--batch`)."""
     worker_id = f"{PROCESS_ID}:drain"
     runner, ran = task_runner(worker_id), 0
-    while (db_task := claim(worker_id, lanes)) is not None:
+    while (db_task := claim_task(worker_id, lanes)) is not None:
         runner.run_task(db_task)
         ran += 1
     return ran

@@ -73,15 +73,15 @@ def publish_now(session_pk: int, envelopes: list[dict[str, Any]], follows: tuple
         async_to_sync(publish)(session_pk, envelopes, follows)
 
 
-async def wake(session_pk: int) -> None:
+async def wake_session(session_pk: int) -> None:
     layer = get_channel_layer()
     if layer is not None:
         await layer.group_send(session_group(session_pk), {"type": "session.events", "events": []})
 
 
 def wake_now(session_pk: int) -> None:
-    """`wake` from synchronous code: the session's streams read the database now."""
-    async_to_sync(wake)(session_pk)
+    """`wake_session` from synchronous code: the session's streams read the database now."""
+    async_to_sync(wake_session)(session_pk)
 
 
 class Subscription:

@@ -227,7 +227,7 @@ def _store_outcome(
     # What it opened is all the session has open when nothing else was left open as it started (nor since: one
     # turn at a time) and it handed no answer back.
     only_opened = (first or prepared.left_open == []) and not handed_back
-    checkpoints.record(run, first=first, open_requests=opened if only_opened else None)
+    checkpoints.record_checkpoint(run, first=first, open_requests=opened if only_opened else None)
     log.flush()
     record_unasked(run, log.stored)
 

@@ -7,8 +7,8 @@ minutes ago"). So the list keeps each card's HTML under a key of exactly those, 
 placeholder where the form's CSRF token goes (a token is per response; the placeholder is random per process,
 so no text a request carries can name it).
 
-A card shows a request's arguments cut (`shown_arguments`): a page of cards stays small whatever the agents sent,
-and a cut card links to the request's JSON, which has them whole.
+A card shows a request's arguments cut (`card_arguments`, the templates' `shown_arguments` filter): a page of cards
+stays small whatever the agents sent, and a cut card links to the request's JSON, which has them whole.
 """
 
 import json
@@ -68,7 +68,7 @@ class ShownArguments:
     cut: bool
 
 
-def shown_arguments(arguments: Any) -> ShownArguments:
+def card_arguments(arguments: Any) -> ShownArguments:
     if not isinstance(arguments, dict):
         return ShownArguments([], "", cut=False)
     rows, cut = [], len(arguments) > SHOWN_ROWS

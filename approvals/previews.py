@@ -152,7 +152,7 @@ def closed_requests(agent: Agent, limit: int) -> QuerySet[PendingRequest]:
     return found.only(*fields).order_by("-decided_at", "-id")[:limit]
 
 
-def decided(pending: PendingRequest) -> str:
+def _decided_as(pending: PendingRequest) -> str:
     return result_kind(pending.kind, pending.status, pending.answer)
 
 
@@ -189,7 +189,7 @@ def preview_rule(agent: Agent, wanted: RuleIn, limit: int = LIMIT) -> Preview:
     for pending in closed_requests(agent, limit).iterator(chunk_size=500):
         matches = pending.tool_name == wanted.tool_name and not pending.policy
         approves = matches and rule_matches(digest, conditions, ran_with(pending))
-        preview.count(pending.id, decided(pending), "approved" if approves else "ask")
+        preview.count(pending.id, _decided_as(pending), "approved" if approves else "ask")
     return preview
 
 
@@ -248,7 +248,7 @@ def preview_policies(
     would have done at `pre_tool_call` to the agent's last `limit` closed calls, within `seconds` in all."""
     modes = {tool.name: str(tool.approval) for tool in agent.current.definition.tools}
     calls = [
-        _Call(p.id, decided(p), p.tool_name, p.call_id, p.arguments or {}, p.approval_mode_in(modes))
+        _Call(p.id, _decided_as(p), p.tool_name, p.call_id, p.arguments or {}, p.approval_mode_in(modes))
         for p in closed_requests(agent, limit).iterator(chunk_size=500)
     ]
     preview = Preview(requested=limit)

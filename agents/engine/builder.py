@@ -47,7 +47,7 @@ def api_key_for(spec: ConnectionSpec) -> str | None:
 
 
 def build_model(spec: ConnectionSpec, model_name: str, api_key: str | None = None) -> Model:
-    model = providers.build_model(spec, model_name, api_key)
+    model = providers.connection_model(spec, model_name, api_key)
     if model is None:
         raise TurnError("unknown_connection", f"The connection {spec.name!r} is not a model provider.")
     return model

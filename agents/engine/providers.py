@@ -38,7 +38,7 @@ def _anthropic(spec: ConnectionSpec, model_name: str, api_key: str | None) -> tu
 PROVIDERS: dict[str, Builder] = {"scripted": _scripted, "openai": _openai, "anthropic": _anthropic}
 
 
-def build_model(spec: ConnectionSpec, model_name: str, api_key: str | None = None) -> Model | None:
+def connection_model(spec: ConnectionSpec, model_name: str, api_key: str | None = None) -> Model | None:
     """The model of a connection, or None when its kind serves no model."""
     build = PROVIDERS.get(spec.kind)
     if build is None:

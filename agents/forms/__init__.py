@@ -8,8 +8,8 @@ from agents.forms.definition_fields import (
     RUNTIMES,
     SECTIONS,
     TOP_FIELDS,
-    as_text,
     choices,
+    form_text,
     hooks_text,
 )
 from agents.forms.policy_try import SAMPLE_EMAIL, SAMPLE_MESSAGE, PolicyTryForm, sample_context, try_builder
@@ -24,8 +24,8 @@ __all__ = [
     "TOP_FIELDS",
     "DefinitionForm",
     "PolicyTryForm",
-    "as_text",
     "choices",
+    "form_text",
     "hooks_text",
     "sample_context",
     "try_builder",

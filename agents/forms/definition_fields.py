@@ -3,7 +3,7 @@
 Here: the row sections (`SECTIONS`, console/rows.py) and the ones each runtime reads, the top-level fields and
 the pydantic paths their errors come at, the approvers select of each request kind (`KIND_FIELDS`, labelled by
 `agents.request_kinds.KIND_NAMES`), the options of the selects (`choices`); a definition as the fields show it
-(`fields_of`, `as_text`, `hooks_text`), and the conversions back that are the form's own (a parameter's typed
+(`fields_of`, `form_text`, `hooks_text`), and the conversions back that are the form's own (a parameter's typed
 `typed_default`, pydantic's messages `in_words`). The form itself, reading and checking a post, is
 agents/forms/definition.py.
 """
@@ -133,7 +133,7 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
         "display_name": content.display_name,
         "description": content.description,
         "instructions": content.instructions,
-        "request_deadline_seconds": as_text(content.request_deadline_seconds),
+        "request_deadline_seconds": form_text(content.request_deadline_seconds),
         "model_connection": model.connection,
         "model_name": model.name or "",
         "hooks": hooks_text(content.hooks),
@@ -183,7 +183,7 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
                 name=p.name,
                 kind=p.kind,
                 required="on" if p.required else "",
-                default=as_text(p.default),
+                default=form_text(p.default),
                 description=p.description,
             )
             for p in content.parameters
@@ -241,7 +241,7 @@ def hooks_text(hooks: dict[str, Any] | None) -> str:
     return json.dumps(hooks, indent=2, ensure_ascii=False) if hooks is not None else ""
 
 
-def as_text(value: str | float | bool | None) -> str:
+def form_text(value: str | float | bool | None) -> str:
     """A value as the form shows it: booleans as true/false, whole floats without “.0”, None as empty."""
     if value is None:
         return ""

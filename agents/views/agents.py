@@ -19,8 +19,8 @@ from agents.forms import (
     SECTIONS,
     DefinitionForm,
     PolicyTryForm,
-    as_text,
     choices,
+    form_text,
     hooks_text,
 )
 from agents.forms.hooks import PolicyEditor
@@ -289,7 +289,7 @@ def _definition_context(agent: Agent, version: AgentVersion, request: ConsoleReq
         ],
         "mcp_servers": [(server, APPROVAL_LABELS[server.approval]) for server in content.mcp_servers],
         "client_tools": [(tool, json.dumps(tool.parameters, indent=2)) for tool in content.client_tools],
-        "parameters": [(parameter, as_text(parameter.default)) for parameter in content.parameters],
+        "parameters": [(parameter, form_text(parameter.default)) for parameter in content.parameters],
         "routing": _routing(content),
     }
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from agents.definitions import DefinitionContent
-from agents.forms import as_text, hooks_text
+from agents.forms import form_text, hooks_text
 from agents.views.policies import PolicySummary
 
 
@@ -46,7 +46,7 @@ def _comparable(content: DefinitionContent, cultures: list[str]) -> dict[str, st
         "Display name": content.display_name,
         "Description": content.description,
         "Instructions": content.instructions,
-        "Request deadline (seconds)": as_text(content.request_deadline_seconds),
+        "Request deadline (seconds)": form_text(content.request_deadline_seconds),
         # An external agent has no model (SPEC section 12); its tools are the ones it declares.
         "Model": "" if content.external else content.model.label,
     }

@@ -116,7 +116,7 @@ def try_policies(request: ConsoleRequest, agent: Agent, version: AgentVersion, c
     hooks = copy.deepcopy(version.definition.hooks) or {}
     hooks.setdefault("configuration", {})["mode"] = "enforce"
     point = context["interception_point"]
-    outcome = TryOutcome(point=point, before=pretty_json(context.get("target")))
+    outcome = TryOutcome(point=point, before=_pretty_json(context.get("target")))
     verdicts: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
 
@@ -141,18 +141,18 @@ def try_policies(request: ConsoleRequest, agent: Agent, version: AgentVersion, c
         outcome.problem = outcome.problem or error.code
         return outcome
     try:
-        outcome.after = pretty_json(run_here(policies.check(context)))
+        outcome.after = _pretty_json(run_here(policies.check(context)))
     except PolicyBlocked as blocked:
         outcome.liftable = blocked.escalation is not None and point in LIFTABLE
     if verdicts:
         verdict = verdicts[-1]
         outcome.decision, outcome.reason = verdict["decision"], verdict["reason"]
         outcome.message, outcome.binding = verdict["message"], verdict["binding"]
-    outcome.record = pretty_json(records[-1]) if records else ""
+    outcome.record = _pretty_json(records[-1]) if records else ""
     return outcome
 
 
-def pretty_json(value: Any) -> str:
+def _pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 

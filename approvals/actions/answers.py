@@ -189,7 +189,7 @@ class Answered:
     problems: list[str] = field(default_factory=list)
 
 
-def refusal(pending: PendingRequest, response: Response) -> Outcome | None:
+def response_refusal(pending: PendingRequest, response: Response) -> Outcome | None:
     """The outcome refusing `response` to the open request `pending`, as `answer_request` would refuse it,
     or None; stores nothing (raises ResponseRefused). For an answer checked now and applied later."""
     payload = _payload(pending, response)

@@ -36,7 +36,7 @@ from agents.rule_matching import first_matching
 from agents.run_requests import SESSION_KEY
 from agents.runs import active_rules, run_started
 from agents.tools import STEP_MAX, STEPS_MAX
-from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call
+from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call_check
 from approvals.decisions import Actor, Decision, decide
 from approvals.external import (
     ARGUMENTS_LIMIT,
@@ -225,7 +225,7 @@ def _checked(
     connections = granted_connections(version.agent.tenant, version)
     call = (fields["tool_name"], fields["call_id"], fields["arguments"])
     try:
-        check = async_to_sync(pre_tool_call)(version, connections, run_id, _session_key(body, request_id), call)
+        check = async_to_sync(pre_tool_call_check)(version, connections, run_id, _session_key(body, request_id), call)
     except PoliciesUnavailable as error:
         raise RequestRefused(409, "policy_unavailable", str(error)) from None
     fields["arguments"] = check.arguments

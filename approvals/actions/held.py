@@ -21,7 +21,7 @@ from django.db import IntegrityError, close_old_connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.actions.answers import Answered, answer_request, refusal
+from approvals.actions.answers import Answered, answer_request, response_refusal
 from approvals.answers import Outcome, Response, ResponseRefused
 from approvals.decisions import Actor, Via
 from approvals.kinds import SELECTABLE
@@ -136,7 +136,7 @@ def _checked(membership: Membership, actor: Actor, pending: PendingRequest, resp
     closed = pending.status != RequestStatus.PENDING or pending.answer is not None
     if closed or overdue:
         return answer_request(membership, actor, response, run_id=pending.run_id)
-    return None if response.checkpoint_id is not None else refusal(pending, response)
+    return None if response.checkpoint_id is not None else response_refusal(pending, response)
 
 
 def _start_timer(batch: uuid.UUID, seconds: float) -> None:

@@ -61,7 +61,7 @@ class PoliciesUnavailable(Exception):
     """The agent's policies cannot run (e.g. a webhook connection no longer granted)."""
 
 
-async def pre_tool_call(
+async def pre_tool_call_check(
     version: AgentVersion,
     connections: Mapping[str, ConnectionSpec],
     run_id: uuid.UUID,
@@ -102,7 +102,9 @@ async def pre_tool_call(
     return check
 
 
-async def intercept(version: AgentVersion, connections: Mapping[str, ConnectionSpec], context: Any) -> dict[str, Any]:
+async def interception_verdict(
+    version: AgentVersion, connections: Mapping[str, ConnectionSpec], context: Any
+) -> dict[str, Any]:
     """The verdict of `version`'s policies on one AGENT-HOOKS-0.1 interception event, as an interceptor answers
     it (agent-hooks section 5.5: the verdict, and in `extensions.airlock` the interception record). No `hooks`:
     allow. Under `evaluate_only` the answer is allow; the record says what the policies would have done."""
@@ -141,8 +143,8 @@ async def intercept(version: AgentVersion, connections: Mapping[str, ConnectionS
 
 
 def verdict_for(membership: Membership, name: str, context: dict[str, Any]) -> dict[str, Any]:
-    """`intercept` for the agent `name` of the member's tenant, on its current version (RunRejected 404, or
+    """`interception_verdict` for the agent `name` of the member's tenant, on its current version (RunRejected 404, or
     PoliciesUnavailable)."""
     version = live_version(membership.tenant, name, None)
     connections = granted_connections(membership.tenant, version)
-    return async_to_sync(intercept)(version, connections, context)
+    return async_to_sync(interception_verdict)(version, connections, context)

@@ -75,4 +75,4 @@ def triggering_message(pending: PendingRequest) -> str:
 def shown_arguments(arguments: Any) -> cards.ShownArguments:
     """The call's arguments as the card shows them: rows (a text value as it is, any other value as compact JSON)
     and the JSON view, cut to a card's size (approvals.cards)."""
-    return cards.shown_arguments(arguments)
+    return cards.card_arguments(arguments)

@@ -26,10 +26,10 @@ import json, sys
 import django
 django.setup()
 from django.db import connection
-from agents.claiming import claim
+from agents.claiming import claim_task
 print("ready", flush=True)
 sys.stdin.readline()
-task = claim(sys.argv[1], ["slow"])
+task = claim_task(sys.argv[1], ["slow"])
 print(json.dumps(task.args_kwargs["args"][0] if task else None), flush=True)
 connection.close()
 """

@@ -496,7 +496,7 @@ async def test_it_gives_a_streams_place_back_however_the_stream_ends(operator, a
 
     with monkeypatch.context() as patched:
         patched.setattr(streams, "_session_events_after", unreadable)
-        await live.wake((await Session.objects.aget(key="s2")).pk)  # the stream reads the database, and fails
+        await live.wake_session((await Session.objects.aget(key="s2")).pk)  # the stream reads the database, and fails
         with pytest.raises(DatabaseError):
             await failing.wait(10)
     last, start = await open_served(operator, "s2")
