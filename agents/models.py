@@ -283,7 +283,7 @@ class Run(models.Model):
             models.Index(fields=["status", "lane"], name="run_status_lane"),
         ]
         constraints = [
-            # One turn at a time per session, whoever writes it: `start_run` asks under the session's lock first (a
+            # One turn at a time per session, whoever writes it: `record_run` asks under the session's lock first (a
             # second turn gets 409 `session_busy`); the last answer's continuation leans on this alone
             # (`agents.queue.queue_continuation`).
             models.UniqueConstraint(

@@ -1,6 +1,6 @@
 """A run request (agents/run_requests.py) checked whole before anything is written (`prepare_run`): its
 session, the answers it carries, parameters, culture, documents and connections. A rejected request
-(`RunRejected`) changes nothing; `agents.runs.start_run` records what `PreparedRun` holds.
+(`RunRejected`) changes nothing; `agents.runs.record_run` records what `PreparedRun` holds.
 """
 
 import logging
@@ -42,7 +42,7 @@ class RunRejected(Exception):
 
 @dataclass
 class PreparedRun:
-    """A checked run request: everything `start_run` writes, nothing written yet."""
+    """A checked run request: everything `record_run` writes, nothing written yet."""
 
     tenant: Tenant
     agent: Agent
@@ -66,7 +66,7 @@ class PreparedRun:
     run_id: uuid.UUID | None = None
     # The sub-agents its model may call, as they are now (SPEC section 10).
     subagents: dict[str, SubAgent] = field(default_factory=dict)
-    # The run this one replays (`agents.actions.replay_run`): `replayOf` in its `run.started`.
+    # The run this one replays (`agents.actions.do_replay_run`): `replayOf` in its `run.started`.
     replay_of: Run | None = None
     # The ids of the session's open requests the run neither carries nor abandons (None: not known, for a queued
     # run kept before this was): what stays open through its turn, besides what it opens.
@@ -211,7 +211,7 @@ def refuse_unless_approver_of(membership: Membership, requests: Iterable[Pending
 
 
 def with_turn_state(sessions: QuerySet[Session]) -> QuerySet[Session]:
-    """`sessions` with what `refuse_if_busy_or_gone` asks, read in the same query (not under a lock: `start_run`
+    """`sessions` with what `refuse_if_busy_or_gone` asks, read in the same query (not under a lock: `record_run`
     asks again after taking the session's, in a query of its own, which sees a turn committed meanwhile)."""
     running = Run.objects.filter(session=OuterRef("pk"), status__in=(RunStatus.RUNNING, RunStatus.QUEUED))
     return sessions.annotate(agent_deleted_at=F("agent__deleted_at"), turn_running=Exists(running))
@@ -225,7 +225,7 @@ def refuse_if_deleted(session: Session) -> None:
 
 
 def refuse_if_busy_or_gone(session: Session) -> None:
-    """Refuse a second turn of the session, and a turn of an agent or session deleted meanwhile. `start_run`
+    """Refuse a second turn of the session, and a turn of an agent or session deleted meanwhile. `record_run`
     asks again under the session's lock, which the deletions take too: a deletion waits for this turn to be
     recorded (and then cancels it), or this turn waits for the deletion (and then stops here)."""
     refuse_if_deleted(session)

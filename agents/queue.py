@@ -1,7 +1,7 @@
 """Queued runs (SPEC section 4, `Prefer: respond-async`; section 7): putting a run on its lane's queue, and the task
 a worker runs for it.
 
-- `start_queued` starts a run queued: `enqueue`, inside `start_run`'s transaction, keeps on the run
+- `start_queued` starts a run queued: `enqueue`, inside `record_run`'s transaction, keeps on the run
   what its turn needs (`queued_input`: instructions, documents, the ids of the requests it carries: their answers are on
   them, `agents.runs.carried_answers`) and puts a task on the lane's queue: Django's tasks framework with the
   django-tasks-db backend, a row in the same database and transaction. Workers claim it (agents/claiming.py,
@@ -53,7 +53,7 @@ from agents.runs import (
     carried_ids,
     carried_requests,
     execute,
-    start_run,
+    record_run,
 )
 from agents.seats import Seat, take_handed, take_seat, wake_workers
 from agents.turns import PROCESS_ID, cancel_here, lease, run_here
@@ -69,7 +69,7 @@ def start_queued(prepared: PreparedRun, user: Any) -> StartedRun:
     lane = queue_name(prepared.request.lane or DEFAULT_LANE)
     seat = None if connection.in_atomic_block else take_seat(lane)
     try:
-        started = start_run(prepared, user, enqueue=partial(enqueue, seat=seat))
+        started = record_run(prepared, user, enqueue=partial(enqueue, seat=seat))
     except BaseException:
         if seat is not None:
             seat.free()
@@ -80,7 +80,7 @@ def start_queued(prepared: PreparedRun, user: Any) -> StartedRun:
 
 
 def enqueue(run: Run, prepared: PreparedRun, seat: Seat | None = None) -> None:
-    """Keep what the turn needs on the run, not saved yet, and queue it (inside `start_run`'s transaction, which
+    """Keep what the turn needs on the run, not saved yet, and queue it (inside `record_run`'s transaction, which
     writes the run after). Not its answers: each is stored on its request, and the worker rebuilds them from there
     (`carried_answers`) by the ids it keeps. With a `seat` whose lane has room, the run is claimed for the seat's
     thread here instead (its task written running, the run leased): the seat hands it over once committed."""

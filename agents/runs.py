@@ -1,6 +1,6 @@
 """Starting and executing a run checked by `agents.prepare.prepare_run`.
 
-`start_run` records the run, the answers it carries and any remembered rules in one transaction;
+`record_run` records the run, the answers it carries and any remembered rules in one transaction;
 `execute` runs the engine turn; `agents.outcomes.finish_run` stores the outcome.
 """
 
@@ -55,7 +55,7 @@ class StartedRun:
 Enqueue = Callable[[Run, PreparedRun], None]
 
 
-def start_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = None) -> StartedRun:
+def record_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = None) -> StartedRun:
     """Record the run, the answers it carries and any rules they remember, in one transaction; with
     `enqueue` the run is queued, and `enqueue` puts it on its lane's queue in the same transaction
     (`agents.queue.start_queued`).
@@ -168,7 +168,7 @@ def _started(run: Run, prepared: PreparedRun) -> RunStarted:
 def begin_queued(prepared: PreparedRun, run: Run, log: EventLog, carried: list[PendingRequest]) -> Answers:
     """Record the start of a run queued by the answer that completed its session (`agents.queue.queue_continuation`),
     which wrote nothing but the run, its task and the answer: `run.started`, then the answers it carries (`carried`,
-    answered) handed to the engine, as `start_run` records them. Before its turn, into its log (stored with the turn's
+    answered) handed to the engine, as `record_run` records them. Before its turn, into its log (stored with the turn's
     outcome: should its worker die first, the next one begins it again)."""
     log.record(_started(run, prepared))
     answers = Answers()
@@ -214,14 +214,14 @@ def _carry_terminated(pending: PendingRequest, run: Run, answers: Answers) -> No
 
 
 def carried_ids(prepared: PreparedRun) -> list[str]:
-    """The requests a run carries, in the order `start_run` hands them to the engine: those it abandons, the
+    """The requests a run carries, in the order `record_run` hands them to the engine: those it abandons, the
     closed ones (expired, cancelled), then the answered ones. A queued run keeps these ids, not its answers."""
     carried = [*prepared.abandoned, *prepared.terminated, *(p for p, _ in prepared.answered), *prepared.stored_answers]
     return [str(pending.id) for pending in carried]
 
 
 def carried_answers(ids: list[str]) -> Answers:
-    """The answers of the requests `ids` (`carried_ids`), rebuilt from the database as `start_run` gave them to
+    """The answers of the requests `ids` (`carried_ids`), rebuilt from the database as `record_run` gave them to
     the engine, recording nothing (a queued run's worker); none to read when the run carries none."""
     answers = Answers()
     carried = carried_requests(ids)

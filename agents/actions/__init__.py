@@ -2,9 +2,9 @@
 continuation: each checks the member's right where one applies, writes in one transaction and announces once
 committed."""
 
-from agents.actions.deletion import delete_agent, delete_session
-from agents.actions.replay import Replayed, ReplayRequest, replay_run
-from agents.actions.runs import Ended, cancel_run, finish, run_to_end, start_run
+from agents.actions.deletion import do_delete_agent, do_delete_session
+from agents.actions.replay import Replayed, ReplayRequest, do_replay_run
+from agents.actions.runs import Ended, do_cancel_run, finish, run_to_end, start_run
 from agents.actions.sessions import Fork, ForkRefused, continuation_of, continue_session, fork_session
 
 __all__ = [
@@ -13,14 +13,14 @@ __all__ = [
     "ForkRefused",
     "ReplayRequest",
     "Replayed",
-    "cancel_run",
     "continuation_of",
     "continue_session",
-    "delete_agent",
-    "delete_session",
+    "do_cancel_run",
+    "do_delete_agent",
+    "do_delete_session",
+    "do_replay_run",
     "finish",
     "fork_session",
-    "replay_run",
     "run_to_end",
     "start_run",
 ]

@@ -21,14 +21,14 @@ from approvals.models import PendingRequest, RequestStatus
 from console.models import Membership
 
 
-def delete_agent(agent: Agent) -> None:
+def do_delete_agent(agent: Agent) -> None:
     with transaction.atomic():
         agent.soft_delete()
         assert agent.deleted_at is not None
         _end(Session.objects.filter(agent=agent), agent.runs.all(), agent.requests.all(), agent.deleted_at)
 
 
-def delete_session(membership: Membership, session: Session) -> bool:
+def do_delete_session(membership: Membership, session: Session) -> bool:
     """Delete a live session for `membership`'s member; False when it was deleted meanwhile. Raises RunRejected
     (403 `not_an_approver`) when one of its open requests is routed to a group the member is not in."""
     refuse_unless_approver_of(membership, session.requests.filter(status=RequestStatus.PENDING, answered_in=None))

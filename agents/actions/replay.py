@@ -6,7 +6,7 @@ new run's `run.started`).
 Runs started before `Run.documents` kept of their documents only names and sizes (`document.attached`):
 `omitted_documents` says which ones the replay of such a run goes without.
 
-The replay is checked and run by the same machinery as any run request (`prepare_run`, `start_run`,
+The replay is checked and run by the same machinery as any run request (`prepare_run`, `record_run`,
 `agents.queue.enqueue`); this module only builds the request and marks the run. A replay started here is run by
 its caller (`agents.actions.runs.run_to_end`), a queued one by a worker.
 """
@@ -22,7 +22,7 @@ from agents.events import EventType
 from agents.models import Run
 from agents.prepare import PreparedRun, RunRejected, prepare_run, refuse_ungranted_connections
 from agents.run_requests import RunRequest
-from agents.runs import StartedRun, start_run
+from agents.runs import StartedRun, record_run
 
 
 class ReplayRequest(WireModel):
@@ -49,7 +49,7 @@ class Replayed:
         return self.started.prepared.version.number
 
 
-def replay_run(user: Any, original: Run, definition_version: int | None, *, queued: bool = False) -> Replayed:
+def do_replay_run(user: Any, original: Run, definition_version: int | None, *, queued: bool = False) -> Replayed:
     """Replay `original` for `user` on `definition_version` (its own version when None): queued on its lane with
     `queued`, else for the caller to run here. Raises RunRejected, nothing written, as a run request does, and
     409 `not_replayable` for a run without a message of its own (a continuation that carried answers, or a
@@ -88,7 +88,7 @@ def _prepare(original: Run, definition_version: int | None) -> tuple[PreparedRun
 
 
 def _start(original: Run, prepared: PreparedRun, user: Any, *, queued: bool) -> StartedRun:
-    """Start the replay as `agents.runs.start_run` starts any run (queued on its lane with `queued`), with
+    """Start the replay as `agents.runs.record_run` records any run (queued on its lane with `queued`), with
     `replayOf` in its `run.started`."""
     prepared.replay_of = original
-    return start_run(prepared, user, enqueue=queue.enqueue if queued else None)
+    return record_run(prepared, user, enqueue=queue.enqueue if queued else None)

@@ -1,7 +1,7 @@
 """Starting a run, ending a turn run here, and cancelling a run: the one way each is done, for the run API, the
 runs pages and the inbox (SPEC sections 4 and 9).
 
-A run request is checked whole by `agents.prepare.prepare_run` and recorded by `agents.runs.start_run` (queued
+A run request is checked whole by `agents.prepare.prepare_run` and recorded by `agents.runs.record_run` (queued
 through `agents.queue.start_queued`); a turn this process runs for its caller (the API's answer, its stream, a
 replay) is stored by `finish`. The continuation (`agents.actions.sessions`) and the replay
 (`agents.actions.replay`) are started through the same two modules. Queued turns are run and finished by the
@@ -46,7 +46,7 @@ def start_run(membership: Membership, user: Any, name: str, request: RunRequest,
     refuse_ungranted_connections(prepared)
     if queued:
         return queue.start_queued(prepared, user)
-    return runs.start_run(prepared, user)
+    return runs.record_run(prepared, user)
 
 
 def run_to_end(started: StartedRun) -> Ended:
@@ -60,7 +60,7 @@ def finish(started: StartedRun, result: ExecutionResult) -> Ended:
     return Ended(started.run, finish_run(started, result))
 
 
-def cancel_run(membership: Membership, user: Any, run: Run, *, session_id: int | None = None) -> str | None:
+def do_cancel_run(membership: Membership, user: Any, run: Run, *, session_id: int | None = None) -> str | None:
     """Cancel the run for `membership`'s member `user` (SPEC section 9; `agents.queue.cancel`): `cancelled` when
     done here, `cancelling` when its turn stops within a second, None when there is nothing to cancel (it has
     finished, or waits on nothing any more). Raises RunRejected (403 `not_an_approver`) when one of the requests

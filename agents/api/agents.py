@@ -104,7 +104,7 @@ def update_agent(request: ConsoleRequest, name: str, payload: DefinitionContent)
 @router.delete("/{name}", response={204: None})
 def delete_agent(request: ConsoleRequest, name: str) -> Status[None]:
     require_role(request, "admin")
-    actions.delete_agent(get_agent_for(request, name))
+    actions.do_delete_agent(get_agent_for(request, name))
     return Status(204, None)
 
 

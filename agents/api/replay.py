@@ -28,7 +28,7 @@ def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: actions.Repl
     queued = prefers_async(request)
     picked = payload.definition_version if payload else None
     try:
-        replay = actions.replay_run(membership.user, original, picked, queued=queued)
+        replay = actions.do_replay_run(membership.user, original, picked, queued=queued)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     linked = {"replayOf": str(original.id), "omittedDocuments": replay.omitted_documents}

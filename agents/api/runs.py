@@ -119,7 +119,7 @@ def cancel_run(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
     membership = require_role(request, "operator")
     run = get_run_for(request, run_id, "agent", "version", "session")
     try:
-        status = actions.cancel_run(membership, request.user, run)
+        status = actions.do_cancel_run(membership, request.user, run)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     if status is None:

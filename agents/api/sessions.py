@@ -99,7 +99,7 @@ def delete_session(request: ConsoleRequest, session_id: str) -> Status[None]:
     membership = require_role(request, "operator")
     session = _session_for(request, session_id)
     try:
-        deleted = actions.delete_session(membership, session)
+        deleted = actions.do_delete_session(membership, session)
     except RunRejected as rejected:
         raise ApiError(rejected.status, rejected.code, rejected.detail) from None
     if not deleted:

@@ -235,7 +235,7 @@ def agent_rollback(request: ConsoleRequest, name: str) -> HttpResponse:
 @require_POST
 def agent_delete(request: ConsoleRequest, name: str) -> HttpResponse:
     agent = get_agent_for(request, name)
-    actions.delete_agent(agent)
+    actions.do_delete_agent(agent)
     messages.success(request, f"Deleted agent “{agent.name}”.")
     return redirect("agents:list")
 

@@ -30,7 +30,7 @@ def run_cancel(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_run_for(request, run_id, *RUN_RELATED)
     was = run.get_status_display().lower()
     try:
-        outcome = actions.cancel_run(request.membership, request.user, run)
+        outcome = actions.do_cancel_run(request.membership, request.user, run)
     except RunRejected as rejected:
         messages.error(request, rejected.detail)
         return redirect("run", run_id=run.id)
@@ -55,7 +55,7 @@ def run_replay(request: ConsoleRequest, run_id: uuid.UUID) -> HttpResponse:
         messages.error(request, "Pick one of the agent's versions.")
         return redirect("run", run_id=original.id)
     try:
-        replay = actions.replay_run(request.user, original, int(picked) if picked else None, queued=True)
+        replay = actions.do_replay_run(request.user, original, int(picked) if picked else None, queued=True)
     except RunRejected as rejected:
         messages.error(request, rejected.detail)
         return redirect("run", run_id=original.id)

@@ -8,7 +8,7 @@ from approvals.actions.expiry import expire_due
 from approvals.actions.external import Opened, RequestRefused, open_request
 from approvals.actions.held import HELD_UNTIL, Held, UndoRefused, apply_due, hold_answers, notice_rows, notices, undo
 from approvals.actions.interceptions import PoliciesUnavailable, verdict_for
-from approvals.actions.rules import edit_rule, remember_rule, revoke_rule
+from approvals.actions.rules import do_edit_rule, do_revoke_rule, remember_rule
 from approvals.actions.settling import cancel_request, report_outcome
 
 __all__ = [
@@ -24,7 +24,8 @@ __all__ = [
     "apply_due",
     "cancel_request",
     "claim",
-    "edit_rule",
+    "do_edit_rule",
+    "do_revoke_rule",
     "expire_due",
     "hold_answers",
     "notice_rows",
@@ -33,7 +34,6 @@ __all__ = [
     "release",
     "remember_rule",
     "report_outcome",
-    "revoke_rule",
     "undo",
     "verdict_for",
 ]

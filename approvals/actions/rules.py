@@ -36,7 +36,7 @@ def remember_rule(membership: Membership, user: Any, wanted: RuleIn) -> Rule:
     )
 
 
-def edit_rule(user: Any, rule: Rule, edit: RuleEdit) -> Rule:
+def do_edit_rule(user: Any, rule: Rule, edit: RuleEdit) -> Rule:
     """Make the next version of `rule` from the fields `edit` gives, keeping what the current version said in
     `RuleVersion` (receipts name `rule:<id>@<version>`; the record must still say what that version approved).
     Raises RuleRefused (and changes nothing) for a revoked rule or an edit that cannot be made."""
@@ -115,7 +115,7 @@ def _edited_session(rule: Rule, edit: RuleEdit) -> Session | None:
     return session
 
 
-def revoke_rule(user: Any, rule: Rule) -> None:
+def do_revoke_rule(user: Any, rule: Rule) -> None:
     """Calls the rule approved ask again. Revoking a revoked rule keeps the first revocation, its time and who
     made it (the audit lists it)."""
     now, person = timezone.now(), _person(user)

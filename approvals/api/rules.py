@@ -70,7 +70,7 @@ def edit_rule(request: ConsoleRequest, rule_id: uuid.UUID, payload: RuleEdit) ->
     require_role(request, "admin")
     rule = get_rule_for(request, rule_id)
     try:
-        edited = actions.edit_rule(request.user, rule, payload)
+        edited = actions.do_edit_rule(request.user, rule, payload)
     except RuleRefused as refused:
         raise _problem(refused) from None
     return rule_wire(edited)
@@ -86,5 +86,5 @@ def revoke_rule(request: ConsoleRequest, rule_id: uuid.UUID) -> Status[None]:
     """Revoke a rule: calls it approved ask again. Revoking a revoked rule changes nothing."""
     require_role(request, "admin")
     rule = get_rule_for(request, rule_id)
-    actions.revoke_rule(request.user, rule)
+    actions.do_revoke_rule(request.user, rule)
     return Status(204, None)

@@ -146,11 +146,11 @@ def claim_or_release(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResp
 
 @role_required("operator")
 @require_POST
-def cancel_run(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
+def cancel_card_run(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
     """Cancel the run a card waits for (SPEC section 9): its open requests close `cancelled` in every inbox."""
     pending = get_request_for(request, request_id, "run__version", "agent", "session")
     try:
-        cancelled = actions.cancel_run(request.membership, request.user, pending.run, session_id=pending.session_id)
+        cancelled = actions.do_cancel_run(request.membership, request.user, pending.run, session_id=pending.session_id)
     except RunRejected as refused:
         return _refused(request, pending, refused.detail)
     if cancelled == "cancelled":

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from agents.definition_checks import error_map
 from agents.models import Agent, AgentVersion
-from approvals.actions import edit_rule, remember_rule, revoke_rule
+from approvals.actions import do_edit_rule, do_revoke_rule, remember_rule
 from approvals.getters import get_rule_for
 from approvals.models import Rule
 from approvals.rules import (
@@ -361,12 +361,12 @@ def condition_row(request: ConsoleRequest) -> HttpResponse:
 @role_required("admin")
 @require_POST
 def rule_edit(request: ConsoleRequest, rule_id: uuid.UUID) -> HttpResponse:
-    """A rule's Edit form: its next version, the one before kept (`approvals.actions.edit_rule`)."""
+    """A rule's Edit form: its next version, the one before kept (`approvals.actions.do_edit_rule`)."""
     rule = get_rule_for(request, rule_id)
     form = RuleEditForm(rule, request.POST)
     if form.is_valid() and form.edit is not None:
         try:
-            edited = edit_rule(request.user, rule, form.edit)
+            edited = do_edit_rule(request.user, rule, form.edit)
         except RuleRefused as refused:
             form.add_error(None, refused.detail)
         else:
@@ -379,7 +379,7 @@ def rule_edit(request: ConsoleRequest, rule_id: uuid.UUID) -> HttpResponse:
 @require_POST
 def rule_revoke(request: ConsoleRequest, rule_id: uuid.UUID) -> HttpResponse:
     rule = get_rule_for(request, rule_id)
-    revoke_rule(request.user, rule)
+    do_revoke_rule(request.user, rule)
     messages.success(request, f"Revoked the rule for {rule.agent.name} · {rule.tool_name}: its calls ask again.")
     back = request.POST.get("next", "")
     if back.startswith("/rules/") and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):

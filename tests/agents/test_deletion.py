@@ -11,7 +11,7 @@ from agents.models import Run, RunStatus
 from agents.outcomes import finish_run
 from agents.prepare import RunRejected, live_version, prepare_run
 from agents.run_requests import RunRequest
-from agents.runs import execute, start_run
+from agents.runs import execute, record_run
 from approvals.models import PendingRequest, RequestStatus
 from tests.helpers import (
     EMAIL,
@@ -159,7 +159,7 @@ def test_it_never_starts_a_claimed_turn_of_a_deleted_agent(admin, operator):
 
 def test_it_closes_what_a_turn_running_during_the_deletion_leaves_open(admin, operator, assistant):
     version = live_version(operator.tenant, "assistant", None)
-    started = start_run(
+    started = record_run(
         prepare_run(operator.tenant, version, RunRequest(message=call_line("send_email", EMAIL), session_id="s1")),
         operator.user,
     )
@@ -194,7 +194,7 @@ def test_it_refuses_to_start_a_turn_of_an_agent_deleted_after_its_checks(admin, 
     before = snapshot()
 
     with pytest.raises(RunRejected) as rejected:
-        start_run(prepared, operator.user)
+        record_run(prepared, operator.user)
 
     assert (rejected.value.status, rejected.value.code) == (404, "agent_not_found")
     assert snapshot() == before

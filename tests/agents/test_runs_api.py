@@ -15,7 +15,7 @@ from agents.models import Attachment, Run, RunStatus, Session
 from agents.outcomes import finish_run
 from agents.prepare import RunRejected, live_version, prepare_run
 from agents.run_requests import RunRequest
-from agents.runs import execute, start_run
+from agents.runs import execute, record_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from tests.helpers import (
     EMAIL,
@@ -334,12 +334,12 @@ def test_it_answers_a_request_once_when_two_turns_race(operator, assistant):
     body = RunRequest.model_validate({"sessionId": "s1", "approvals": [approval]})
     version = live_version(operator.tenant, assistant.name, None)
     first, second = prepare_run(operator.tenant, version, body), prepare_run(operator.tenant, version, body)
-    started = start_run(first, operator.user)
+    started = record_run(first, operator.user)
     finish_run(started, async_to_sync(execute)(started))
     before = snapshot()
 
     with pytest.raises(RunRejected) as rejected:
-        start_run(second, operator.user)
+        record_run(second, operator.user)
 
     assert (rejected.value.status, rejected.value.code) == (409, "already_answered")
     assert snapshot() == before

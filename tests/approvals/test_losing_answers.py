@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agents.models import Agent, Event, Run, RunStatus
 from agents.queue import queue_continuation
-from agents.runs import start_run
+from agents.runs import record_run
 from approvals.audit_entries import ANSWER
 from approvals.audit_queries import Criteria, iter_entries
 from approvals.decisions import decide
@@ -142,7 +142,7 @@ def after_the_winner_lands(
 
     def start_second(*args: Any, **kwargs: Any) -> Any:
         first_the_winner()
-        return start_run(*args, **kwargs)
+        return record_run(*args, **kwargs)
 
     def queue_second(*args: Any, **kwargs: Any) -> Any:
         first_the_winner()
@@ -159,7 +159,7 @@ def after_the_winner_lands(
     monkeypatch.setattr("approvals.actions.answers.queue_continuation", queue_second)
     # A console answer is held first (approvals.actions.held): the one whose held row is stored first wins.
     monkeypatch.setattr(HeldAnswer, "save", hold_second)
-    monkeypatch.setattr("agents.runs.start_run", start_second)  # the run route's (agents.actions), not the queue's
+    monkeypatch.setattr("agents.runs.record_run", start_second)  # the run route's (agents.actions), not the queue's
     return seen
 
 
@@ -226,7 +226,7 @@ def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier
 
     def start_together(*args: Any, **kwargs: Any) -> Any:
         meet()
-        return start_run(*args, **kwargs)
+        return record_run(*args, **kwargs)
 
     def queue_together(*args: Any, **kwargs: Any) -> Any:
         meet()
@@ -234,7 +234,7 @@ def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier
 
     monkeypatch.setattr("approvals.actions.answers.decide", record_together)
     monkeypatch.setattr(HeldAnswer, "save", hold_together)
-    monkeypatch.setattr("agents.runs.start_run", start_together)  # as above
+    monkeypatch.setattr("agents.runs.record_run", start_together)  # as above
     monkeypatch.setattr("approvals.actions.answers.queue_continuation", queue_together)
 
 

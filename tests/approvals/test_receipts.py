@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from agents.actions import delete_agent
+from agents.actions import do_delete_agent
 from agents.definitions import DefinitionContent
 from agents.models import Agent
 from agents.starter_policy import starter_hooks
@@ -135,7 +135,7 @@ def test_expiry_cancel_abandon_and_a_deleted_agent_each_close_with_one_receipt(o
     answered_first = ask(operator, f"call send_email {json.dumps(EMAIL)}\ncall send_email {json.dumps(EMAIL)}", "both")
     approve(operator, answered_first, 0)
     orphan = ask(operator, session="orphan")
-    delete_agent(assistant)
+    do_delete_agent(assistant)
 
     facts = {
         "expired": (receipt_of(request_id(expiring)), "expiry", "system"),
