@@ -147,7 +147,7 @@ def test_it_never_starts_a_claimed_turn_of_a_deleted_agent(admin, operator):
     make_agent(admin, tools=[{"name": "send_email", "approval": "never"}])
     response = run(operator, {"message": call_line("send_email", EMAIL), "sessionId": "s1"}, **ASYNC)
     assert response.status_code == 202, response.content
-    claimed = claiming.claim("worker-a")
+    claimed = claiming.claim_task("worker-a")
     assert claimed is not None
 
     delete(admin)

@@ -206,12 +206,12 @@ def test_it_holds_a_lane_to_its_limit_over_all_workers(operator, assistant, sett
     second = queue_run(operator, {"message": "two", "lane": "slow"})
     other = queue_run(operator, {"message": "three", "lane": "fast"})
 
-    taken = claiming.claim("worker-a")
+    taken = claiming.claim_task("worker-a")
     assert taken is not None and taken.args_kwargs["args"] == [first["runId"]]
     # Lane "slow" is full while its first run runs: the next claim takes the other lane's run.
-    taken_next = claiming.claim("worker-b")
+    taken_next = claiming.claim_task("worker-b")
     assert taken_next is not None and taken_next.args_kwargs["args"] == [other["runId"]]
-    assert claiming.claim("worker-c") is None
+    assert claiming.claim_task("worker-c") is None
     assert Run.objects.get(id=second["runId"]).status == RunStatus.QUEUED
 
     claiming.task_runner("worker-a").run_task(taken)
@@ -293,7 +293,7 @@ def test_cancelling_a_queued_continuation_keeps_the_answer_for_the_next_turn(ope
 
 def test_a_cancel_asked_elsewhere_reaches_the_running_turn(operator, assistant):
     accepted = queue_run(operator, {"message": "hi"})
-    claiming.claim("worker-elsewhere")
+    claiming.claim_task("worker-elsewhere")
 
     response = operator.api("POST", f"/api/runs/{accepted['runId']}/cancel")
 
@@ -394,7 +394,7 @@ def test_it_retries_after_a_tool_without_side_effects(operator, remote, fake):
 
 def lose_worker(run_id: str) -> Run:
     """Claim the run's task as a worker that then dies: its lease runs out."""
-    assert claiming.claim("worker-that-dies") is not None
+    assert claiming.claim_task("worker-that-dies") is not None
     Run.objects.filter(id=run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     return Run.objects.get(id=run_id)
 
@@ -505,7 +505,7 @@ def test_a_last_answer_that_finds_another_turn_on_its_way_is_stored_and_starts_n
 
 def test_it_leaves_a_run_alone_while_its_lease_holds(operator, assistant):
     accepted = queue_run(operator, {"message": "hello"})
-    claiming.claim("worker-alive")
+    claiming.claim_task("worker-alive")
 
     assert keeper.reclaim_lost() == []
     assert Run.objects.get(id=accepted["runId"]).status == RunStatus.RUNNING
@@ -513,7 +513,7 @@ def test_it_leaves_a_run_alone_while_its_lease_holds(operator, assistant):
 
 def test_a_late_outcome_of_a_reclaimed_run_is_dropped(operator, assistant):
     accepted = queue_run(operator, {"message": "hello"})
-    task = claiming.claim("worker-slow")
+    task = claiming.claim_task("worker-slow")
     assert task is not None
     Run.objects.filter(id=accepted["runId"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     keeper.reclaim_lost()  # queued again
@@ -528,7 +528,7 @@ def test_the_outcome_of_a_run_taken_over_meanwhile_writes_neither_the_run_nor_it
     """The run's outcome and its session's row are written in one statement on PostgreSQL (`update_together`): when
     the run is no longer held by the worker finishing it, neither is written."""
     accepted = queue_run(operator, {"message": "hello", "sessionId": "late"})
-    assert claiming.claim("worker-slow") is not None
+    assert claiming.claim_task("worker-slow") is not None
     started = queue.load_started(queue.loaded_runs().get(id=accepted["runId"]))
     result = run_here(execute(started))
     assert result.outcome is not None and result.outcome.conversation is not None

@@ -318,7 +318,7 @@ def test_the_jobs_panel_counts_queued_running_and_failed_runs_by_lane(admin, out
     running = queue_run(admin, {"message": "report"})
     from agents import claiming
 
-    assert claiming.claim("page-test", ["default"]) is not None
+    assert claiming.claim_task("page-test", ["default"]) is not None
     Run.objects.create(tenant=admin.tenant, agent=helper, version=helper.versions.get(), status="failed", lane="mail")
     make_agent(outsider)
     queue_run(outsider, {"message": "theirs", "lane": "mail"})

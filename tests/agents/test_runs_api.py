@@ -700,7 +700,7 @@ def test_it_refuses_a_second_turn_while_one_of_the_session_is_queued_or_running(
     first = run(operator, {"message": "hello", "sessionId": "busy"}, HTTP_PREFER="respond-async")
     assert first.status_code == 202, first.content
     if claimed:
-        assert claiming.claim("worker-elsewhere") is not None
+        assert claiming.claim_task("worker-elsewhere") is not None
     assert Run.objects.get().status == (RunStatus.RUNNING if claimed else RunStatus.QUEUED)
     before = snapshot()
 

@@ -84,7 +84,7 @@ def answer(persona: Persona, asked: dict[str, Any], index: int = 0) -> dict[str,
 def work() -> None:
     """A worker's part in one queued run: its claim and its turn (not the poll after it, which is the next one's)."""
     worker = f"{PROCESS_ID}:budget"
-    db_task = claiming.claim(worker)
+    db_task = claiming.claim_task(worker)
     assert db_task is not None
     claiming.task_runner(worker).run_task(db_task)
 
