@@ -123,7 +123,7 @@ class _Refused(Exception):
 
 
 def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bool]) -> bool:
-    """Queue `run`, built but not saved (`agents.actions.sessions.continuation_of`), in one transaction with `carry`,
+    """Queue `run`, built but not saved (`agents.actions.sessions._continuation_of`), in one transaction with `carry`,
     the conditional write of the answer to `carried` it carries: False, and nothing written, when `carry` returns
     False. The session's lock is taken first, as every turn takes it (raises RunRejected, writing nothing, when the
     session is deleted; IntegrityError when another turn of it is queued or running); nothing else is read or

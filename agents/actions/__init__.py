@@ -5,7 +5,7 @@ committed."""
 from agents.actions.deletion import do_delete_agent, do_delete_session
 from agents.actions.replay import Replayed, ReplayRequest, do_replay_run
 from agents.actions.runs import Ended, do_cancel_run, finish, run_to_end, start_run
-from agents.actions.sessions import Fork, ForkRefused, continuation_of, continue_session, fork_session
+from agents.actions.sessions import Fork, ForkRefused, continue_after, continue_session, fork_session
 
 __all__ = [
     "Ended",
@@ -13,7 +13,7 @@ __all__ = [
     "ForkRefused",
     "ReplayRequest",
     "Replayed",
-    "continuation_of",
+    "continue_after",
     "continue_session",
     "do_cancel_run",
     "do_delete_agent",

@@ -9,6 +9,7 @@ the requests once it is committed.
 """
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,11 +21,36 @@ from agents.binding import BindingError, bind_parameters, render_instructions, r
 from agents.checkpoints import branch, request_copies
 from agents.models import Checkpoint, Run, RunStatus, Session
 from agents.prepare import RunRejected, live_version, prepare_run
-from agents.queue import start_queued
+from agents.queue import queue_continuation, start_queued
 from agents.run_requests import RunRequest
 from agents.runs import author
 from agents.signals import requests_opened
 from approvals.models import PendingRequest, RequestStatus
+
+
+def continue_after(
+    pending: PendingRequest, answer: dict[str, Any], user: Any, write: Callable[[Run | None], bool], *, last: bool
+) -> tuple[bool, Run | None]:
+    """Write `user`'s `answer` to `pending` and go on with its session: the one route of a continuation after an
+    answer. `write(run)` is the decision's conditional write (carried by `run` when one is given), False when another
+    decision came first. `last`: no other request of the session waited when the answer read it, so its continuation
+    is built from the run that asked and queued with the answer in one transaction (`queue_continuation`); otherwise,
+    or when that cannot be (a version named, a rule remembered, the chosen id taken, the session busy or gone), the
+    answer is written alone and the session's answers are read again (`continue_session`). Whether the answer was
+    written, and the continuation it started (None while another request waits)."""
+    run = _continuation_of(pending, answer, user) if last else None
+    if run is not None:
+        queued = run  # the one `write` carries, for mypy's sake
+        try:
+            written = queue_continuation(queued, pending, lambda: write(queued))
+            return written, queued if written else None
+        except (IntegrityError, RunRejected):
+            pass
+    if not write(None):
+        return False, None
+    # Committed (its own conditional update) before the continuation reads the session's answers: of two last
+    # answers given at once, each on its own connection, one sees the other's, and the run continues once.
+    return True, continue_session(user, pending.session, last=pending if last else None, asked=pending.run)
 
 
 def continue_session(
@@ -77,7 +103,7 @@ def continue_session(
     return started.run
 
 
-def continuation_of(pending: PendingRequest, answer: dict[str, Any], user: Any) -> Run | None:
+def _continuation_of(pending: PendingRequest, answer: dict[str, Any], user: Any) -> Run | None:
     """The continuation that `answer`, the last one the session waits for, starts: built from the run that asked,
     reading nothing, not saved, for `agents.queue.queue_continuation`, which queues it with the answer in one
     transaction. None when it is started as any run (`continue_session`): an answer that names a version or

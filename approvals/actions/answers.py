@@ -1,10 +1,10 @@
-"""Answering pending requests outside a run (SPEC section 4, "Respond"): the inbox's card and its batch and
-selection bars, the trial page (through the inbox's answer view) and `POST /api/runs/{id}/responses`.
+"""A person's answer to a pending request outside a run (SPEC sections 4 and 12, "Respond"), whatever the channel:
+the inbox's card and its batch and selection bars, the trial page, a held answer applied, the respond routes.
 
-An answer is stored as a durable fact on its request the moment it is given (a conditional update, so two
-operators answering at once get one `accepted` and one `already_resolved`), committed before the
-continuation looks at the session: when every open request of the session has its answer, the last answer
-starts the continuation run (`agents.actions.continue_session`).
+The answer is checked by its kind, then written as a decision (`approvals.decisions.decide`: a conditional update,
+so two operators answering at once get one `accepted` and one `already_resolved`) and the session goes on by one
+route (`agents.actions.continue_after`: the last answer queues its continuation in the same transaction, any other
+is committed before the session's answers are read again); an external agent's request is settled instead.
 """
 
 import uuid
@@ -12,15 +12,13 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agents.actions import continuation_of, continue_session
+from agents.actions import continue_after, continue_session
 from agents.checkpoints import fork, forked_from, request_copies
 from agents.models import Run, RunStatus
-from agents.prepare import RunRejected
-from agents.queue import queue_continuation
 from approvals.actions.expiry import expire_due
 from approvals.actions.settling import is_external, settle
 from approvals.answers import Outcome, Response, ResponseRefused, Status
@@ -137,48 +135,27 @@ def answer_request(
         return Outcome("runtime_unavailable", rid, detail)
     if pending.answer is not None or pending.status == RequestStatus.ANSWERED:
         return Outcome("already_resolved", rid, "The request was answered before; this answer changed nothing.")
-    external = is_external(pending)
-    # The last answer (no other request was waiting when it was read, and none opens while the session waits) is
-    # all the continuation carries: queued with it in one transaction, when nothing more needs reading.
-    alone = None if pending.others_open or external else pending
-    continuation = continuation_of(pending, payload, user) if alone else None
-    with announced_together():  # its waiters wake to the request as it ends up: an external one settled, answered
-        recorded, queued = _record(pending, Decision(actor, payload), continuation)
-        if recorded and external:
-            settle(pending)  # an external agent reads its decision; no run of Airlock's continues
+    decision, now = Decision(actor, payload), timezone.now()
+
+    def write(carried_in: Run | None) -> bool:
+        return decide(pending, replace(decision, carried_in=carried_in), now)
+
+    continued = None
+    if is_external(pending):  # an external agent reads its decision; no run of Airlock's continues
+        with announced_together():  # its waiters wake to the request settled: answered, its run completed
+            if recorded := write(None):
+                settle(pending)
+    else:
+        # The last answer (no other request was waiting when it was read, and none opens while the session waits)
+        # is all the continuation carries.
+        recorded, continued = continue_after(pending, payload, user, write, last=not pending.others_open)
     if not recorded:
         # Another answer won, or the sweep closed the request (expired) since it was read above.
         now_status = PendingRequest.objects.filter(pk=pending.pk).values_list("status", flat=True).first()
         if now_status in _TERMINAL_STATUS:
             return Outcome(_TERMINAL_STATUS[now_status], rid, f"The request was closed meanwhile: {now_status}.")
         return Outcome("already_resolved", rid, "The request was answered meanwhile; this answer changed nothing.")
-    # Committed (its own conditional update) before the continuation reads the session's answers: of two last
-    # answers given at once, each on its own connection, one sees the other's, and the run continues once.
-    if external:
-        return Outcome("accepted", rid, "The answer was stored.", None)
-    if queued is not None:
-        return Outcome("accepted", rid, "The answer was stored.", str(queued.id))
-    # Otherwise the session's answers are read again, now that this one is committed.
-    continued = continue_session(user, pending.session, last=alone, asked=pending.run)
     return Outcome("accepted", rid, "The answer was stored.", str(continued.id) if continued else None)
-
-
-def _record(pending: PendingRequest, decision: Decision, continuation: Run | None) -> tuple[bool, Run | None]:
-    """Write the decision, with the `continuation` it starts queued in the same transaction when there is one:
-    whether it was written (not when another answer or a closing came first), and the continuation queued."""
-    now = timezone.now()
-    if continuation is not None:
-
-        def carry() -> bool:
-            return decide(pending, replace(decision, carried_in=continuation), now)
-
-        try:
-            return queue_continuation(continuation, pending, carry), continuation
-        except (IntegrityError, RunRejected):
-            # The run id the answer chose was taken since it was checked, or the session is busy (another turn is on
-            # its way) or gone: the answer is stored alone, and the continuation starts as any run would.
-            pass
-    return decide(pending, decision, now), None
 
 
 @dataclass

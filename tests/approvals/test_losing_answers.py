@@ -156,7 +156,7 @@ def after_the_winner_lands(
 
     monkeypatch.setattr("approvals.actions.answers.decide", record_second)
     # The last answer is stored in the transaction that queues its continuation: the winner lands before it opens.
-    monkeypatch.setattr("approvals.actions.answers.queue_continuation", queue_second)
+    monkeypatch.setattr("agents.actions.sessions.queue_continuation", queue_second)
     # A console answer is held first (approvals.actions.held): the one whose held row is stored first wins.
     monkeypatch.setattr(HeldAnswer, "save", hold_second)
     monkeypatch.setattr("agents.runs.record_run", start_second)  # the run route's (agents.actions), not the queue's
@@ -235,7 +235,7 @@ def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier
     monkeypatch.setattr("approvals.actions.answers.decide", record_together)
     monkeypatch.setattr(HeldAnswer, "save", hold_together)
     monkeypatch.setattr("agents.runs.record_run", start_together)  # as above
-    monkeypatch.setattr("approvals.actions.answers.queue_continuation", queue_together)
+    monkeypatch.setattr("agents.actions.sessions.queue_continuation", queue_together)
 
 
 @pytest.mark.django_db(transaction=True)
