@@ -1,7 +1,7 @@
 """Checkpoints and forks (SPEC section 9): the state of a session after each of its runs ended, and a new
 session that starts from an earlier one.
 
-A checkpoint is recorded once per ended run (`record`, called where `agents.runs` stores the outcome). A
+A checkpoint is recorded once per ended run (`record`, called where `agents.run_lifecycle` stores the outcome). A
 conversation's messages only grow from one turn to the next, so a checkpoint keeps just the messages
 appended since the checkpoint before it, and names the full copy its chain starts from (`root`). It is a
 full copy itself when the history before it changed (the previous checkpoint's digest no longer matches the
@@ -184,10 +184,12 @@ def request_copies(checkpoint: Checkpoint, now: datetime) -> dict[uuid.UUID, Pen
             engine_state=original.engine_state,
             policy=original.policy,
             approvers=original.approvers,  # routed as the original was (SPEC section 11)
-            opened_at=now,
+            # A microsecond apart, in the originals' order: the requests of a session are listed by when they opened,
+            # and copies opened at one instant would come in whatever order the database keeps them.
+            opened_at=now + timedelta(microseconds=index),
             expires_at=now + timedelta(seconds=deadline) if deadline else None,
         )
-        for original in originals.order_by("opened_at", "id")
+        for index, original in enumerate(originals.order_by("opened_at", "id"))
     }
 
 
