@@ -13,7 +13,7 @@ from pydantic import AfterValidator, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agents.policies import declaration_problems, unlisted_tools
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 
 # A `{{name}}` in instructions, filled from the parameter of that name (agents.binding.render_instructions).
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")

@@ -14,7 +14,7 @@ from agents.engine import TurnError
 from agents.models import Run, RunStatus
 from agents.outcomes import finish_run
 from agents.queue import load_started, loaded_runs, retry
-from agents.runs import ExecutionResult
+from agents.run_lifecycle import ExecutionResult
 from agents.turns import PROCESS_ID, keep_held, keeper_started, lease
 from console.periodic import start_periodic
 

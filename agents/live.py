@@ -1,5 +1,5 @@
 """A session's events, live: every event a turn reports (deltas included) is published to its session's channel
-group as it happens, and each session stream (`agents.api.streams`, `GET /api/sessions/{id}/events`) reads that
+group as it happens, and each session stream (`agents.api.stream_routes`, `GET /api/sessions/{id}/events`) reads that
 group, with the database as where it catches up and resumes. The process that runs the turn publishes; the one
 that serves the stream may be another (the Redis channel layer carries it across).
 
@@ -11,7 +11,7 @@ start) go out with it, those recorded after its last (a run's end) once they are
 Past where it starts or resumes, a stream reads the database only when something tells it to: a live event it
 cannot place yet, or a wake (`wake_now`, a message without events) sent once a write that was not published is
 committed (stored events synchronous code recorded and flushed, such as a cancel or a closed request; a
-session's deletion). Its slow look of its own (`agents.api.streams.SESSION_RECHECK_SECONDS`) is only a safety net
+session's deletion). Its slow look of its own (`agents.api.stream_routes.SESSION_RECHECK_SECONDS`) is only a safety net
 for a message lost.
 """
 

@@ -16,7 +16,13 @@ from agents.engine import TurnBlocked, TurnError
 from agents.events import EventLog
 from agents.models import Run, RunStatus, Session
 from agents.payloads import BlockedError, ErrorInfo, RunAwaiting, RunBlocked, RunCompleted, RunFailed, SessionError
-from agents.runs import ExecutionResult, StartedRun, calls_with_side_effects, record_cancelled, record_terminated
+from agents.run_lifecycle import (
+    ExecutionResult,
+    StartedRun,
+    calls_with_side_effects,
+    record_cancelled,
+    record_terminated,
+)
 from agents.signals import requests_opened
 from approvals.decisions import Actor, Decision, announced_together, decide, hand_back, record_unasked
 from approvals.kinds import KINDS, awaiting_status

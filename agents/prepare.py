@@ -1,6 +1,6 @@
 """A run request (agents/run_requests.py) checked whole before anything is written (`prepare_run`): its
 session, the answers it carries, parameters, culture, documents and connections. A rejected request
-(`RunRejected`) changes nothing; `agents.runs.record_run` records what `PreparedRun` holds.
+(`RunRejected`) changes nothing; `agents.run_lifecycle.record_run` records what `PreparedRun` holds.
 """
 
 import logging
@@ -14,7 +14,7 @@ from django.db.models import Exists, F, OuterRef, QuerySet
 
 from agents.binding import BindingError, bind_parameters, render_instructions, resolve_culture
 from agents.definitions import MAX_SUBAGENT_DEPTH, DefinitionContent
-from agents.engine.subagents import SubAgent
+from agents.engine.subagent_turns import SubAgent
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
 from agents.run_requests import PERSON_KINDS, PersonAnswer, RunRequest
 from approvals.kinds import KINDS, AnswerRefused
@@ -25,7 +25,7 @@ from approvals.models import (
     RequestStatus,
     refuse_unless_answerable,
 )
-from approvals.rules import rules_in_force
+from approvals.remembered_rules import rules_in_force
 from console.connections import ConnectionSpec
 from console.models import Connection, Membership, Tenant
 

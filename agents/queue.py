@@ -3,7 +3,7 @@ a worker runs for it.
 
 - `start_queued` starts a run queued: `enqueue`, inside `record_run`'s transaction, keeps on the run
   what its turn needs (`queued_input`: instructions, documents, the ids of the requests it carries: their answers are on
-  them, `agents.runs.carried_answers`) and puts a task on the lane's queue: Django's tasks framework with the
+  them, `agents.run_lifecycle.carried_answers`) and puts a task on the lane's queue: Django's tasks framework with the
   django-tasks-db backend, a row in the same database and transaction. Workers claim it (agents/claiming.py,
   agents/workers.py) and run `execute_queued`.
 - A run queued in a process whose pool has an idle thread for its lane is handed to that thread (agents/seats.py): the
@@ -13,7 +13,7 @@ a worker runs for it.
   answer starts the moment the answer commits.
 - The continuation of the last answer is queued with the answer in one transaction (`queue_continuation`), nothing
   of it recorded: handed to a seat, it is begun once committed; claimed, its worker begins it (`load_started`,
-  `agents.runs.begin_queued`).
+  `agents.run_lifecycle.begin_queued`).
 - A turn that fails in a way that may pass is queued again (`retry`), as the keeper (agents/keeper.py) queues again
   a run whose process died; `cancel` ends a queued run here or asks its worker to stop its turn.
 - `execute_queued` stays in this module: its path (`agents.queue.execute_queued`) is stored on every queued task's
@@ -41,8 +41,7 @@ from agents.models import AWAITING, Run, RunStatus, Session
 from agents.outcomes import finish_run
 from agents.payloads import ErrorInfo, RunRetrying
 from agents.prepare import PreparedRun, granted_connections, refuse_if_deleted, subagents_for
-from agents.run_requests import RunRequest
-from agents.runs import (
+from agents.run_lifecycle import (
     ExecutionResult,
     StartedRun,
     active_rules,
@@ -55,6 +54,7 @@ from agents.runs import (
     execute,
     record_run,
 )
+from agents.run_requests import RunRequest
 from agents.seats import Seat, take_handed, take_seat, wake_workers
 from agents.turns import PROCESS_ID, cancel_here, lease, run_here
 from approvals.models import PendingRequest

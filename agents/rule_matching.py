@@ -1,6 +1,7 @@
 """What a remembered rule matches (SPEC section 13), without the database: the arguments' hash, the conditions and
 how they hold, the first rule of a list that approves a call; and how an answer says `remember`. The engine's gate
-matches the rules a turn is given with `first_matching`; `approvals.rules` keeps the rules' table and forms."""
+matches the rules a turn is given with `first_matching`; `approvals.remembered_rules` keeps the rules' table and
+forms."""
 
 import hashlib
 import json

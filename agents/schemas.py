@@ -25,11 +25,11 @@ from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 # What one schema may weigh: its JSON text and how deeply its objects and arrays nest. External requests'
-# own limits (approvals/external.py) may read these.
+# own limits (approvals/external_wire.py) may read these.
 SCHEMA_MAX_BYTES = 64 * 1024
 SCHEMA_MAX_DEPTH = 32
 # How many steps one validation may take, a keyword being one and a `$ref` (its lookup) six: about 10 µs each,
-# under half a second. The largest arguments an external request may carry (approvals/external.py, 10,000
+# under half a second. The largest arguments an external request may carry (approvals/external_wire.py, 10,000
 # values) take about 25,000 against a plain schema. A schema whose `$ref`s fan out (each definition referring
 # twice to the next) costs 2^n with no loop at all: past this budget the value is refused, the process not held.
 EVALUATION_STEPS = 50_000

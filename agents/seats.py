@@ -9,7 +9,7 @@ from typing import Protocol
 
 from django_tasks_db.models import DBTaskResult
 
-from agents.runs import StartedRun
+from agents.run_lifecycle import StartedRun
 
 
 class Pool(Protocol):

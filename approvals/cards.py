@@ -53,7 +53,7 @@ def listed_card(pending: PendingRequest, *, can_answer: bool, user: Any, csrf_to
 
 
 # How much of a request's arguments its card shows: the first rows, each value's first characters, and the first
-# characters of the JSON view. An external agent may send up to 256 KB (approvals.external.ARGUMENTS_LIMIT) and a
+# characters of the JSON view. An external agent may send up to 256 KB (approvals.external_wire.ARGUMENTS_LIMIT) and a
 # card shows them three times, on every open inbox (issue 48: six cards of megabytes made a 138 MB page).
 SHOWN_ROWS, SHOWN_VALUE, SHOWN_JSON = 20, 500, 4_000
 

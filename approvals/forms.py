@@ -16,8 +16,8 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from pydantic import ValidationError
 
 from agents.schema_forms import SchemaField, schema_fields
-from approvals.answers import Response
 from approvals.models import PendingRequest, RequestKind
+from approvals.responses import Response
 
 _DECISIONS = [("approve", "Approve"), ("deny", "Deny")]
 

@@ -2,15 +2,15 @@
 
 import uuid
 
-from approvals.external import request_ids
+from approvals.external_wire import request_ids
 from approvals.models import PendingRequest, Rule
-from approvals.rules import tenant_rules
+from approvals.remembered_rules import tenant_rules
 from console.tenancy import ConsoleRequest, NotFound
 
 
 def get_request_for(request: ConsoleRequest, request_id: uuid.UUID, *related: str) -> PendingRequest:
     """The pending request, with the `related` objects the caller reads joined in. `request_id` is its id, or the
-    `requestId` its external agent sent (approvals.external.request_ids)."""
+    `requestId` its external agent sent (approvals.external_wire.request_ids)."""
     requests = PendingRequest.objects.select_related(*related) if related else PendingRequest.objects.all()
     pending = requests.filter(tenant=request.tenant, id__in=request_ids(request.tenant.pk, request_id)).first()
     if pending is None:

@@ -286,7 +286,7 @@ class PendingRequest(models.Model):
     @property
     def asker(self) -> tuple[str, str] | None:
         """(name, agentId) of the sub-agent that asked, the innermost when sub-agents call sub-agents (SPEC
-        section 10; its engine state leads back to it, agents/engine/subagents.py); None: the run's agent."""
+        section 10; its engine state leads back to it, agents/engine/subagent_turns.py); None: the run's agent."""
         state, found = self.engine_state or {}, None
         while "subagent" in state:
             found = (state["subagent"]["name"], state["subagent"]["agentId"])
@@ -355,7 +355,7 @@ class HeldAnswer(models.Model):
     # How the one who gave it signed in (`console.tenancy.AUTH_METHOD`: "session", "token:<id>"): it is applied
     # later, in a timer or a sweep, and its receipt must still say how they signed in (issue 50).
     auth_method = models.CharField(max_length=64, blank=True)
-    # The validated `approvals.answers.Response`, as the respond API takes it (camelCase).
+    # The validated `approvals.responses.Response`, as the respond API takes it (camelCase).
     response = models.JSONField()
     # When it applies; while applying, when that began (a sweep retries an apply that stopped with its process).
     due_at = models.DateTimeField()

@@ -3,8 +3,9 @@
 A preview replays a candidate over an agent's last N closed approval requests (answered, expired, cancelled or
 abandoned; newest decided first) and counts what it would have said of each. It writes nothing: no request, no
 rule, no event, no run, no receipt (tests/approvals/test_previews.py compares the whole database before and
-after). Its callers: `POST /api/rules/preview`, `POST /api/agents/{name}/policy-preview` (approvals/api/previews.py),
-the rules page's and the policy editor's Preview buttons and the rules page's suggestions.
+after). Its callers: `POST /api/rules/preview`, `POST /api/agents/{name}/policy-preview`
+(approvals/api/preview_routes.py), the rules page's and the policy editor's Preview buttons and the rules page's
+suggestions.
 
 What a candidate says of one past call:
 - a **rule** approves a call of its tool whose arguments it matches (`agents.rule_matching.rule_matches` on the
@@ -46,7 +47,7 @@ from agents.policies import CompilesThrottled, PolicyBlocked, PolicyScope, compi
 from agents.rule_matching import arguments_hash, first_matching, rule_matches
 from approvals.models import OPEN, PendingRequest, RequestKind, Rule
 from approvals.receipts import result_kind
-from approvals.rules import RuleIn, refusal
+from approvals.remembered_rules import RuleIn, refusal
 from console.models import Tenant
 
 LIMIT, MAX_LIMIT = 200, 10_000

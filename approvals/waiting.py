@@ -24,7 +24,7 @@ from channels.layers import get_channel_layer
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import close_old_connections
 
-from approvals.external import SHOWN, request_wire, with_receipt_ids
+from approvals.external_wire import SHOWN, request_wire, with_receipt_ids
 from approvals.models import PendingRequest
 
 # The header the request route sets when the caller asked to wait and the request is not decided yet; the ASGI

@@ -4,7 +4,7 @@ One daphne (temporary SQLite, in-memory layer). Four tenants each hold a session
 operator of each opens streams on it (`GET /api/sessions/{id}/events`, SSE), which then have nothing to say.
 A fifth tenant's operator lists its agents over one keep-alive connection. The console's CPU is its process's
 user + system time (/proc/PID/stat) over a quiet window, in cores; the streams' clients read nothing in it. The
-window is as long as an idle stream's safety-net recheck (agents.api.streams.SESSION_RECHECK_SECONDS), so each
+window is as long as an idle stream's safety-net recheck (agents.api.stream_routes.SESSION_RECHECK_SECONDS), so each
 stream looks at the database about once in it.
 Four owners of 100 streams each, since one user may hold only 100 (`SESSION_STREAMS_PER_USER`).
 

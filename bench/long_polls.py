@@ -349,7 +349,7 @@ def open_requests(persona: dict[str, Any], count: int) -> list[str]:
     from django.db import transaction
 
     from approvals.actions import open_request
-    from approvals.external import OpenRequest
+    from approvals.external_wire import OpenRequest
 
     body = OpenRequest.model_validate({"toolName": "deploy", "arguments": {"service": "billing"}})
     with transaction.atomic():  # one commit, not one per request: seeding took 30 s of the benchmark's 70

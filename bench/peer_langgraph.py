@@ -107,7 +107,7 @@ def langgraph_side(url: str) -> tuple[Callable[[str], float], Callable[[str], fl
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
-    from agents.tools import get_time
+    from agents.server_tools import get_time
 
     counted = [0]
     lock = threading.Lock()

@@ -197,7 +197,7 @@ def _bare_rate() -> float:
     from pydantic_ai import Agent
 
     from agents.engine.scripted import scripted_model
-    from agents.tools import get_time
+    from agents.server_tools import get_time
 
     agent = Agent(scripted_model(), tools=[get_time], instructions="You tell the time.")
 

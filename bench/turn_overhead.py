@@ -55,7 +55,7 @@ from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 from agents.definitions import DefinitionContent  # noqa: E402
 from agents.engine.scripted import scripted_model  # noqa: E402
 from agents.models import Agent as AgentDefinition  # noqa: E402
-from agents.tools import get_time  # noqa: E402
+from agents.server_tools import get_time  # noqa: E402
 from console.models import ApiToken, Connection, Membership, Tenant  # noqa: E402
 
 MESSAGE = "call get_time"

@@ -283,9 +283,9 @@ def page_of(query: Any, limit: int, offset: int, wire: Callable[[Any], dict[str,
 
 
 api.add_router("", "agents.api.router")
-api.add_router("", "approvals.api.requests.router")
+api.add_router("", "approvals.api.request_routes.router")
 # Before the rules' router: `POST /rules/preview` is not a rule's `/rules/{rule_id}`.
-api.add_router("", "approvals.api.previews.router")
-api.add_router("", "approvals.api.rules.router")
-api.add_router("", "approvals.api.receipts.router")
+api.add_router("", "approvals.api.preview_routes.router")
+api.add_router("", "approvals.api.rule_routes.router")
+api.add_router("", "approvals.api.receipt_routes.router")
 api.add_router("", "console.connections_api.router")

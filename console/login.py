@@ -1,5 +1,5 @@
 """The login throttle: password guessing held up per username and client address (the login page is
-console/views/login.py).
+console/views/login_pages.py).
 
 The 10th wrong password for a username from one address within 15 minutes locks that pair out for 15
 minutes: every password check of the pair is refused without looking at the password, whether it comes from

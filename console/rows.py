@@ -1,5 +1,5 @@
 """Table rows a user adds and removes in the browser: the sections of the agent-definition form
-(agents/forms/definition.py) and the conditions of a new rule (approvals/views/rules.py), one mechanism for both.
+(agents/forms/definition.py) and the conditions of a new rule (approvals/views/rule_pages.py), one mechanism for both.
 
 A row has a random key, so its inputs are named `<prefix>-<key>-<field>` and survive rows added (a blank row
 served by the form's row view, appended by htmx) and removed (`data-remove-row`, static/console/console.js)

@@ -1,6 +1,6 @@
 """Caps on the long-lived connections one user holds open in this process: session streams
-(`agents.api.streams`) and console websockets (`approvals.consumers`). Each open connection costs the process for as
-long as it lasts, so without a cap one reader could hold enough of them to slow every tenant down.
+(`agents.api.stream_routes`) and console websockets (`approvals.consumers`). Each open connection costs the process
+for as long as it lasts, so without a cap one reader could hold enough of them to slow every tenant down.
 
 The count is this process's only: behind several daphnes a user may hold the cap in each.
 """

@@ -105,7 +105,7 @@ def fast_password_hashing(settings):
 PRODUCTION_WINDOW: float = django_settings.ANSWER_UNDO_SECONDS
 # The modules whose tests answer in the console (inbox cards, the selection, a run's batch bar, the trial page):
 # each of their tests runs twice, its answers applied inline (a window of 0) and held for the production window.
-# Not here: the respond API's and the receipts' tests (the API never holds an answer: approvals/views/answers.py
+# Not here: the respond API's and the receipts' tests (the API never holds an answer: approvals/views/answer_pages.py
 # is hold_answers' only caller), and test_losing_answers.py, whose races are steered at the hold itself.
 HELD_TOO = {
     "tests.agents.test_trial_pages",

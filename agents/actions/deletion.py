@@ -46,7 +46,7 @@ def do_delete_session(membership: Membership, session: Session) -> bool:
 
 
 def _end(sessions: QuerySet[Session], runs: QuerySet[Run], requests: QuerySet[PendingRequest], now: datetime) -> None:
-    # The sessions' locks order this against a turn being recorded or finished now (agents/runs.py): that
+    # The sessions' locks order this against a turn being recorded or finished now (agents/run_lifecycle.py): that
     # turn is cancelled below, or it sees the deletion and stops.
     list(sessions.select_for_update().values_list("pk"))
     for run in runs.filter(status__in=(RunStatus.QUEUED, RunStatus.RUNNING)):

@@ -21,8 +21,8 @@ from agents.definitions import WireModel
 from agents.events import EventType
 from agents.models import Run
 from agents.prepare import PreparedRun, RunRejected, prepare_run, refuse_ungranted_connections
+from agents.run_lifecycle import StartedRun, record_run
 from agents.run_requests import RunRequest
-from agents.runs import StartedRun, record_run
 
 
 class ReplayRequest(WireModel):
@@ -88,7 +88,7 @@ def _prepare(original: Run, definition_version: int | None) -> tuple[PreparedRun
 
 
 def _start(original: Run, prepared: PreparedRun, user: Any, *, queued: bool) -> StartedRun:
-    """Start the replay as `agents.runs.record_run` records any run (queued on its lane with `queued`), with
+    """Start the replay as `agents.run_lifecycle.record_run` records any run (queued on its lane with `queued`), with
     `replayOf` in its `run.started`."""
     prepared.replay_of = original
     return record_run(prepared, user, enqueue=queue.enqueue if queued else None)

@@ -1,7 +1,7 @@
 """Starting a run, ending a turn run here, and cancelling a run: the one way each is done, for the run API, the
 runs pages and the inbox (SPEC sections 4 and 9).
 
-A run request is checked whole by `agents.prepare.prepare_run` and recorded by `agents.runs.record_run` (queued
+A run request is checked whole by `agents.prepare.prepare_run` and recorded by `agents.run_lifecycle.record_run` (queued
 through `agents.queue.start_queued`); a turn this process runs for its caller (the API's answer, its stream, a
 replay) is stored by `finish`. The continuation (`agents.actions.sessions`) and the replay
 (`agents.actions.replay`) are started through the same two modules. Queued turns are run and finished by the
@@ -11,12 +11,12 @@ queue's workers (`agents.queue`).
 from dataclasses import dataclass
 from typing import Any
 
-from agents import queue, runs
+from agents import queue, run_lifecycle
 from agents.models import Run
 from agents.outcomes import finish_run
 from agents.prepare import live_version, prepare_run, refuse_ungranted_connections, refuse_unless_approver_of
+from agents.run_lifecycle import ExecutionResult, StartedRun, execute, run_result
 from agents.run_requests import RunRequest
-from agents.runs import ExecutionResult, StartedRun, execute, run_result
 from agents.turns import run_here
 from approvals.models import PendingRequest, RequestStatus
 from console.models import Membership
@@ -30,15 +30,15 @@ class Ended:
     opened: list[PendingRequest]
 
     def result(self) -> dict[str, Any]:
-        """The API's view of the run (`agents.runs.run_result`)."""
+        """The API's view of the run (`agents.run_lifecycle.run_result`)."""
         return run_result(self.run, self.opened)
 
 
 def start_run(membership: Membership, user: Any, name: str, request: RunRequest, *, queued: bool = False) -> StartedRun:
     """Start a run of the agent `name` as `request` asks, for `membership`'s member `user`: with `queued` on its
-    lane's queue (a worker runs the turn), else for the caller to run here (`run_to_end`, or `agents.runs.execute`
-    streaming, then `finish`). Raises RunRejected, nothing written, for every refusal of SPEC section 4, and
-    for answers to requests routed to a group the member is not in (403 `not_an_approver`)."""
+    lane's queue (a worker runs the turn), else for the caller to run here (`run_to_end`, or
+    `agents.run_lifecycle.execute` streaming, then `finish`). Raises RunRejected, nothing written, for every refusal
+    of SPEC section 4, and for answers to requests routed to a group the member is not in (403 `not_an_approver`)."""
     version = live_version(membership.tenant, name, request.definition_version)
     prepared = prepare_run(membership.tenant, version, request)
     # What it answers and what it abandons (`abandonPending`) take the right to answer them.
@@ -46,7 +46,7 @@ def start_run(membership: Membership, user: Any, name: str, request: RunRequest,
     refuse_ungranted_connections(prepared)
     if queued:
         return queue.start_queued(prepared, user)
-    return runs.record_run(prepared, user)
+    return run_lifecycle.record_run(prepared, user)
 
 
 def run_to_end(started: StartedRun) -> Ended:

@@ -22,8 +22,8 @@ from agents.checkpoints import branch, request_copies
 from agents.models import Checkpoint, Run, RunStatus, Session
 from agents.prepare import RunRejected, live_version, prepare_run
 from agents.queue import queue_continuation, start_queued
+from agents.run_lifecycle import author
 from agents.run_requests import RunRequest
-from agents.runs import author
 from agents.signals import requests_opened
 from approvals.models import PendingRequest, RequestStatus
 

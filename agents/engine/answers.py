@@ -1,7 +1,8 @@
 """The answers a turn carries to the engine (`Answers`): approvals, client tools' results, elicitations' and people's
 answers, policy decisions, a held answer's release, a continuation, and the answers of waiting sub-agents; as
 pydantic-ai's deferred tool results, and as JSON (`dump`, `load`) for a waiting sub-agent's call (and a run
-queued with a copy of its answers, before they were rebuilt from its requests: `agents.runs.carried_answers`)."""
+queued with a copy of its answers, before they were rebuilt from its requests:
+`agents.run_lifecycle.carried_answers`)."""
 
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,7 @@ class Answers:
         )
 
     def for_subagent(self, state: dict[str, Any]) -> "Answers":
-        """The answers of the sub-agent waiting in the call `state` names (`agents.engine.subagents`); they
+        """The answers of the sub-agent waiting in the call `state` names (`agents.engine.subagent_turns`); they
         re-run that call, which resumes the sub-agent's turn with them."""
         entry = self.subagents.setdefault(state["parentCallId"], (state, Answers()))
         return entry[1]

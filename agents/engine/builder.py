@@ -18,7 +18,7 @@ from agents.engine.context import TurnDeps
 from agents.engine.gate import definition_toolsets
 from agents.engine.outcome import TurnError
 from agents.engine.seams import engine_capabilities
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 from console.connections import ConnectionSpec
 
 

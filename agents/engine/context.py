@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.engine.answers import Answers
 from agents.engine.seams import ModelCall
-from agents.engine.subagents import Emit
+from agents.engine.subagent_turns import Emit
 from agents.policies import TurnPolicies
 
 

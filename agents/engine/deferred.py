@@ -9,7 +9,7 @@ from agents.engine import permissions
 from agents.engine.answers import Answers
 from agents.engine.gate import jsonable
 from agents.engine.outcome import PendingCall
-from agents.engine.subagents import Emit, way_back
+from agents.engine.subagent_turns import Emit, way_back
 from agents.payloads import ToolExecutionComplete
 
 BLOCKED_REASON = "The turn that would have answered this call was blocked by a policy; it did not run."

@@ -1,4 +1,4 @@
-"""Sub-agent delegation (SPEC section 10; what a sub-agent is and its way back: `agents.engine.subagents`): each
+"""Sub-agent delegation (SPEC section 10; what a sub-agent is and its way back: `agents.engine.subagent_turns`): each
 sub-agent as a tool of the parent's turn, whose call runs the sub-agent's own turn, started or resumed with the
 answers it waited for. The turn itself comes in as `run` (`agents.engine.turn` offers this toolset, so it sits
 above this module)."""
@@ -16,7 +16,7 @@ from agents.engine.context import TurnContext, TurnDeps
 from agents.engine.gate import post_tool_call, pre_tool_call
 from agents.engine.outcome import TurnBlocked, TurnError, TurnOutcome
 from agents.engine.seams import as_text
-from agents.engine.subagents import Counting, SubAgent, Tagged, totals
+from agents.engine.subagent_turns import Counting, SubAgent, Tagged, totals
 from agents.payloads import SubagentCompleted, SubagentFailed, SubagentStarted, ToolExecutionComplete, UserMessage
 from agents.policies import PolicyScope
 
@@ -27,7 +27,7 @@ RunSubAgent = Callable[[SubAgent, TurnContext, PolicyScope], Awaitable[TurnOutco
 def subagent_toolset(
     subagents: Mapping[str, SubAgent], scope: PolicyScope, stream: bool, run: RunSubAgent
 ) -> FunctionToolset[TurnDeps]:
-    """Each sub-agent as a tool `name(task)` (SPEC section 10; agents/engine/subagents.py), whose call runs the
+    """Each sub-agent as a tool `name(task)` (SPEC section 10; agents/engine/subagent_turns.py), whose call runs the
     sub-agent's turn through `run`; with `stream` (someone watches the parent's turn) their replies stream too."""
 
     def tool(sub: SubAgent) -> Tool[TurnDeps]:

@@ -32,7 +32,7 @@ from agents.engine.seams import ClientToolGate
 from agents.payloads import Approved, DeniedByHook, PolicyAsk, ToolExecutionComplete
 from agents.policies import PolicyBlocked, TurnPolicies
 from agents.rule_matching import first_matching
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 
 
 def definition_toolsets(content: DefinitionContent) -> list[AbstractToolset[TurnDeps]]:

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_ai import ToolDefinition
 
-from agents.engine.subagents import Emit
+from agents.engine.subagent_turns import Emit
 from agents.payloads import (
     PermissionCompleted,
     PermissionRequest,

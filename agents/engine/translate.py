@@ -17,7 +17,7 @@ from pydantic_ai import (
 )
 
 from agents.engine.seams import ModelCall
-from agents.engine.subagents import Emit
+from agents.engine.subagent_turns import Emit
 from agents.payloads import (
     AssistantMessage,
     AssistantMessageDelta,

@@ -35,7 +35,7 @@ from agents.engine.mcp import McpBridge, McpServerFailed
 from agents.engine.outcome import PendingCall, TurnBlocked, TurnError, TurnOutcome, provider_error, usage_between
 from agents.engine.scripted import document_prompt
 from agents.engine.seams import LimitReached, OutputHeld, rewrite_response
-from agents.engine.subagents import SubAgent
+from agents.engine.subagent_turns import SubAgent
 from agents.engine.translate import EventTranslator
 from agents.payloads import UserMessage
 from agents.policies import PolicyBlocked, PolicyScope, TurnPolicies

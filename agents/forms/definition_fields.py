@@ -15,7 +15,7 @@ from typing import Any
 
 from agents.definitions import IDENTIFIER, SLUG, DefinitionContent, ExternalTool, ToolBinding
 from agents.request_kinds import REQUEST_KINDS
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 from console.rows import Row, RowKind
 

@@ -10,7 +10,7 @@ from django import forms
 from agents.definitions import DefinitionContent
 from agents.engine import server_tool_schema
 from agents.policies import FRAMEWORK, POINTS
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 
 SAMPLE_MESSAGE = "Mail the quarterly figures to someone@outside.test, please."
 SAMPLE_EMAIL = {"to": "someone@outside.test", "subject": "Quarterly figures", "body": "Here are the figures."}

@@ -14,7 +14,7 @@ database: the caller resolves connections and hands in the operator's decisions.
 
 The package, one module per concern: `points` (the eight points, declared once), `escalations` (the
 `airlock-inbox` resolver), `acs` and `webhooks` (the two binding kinds), `declarations` (what saving a definition
-checks), `turn` (`TurnPolicies`, `PolicyScope`, `PolicyBlocked`). This module only re-exports.
+checks), `turn_policies` (`TurnPolicies`, `PolicyScope`, `PolicyBlocked`). This module only re-exports.
 """
 
 from agents.policies.acs import (
@@ -51,7 +51,7 @@ from agents.policies.escalations import (
     stable_key,
 )
 from agents.policies.points import INTERCEPTION_POINTS, LIFTABLE, POINTS, Deny, Point
-from agents.policies.turn import FRAMEWORK, Emit, PolicyBlocked, PolicyScope, TurnPolicies
+from agents.policies.turn_policies import FRAMEWORK, Emit, PolicyBlocked, PolicyScope, TurnPolicies
 from agents.policies.webhooks import VERDICT_LIMIT, VerdictTooLarge, WebhookBinding, webhook_binding, webhook_config
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The eight interception points of AGENT-HOOKS-0.1 (SPEC section 8), each declared once: what a verdict there is
 about, what a deny does, whether an escalation waits for an operator, and which later event carries the target a
 verdict let through. The engine emits each where it sits (agents/engine/turn.py, gate.py, seams.py);
-the declaration checks (`declarations.py`), the turn's emitter (`turn.py`), the Try form and the run page read
+the declaration checks (`declarations.py`), the turn's emitter (`turn_policies.py`), the Try form and the run page read
 them here."""
 
 from collections.abc import Mapping

@@ -1,7 +1,8 @@
-"""The agents app's pages, by concern: the agents (`agents`, with `policies` and `diff` under them), the Runs
-page (`runs`), a run's page (`run`, its `timeline`) and the trial page (`trial`)."""
+"""The agents app's pages, by concern: the agents (`agent_pages`, with `policy_pages` and `diff_pages` under them),
+the Runs page (`run_list_pages`), a run's page (`run_pages`, its `timeline_pages`) and the trial page
+(`trial_pages`)."""
 
-from agents.views.agents import (
+from agents.views.agent_pages import (
     agent_create,
     agent_delete,
     agent_detail,
@@ -15,10 +16,10 @@ from agents.views.agents import (
     blank_row,
     starter_policy,
 )
-from agents.views.policies import policy_preview, policy_row
-from agents.views.run import run_cancel, run_detail, run_fork, run_replay
-from agents.views.runs import jobs_panel, run_list
-from agents.views.trial import trial, trial_turn
+from agents.views.policy_pages import policy_preview, policy_row
+from agents.views.run_list_pages import jobs_panel, run_list
+from agents.views.run_pages import run_cancel, run_detail, run_fork, run_replay
+from agents.views.trial_pages import trial, trial_turn
 
 __all__ = [
     "agent_create",

@@ -21,12 +21,12 @@ from agents.checkpoints import fork, forked_from, request_copies
 from agents.models import Run, RunStatus
 from approvals.actions.expiry import expire_due
 from approvals.actions.settling import is_external, settle
-from approvals.answers import Outcome, Response, ResponseRefused, Status
 from approvals.decisions import Actor, Decision, announced_together, decide
-from approvals.external import request_ids
+from approvals.external_wire import request_ids
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable
 from approvals.push import notify_requests_opened
+from approvals.responses import Outcome, Response, ResponseRefused, Status
 from console.models import Membership
 
 # The fields that carry an answer (the rest say which request and where the continuation goes; `remember`

@@ -33,12 +33,12 @@ from agents.payloads import (
 )
 from agents.prepare import RunRejected, granted_connections, live_version
 from agents.rule_matching import first_matching
+from agents.run_lifecycle import active_rules, run_started
 from agents.run_requests import SESSION_KEY
-from agents.runs import active_rules, run_started
-from agents.tools import STEP_MAX, STEPS_MAX
+from agents.server_tools import STEP_MAX, STEPS_MAX
 from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call_check
 from approvals.decisions import Actor, Decision, decide
-from approvals.external import (
+from approvals.external_wire import (
     ARGUMENTS_LIMIT,
     SCHEMA_LIMIT,
     OpenRequest,
@@ -115,7 +115,7 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
 
 def _refuse_iftoo_large(body: OpenRequest) -> None:
     """RequestRefused 413 (bytes) or 400 (shape) for a JSON field over its limit, before anything is read or
-    stored (approvals.external.JsonLimit)."""
+    stored (approvals.external_wire.JsonLimit)."""
     for field, value, limit in (
         ("arguments", body.arguments, ARGUMENTS_LIMIT),
         ("requestedSchema", body.requested_schema, SCHEMA_LIMIT),
@@ -134,7 +134,8 @@ def too_large(over: TooLarge) -> RequestRefused:
 
 def _known(membership: Membership, body: OpenRequest) -> PendingRequest | None:
     """The tenant's request a retry names: the same when its body is the same; another body is a conflict. Only
-    the tenant's own requests count: another tenant's agent may send the same id (approvals.external.request_ids)."""
+    the tenant's own requests count: another tenant's agent may send the same id
+    (approvals.external_wire.request_ids)."""
     if body.request_id is None:
         return None
     found = PendingRequest.objects.select_related("agent", "session", "answered_by", "closed_by", "claimed_by")

@@ -22,7 +22,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals.actions.answers import Answered, answer_request, response_refusal
-from approvals.answers import Outcome, Response, ResponseRefused
 from approvals.decisions import Actor, Via
 from approvals.kinds import SELECTABLE
 from approvals.models import (
@@ -35,6 +34,7 @@ from approvals.models import (
     refuse_unless_answerable,
 )
 from approvals.push import notify_requests_held, notify_requests_released
+from approvals.responses import Outcome, Response, ResponseRefused
 from console.models import Membership
 
 logger = logging.getLogger(__name__)

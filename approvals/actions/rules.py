@@ -10,7 +10,7 @@ from django.utils import timezone
 from agents.models import Agent, Session
 from agents.rule_matching import arguments_hash
 from approvals.models import Rule, RuleVersion
-from approvals.rules import RuleEdit, RuleIn, RuleRefused, refusal
+from approvals.remembered_rules import RuleEdit, RuleIn, RuleRefused, refusal
 from console.models import Membership
 
 

@@ -11,10 +11,10 @@ from django.utils import timezone
 from agents.events import EventLog
 from agents.models import Run, RunStatus
 from agents.payloads import RunCompleted, ToolExecutionComplete, ToolExecutionStart
-from agents.runs import cancel_waiting
+from agents.run_lifecycle import cancel_waiting
 from approvals.actions.external import RequestRefused, too_large
 from approvals.decisions import carry
-from approvals.external import RESULT_LIMIT, TooLarge, check_size
+from approvals.external_wire import RESULT_LIMIT, TooLarge, check_size
 from approvals.kinds import KINDS
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from console.models import Membership

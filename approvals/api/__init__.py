@@ -1,3 +1,3 @@
 """The approvals routes of the JSON API, one router per concern: pending requests and answering them
-(`requests`), remembered rules (`rules`), what a rule or policy would have done (`previews`), receipts
-(`receipts`); console/api.py adds them."""
+(`request_routes`), remembered rules (`rule_routes`), what a rule or policy would have done (`preview_routes`),
+receipts (`receipt_routes`); console/api.py adds them."""

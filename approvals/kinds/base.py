@@ -15,7 +15,7 @@ from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import Payload, RequestAnswered
 from agents.schemas import schema_problems as schema_problems  # where approvals.actions.external imports it
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 from approvals.models import PendingRequest, RequestKind
 
 
@@ -30,7 +30,7 @@ class AnswerRefused(Exception):
 class Kind:
     name: ClassVar[RequestKind]
     awaiting: ClassVar[RunStatus]
-    # The answer fields (snake_case, as on `approvals.answers.Response`) this kind takes; `required` among them.
+    # The answer fields (snake_case, as on `approvals.responses.Response`) this kind takes; `required` among them.
     fields: ClassVar[frozenset[str]]
     required: ClassVar[str | None] = None
     # What a stored answer holds (camelCase, as on the wire).

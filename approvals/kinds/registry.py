@@ -86,7 +86,7 @@ def close(pending: PendingRequest, answers: Answers, reason: str) -> None:
 
 def routed(pending: PendingRequest, answers: Answers) -> Answers:
     """Where the answer to `pending` goes: the turn's answers, or, for a sub-agent's request, the answers of
-    the call that runs the sub-agent (agents/engine/subagents.py)."""
+    the call that runs the sub-agent (agents/engine/subagent_turns.py)."""
     state = pending.engine_state or {}
     while "subagent" in state:
         answers = answers.for_subagent(state["subagent"])

@@ -15,9 +15,9 @@ from agents.engine import TurnError
 from agents.models import Agent, Checkpoint, Event, Run, RunStatus, Session
 from agents.starter_policy import starter_hooks
 from approvals.actions import answer_request
-from approvals.answers import Response
 from approvals.decisions import Actor, Via
 from approvals.models import PendingRequest, RequestStatus
+from approvals.responses import Response
 from tests.conftest import Persona
 from tests.helpers import (
     EMAIL,
@@ -129,7 +129,7 @@ def test_it_records_failed_cancelled_and_blocked_runs_too(operator, admin, assis
 
     run_ok(operator, {"message": "hello", "sessionId": "s1"})
     with monkeypatch.context() as patched:
-        patched.setattr("agents.runs.run_turn", failing)
+        patched.setattr("agents.run_lifecycle.run_turn", failing)
         failed = run_ok(operator, {"message": "again", "sessionId": "s1"})
     queued = run(operator, {"message": "later", "sessionId": "s1"}, HTTP_PREFER="respond-async").json()
     operator.api("POST", f"/api/runs/{queued['runId']}/cancel")

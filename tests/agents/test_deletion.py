@@ -10,8 +10,8 @@ from agents import claiming
 from agents.models import Run, RunStatus
 from agents.outcomes import finish_run
 from agents.prepare import RunRejected, live_version, prepare_run
+from agents.run_lifecycle import execute, record_run
 from agents.run_requests import RunRequest
-from agents.runs import execute, record_run
 from approvals.models import PendingRequest, RequestStatus
 from tests.helpers import (
     EMAIL,

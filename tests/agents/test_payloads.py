@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 
 from agents.models import Event, Run
 from agents.payloads import PAYLOADS, EventType, validate
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 from tests.helpers import EMAIL, ask_to_send, call_line, make_agent, run_ok, run_queued, stored_events
 
 rewrite = importlib.import_module("agents.migrations.0008_event_payloads").rewrite

@@ -12,7 +12,7 @@ from agents.models import Agent, Event, Run
 from agents.payloads import EventType
 from agents.policies import compile_problems, declaration_problems
 from agents.starter_policy import starter_hooks
-from agents.views.policies import blocked_tools
+from agents.views.policy_pages import blocked_tools
 from tests.agents.test_pages import browser_post, read
 from tests.helpers import make_agent, run_ok, snapshot
 

@@ -20,7 +20,7 @@ from agents.definitions import DefinitionContent
 from agents.engine import Answers
 from agents.models import Agent, Run, RunStatus, Session
 from agents.outcomes import finish_run
-from agents.runs import execute
+from agents.run_lifecycle import execute
 from agents.turns import run_here
 from approvals.models import PendingRequest, RequestStatus, Rule
 from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401

@@ -509,7 +509,7 @@ def test_a_deleted_session_keeps_its_row_and_says_so(operator, assistant):
 
 
 def test_it_pages_rows_not_runs(operator, assistant, monkeypatch):
-    monkeypatch.setattr("agents.views.runs.RUNS_PER_PAGE", 2)
+    monkeypatch.setattr("agents.views.run_list_pages.RUNS_PER_PAGE", 2)
     for session in ("a", "b", "c"):
         for word in ("one", "two"):
             run_ok(operator, {"message": f"{session} {word}", "sessionId": session})

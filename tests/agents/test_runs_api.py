@@ -14,8 +14,8 @@ from agents import claiming
 from agents.models import Attachment, Run, RunStatus, Session
 from agents.outcomes import finish_run
 from agents.prepare import RunRejected, live_version, prepare_run
+from agents.run_lifecycle import execute, record_run
 from agents.run_requests import RunRequest
-from agents.runs import execute, record_run
 from approvals.models import PendingRequest, RequestKind, RequestStatus
 from tests.helpers import (
     EMAIL,

@@ -196,7 +196,7 @@ def no_recheck(monkeypatch):
     never comes within a test."""
     import console.urls  # noqa: F401  # the API's modules, loaded in their order (agents.api alone would be a cycle)
 
-    monkeypatch.setattr("agents.api.streams.SESSION_RECHECK_SECONDS", 60.0)
+    monkeypatch.setattr("agents.api.stream_routes.SESSION_RECHECK_SECONDS", 60.0)
 
 
 async def open_served(persona: Persona, key: str = "s1") -> tuple[HttpCommunicator, dict[str, Any]]:
@@ -262,16 +262,16 @@ async def running_run(key: str = "s1") -> tuple[Any, Any]:
 
 def database_reads(monkeypatch: Any) -> list[Any]:
     """The session streams' looks at the database from now on, as they happen."""
-    from agents.api import streams
+    from agents.api import stream_routes
 
     reads: list[Any] = []
-    read = streams._session_events_after
+    read = stream_routes._session_events_after
 
     def counted(*args: Any) -> Any:
         reads.append(args)
         return read(*args)
 
-    monkeypatch.setattr(streams, "_session_events_after", counted)
+    monkeypatch.setattr(stream_routes, "_session_events_after", counted)
     return reads
 
 
@@ -472,7 +472,7 @@ async def test_it_gives_a_streams_place_back_however_the_stream_ends(operator, a
     from django.db import DatabaseError
 
     from agents import live
-    from agents.api import streams
+    from agents.api import stream_routes
     from agents.models import Session
 
     settings.SESSION_STREAMS_PER_USER = 1
@@ -495,7 +495,7 @@ async def test_it_gives_a_streams_place_back_however_the_stream_ends(operator, a
         raise DatabaseError("the database went away")
 
     with monkeypatch.context() as patched:
-        patched.setattr(streams, "_session_events_after", unreadable)
+        patched.setattr(stream_routes, "_session_events_after", unreadable)
         await live.wake_session((await Session.objects.aget(key="s2")).pk)  # the stream reads the database, and fails
         with pytest.raises(DatabaseError):
             await failing.wait(10)
@@ -555,7 +555,7 @@ async def test_it_still_reads_the_database_now_and_then_for_what_nobody_publishe
     SESSION_RECHECK_SECONDS all the same."""
     from django.utils import timezone
 
-    monkeypatch.setattr("agents.api.streams.SESSION_RECHECK_SECONDS", 0.5)
+    monkeypatch.setattr("agents.api.stream_routes.SESSION_RECHECK_SECONDS", 0.5)
     await sync_to_async(run_ok)(operator, {"message": "hello", "sessionId": "s1"})
     _, run = await running_run()
     stream = await open_stream(operator)
@@ -614,7 +614,7 @@ def test_a_delta_of_a_run_the_stream_does_not_know_yet_waits_for_it_instead_of_b
 
     import console.urls  # noqa: F401  # the API's modules, loaded in their order (agents.api alone would be a cycle)
     from agents import live
-    from agents.api.streams import SessionPosition, _SessionFollower
+    from agents.api.stream_routes import SessionPosition, _SessionFollower
 
     def published(run: str, sequence: int, kind: str, ephemeral: bool = False) -> live.Published:
         envelope = {"runId": run, "sequence": sequence, "ephemeral": ephemeral, "type": kind, "id": f"{run}.{sequence}"}
@@ -650,7 +650,7 @@ def test_a_delta_that_came_while_the_database_was_read_comes_between_the_events_
 
     import console.urls  # noqa: F401  # the API's modules, loaded in their order (agents.api alone would be a cycle)
     from agents import live
-    from agents.api.streams import SessionPosition, _SessionFollower
+    from agents.api.stream_routes import SessionPosition, _SessionFollower
 
     def published(sequence: int, kind: str, ephemeral: bool = False) -> live.Published:
         envelope = {"runId": "b", "sequence": sequence, "ephemeral": ephemeral, "type": kind, "id": f"b.{sequence}"}
@@ -689,7 +689,7 @@ def test_a_run_that_names_the_run_it_follows_is_placed_only_once_that_runs_turn_
 
     import console.urls  # noqa: F401  # the API's modules, loaded in their order (agents.api alone would be a cycle)
     from agents import live
-    from agents.api.streams import SessionPosition, _SessionFollower
+    from agents.api.stream_routes import SessionPosition, _SessionFollower
 
     first_id, second_id = "00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b"
     first, created = (datetime(2026, 12, 1, tzinfo=UTC), first_id), datetime(2026, 12, 1, 0, 1, tzinfo=UTC)

@@ -338,7 +338,7 @@ def test_a_run_without_a_session_is_a_timeline_of_one_turn(operator, asker):
 
 
 def test_turns_far_from_the_run_viewed_link_to_their_own_page(operator, asker, monkeypatch):
-    monkeypatch.setattr("agents.views.timeline.TURNS_AROUND", 1)
+    monkeypatch.setattr("agents.views.timeline_pages.TURNS_AROUND", 1)
     runs = [run_ok(operator, {"message": f"turn {n}", "sessionId": "s1"})["runId"] for n in range(4)]
 
     turns = turns_of(page(operator, f"/runs/{runs[0]}/"))

@@ -46,7 +46,7 @@ BUDGETS = {
     "plain answer": (4, 7),
     # The session's lock, the run and its task, the answer carried by it with its receipt: the database refuses a
     # second turn of the session (`run_one_turn_per_session`), and the worker that takes the run records its start
-    # (agents.queue.queue_continuation, agents.runs.begin_queued).
+    # (agents.queue.queue_continuation, agents.run_lifecycle.begin_queued).
     "completing answer": (6, 9),
     # The claim (its task, its lane's lock and count, the task and the run taken), the run read with the session's
     # latest checkpoint (agents.checkpoints.with_latest_checkpoint), its carried answers, the rules; its outcome.

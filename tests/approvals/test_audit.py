@@ -18,7 +18,7 @@ from agents.definitions import DefinitionContent
 from agents.models import Agent, Event
 from approvals.audit_queries import Criteria, entry_keys, iter_entries
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
-from approvals.views.audit import CSV_COLUMNS
+from approvals.views.audit_pages import CSV_COLUMNS
 from tests.conftest import Persona, make_persona
 
 SEND_EMAIL = 'call send_email {"to": "a@b.co", "subject": "s", "body": "b"}'

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from agents.starter_policy import starter_hooks
-from approvals.views.audit import CSV_COLUMNS
+from approvals.views.audit_pages import CSV_COLUMNS
 from tests.approvals.test_audit import audit_html, cell, exported_csv, exported_json, queries_for, rows
 from tests.conftest import Persona
 from tests.helpers import call_line, make_agent, run_ok, run_queued

@@ -1,5 +1,5 @@
 """The inbox's tool filter offers the tool names of the tenant's open requests, each once, in order (read by
-a skip scan over the open-request index: approvals.views.inbox._open_tools)."""
+a skip scan over the open-request index: approvals.views.inbox_pages._open_tools)."""
 
 import re
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agents.models import Agent, Event, Run, RunStatus
 from agents.queue import queue_continuation
-from agents.runs import record_run
+from agents.run_lifecycle import record_run
 from approvals.audit_entries import ANSWER
 from approvals.audit_queries import Criteria, iter_entries
 from approvals.decisions import decide
@@ -159,7 +159,8 @@ def after_the_winner_lands(
     monkeypatch.setattr("agents.actions.sessions.queue_continuation", queue_second)
     # A console answer is held first (approvals.actions.held): the one whose held row is stored first wins.
     monkeypatch.setattr(HeldAnswer, "save", hold_second)
-    monkeypatch.setattr("agents.runs.record_run", start_second)  # the run route's (agents.actions), not the queue's
+    # the run route's (agents.actions), not the queue's
+    monkeypatch.setattr("agents.run_lifecycle.record_run", start_second)
     return seen
 
 
@@ -234,7 +235,7 @@ def storing_together(monkeypatch: pytest.MonkeyPatch, barrier: threading.Barrier
 
     monkeypatch.setattr("approvals.actions.answers.decide", record_together)
     monkeypatch.setattr(HeldAnswer, "save", hold_together)
-    monkeypatch.setattr("agents.runs.record_run", start_together)  # as above
+    monkeypatch.setattr("agents.run_lifecycle.record_run", start_together)  # as above
     monkeypatch.setattr("agents.actions.sessions.queue_continuation", queue_together)
 
 

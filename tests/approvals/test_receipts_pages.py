@@ -7,7 +7,7 @@ import pytest
 
 from approvals.receipts import Receipt
 from approvals.signing import sign_heads, signing_key, verify_file
-from approvals.views import receipts as receipt_views
+from approvals.views import receipt_pages
 from tests.approvals.test_respond_api import approve, ask, request_id
 from tests.helpers import make_agent
 
@@ -50,7 +50,7 @@ def test_it_pages_with_the_cursor_and_ignores_a_bad_one(operator, admin, reader,
     make_agent(admin)
     for n in range(3):
         approve(operator, ask(operator, session=f"p{n}"))
-    monkeypatch.setattr(receipt_views, "RECEIPTS_PER_PAGE", 2)
+    monkeypatch.setattr(receipt_pages, "RECEIPTS_PER_PAGE", 2)
     first = reader.client.get("/receipts/").content.decode()
     older = re.search(r'href="\?cursor=([^"]+)" rel="next"', first)
     assert older is not None and ">3</a>" in first and ">1</a>" not in first

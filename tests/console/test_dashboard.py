@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agents.models import Run, RunStatus
 from approvals.models import ApproverGroup, PendingRequest, RequestStatus
-from console.views.dashboard import CHART_DAYS, TROUBLE_SHOWN, WAITING_SHOWN, days
+from console.views.dashboard_pages import CHART_DAYS, TROUBLE_SHOWN, WAITING_SHOWN, days
 from tests.conftest import Persona
 from tests.helpers import ask_to_send, make_agent, run_ok
 

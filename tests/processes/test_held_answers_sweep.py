@@ -32,9 +32,9 @@ django.setup()
 from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals.actions import hold_answers, open_request
-from approvals.answers import Response
+from approvals.responses import Response
 from approvals.decisions import Actor, Via
-from approvals.external import OpenRequest
+from approvals.external_wire import OpenRequest
 from approvals.models import HeldAnswer
 from console.models import ApiToken, Membership
 membership = Membership.objects.select_related("user", "tenant").get(user__username="ada", tenant__slug="acme")

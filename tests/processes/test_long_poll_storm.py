@@ -48,7 +48,7 @@ from django.db import transaction
 from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals.actions import open_request
-from approvals.external import OpenRequest
+from approvals.external_wire import OpenRequest
 from console.models import Membership
 call_command("create_user", "ci", "--tenant", "acme", "--role", "operator", "--password", "ci-password-7f3a")
 call_command("create_tenant", "globex", "--name", "Globex")

@@ -25,7 +25,7 @@ from agents.payloads import (
     PolicyAsk,
 )
 from agents.rule_matching import arguments_hash
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 from approvals.decisions import note_remembered
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind, Rule

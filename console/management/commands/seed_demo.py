@@ -18,10 +18,10 @@ from agents.prepare import RunRejected
 from agents.run_requests import RunRequest
 from agents.starter_policy import starter_hooks
 from approvals.actions import RequestRefused, answer_request, open_request
-from approvals.answers import Response, ResponseRefused
 from approvals.decisions import Actor, Via
-from approvals.external import OpenRequest
+from approvals.external_wire import OpenRequest
 from approvals.models import PendingRequest
+from approvals.responses import Response, ResponseRefused
 from console.models import Membership, Role, Tenant
 
 DEMO_USERS = {"admin": Role.ADMIN, "operator": Role.OPERATOR, "viewer": Role.READER}

@@ -10,7 +10,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from ninja import Field, Query, Router, Schema
 
 from approvals import receipt_lists
-from approvals.external import request_ids
+from approvals.external_wire import request_ids
 from approvals.models import PendingRequest
 from approvals.receipts import Receipt
 from console.api import ApiError

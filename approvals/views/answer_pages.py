@@ -1,5 +1,5 @@
 """What the inbox's cards post: operators answer here, one request at a time or a selection at once (a
-run's batch bar posts to the inbox itself: approvals.views.inbox), claim a request or cancel its run, and
+run's batch bar posts to the inbox itself: approvals.views.inbox_pages), claim a request or cancel its run, and
 undo an answer while it is held. Every answer is held for its undo window (approvals.actions.hold_answers),
 then goes through approvals.actions.answer_request(), like the respond API's.
 
@@ -37,12 +37,12 @@ from approvals.actions import (
     release,
     undo,
 )
-from approvals.answers import Outcome, Response, ResponseRefused
 from approvals.decisions import Actor, Via
 from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
 from approvals.kinds import KINDS, SELECTABLE
 from approvals.models import HeldAnswer, PendingRequest
+from approvals.responses import Outcome, Response, ResponseRefused
 from console.tenancy import ConsoleRequest, role_required
 
 # Closed meanwhile: the card cannot be answered any more, so it shows the outcome instead of its forms.

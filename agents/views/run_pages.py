@@ -15,8 +15,8 @@ from agents.events import EventType
 from agents.getters import get_run_for
 from agents.models import AWAITING, Event, Run, RunStatus
 from agents.prepare import RunRejected
-from agents.views.runs import RunRow, with_afterwards
-from agents.views.timeline import pretty, session_turns
+from agents.views.run_list_pages import RunRow, with_afterwards
+from agents.views.timeline_pages import pretty, session_turns
 from approvals.models import PendingRequest, RequestStatus
 from console.tenancy import ConsoleRequest, role_required
 

@@ -27,7 +27,7 @@ from agents.definitions import DefinitionContent
 from agents.engine import server_tool_schema
 from agents.getters import get_run_for
 from agents.models import AWAITING, Agent, AgentVersion, Checkpoint, Run, Session
-from agents.tools import REGISTRY
+from agents.server_tools import REGISTRY
 from approvals.kinds import KINDS
 from approvals.models import PendingRequest, RequestStatus, mark_answerable
 from console.models import Membership
@@ -46,7 +46,8 @@ class TrialTurn:
     # An earlier turn that asked: its checkpoint and the requests open there, which a fork answers again.
     checkpoint: Checkpoint | None = None
     fork_requests: list[PendingRequest] = field(default_factory=list)
-    # Any earlier ended turn: "Fork from here" starts a new session from its checkpoint (`agents.views.run.run_fork`).
+    # Any earlier ended turn: "Fork from here" starts a new session from its checkpoint
+    # (`agents.views.run_pages.run_fork`).
     forkable: bool = False
 
     @property

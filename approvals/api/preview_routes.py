@@ -18,7 +18,7 @@ from approvals.previews import (
     preview_policies,
     preview_rule,
 )
-from approvals.rules import RuleIn, RuleRefused
+from approvals.remembered_rules import RuleIn, RuleRefused
 from console.api import ApiError, Problem, require_role
 from console.tenancy import ConsoleRequest
 

@@ -7,7 +7,7 @@ from django.http import JsonResponse
 from ninja import Router
 
 from agents import actions
-from agents.api.runs import accepted, prefers_async
+from agents.api.run_routes import accepted, prefers_async
 from agents.getters import get_run_for
 from agents.prepare import RunRejected
 from console.api import ApiError, Problem, require_role

@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 from agents.events import EventType
 from agents.models import AWAITING, Checkpoint, Event, Run, Session
 from agents.policies import INTERCEPTION_POINTS, Point
-from agents.views.runs import RunRow
+from agents.views.run_list_pages import RunRow
 from approvals.models import TERMINAL, PendingRequest, RequestStatus
 from console.humanize import duration
 

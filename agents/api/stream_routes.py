@@ -20,7 +20,7 @@ from agents import actions, live
 from agents.events import EventType, event_envelope, session_idle, session_title
 from agents.models import Event, Run, RunStatus, Session
 from agents.payloads import TURN_ENDS, is_stored
-from agents.runs import StartedRun, execute, run_result
+from agents.run_lifecycle import StartedRun, execute, run_result
 from console.api import ApiError
 from console.slots import Slot, Slots
 from console.tenancy import ConsoleRequest

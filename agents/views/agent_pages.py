@@ -27,10 +27,10 @@ from agents.forms.hooks import PolicyEditor
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
 from agents.request_kinds import KIND_NAMES
+from agents.server_tools import REGISTRY
 from agents.starter_policy import starter_hooks
-from agents.tools import REGISTRY
-from agents.views.diff import diff_rows
-from agents.views.policies import (
+from agents.views.diff_pages import diff_rows
+from agents.views.policy_pages import (
     PolicySummary,
     blocked_tools,
     editor_context,

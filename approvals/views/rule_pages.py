@@ -27,7 +27,7 @@ from agents.models import Agent, AgentVersion
 from approvals.actions import do_edit_rule, do_revoke_rule, remember_rule
 from approvals.getters import get_rule_for
 from approvals.models import Rule
-from approvals.rules import (
+from approvals.remembered_rules import (
     RuleEdit,
     RuleIn,
     RuleRefused,

@@ -8,7 +8,7 @@ from ninja import Query, Router, Status
 from approvals import actions
 from approvals.getters import get_rule_for
 from approvals.models import Rule
-from approvals.rules import RuleEdit, RuleIn, RuleRefused, remembered_arguments, tenant_rules
+from approvals.remembered_rules import RuleEdit, RuleIn, RuleRefused, remembered_arguments, tenant_rules
 from console.api import ApiError, Paging, Problem, page_of, require_role
 from console.tenancy import ConsoleRequest
 

@@ -7,7 +7,13 @@ from django.http import StreamingHttpResponse
 from ninja import Field, Query, Router, Schema, Status
 
 from agents import actions, checkpoints
-from agents.api.streams import SESSION_STREAMS, STREAMS_RETRY_AFTER_SECONDS, follow_session, session_position, wants_sse
+from agents.api.stream_routes import (
+    SESSION_STREAMS,
+    STREAMS_RETRY_AFTER_SECONDS,
+    follow_session,
+    session_position,
+    wants_sse,
+)
 from agents.events import event_envelope
 from agents.models import Event, Session
 from agents.prepare import RunRejected

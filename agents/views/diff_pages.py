@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.definitions import DefinitionContent
 from agents.forms import form_text, hooks_text
-from agents.views.policies import PolicySummary
+from agents.views.policy_pages import PolicySummary
 
 
 def _policy_texts(hooks: dict[str, Any] | None) -> dict[str, str]:

@@ -26,7 +26,7 @@ from agents.turns import hold_here, holding
 from approvals.decisions import Actor, Decision, Via, announced_together, carry, carry_closed, decide
 from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
-from approvals.rules import rules_in_force
+from approvals.remembered_rules import rules_in_force
 
 logger = logging.getLogger(__name__)
 

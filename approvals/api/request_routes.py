@@ -25,11 +25,11 @@ from approvals.actions import (
     report_outcome,
     verdict_for,
 )
-from approvals.answers import Response, ResponseRefused
 from approvals.decisions import Actor, Via
-from approvals.external import SHOWN, OpenRequest, decision, request_wire, with_receipt_ids
+from approvals.external_wire import SHOWN, OpenRequest, decision, request_wire, with_receipt_ids
 from approvals.getters import get_request_for
 from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
+from approvals.responses import Response, ResponseRefused
 from console.api import ApiError, Paging, Problem, api, page_of, problem, require_role
 from console.models import Membership
 from console.tenancy import ConsoleRequest
@@ -96,7 +96,7 @@ def get_request(
     if held.wait and wire["decision"] is None:
         if wire["requestId"] != str(request_id):
             # console.asgi listens for, and reads again, the request the path names: on an external agent's own
-            # requestId that may be another tenant's request (approvals.external.request_ids).
+            # requestId that may be another tenant's request (approvals.external_wire.request_ids).
             detail = f"A long poll waits on the request's id in Airlock, {wire['requestId']} (its opening's answer)."
             raise ApiError(400, "wait_on_request_id", detail)
         response[waiting.WAIT_HEADER] = str(held.wait)  # console.asgi holds it, without a thread

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from agents.models import Agent
 from approvals.actions import remember_rule
 from approvals.previews import PreviewRefused, checked_rule, preview_rule, suggestions
-from approvals.rules import RuleIn, RuleRefused
-from approvals.views.rules import RuleForm
+from approvals.remembered_rules import RuleIn, RuleRefused
+from approvals.views.rule_pages import RuleForm
 from console.tenancy import ConsoleRequest, role_required
 
 

@@ -1,7 +1,7 @@
 """The wire of external agents' requests (SPEC section 12): what an agent that runs elsewhere sends to open one
 (`OpenRequest`), and the decision it waits for (`decision`), which any request has once it is decided, hosted
 or external, in the request's JSON (`request_wire`, which a woken long poll is answered with). The actions are
-`approvals.actions.external`; the routes `approvals.api.requests`."""
+`approvals.actions.external`; the routes `approvals.api.request_routes`."""
 
 import hashlib
 import json
@@ -13,7 +13,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from pydantic import Field, StrictBool, StrictInt
 
 from agents.definitions import WireModel
-from agents.tools import CHOICE_MAX
+from agents.server_tools import CHOICE_MAX
 from approvals.models import PendingRequest, Receipt, RequestKind, RequestStatus
 from approvals.receipts import result_kind
 
@@ -36,7 +36,7 @@ class JsonLimit:
 
 
 # Each card is pushed to every open inbox and stored in several rows (the request, its events, its receipt): an
-# agent may not make one of megabytes (issue 48), as a model may not (agents.tools.QUESTION_MAX and the rest).
+# agent may not make one of megabytes (issue 48), as a model may not (agents.server_tools.QUESTION_MAX and the rest).
 ARGUMENTS_LIMIT = JsonLimit(size=256 * 1024, nodes=10_000, depth=32)
 SCHEMA_LIMIT = JsonLimit(size=64 * 1024, nodes=2_000, depth=32, enum_items=500)
 # What the agent reports its tool did (`POST /api/requests/{id}/outcome`): the run history shows it.

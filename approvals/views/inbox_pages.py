@@ -1,5 +1,5 @@
 """The inbox: every open request of the tenant, live, with its filters and pages; a POST on its address
-answers a run's approvals at once (its batch bar). The cards' own actions are in approvals.views.answers."""
+answers a run's approvals at once (its batch bar). The cards' own actions are in approvals.views.answer_pages."""
 
 import uuid
 from datetime import timedelta
@@ -26,7 +26,7 @@ from approvals.models import (
     RequestKind,
     mark_answerable,
 )
-from approvals.views.answers import answer_listed, back_to_inbox, batch_answered
+from approvals.views.answer_pages import answer_listed, back_to_inbox, batch_answered
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
 from console.models import Membership, Tenant
 from console.tenancy import ConsoleRequest, role_required

@@ -8,15 +8,15 @@ from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Field, Query, Router
 
 from agents import actions
-from agents.api.streams import follow_run, stream_run, wants_sse
+from agents.api.stream_routes import follow_run, stream_run, wants_sse
 from agents.events import event_envelope
 from agents.getters import get_run_for
 from agents.models import Run, RunStatus
 from agents.payloads import event_schema
 from agents.prepare import RunRejected
 from agents.queries import runs_matching
+from agents.run_lifecycle import run_result
 from agents.run_requests import RunRequest
-from agents.runs import run_result
 from console.api import ApiError, Paging, Problem, page_of, require_role
 from console.tenancy import ConsoleRequest
 
