@@ -396,7 +396,7 @@ def main() -> None:
         f"`long_polls.py --waiters {n} --batch {args.batch} --rounds {args.rounds}`: one daphne (`console.asgi` as "
         f"`manage.py serve` runs it), {database} (`{DATABASE}`, its pool of {POOL_SIZE}), Redis layer (DB 9); {n} "
         f"keep-alive connections each waiting on `GET /api/requests/{{id}}?wait={WAIT}` of an open external request "
-        f"(opened in {r['open_seconds']:.1f} s, after {WARM} warm-up polls of 1 s); answers stored (`record_answer`) "
+        f"(opened in {r['open_seconds']:.1f} s, after {WARM} warm-up polls of 1 s); answers stored (`decide`) "
         f"{b} at a time, then their wakes sent back to back ({r['send_span'] * 1000:.0f} ms from the first to the "
         f"last of {b}); {python_line()}; {time.perf_counter() - started:.0f} s.\n"
     )

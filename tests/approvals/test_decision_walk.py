@@ -48,10 +48,11 @@ class Walk:
 def walked() -> Iterator[Walk]:
     """The app files entered while the block runs (every thread), and how often a call came back into a file after
     the walk had moved on to another."""
-    walk, seen, last = Walk(), set[str](), threading.local()
+    walk, seen, last, walking = Walk(), set[str](), threading.local(), threading.Event()
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event != "call":
+        # A thread started in the block keeps this function after it: it counts nothing once the block ends.
+        if event != "call" or not walking.is_set():
             return
         path = frame.f_code.co_filename
         if not path.startswith(APPS) or "/migrations/" in path:
@@ -67,11 +68,13 @@ def walked() -> Iterator[Walk]:
             walk.files.append(name)
         last.name = name
 
+    walking.set()
     sys.setprofile(profile)
     threading.setprofile(profile)  # type: ignore[arg-type]
     try:
         yield walk
     finally:
+        walking.clear()
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
 
