@@ -14,7 +14,7 @@ from django.test import Client
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event
 from approvals.models import PendingRequest
-from console.management.commands.seed_demo import demo_agent
+from console.management.commands.seed_demo import demo_agent, researcher_agent
 from console.models import ApiToken, Membership, Tenant
 from tests.conftest import Persona
 from tests.helpers import call_line, run_ok
@@ -183,3 +183,31 @@ def test_guarded_mails_each_of_a_list_of_recipients_at_example_com(demo_admin):
     assert result["output"] == "send_email: sent to boss@example.com, ada@example.com", result
     [email] = mail.outbox
     assert email.to == ["boss@example.com", "ada@example.com"]
+
+
+def test_the_seeded_agents_policy_editors_warn_of_no_tool(demo_admin):
+    """The demo's policy names every tool of its agents, the assistant's sub-agent included: its editor opens
+    with no "These policies would deny every call of researcher" (a manifest that governs tool calls denies a
+    tool it does not name)."""
+    demo_admin.client.force_login(demo_admin.user)
+    for agent in ("assistant", "guarded"):
+        page = demo_admin.client.get(f"/agents/{agent}/edit/")
+        assert page.status_code == 200
+        assert page.context["blocked_tools"] == [], agent
+        assert "would deny every call" not in page.content.decode(), agent
+    assert Agent.objects.get(tenant__slug="demo", name="assistant").current.definition.sub_agents == ["researcher"]
+
+
+def test_it_gives_an_assistant_seeded_before_its_policy_named_the_researcher_the_policy_that_does(db, monkeypatch):
+    monkeypatch.setenv("DEMO_PASSWORD", "demo-password")
+    demo = Tenant.objects.create(slug="demo", name="Demo")
+    admin = User.objects.create_user("admin")
+    Agent.create(demo, researcher_agent(), admin)
+    earlier = Agent.create(demo, demo_agent(names_researcher=False), admin)
+
+    seed()
+
+    earlier.refresh_from_db()
+    assert earlier.current_version == 2
+    assert earlier.current.definition.identity == demo_agent().identity
+    assert "id: researcher" in earlier.current.definition.hooks["bindings"][0]["config"]["manifest"]

@@ -1,6 +1,7 @@
 import json
 import os
 import secrets
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -45,10 +46,11 @@ TEAM: dict[str, Any] = {
 }
 
 
-def demo_hooks(mode: str) -> dict[str, Any]:
+def demo_hooks(mode: str, sub_agents: Sequence[str] = ()) -> dict[str, Any]:
     """The starter policy (agents/starter_policy.py) in `mode`, its manifest naming the demo agents' other
-    tools as well (governed, and allowed: the policy's rules are about mail)."""
-    return starter_hooks(mode, OTHER_TOOLS)
+    tools and the agent's `sub_agents` as well (governed, and allowed: the policy's rules are about mail). A
+    sub-agent is called as a tool: one the manifest left out would be denied every call."""
+    return starter_hooks(mode, (*OTHER_TOOLS, *sub_agents))
 
 
 def researcher_agent() -> DefinitionContent:
@@ -64,10 +66,13 @@ def researcher_agent() -> DefinitionContent:
     )
 
 
-def demo_agent(*, policy: bool = True, researcher: bool = True) -> DefinitionContent:
+def demo_agent(*, policy: bool = True, researcher: bool = True, names_researcher: bool = True) -> DefinitionContent:
     """`assistant`, with the starter policy in shadow mode (`evaluate_only`: every verdict is recorded, none is
-    enforced; the run shows "would have denied") and `researcher` as its sub-agent. `policy=False`: as
-    seeded before it had either; `researcher=False`: as seeded before it had its sub-agent."""
+    enforced; the run shows "would have denied") and `researcher` as its sub-agent, which the policy's manifest
+    names. `policy=False`: as seeded before it had either; `researcher=False`: as seeded before it had its
+    sub-agent; `names_researcher=False`: as seeded before its manifest named the sub-agent (the policy would
+    have denied every call of it)."""
+    sub_agents = ["researcher"] if policy and researcher else []
     return DefinitionContent.model_validate(
         {
             "name": "assistant",
@@ -80,10 +85,18 @@ def demo_agent(*, policy: bool = True, researcher: bool = True) -> DefinitionCon
             "clientTools": [CLIENT_TOOL],
             "mcpServers": [{"connection": "meetings", "approval": "never"}],
             "parameters": [TEAM],
-            "hooks": demo_hooks("evaluate_only") if policy else None,
-            "subAgents": ["researcher"] if policy and researcher else [],
+            "hooks": demo_hooks("evaluate_only", sub_agents if names_researcher else ()) if policy else None,
+            "subAgents": sub_agents,
         }
     )
+
+
+# The assistants earlier seeds made (oldest first), and what the new version brings them.
+EARLIER_ASSISTANTS: tuple[tuple[dict[str, bool], str], ...] = (
+    ({"policy": False}, "the starter policy in shadow mode"),
+    ({"researcher": False}, "the researcher sub-agent"),
+    ({"names_researcher": False}, "the policy names the researcher sub-agent"),
+)
 
 
 def planner_agent() -> DefinitionContent:
@@ -246,10 +259,8 @@ class Command(BaseCommand):
         assistant = live.get("assistant")
         if assistant is None:
             Agent.create(tenant, demo_agent(), admin)
-        elif assistant.current.definition.identity == demo_agent(policy=False).identity:
-            assistant.append_version(demo_agent(), admin, note="seed_demo: the starter policy in shadow mode")
-        elif assistant.current.definition.identity == demo_agent(researcher=False).identity:
-            assistant.append_version(demo_agent(), admin, note="seed_demo: the researcher sub-agent")
+        else:
+            self._bring_up_to_date(assistant, admin)
         if "planner" not in live:
             Agent.create(tenant, planner_agent(), admin)
         if "guarded" not in live:
@@ -257,6 +268,14 @@ class Command(BaseCommand):
         if "deployer" not in live:
             Agent.create(tenant, deployer_agent(), admin)
         self._seed_deploy_request(tenant, admin)
+
+    def _bring_up_to_date(self, assistant: Agent, admin: Any) -> None:
+        """An `assistant` as an earlier seed left it, never edited since, gets today's as a new version."""
+        seeded = assistant.current.definition.identity
+        for earlier, note in EARLIER_ASSISTANTS:
+            if seeded == demo_agent(**earlier).identity:
+                assistant.append_version(demo_agent(), admin, note=f"seed_demo: {note}")
+                return
 
     def _seed_history(self, tenant: Tenant, operator: Any) -> None:
         """Runs and answers for the dashboard, the audit and the receipts, made once (a tenant with a history
