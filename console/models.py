@@ -41,6 +41,8 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices)
+    # When the member hid the dashboard's first-steps panel (console/views/dashboard_pages.py); null: shown.
+    first_steps_hidden_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant")]
@@ -51,6 +53,12 @@ class Membership(models.Model):
     def allows(self, role: str) -> bool:
         """True when this membership's role is at least `role`."""
         return ROLE_RANK[Role(self.role)] >= ROLE_RANK[Role(role)]
+
+    def hide_first_steps(self) -> None:
+        """Hide the dashboard's first-steps panel for this member (once: a second hiding keeps the first time)."""
+        if self.first_steps_hidden_at is None:
+            self.first_steps_hidden_at = timezone.now()
+            self.save(update_fields=["first_steps_hidden_at"])
 
 
 LAST_USED_GRANULARITY = timedelta(minutes=1)

@@ -12,6 +12,7 @@ handler404 = "console.errors.page_not_found"
 
 urlpatterns = [
     path("", dashboard_pages.dashboard, name="dashboard"),
+    path("first-steps/hide/", dashboard_pages.hide_first_steps, name="hide_first_steps"),
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tenant/", tenant_pages.tenant_page, name="tenant"),

@@ -79,6 +79,8 @@ SAMPLE_ARGUMENTS: dict[str, dict[str, object]] = {
     "ask_user": {"question": "Which colour?", "choices": ["red", "blue"]},
     "propose_plan": {"steps": ["Draft the agenda", "Invite the team", "Book a room"]},
 }
+# The key of a session the trial page starts (the dashboard's first steps look for one: an agent was tried).
+TRIAL_SESSIONS = "trial-"
 # The tools of the built-in MCP connections, by connection (console.connections).
 MCP_EXAMPLES = {"meetings": 'call book_meeting {"topic": "Roadmap"}'}
 
@@ -170,7 +172,7 @@ def trial(request: ConsoleRequest) -> HttpResponse:
         versions = list(agent.versions.all())
         chosen = request.GET.get("version", "")
         version = next((v for v in versions if str(v.number) == chosen), versions[0])
-        session_key = request.GET.get("session") or f"trial-{uuid.uuid4().hex[:12]}"
+        session_key = request.GET.get("session") or f"{TRIAL_SESSIONS}{uuid.uuid4().hex[:12]}"
         session = Session.objects.live().filter(tenant=tenant, key=session_key, agent=agent).first()
         turns: list[TrialTurn] = []
         waiting: list[PendingRequest] = []

@@ -1,5 +1,5 @@
-"""The dashboard (SPEC section 6), the first page: the oldest waiting requests, recent failed and blocked
-runs, and the last 14 days of requests and decisions as an SVG chart drawn on the server
+"""The dashboard (SPEC section 6), the first page: a newcomer's first steps, the oldest waiting requests, recent
+failed and blocked runs, and the last 14 days of requests and decisions as an SVG chart drawn on the server
 (templates/console/dashboard.html draws what `chart()` measures; no script, no library).
 
 Every number is read by a bounded number of queries, whatever the tenant's history: the chart reads the
@@ -9,21 +9,24 @@ percentile (window functions, on SQLite and PostgreSQL alike).
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Window
+from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber, TruncDate
 from django.http import HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
-from agents.models import Agent, Run, RunStatus
-from approvals.models import PendingRequest, mark_answerable
+from agents.models import Agent, AgentVersion, Run, RunStatus
+from agents.views.trial_pages import TRIAL_SESSIONS
+from approvals.models import PendingRequest, Rule, Via, mark_answerable
 from console.humanize import duration
-from console.models import Membership, Tenant
+from console.management.commands.seed_demo import HISTORY_SESSIONS
+from console.models import ApiToken, Membership, Tenant
 from console.tenancy import ConsoleRequest, role_required
 
 AGENTS_SHOWN = 8
@@ -43,16 +46,100 @@ def dashboard(request: ConsoleRequest) -> HttpResponse:
     tenant, now = request.tenant, timezone.now()
     agents = list(Agent.objects.live().filter(tenant=tenant).order_by("name")[: AGENTS_SHOWN + 1])
     chart_days = days(tenant, timezone.localdate(now))
+    done = progress(tenant) if agents else {}
+    steps = first_steps(done) if agents else []
+    # The first steps are an operator's (a reader can do none of them), until each is done or the member hid them.
+    shown = request.membership.allows("operator") and request.membership.first_steps_hidden_at is None
     context = {
         "agents": agents[:AGENTS_SHOWN],
         "more_agents": len(agents) > AGENTS_SHOWN,
-        "has_runs": Run.objects.filter(tenant=tenant).exists() if agents else False,
+        "has_runs": done.get("ran", False),
+        "first_steps": steps if shown and not all(step.done for step in steps) else [],
+        "steps_done": sum(step.done for step in steps),
         "waiting": oldest_waiting(request.membership),
         "trouble": recent_trouble(tenant, now),
         "days": chart_days,
         "chart": chart(chart_days),
     }
     return render(request, "console/dashboard.html", context)
+
+
+@role_required("reader")
+@require_POST
+def hide_first_steps(request: ConsoleRequest) -> HttpResponse:
+    """The member hides the first-steps panel for good (their membership keeps it: another tenant's stays)."""
+    request.membership.hide_first_steps()
+    return redirect("dashboard")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One of a newcomer's first steps: what to do, where it is done (`action` names the link), and whether the
+    tenant has done it; `next` marks the first one not done, the one the panel offers as its button."""
+
+    title: str
+    how: str
+    url: str
+    action: str
+    done: bool
+    next: bool = False
+
+
+def progress(tenant: Tenant) -> dict[str, bool]:
+    """What the tenant has done of its first steps, read in one query, with whether any agent ran at all (`ran`).
+    The demo's seeded history (`seed_demo`: sessions `demo-history-N`, answered by its operator in the inbox, and
+    policies given with the agents it creates or in versions noted `seed_demo:`) counts for nothing: each step is
+    done by a member. Tried: a turn in a session of the trial page. Answered: a request answered in the inbox.
+    A rule: a remembered rule (revoked or not), or a policy saved in an agent's later version. Connected: an API
+    token of a member was used (an external agent's requests come with one, docs/external-agents.md)."""
+    runs = Run.objects.filter(tenant=tenant)
+    answered = PendingRequest.objects.filter(tenant=tenant, answered_via=Via.INBOX)
+    policies = AgentVersion.objects.filter(agent__tenant=tenant, number__gt=1).exclude(content__hooks=None)
+    done = Tenant.objects.filter(pk=tenant.pk).values(
+        ran=Exists(runs),
+        tried=Exists(runs.filter(session__key__startswith=TRIAL_SESSIONS)),
+        answered=Exists(answered.exclude(session__key__startswith=HISTORY_SESSIONS)),
+        rule=Exists(Rule.objects.filter(tenant=tenant)),
+        policy=Exists(policies.exclude(note__startswith="seed_demo:")),
+        connected=Exists(ApiToken.objects.filter(membership__tenant=tenant, last_used_at__isnull=False)),
+    )
+    return {name: bool(value) for name, value in done.get().items()}
+
+
+def first_steps(done: dict[str, bool]) -> list[Step]:
+    """The four first steps, in the order a newcomer takes them, each ticked from `progress()`."""
+    steps = [
+        Step(
+            "Try an agent",
+            "Talk to an agent and see what it asks before it acts.",
+            reverse("trial"),
+            "Try one in a trial run",
+            done["tried"],
+        ),
+        Step(
+            "Answer in the inbox",
+            "Approve or deny what an agent waits for; the audit keeps who answered and why.",
+            reverse("inbox"),
+            "Open the inbox",
+            done["answered"],
+        ),
+        Step(
+            "Write a rule",
+            "Answer “Always” in the inbox, add a rule on the Rules page, or give an agent a policy.",
+            reverse("rules"),
+            "Open the rules",
+            done["rule"] or done["policy"],
+        ),
+        Step(
+            "Connect an external agent",
+            "An agent that runs elsewhere asks here with an API token (docs/external-agents.md shows how).",
+            reverse("tokens"),
+            "Create a token",
+            done["connected"],
+        ),
+    ]
+    upcoming = next((n for n, step in enumerate(steps) if not step.done), None)
+    return [replace(step, next=True) if n == upcoming else step for n, step in enumerate(steps)]
 
 
 def oldest_waiting(membership: Membership) -> list[PendingRequest]:
