@@ -183,7 +183,9 @@ def request_copies(checkpoint: Checkpoint, now: datetime) -> dict[uuid.UUID, Pen
             requested_schema=original.requested_schema,
             engine_state=original.engine_state,
             policy=original.policy,
-            approvers=original.approvers,  # routed as the original was (SPEC section 11)
+            approvers=original.approvers,  # routed as the original was (SPEC sections 11 and 14)
+            require=original.require,
+            requested_by_id=original.requested_by_id,
             # A microsecond apart, in the originals' order: the requests of a session are listed by when they opened,
             # and copies opened at one instant would come in whatever order the database keeps them.
             opened_at=now + timedelta(microseconds=index),

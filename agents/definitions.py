@@ -11,8 +11,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
@@ -24,7 +22,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
 from agents.definition_checks import (
@@ -38,6 +35,17 @@ from agents.definition_checks import (
 )
 from agents.policies import webhook_connections
 from agents.request_kinds import RequestKindName
+from agents.requirements import (
+    MOST_GROUPS,
+    Approvers,
+    GroupName,
+    Required,
+    Routed,
+    WireModel,
+    approver_list,
+    joined,
+    stored_require,
+)
 from agents.schemas import schema_refusal
 from console.connections import MODEL_KINDS, ConnectionSpec
 
@@ -75,10 +83,6 @@ class UnknownGroup(ConnectionRefused):
         super().__init__("unknown_group", errors)
 
 
-class WireModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-
 def object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     refusal = schema_refusal(schema)
     if refusal:
@@ -107,18 +111,14 @@ class ModelBinding(WireModel):
         return self.connection if self.name is None else f"{self.connection}:{self.name}"
 
 
-# Who may answer the requests of a tool, an MCP server, a policy escalation or a request kind (SPEC section 11):
-# the members of this tenant group, and admins. Left out of the stored content when not given.
-Approvers = Annotated[str | None, Field(default=None, pattern=SLUG, exclude_if=lambda value: value is None)]
-
-
-class ToolBinding(WireModel):
+class ToolBinding(Routed):
     name: Annotated[str, AfterValidator(registered)]
     approval: Approval = "never"
     approvers: Approvers
+    require: Required
 
 
-class ExternalTool(WireModel):
+class ExternalTool(Routed):
     """A tool of an external agent (SPEC section 12): it runs in the agent's own process; Airlock knows what the
     tool is (its description and JSON-schema parameters, which requests' arguments must fit) and who decides."""
 
@@ -129,6 +129,7 @@ class ExternalTool(WireModel):
     )
     approval: Approval = "always"
     approvers: Approvers
+    require: Required
 
 
 _HOSTED_TOOLS: TypeAdapter[list[ToolBinding]] = TypeAdapter(list[ToolBinding])
@@ -138,22 +139,24 @@ EXTERNAL_HAS_NONE = "an external agent runs elsewhere: it has no model, instruct
 HOSTED_ONLY = ("instructions", "instructions_by_culture", "client_tools", "mcp_servers", "parameters", "sub_agents")
 
 
-class ClientTool(WireModel):
+class ClientTool(Routed):
     name: str = Field(pattern=IDENTIFIER)
     description: str = Field(default="", max_length=2000)
     parameters: Annotated[dict[str, Any], AfterValidator(object_schema)] = Field(
         default_factory=lambda: {"type": "object"}
     )
     approvers: Approvers
+    require: Required
 
 
-class McpServer(WireModel):
+class McpServer(Routed):
     """An MCP server: a connection of kind `mcp`, with the approval mode of its tools."""
 
     connection: str = Field(pattern=SLUG)
     approval: Approval = "never"
     tool_prefix: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
     approvers: Approvers
+    require: Required
     command: Refused
     args: Refused
     env: Refused
@@ -164,18 +167,20 @@ class McpServer(WireModel):
         return self.connection
 
 
-class Escalation(WireModel):
+class Escalation(Routed):
     """Who answers a policy's escalations: those of one binding of `hooks` (its id), or of every binding."""
 
     binding: str | None = Field(default=None, min_length=1, max_length=200)
-    approvers: str = Field(pattern=SLUG)
+    approvers: GroupName | Annotated[list[GroupName], Field(min_length=1, max_length=MOST_GROUPS)]
+    require: Required
 
 
-class KindRouting(WireModel):
+class KindRouting(Routed):
     """Who answers the requests of one kind (a question, a plan, …) that no tool or server routes."""
 
     kind: RequestKindName
-    approvers: str = Field(pattern=SLUG)
+    approvers: GroupName | Annotated[list[GroupName], Field(min_length=1, max_length=MOST_GROUPS)]
+    require: Required
 
 
 class Parameter(WireModel):
@@ -366,40 +371,60 @@ class DefinitionContent(WireModel):
 
     @property
     def approver_groups(self) -> dict[str, str]:
-        """Every group the definition routes requests to, by the field path that names it."""
-        named = (
-            [(f"tools.{i}.approvers", t.approvers) for i, t in enumerate(self.tools)]
-            + [(f"clientTools.{i}.approvers", t.approvers) for i, t in enumerate(self.client_tools)]
-            + [(f"mcpServers.{i}.approvers", s.approvers) for i, s in enumerate(self.mcp_servers)]
-            + [(f"escalations.{i}.approvers", e.approvers) for i, e in enumerate(self.escalations)]
-            + [(f"requestKinds.{i}.approvers", k.approvers) for i, k in enumerate(self.request_kinds)]
+        """Every group the definition routes requests to, by the field path that names it (`…approvers`, or
+        `…approvers.<n>` in a list, `…require.fromEach.<n>`)."""
+        routed: list[tuple[str, Routed]] = (
+            [(f"tools.{i}", t) for i, t in enumerate(self.tools)]
+            + [(f"clientTools.{i}", t) for i, t in enumerate(self.client_tools)]
+            + [(f"mcpServers.{i}", s) for i, s in enumerate(self.mcp_servers)]
+            + [(f"escalations.{i}", e) for i, e in enumerate(self.escalations)]
+            + [(f"requestKinds.{i}", k) for i, k in enumerate(self.request_kinds)]
         )
-        return {field: group for field, group in named if group is not None}
+        named: dict[str, str] = {}
+        for path, item in routed:
+            if isinstance(item.routed_approvers, str):
+                named[f"{path}.approvers"] = item.routed_approvers
+            else:
+                named |= {
+                    f"{path}.approvers.{n}": group for n, group in enumerate(approver_list(item.routed_approvers))
+                }
+            if (require := item.routed_require) is not None:
+                named |= {f"{path}.require.fromEach.{n}": group for n, group in enumerate(require.from_each)}
+        return named
 
-    def approvers_for(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None = None) -> str:
-        """The group whose members (and admins) answer a request the agent opens; "" for any operator.
-        The most specific routing wins: the policy escalation's (its binding's, else every binding's), then
-        the tool's, client tool's or MCP server's, then the request kind's. An MCP tool is its server's by
-        the server's `toolPrefix`; unprefixed tools of several servers cannot be told apart, so the first
-        unprefixed server that names a group routes them all."""
+    def _routed(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None) -> list[Routed]:
+        """What routes a request the agent opens, most specific first: the policy escalation's (its binding's,
+        else every binding's), the tool's, client tool's or MCP server's, the request kind's. An MCP tool is its
+        server's by the server's `toolPrefix`; unprefixed tools of several servers cannot be told apart, so the
+        first unprefixed server that names a group routes them all."""
+        found: list[Routed] = []
         if policy is not None:
             binding = policy.get("binding")
             chosen = next((e for e in self.escalations if e.binding == binding), None)
             chosen = chosen or next((e for e in self.escalations if e.binding is None), None)
             if chosen is not None:
-                return chosen.approvers
+                return [chosen]
         tools: list[ToolBinding | ExternalTool | ClientTool] = [*self.tools, *self.client_tools]
         tool = next((t for t in tools if t.name == tool_name), None)
-        group: str | None
         if tool is not None:
-            group = tool.approvers
-        else:
+            found.append(tool)
+        elif tool_name:
             prefixed = [s for s in self.mcp_servers if s.tool_prefix and tool_name.startswith(f"{s.tool_prefix}_")]
             servers = prefixed or [s for s in self.mcp_servers if not s.tool_prefix]
-            group = next((s.approvers for s in servers if s.approvers), None) if tool_name else None
-        if group is None:
-            group = next((k.approvers for k in self.request_kinds if k.kind == kind), None)
-        return group or ""
+            found += [s for s in servers if s.approvers or s.require][:1]
+        return found + [k for k in self.request_kinds if k.kind == kind]
+
+    def approvers_for(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None = None) -> str:
+        """The groups whose members (and admins) answer a request the agent opens, as the request stores them
+        (comma-joined); "" for any operator. The most specific routing that names groups wins."""
+        routed = self._routed(kind, tool_name, policy)
+        return joined(next((approver_list(r.routed_approvers) for r in routed if r.routed_approvers), []))
+
+    def require_for(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """What deciding a request the agent opens requires (SPEC section 14), as the request stores it: the most
+        specific routing's that says; None when one answer decides it."""
+        routed = self._routed(kind, tool_name, policy)
+        return stored_require(next((r.routed_require for r in routed if r.routed_require is not None), None))
 
     @property
     def consults_rules(self) -> bool:

@@ -168,7 +168,11 @@ def _store_outcome(
             run.message = outcome.message  # as the policy's `input` verdict left it
         deadline = prepared.version.definition.request_deadline_seconds
         expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
+        definition, requester = prepared.version.definition, None
         for call in outcome.pending:
+            require = definition.require_for(call.kind, call.tool_name, call.policy)
+            if require is not None and requester is None:
+                requester = _requester(run)
             pending = PendingRequest(
                 tenant=run.tenant,
                 agent=run.agent,
@@ -182,7 +186,9 @@ def _store_outcome(
                 requested_schema=call.requested_schema,
                 engine_state=call.engine_state,
                 policy=call.policy,
-                approvers=prepared.version.definition.approvers_for(call.kind, call.tool_name, call.policy),
+                approvers=definition.approvers_for(call.kind, call.tool_name, call.policy),
+                require=require,
+                requested_by_id=requester or None,
                 expires_at=expires_at,
             )
             opened.append(pending)
@@ -242,3 +248,12 @@ def _record_failed(log: EventLog, error: dict[str, str]) -> None:
     """`run.failed`, and the SDK's `session.error` alongside (its `errorType` is the error's code)."""
     log.record(RunFailed(error=ErrorInfo(**error)))
     log.record(SessionError(errorType=error["code"], message=error["message"]))
+
+
+def _requester(run: Run) -> int:
+    """Who asked for the requests `run` opens (separation of duties, SPEC section 14): whoever asked for those it
+    carries when it is a continuation (its own author answered them), else the member who started it; 0: nobody."""
+    carried = PendingRequest.objects.filter(answered_in=run).values_list("requested_by_id", flat=True)[:1]
+    for requester in carried:
+        return requester or 0
+    return run.created_by_id or 0

@@ -29,7 +29,7 @@ from django.db import transaction
 from agents.models import Run
 from agents.payloads import EventType
 from approvals import receipts
-from approvals.models import PendingRequest, RequestStatus, Rule, Via
+from approvals.models import Approval, PendingRequest, RequestStatus, Rule, Via
 from approvals.push import notify_requests_closed
 from approvals.receipts import APPROVAL_MODE, CANCEL, HUMAN, POLICY, RULE, SYSTEM, Decider
 from console.models import Tenant
@@ -96,13 +96,15 @@ class Decision:
     """What `actor` decided about a request: its `answer`, or (`answer` None) a closing with `closing` (expired,
     cancelled, abandoned). `carried_in`: the run that hands the answer to the engine now (a run request's answers,
     the continuation queued with the last answer, an external agent's own run). `answered_too`: a closing also ends
-    an answer stored but carried by no run yet (its agent, session or run is gone); the answer stays for the audit."""
+    an answer stored but carried by no run yet (its agent, session or run is gone); the answer stays for the audit.
+    `completes`: the approval that completes the request's quorum (approvals.quorum), written with the decision."""
 
     actor: Actor
     answer: dict[str, Any] | None = None
     closing: RequestStatus | None = None
     carried_in: Run | None = None
     answered_too: bool = False
+    completes: Approval | None = None
 
 
 def decide(pending: PendingRequest, decision: Decision, now: datetime, *, announce: bool = True) -> bool:
@@ -121,7 +123,10 @@ def decide(pending: PendingRequest, decision: Decision, now: datetime, *, announ
         }
         if decision.carried_in is not None:
             changes |= {"status": RequestStatus.ANSWERED, "answered_in": decision.carried_in, "closed_at": now}
-        wrote = _written(pending, still_open.filter(answer__isnull=True), changes, actor, now)
+        with transaction.atomic(savepoint=False):
+            wrote = _written(pending, still_open.filter(answer__isnull=True), changes, actor, now)
+            if wrote and decision.completes is not None:
+                decision.completes.save(force_insert=True)
     else:
         assert decision.closing is not None, "a decision is an answer or a closing"
         changes = {"status": decision.closing, "closed_at": now, "closed_by": actor.user}

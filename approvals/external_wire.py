@@ -201,6 +201,12 @@ def request_wire(pending: PendingRequest) -> dict[str, Any]:
         "answeredAt": pending.answered_at.isoformat() if pending.answered_at else None,
         "claimedBy": pending.claimed_by.username if pending.claimed_by else None,
         "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
-        "approvers": pending.approvers or None,
+        "approvers": pending.approvers_wire,
         "decision": decision(pending),
+        # SPEC section 14: what deciding it requires, and every approval given (those of other arguments too).
+        **(
+            {"require": pending.require, "approvals": [a.wire() for a in pending.approvals.all()]}
+            if pending.require
+            else {}
+        ),
     }

@@ -14,9 +14,22 @@ from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
 from agents.queries import picked
 from agents.request_kinds import KIND_NAMES, REQUEST_KINDS
+from approvals.held_models import UNSETTLED, HeldAnswer, HeldState
 from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis
+from approvals.rule_models import Rule, RuleVersion
 
-__all__ = ["ChainSignature", "Receipt", "ReceiptHead"]  # the receipts' tables, declared in approvals.receipts
+# The tables declared beside: the receipts' (approvals.receipts), the rules' (approvals.rule_models), the held
+# answers' (approvals.held_models).
+__all__ = [
+    "UNSETTLED",
+    "ChainSignature",
+    "HeldAnswer",
+    "HeldState",
+    "Receipt",
+    "ReceiptHead",
+    "Rule",
+    "RuleVersion",
+]
 from console.models import Membership, Tenant
 
 
@@ -79,6 +92,19 @@ class ApproverGroup(models.Model):
         return self.name
 
 
+def routed_to(groups: Iterable[str]) -> models.Q:
+    """The requests routed to any of `groups` (a request stores its groups comma-joined, `PendingRequest.groups`)."""
+    found = models.Q(pk__in=[])
+    for group in groups:
+        found |= (
+            models.Q(approvers=group)
+            | models.Q(approvers__startswith=f"{group},")
+            | models.Q(approvers__endswith=f",{group}")
+            | models.Q(approvers__contains=f",{group},")
+        )
+    return found
+
+
 def groups_of(membership: Membership) -> set[str]:
     """The names of the tenant's groups the member belongs to."""
     groups = ApproverGroup.objects.filter(tenant_id=membership.tenant_id, members=membership.user_id)
@@ -102,7 +128,7 @@ class NotAnApprover(Exception):
 
     def __init__(self, pending: "PendingRequest") -> None:
         self.pending = pending
-        self.detail = f"The request is for {pending.approvers}: only members of that group and admins answer it."
+        self.detail = f"The request is for {pending.approvers_label}: only members of that group and admins answer it."
         super().__init__(self.detail)
 
     @property
@@ -110,7 +136,7 @@ class NotAnApprover(Exception):
         """The refusal as the run routes word it (a run request's answers and abandonments, a cancel, a
         deletion): naming the request, and that closing it unanswered takes the same right."""
         only = "only members of that group and admins answer it, or close it unanswered"
-        return f"The request {self.pending.id} is for {self.pending.approvers}: {only}."
+        return f"The request {self.pending.id} is for {self.pending.approvers_label}: {only}."
 
 
 def refuse_unless_answerable(membership: Membership, requests: Iterable["PendingRequest"]) -> None:
@@ -170,7 +196,7 @@ class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
             return self.none()
         if membership.allows("admin"):
             return self
-        return self.filter(models.Q(approvers="") | models.Q(approvers__in=groups_of(membership)))
+        return self.filter(models.Q(approvers="") | routed_to(groups_of(membership)))
 
     def matching(
         self,
@@ -231,8 +257,14 @@ class PendingRequest(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
-    # The group routed to answer it ("" for any operator), named by the definition when it opened.
-    approvers = models.CharField(max_length=63, blank=True)
+    # The groups routed to answer it, comma-joined ("" for any operator), named by the definition when it opened.
+    approvers = models.CharField(max_length=255, blank=True)
+    # What deciding it requires (SPEC section 14: `approvals`, `fromEach`, `selfApproval`); None: one answer does.
+    require = models.JSONField(null=True, blank=True)
+    # Who asked: the member who started the turn, or whose token opened the external request (separation of duties).
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     objects = PendingRequestQuerySet.as_manager()
 
@@ -268,7 +300,28 @@ class PendingRequest(models.Model):
             return False
         if not self.approvers or membership.allows("admin"):
             return True
-        return self.approvers in (groups_of(membership) if groups is None else groups)
+        return not set(self.groups).isdisjoint(groups_of(membership) if groups is None else groups)
+
+    @property
+    def groups(self) -> list[str]:
+        """The groups routed to answer it; none: any operator."""
+        return self.approvers.split(",") if self.approvers else []
+
+    @property
+    def approvers_wire(self) -> str | list[str] | None:
+        """The groups as the definition names them: one group, a list, or None for any operator."""
+        groups = self.groups
+        return None if not groups else groups[0] if len(groups) == 1 else groups
+
+    @property
+    def approvers_label(self) -> str:
+        """The groups routed to answer it, as a sentence says them ("sre or security")."""
+        return " or ".join(self.groups)
+
+    @property
+    def approvals_required(self) -> int:
+        """How many distinct people's approvals decide it approved (SPEC section 14)."""
+        return int((self.require or {}).get("approvals", 1))
 
     def claim(self, user: Any, now: datetime) -> bool:
         """Mark the open request as handled by `user` (taking over anyone else's claim); False when it is
@@ -329,121 +382,38 @@ class PendingRequest(models.Model):
         return wire
 
 
-class HeldState(models.TextChoices):
-    HELD = "held"
-    APPLYING = "applying"
-    APPLIED = "applied"
-    UNDONE = "undone"
-    DROPPED = "dropped"
+class Approval(models.Model):
+    """One person's approval of a request whose requirement needs more than its first answer (SPEC section 14):
+    it counts toward the quorum while it approves the arguments the request would run with
+    (`arguments_digest`). The one that completes the quorum decides the request (approvals.decisions)."""
 
-
-# A held answer not settled yet: its request is out of every inbox, and no other answer may be held for it.
-UNSETTLED = (HeldState.HELD, HeldState.APPLYING)
-
-
-class HeldAnswer(models.Model):
-    """An answer given in the console, held until `due_at` so the one who gave it can undo it
-    (approvals.actions.held); a row, so a crash or a closed browser loses nothing. The answers of one bulk
-    answer share a `batch`: one notice, one Undo."""
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    request = models.ForeignKey(PendingRequest, on_delete=models.CASCADE, related_name="held_answers")
-    membership = models.ForeignKey(Membership, on_delete=models.CASCADE, related_name="held_answers")
-    batch = models.UUIDField(db_index=True)
-    via = models.CharField(max_length=16)
-    # How the one who gave it signed in (`console.tenancy.AUTH_METHOD`: "session", "token:<id>"): it is applied
-    # later, in a timer or a sweep, and its receipt must still say how they signed in (issue 50).
-    auth_method = models.CharField(max_length=64, blank=True)
-    # The validated `approvals.responses.Response`, as the respond API takes it (camelCase).
-    response = models.JSONField()
-    # When it applies; while applying, when that began (a sweep retries an apply that stopped with its process).
-    due_at = models.DateTimeField()
-    state = models.CharField(max_length=16, choices=HeldState.choices, default=HeldState.HELD)
-    created_at = models.DateTimeField(default=timezone.now)
-    settled_at = models.DateTimeField(null=True, blank=True)
-    # What became of it: the outcome's message once applied or dropped.
-    outcome = models.TextField(blank=True)
+    request = models.ForeignKey(PendingRequest, on_delete=models.CASCADE, related_name="approvals")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # The username when it was given: the record keeps it if the user is deleted.
+    username = models.CharField(max_length=150)
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    at = models.DateTimeField()
+    arguments_digest = models.CharField(max_length=64)
+    # The approval as given (`approved`, `reason`, `overrideArguments`).
+    answer = models.JSONField()
+    # The approver's groups among the request's when it was given (`fromEach` counts them).
+    groups = models.JSONField(default=list)
+    via = models.CharField(max_length=16, choices=Via.choices)
+    auth_method = models.CharField(max_length=64)
 
     class Meta:
         constraints = [
-            # One held answer per request at a time: a second operator's answer waits for the first to settle.
-            models.UniqueConstraint(
-                fields=["request"],
-                condition=models.Q(state__in=["held", "applying"]),
-                name="one_held_answer_per_request",
-            )
+            models.UniqueConstraint(fields=["request", "by", "arguments_digest"], name="approval_once_per_person"),
         ]
-        indexes = [models.Index(fields=["state", "due_at"], name="held_answer_due")]
+        ordering = ["at", "id"]
 
     def __str__(self) -> str:
-        return f"held answer to {self.request_id} ({self.state})"
+        return f"approval of {self.request_id} by {self.username}"
 
-
-class Rule(models.Model):
-    """A remembered "do not ask again": approves matching calls of one agent's tool without asking."""
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rules")
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="rules")
-    tool_name = models.CharField(max_length=200)
-    arguments_hash = models.CharField(max_length=64, blank=True)
-    # The exact arguments the hash stands for, kept to show them (matching uses the hash).
-    arguments = models.JSONField(null=True, blank=True)
-    conditions = models.JSONField(default=list, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created_from = models.ForeignKey(PendingRequest, null=True, blank=True, on_delete=models.SET_NULL)
-    created_at = models.DateTimeField(default=timezone.now)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    # Who revoked it (the audit names them); null for a rule revoked before this was kept, or by no one signed in.
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    # Scope (SPEC section 13): a rule remembered "for this session" holds in that session only; null: always.
-    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="rules")
-    # A rule no longer applies from this moment on (kept, like a revoked one, for the record).
-    expires_at = models.DateTimeField(null=True, blank=True)
-    # The current version (receipts name `rule:<id>@<version>`); the ones before are its `versions`.
-    version = models.PositiveIntegerField(default=1)
-    # Who made the current version by editing, and when (null: version 1, `created_by` at `created_at`).
-    edited_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    edited_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["tenant", "agent", "tool_name"], name="rule_lookup")]
-
-    def __str__(self) -> str:
-        return f"rule {self.tool_name} for {self.agent_id}"
-
-    @property
-    def scope(self) -> str:
-        return "always" if self.session_id is None else "session"
-
-    def expired(self, now: datetime | None = None) -> bool:
-        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
-
-
-class RuleVersion(models.Model):
-    """What an earlier version of a rule said, kept when an edit made the next one: the record (receipts name
-    `rule:<id>@<version>`) keeps what each version approved. `edited_by`/`edited_at`: who made this version and
-    when (version 1: the rule's creator at its creation)."""
-
-    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="versions")
-    version = models.PositiveIntegerField()
-    arguments_hash = models.CharField(max_length=64, blank=True)
-    arguments = models.JSONField(null=True, blank=True)
-    conditions = models.JSONField(default=list, blank=True)
-    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    expires_at = models.DateTimeField(null=True, blank=True)
-    edited_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    edited_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["rule", "version"], name="rule_version_once")]
-
-    def __str__(self) -> str:
-        return f"rule {self.rule_id} version {self.version}"
+    def wire(self) -> dict[str, Any]:
+        """`approvals[]` as the API, the events and the receipts show it (SPEC section 14)."""
+        given = {"by": self.username, "at": self.at.isoformat(), "argumentsDigest": self.arguments_digest}
+        given["authMethod"] = self.auth_method
+        return given

@@ -60,7 +60,7 @@ def _members(tenant_id: int, group: str = "") -> tuple[str, str, int]:
     """
     approvers: set[int] = set()
     if group:
-        routed = ApproverGroup.objects.filter(tenant_id=tenant_id, name=group)
+        routed = ApproverGroup.objects.filter(tenant_id=tenant_id, name__in=group.split(","))
         approvers = set(routed.values_list("members", flat=True))
     open_requests = PendingRequest.objects.open().filter(tenant_id=tenant_id).order_by().values("pk")
     sql, params = open_requests[: PENDING_COUNTED + 1].query.sql_with_params()
@@ -92,7 +92,8 @@ def _push(
     counted: bool = False,
     cards: list[PendingRequest] | None = None,
 ) -> None:
-    """Push `operator` to the members who may answer (requests routed to `group`: its members and admins) and
+    """Push `operator` to the members who may answer (requests routed to `group`, comma-joined: their members and
+    admins) and
     `reader` (the same when None) to the others; `counted`: both say the tenant's `pending` count; `cards`: both
     carry them as `html`, with their forms for those who may answer. Nothing is read or rendered when no console
     of the tenant is open."""
@@ -170,6 +171,13 @@ def notify_request_claimed(request: PendingRequest) -> None:
         request.tenant_id,
         {"type": "request_claimed", "id": str(request.id), "claimedBy": claimed_by, "claimedAt": claimed_at},
     )
+
+
+def notify_approvals(request: PendingRequest) -> None:
+    """An approval toward a request's quorum (SPEC section 14): every open inbox shows its card as it is now (the
+    approvals given, who is still needed); the card of the one who approved, dropped while held, comes back."""
+    common = {"type": "request_approvals", "id": str(request.id)}
+    _push(request.tenant_id, common, common, group=request.approvers, cards=[request])
 
 
 def notify_membership_changed(tenant_id: int, user_id: int) -> None:

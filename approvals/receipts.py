@@ -229,7 +229,7 @@ def request_facts(pending: Any, at: datetime, decider: Decider) -> dict[str, Any
     """The receipt of a request just closed (`pending`, with its run's version and session, and its agent) by
     `decider`, without its place in the chain."""
     answer = pending.answer
-    return _facts(
+    facts = _facts(
         str(pending.id),
         pending.run,
         pending.session,
@@ -242,6 +242,9 @@ def request_facts(pending: Any, at: datetime, decider: Decider) -> dict[str, Any
         decider=decider,
         at=at,
     )
+    if answer is not None and answer.get("approvals"):
+        facts["approvals"] = answer["approvals"]  # every approval that counted toward its quorum (SPEC section 14)
+    return facts
 
 
 def _said(reason: Any) -> str | None:

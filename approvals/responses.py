@@ -14,6 +14,8 @@ from agents.rule_matching import Remember, RememberedUntil
 
 Status = Literal[
     "accepted",
+    "recorded",
+    "already_approved_by_you",
     "already_resolved",
     "expired",
     "cancelled",
@@ -52,9 +54,11 @@ class Response(WireModel):
 class ResponseRefused(Exception):
     """A well-formed answer that breaks a rule (e.g. `remember` on a denial): a 4xx, nothing stored."""
 
-    def __init__(self, code: str, detail: str, status: int = 400) -> None:
+    def __init__(self, code: str, detail: str, status: int = 400, **extra: Any) -> None:
         super().__init__(detail)
         self.code, self.detail, self.status = code, detail, status
+        # Members of the problem beside its code (a 403's `reason`).
+        self.extra = extra
 
 
 @dataclass
@@ -66,9 +70,12 @@ class Outcome:
     # An answer given at an earlier checkpoint: the session it forked, and where from (SPEC section 9).
     session_id: str | None = None
     forked_from: dict[str, Any] | None = None
+    # A request that needs several approvals (SPEC section 14): {given, required, by}.
+    approvals: dict[str, Any] | None = None
 
     def wire(self) -> dict[str, Any]:
         return {
+            "approvals": self.approvals,
             "status": self.status,
             "requestId": self.request_id,
             "message": self.message,

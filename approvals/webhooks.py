@@ -76,7 +76,7 @@ def request_event(event_type: str, request: PendingRequest) -> dict[str, Any]:
             "agent": request.agent.name,
             "kind": request.kind,
             "toolName": request.tool_name or None,
-            "approvers": request.approvers or None,
+            "approvers": request.approvers_wire,
             "status": str(status),
             "approved": approved if isinstance(approved, bool) else None,
             "answeredBy": _username(request.answered_by),

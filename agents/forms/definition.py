@@ -37,6 +37,7 @@ from agents.forms.definition_fields import (
 )
 from agents.forms.hooks import PolicyEditor
 from agents.request_kinds import KIND_NAMES
+from agents.requirements import approver_list
 from console.connections import ConnectionSpec
 from console.rows import Row, clean_text
 
@@ -215,10 +216,21 @@ class DefinitionForm:
         }
 
     def _keep(self, wire: dict[str, Any]) -> dict[str, Any]:
-        """`wire` with the top-level fields the edited version had and the form does not show (KEPT_FIELDS)."""
+        """`wire` with the top-level fields the edited version had and the form does not show (KEPT_FIELDS), and
+        the routing's lists of groups and `require` (SPEC section 14), which the form shows but does not edit."""
+        for section in ROUTED_KEYS:
+            for item in wire.get(section) or []:
+                if isinstance(item.get("approvers"), str) and "," in item["approvers"]:
+                    item["approvers"] = item["approvers"].split(",")
         if self.kept is None:
             return wire
         kept = self.kept.wire()
+        for section, key in ROUTED_KEYS.items():
+            required = {item.get(key): item for item in kept.get(section) or [] if "require" in item}
+            for item in wire.get(section) or []:
+                was = required.get(item.get(key))
+                if was is not None and approver_list(was.get("approvers")) == approver_list(item.get("approvers")):
+                    item["require"] = was["require"]
         external = wire.get("runtime") == "external"
         return wire | {key: kept[key] for key in KEPT_FIELDS if key in kept and not (external and key in HOSTED_KEPT)}
 
@@ -347,6 +359,16 @@ class DefinitionForm:
             return
         if not any(SECTIONS[name].place(self.rows[name], path, message) for name in self.sections):
             self.errors.setdefault("__all__", message)
+
+
+# The wire's routed sections, and the key that names an item of each across versions.
+ROUTED_KEYS = {
+    "tools": "name",
+    "clientTools": "name",
+    "mcpServers": "connection",
+    "escalations": "binding",
+    "requestKinds": "kind",
+}
 
 
 def _mcp_server(row: Row) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from agents.definitions import IDENTIFIER, SLUG, DefinitionContent, ExternalTool, ToolBinding
 from agents.request_kinds import REQUEST_KINDS
+from agents.requirements import approver_list, joined
 from agents.server_tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 from console.rows import Row, RowKind
@@ -138,14 +139,15 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
         "model_name": model.name or "",
         "hooks": hooks_text(content.hooks),
     } | {field: "" for field in KIND_FIELDS}
-    values |= {f"{routing.kind}_approvers": routing.approvers for routing in content.request_kinds}
+    values |= {f"{routing.kind}_approvers": _groups(routing.approvers) for routing in content.request_kinds}
     rows = {
         "cultures": [
             SECTIONS["cultures"].new(culture=culture, instructions=text)
             for culture, text in content.instructions_by_culture.items()
         ],
         "tools": [
-            SECTIONS["tools"].new(name=t.name, approval=t.approval, approvers=t.approvers or "") for t in hosted_tools
+            SECTIONS["tools"].new(name=t.name, approval=t.approval, approvers=_groups(t.approvers))
+            for t in hosted_tools
         ],
         "external_tools": [
             SECTIONS["external_tools"].new(
@@ -153,7 +155,7 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
                 description=t.description,
                 parameters=json.dumps(t.parameters, indent=2),
                 approval=t.approval,
-                approvers=t.approvers or "",
+                approvers=_groups(t.approvers),
             )
             for t in external_tools
         ],
@@ -162,7 +164,7 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
                 name=t.name,
                 description=t.description,
                 parameters=json.dumps(t.parameters, indent=2),
-                approvers=t.approvers or "",
+                approvers=_groups(t.approvers),
             )
             for t in content.client_tools
         ],
@@ -171,12 +173,13 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
                 connection=s.connection,
                 approval=s.approval,
                 tool_prefix=s.tool_prefix or "",
-                approvers=s.approvers or "",
+                approvers=_groups(s.approvers),
             )
             for s in content.mcp_servers
         ],
         "escalations": [
-            SECTIONS["escalations"].new(binding=e.binding or "", approvers=e.approvers) for e in content.escalations
+            SECTIONS["escalations"].new(binding=e.binding or "", approvers=_groups(e.approvers))
+            for e in content.escalations
         ],
         "parameters": [
             SECTIONS["parameters"].new(
@@ -250,3 +253,8 @@ def form_text(value: str | float | bool | None) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+def _groups(approvers: str | list[str] | None) -> str:
+    """A routing's groups as its select's value: one group, or a list comma-joined (the form keeps it as it is)."""
+    return joined(approver_list(approvers))

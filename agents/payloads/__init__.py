@@ -27,6 +27,7 @@ from agents.payloads.messages import (
 )
 from agents.payloads.requests import (
     PLAN_ACTIONS,
+    ApprovalGiven,
     ElicitationCompleted,
     ElicitationRequested,
     ExitPlanModeCompleted,
@@ -35,6 +36,7 @@ from agents.payloads.requests import (
     PlanAction,
     PolicyAsk,
     RequestAnswered,
+    RequestApprovalRecorded,
     RequestedSchema,
     RequestTerminated,
     SessionLimitsExhaustedCompleted,
@@ -94,6 +96,7 @@ __all__ = [
     "PLAN_ACTIONS",
     "TURN_ENDS",
     "Abort",
+    "ApprovalGiven",
     "Approved",
     "ApprovedForSession",
     "AssistantMessage",
@@ -133,6 +136,7 @@ __all__ = [
     "PolicyAsk",
     "PolicyVerdict",
     "RequestAnswered",
+    "RequestApprovalRecorded",
     "RequestTerminated",
     "RequestedSchema",
     "RunAwaiting",

@@ -37,6 +37,7 @@ class EventType(StrEnum):
     ELICITATION_COMPLETED = "elicitation.completed"
     REQUEST_ANSWERED = "request.answered"
     REQUEST_TERMINATED = "request.terminated"
+    REQUEST_APPROVAL_RECORDED = "request.approval_recorded"
     USER_INPUT_REQUESTED = "user_input.requested"
     USER_INPUT_COMPLETED = "user_input.completed"
     EXIT_PLAN_MODE_REQUESTED = "exit_plan_mode.requested"
@@ -67,6 +68,7 @@ EXTENSION_TYPES = frozenset(
         EventType.DOCUMENT_ATTACHED,
         EventType.REQUEST_ANSWERED,
         EventType.REQUEST_TERMINATED,
+        EventType.REQUEST_APPROVAL_RECORDED,
     }
 )
 

@@ -108,6 +108,28 @@ class PolicyAsk(Shape):
     message: str | None = None
 
 
+class ApprovalGiven(Shape):
+    """One approval of a request that needs several (SPEC section 14)."""
+
+    by: str
+    onBehalfOf: str | None = optional(description="the away member a delegate answered for")
+    at: str
+    argumentsDigest: str = Field(description="SHA-256 of the canonical JSON of the arguments it approved")
+    authMethod: str | None = optional()
+
+
+class RequestApprovalRecorded(Payload):
+    """Airlock's own: an approval of a request that needs several, which did not decide it yet (SPEC section 14);
+    never a `permission.completed`."""
+
+    type = EventType.REQUEST_APPROVAL_RECORDED
+    requestId: str
+    toolCallId: str | None = optional()
+    toolName: str | None = optional()
+    approvals: list[ApprovalGiven] = Field(description="the approvals that count now, in order")
+    required: int
+
+
 class RequestAnswered(Payload):
     """Airlock's own, after every `*.completed` of a request decided (by a person, a rule or a policy): what the
     SDK's events have no field for. A request closed unanswered has `request.terminated` instead."""
@@ -125,6 +147,7 @@ class RequestAnswered(Payload):
     policy: PolicyAsk | None = optional(description="the policy that escalated or denied")
     outcome: str | None = optional(description="a client tool's: completed | failed | rejected | background")
     ranInFailedTurn: bool | None = optional(description="the call ran in a turn that failed; it was not run again")
+    approvals: list[ApprovalGiven] | None = optional(description="a quorum's approvals that decided it (SPEC 14)")
 
 
 class RequestTerminated(Payload):

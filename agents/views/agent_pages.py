@@ -27,6 +27,7 @@ from agents.forms.hooks import PolicyEditor
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion
 from agents.request_kinds import KIND_NAMES
+from agents.requirements import routing_label
 from agents.server_tools import REGISTRY
 from agents.starter_policy import starter_hooks
 from agents.views.diff_pages import diff_rows
@@ -297,15 +298,18 @@ def _definition_context(agent: Agent, version: AgentVersion, request: ConsoleReq
 def _routing(content: DefinitionContent) -> list[tuple[str, str, bool, str]]:
     """Who answers what (SPEC section 11): (what, its name, whether the name is code, the group), most specific
     first as `DefinitionContent.approvers_for` picks; what is not listed is anyone's who can answer."""
+    said = routing_label
     routed = [
-        ("Policy escalations", e.binding or "every binding", bool(e.binding), e.approvers) for e in content.escalations
+        ("Policy escalations", e.binding or "every binding", bool(e.binding), said(e)) for e in content.escalations
     ]
-    routed += [("Tool", tool.name, True, tool.approvers) for tool in content.tools if tool.approvers]
-    routed += [("Client tool", tool.name, True, tool.approvers) for tool in content.client_tools if tool.approvers]
+    routed += [("Tool", tool.name, True, said(tool)) for tool in content.tools if tool.approvers or tool.require]
     routed += [
-        ("MCP server", s.connection + (f" ({s.tool_prefix}_…)" if s.tool_prefix else ""), True, s.approvers)
-        for s in content.mcp_servers
-        if s.approvers
+        ("Client tool", tool.name, True, said(tool)) for tool in content.client_tools if tool.approvers or tool.require
     ]
-    routed += [("Requests", KIND_NAMES[k.kind].routes, False, k.approvers) for k in content.request_kinds]
+    routed += [
+        ("MCP server", s.connection + (f" ({s.tool_prefix}_…)" if s.tool_prefix else ""), True, said(s))
+        for s in content.mcp_servers
+        if s.approvers or s.require
+    ]
+    routed += [("Requests", KIND_NAMES[k.kind].routes, False, said(k)) for k in content.request_kinds]
     return routed

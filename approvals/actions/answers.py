@@ -26,6 +26,7 @@ from approvals.external_wire import request_ids
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable
 from approvals.push import notify_requests_opened
+from approvals.quorum import approve_toward, counts_toward_quorum, refuse_self_approval
 from approvals.responses import Outcome, Response, ResponseRefused, Status
 from console.models import Membership
 
@@ -136,6 +137,11 @@ def answer_request(
     if pending.answer is not None or pending.status == RequestStatus.ANSWERED:
         return Outcome("already_resolved", rid, "The request was answered before; this answer changed nothing.")
     decision, now = Decision(actor, payload), timezone.now()
+    if pending.require is not None:
+        counted = _toward_quorum(membership, actor, pending, payload, response, now)
+        if isinstance(counted, Outcome):
+            return counted
+        decision = counted
 
     def write(carried_in: Run | None) -> bool:
         return decide(pending, replace(decision, carried_in=carried_in), now)
@@ -156,6 +162,34 @@ def answer_request(
             return Outcome(_TERMINAL_STATUS[now_status], rid, f"The request was closed meanwhile: {now_status}.")
         return Outcome("already_resolved", rid, "The request was answered meanwhile; this answer changed nothing.")
     return Outcome("accepted", rid, "The answer was stored.", str(continued.id) if continued else None)
+
+
+def _toward_quorum(
+    membership: Membership, actor: Actor, pending: PendingRequest, payload: dict[str, Any], response: Response, now: Any
+) -> Decision | Outcome:
+    """An answer to a request with a requirement (SPEC section 14): refused from the one who asked; an approval
+    that does not complete its quorum recorded (`recorded`, or `already_approved_by_you`); the decision that
+    completes it, carrying every approval that counted."""
+    rid = str(pending.id)
+    if payload.get("approved") is not False:
+        refuse_self_approval(pending, actor.user)
+    if response.remember and pending.approvals_required > 1:
+        detail = "The request needs several approvals: one person cannot remember a rule that would skip them."
+        raise ResponseRefused("remember_not_allowed", detail)
+    if not counts_toward_quorum(pending, payload):
+        return Decision(actor, payload)
+    try:
+        tally = approve_toward(membership, actor, pending, payload, now)
+    except PendingRequest.DoesNotExist:
+        return Outcome("already_resolved", rid, "The request was decided meanwhile; this approval changed nothing.")
+    if tally.repeated:
+        detail = f"You approved these arguments before; {tally.given} of {tally.required}, {tally.waiting_for()}."
+        return Outcome("already_approved_by_you", rid, detail, approvals=tally.wire())
+    if not tally.complete:
+        detail = f"Approval recorded: {tally.given} of {tally.required}, {tally.waiting_for()}."
+        return Outcome("recorded", rid, detail, approvals=tally.wire())
+    approvals = [given.wire() for given in tally.counted]
+    return Decision(actor, {**payload, "approvals": approvals}, completes=tally.mine)
 
 
 @dataclass

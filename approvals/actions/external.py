@@ -292,6 +292,8 @@ def _open(
         run=run,
         kind=body.kind,
         approvers=definition.approvers_for(body.kind, fields["tool_name"], policy),
+        require=definition.require_for(body.kind, fields["tool_name"], policy),
+        requested_by=user if getattr(user, "is_authenticated", False) else None,
         policy=policy,
         opened_at=now,
         expires_at=now + timedelta(seconds=expires_in) if expires_in else None,

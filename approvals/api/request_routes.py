@@ -72,11 +72,21 @@ def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> di
     return page_of(listed, filters.limit, filters.offset, request_wire)
 
 
+class ApprovalCount(Schema):
+    """Where a request that needs several approvals stands (SPEC section 14)."""
+
+    given: int
+    required: int
+    by: list[str]
+
+
 class RespondResult(Schema):
     status: str
     requestId: str
     message: str
     continuationRunId: str | None
+    # A request that needs several approvals: the approvals counted now (`recorded`, `already_approved_by_you`).
+    approvals: ApprovalCount | None = None
     # When the answer forked the session from an earlier checkpoint: the fork, and where it came from.
     sessionId: str | None = None
     forkedFrom: dict[str, Any] | None = None
@@ -158,7 +168,7 @@ def answer_one_request(request: ConsoleRequest, request_id: uuid.UUID, payload: 
     except PendingRequest.DoesNotExist:
         raise ApiError(404, "request_not_found", f"No request {request_id} in this tenant.") from None
     except ResponseRefused as refused:
-        raise ApiError(refused.status, refused.code, refused.detail) from None
+        raise ApiError(refused.status, refused.code, refused.detail, **refused.extra) from None
     return outcome.wire()
 
 
@@ -229,7 +239,7 @@ def respond_to_request(request: ConsoleRequest, run_id: uuid.UUID, payload: Resp
         get_run_for(request, run_id)  # a run not the tenant's is run_not_found
         raise ApiError(404, "request_not_found", f"The run {run_id} issued no request {payload.request_id}.") from None
     except ResponseRefused as refused:
-        raise ApiError(refused.status, refused.code, refused.detail) from None
+        raise ApiError(refused.status, refused.code, refused.detail, **refused.extra) from None
     return outcome.wire()
 
 

@@ -152,6 +152,7 @@ class Kind:
             toolCallId=pending.call_id if pending.tool_name else None,
             toolName=pending.tool_name or None,
             answeredBy=pending.answered_by.username if pending.answered_by else None,
+            approvals=(pending.answer or {}).get("approvals"),
             **facts,
         )
 

@@ -13,6 +13,7 @@ from agents.schema_forms import SchemaField, schema_fields
 from approvals.cards import listed_card
 from approvals.kinds import KINDS, Kind, parameters_schema
 from approvals.models import PendingRequest
+from approvals.quorum import Tally, standing
 
 register = template.Library()
 
@@ -85,3 +86,10 @@ def key_argument(pending: PendingRequest) -> str:
     step, a call's first argument), cut to a glance."""
     said = KINDS[pending.kind].glance(pending)
     return said if len(said) <= 120 else f"{said[:119]}…"
+
+
+@register.filter
+def quorum(pending: PendingRequest) -> Tally | None:
+    """Where the request's quorum stands (SPEC section 14): the approvals given and who is still needed; None for
+    a request one answer decides."""
+    return standing(pending)

@@ -25,6 +25,7 @@ from approvals.models import (
     PendingRequestQuerySet,
     RequestKind,
     mark_answerable,
+    routed_to,
 )
 from approvals.views.answer_pages import answer_listed, back_to_inbox, batch_answered
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
@@ -73,7 +74,7 @@ class InboxFilters(AgentFilters):
         """`requests` as the filters and the view pick them (the "recently answered" view has its own list)."""
         picked = requests.matching(agent=self.wanted("agent"), kind=self.wanted("kind"), tool=self.wanted("tool"))
         if self.wanted("group"):
-            picked = picked.filter(approvers=self.wanted("group"))
+            picked = picked.filter(routed_to([self.wanted("group")]))
         if self.wanted("view") == "mine":
             picked = picked.answerable_by(membership)
         elif self.wanted("view") == "claimed":

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agents.definitions import SLUG
 from agents.models import AgentVersion
 from approvals.digests import MOST_MINUTES
-from approvals.models import ApproverGroup, Digest, PendingRequest
+from approvals.models import ApproverGroup, Digest, PendingRequest, routed_to
 from approvals.webhooks import webhook_of
 from console.models import Connection, ConnectionKind, Membership, Role, Tenant
 from console.tenancy import SESSION_KEY, ConsoleRequest, role_required, signed_in_required
@@ -240,7 +240,7 @@ def remove_member(request: ConsoleRequest, group_id: int, user_id: int) -> HttpR
 def delete_group(request: ConsoleRequest, group_id: int) -> HttpResponse:
     group = _group(request, group_id)
     routed_by = routes_by_group(request.tenant).get(group.name, [])
-    waiting = PendingRequest.objects.open().filter(tenant=request.tenant, approvers=group.name).count()
+    waiting = PendingRequest.objects.open().filter(routed_to([group.name]), tenant=request.tenant).count()
     if routed_by or waiting:
         reasons = [f"the definitions of {', '.join(routed_by)} route requests to it"] if routed_by else []
         reasons += [f"{waiting} open request{'s' if waiting != 1 else ''} wait for its members"] if waiting else []

@@ -42,7 +42,7 @@
   function matches(card) {
     return activeFilters().every(([name, value]) => {
       if (name === "view") return !VIEWS[value] || VIEWS[value](card);
-      if (name === "group") return card.dataset.approvers === value;
+      if (name === "group") return card.dataset.approvers.split(",").includes(value);
       return card.dataset[name] === value;
     });
   }
@@ -142,6 +142,8 @@
       notify(push.ids.map((id, i) => (added.has(id) ? push.titles[i] : null)).filter(Boolean));
     } else if (push.type === "requests_closed") {
       remove(push.ids);
+    } else if (push.type === "request_approvals") {
+      approvals(push.id, push.html);
     } else if (push.type === "request_claimed") {
       showClaim(push.id, push.claimedBy, push.claimedAt);
     } else if (push.type === "heartbeat") {
@@ -151,6 +153,14 @@
   });
   // The socket may have said its first heartbeat before this script ran (console.js opens it first): re-sync.
   if (window.airlockHeartbeat) refresh();
+
+  // A quorum's approvals (SPEC section 14): the card's line says them; a card not shown (its approver's, held) comes back.
+  function approvals(id, html) {
+    const card = document.getElementById(`request-${id}`);
+    const line = parse(html).querySelector(`#request-${id} [data-approvals]`);
+    if (!card) insert(html);
+    else if (line && card.querySelector("[data-approvals]")) card.querySelector("[data-approvals]").replaceWith(line);
+  }
 
   // "claimed by ada" on the card in every inbox; the claimer's own button offers the release.
   function showClaim(id, claimedBy, claimedAt) {
@@ -342,6 +352,7 @@
   const selection = document.getElementById("selection");
   const skip = document.querySelector("[data-skip-to-first]");
   const wide = window.matchMedia("(min-width: 1000px)");
+  const phone = window.matchMedia("(max-width: 700px)"); // rows that open their card under them (inbox.css)
   let focused = null; // the card that had the focus last
   let known = []; // the cards in order when the operator came to the focused one: the focus moves on among them
   let moved = { card: null, at: 0 }; // the card the focus moved to by itself (after an answer), and when
@@ -436,14 +447,27 @@
     if (choices[number - 1] && ready(card)) choices[number - 1].click();
   }
 
-  // r: "Don't ask again" in turn (ask next time, this session, always), on an approval that offers it.
+  // r: "Don't ask again" in turn (ask next time, this session, always), on an approval that offers it. Each pick
+  // is a change, as a click's: "always" brings its confirmation (templates/approvals/_always.html), whose confirm
+  // button takes the focus (Enter confirms); Escape cancels it.
   function remember(card) {
     const options = card ? Array.from(card.querySelectorAll('[data-answer-form] [name="remember"]')) : [];
     if (!options.length) return;
     const next = options[(options.findIndex((o) => o.checked) + 1) % options.length];
     next.checked = true;
     next.focus();
+    next.dispatchEvent(new Event("change", { bubbles: true }));
   }
+
+  // Registered before the keys below, so Escape cancels an open "always" confirmation before anything else reads it.
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || event.defaultPrevented || keys.open) return;
+    if (event.target instanceof Element && event.target.closest(TYPING)) return; // Escape leaves the field first
+    const cancel = currentCard()?.querySelector("[data-confirm-always] [data-cancel-always]");
+    if (!cancel) return;
+    event.preventDefault();
+    cancel.click();
+  });
 
   function toggleSelected(card) {
     const box = card && card.querySelector("[data-select]");
@@ -516,6 +540,8 @@
     if (card !== focused || !known.includes(card)) known = cards();
     focused = card;
     show(card);
+    // On a phone the card the focus comes to as a whole (j/k, the skip link, after an answer) opens: keys act on what is seen.
+    if (phone.matches && event.target === card) setOpen(card, true);
   });
 
   // The skip link is the page's first Tab stop and lands on the first card.
@@ -552,6 +578,7 @@
   // --- the dense inbox: on a wide screen, the selected request's card stands beside the rows -------
 
   let selected = null; // the card shown beside the rows
+  const opened = new Set(); // on a phone, the ids of the cards opened under their rows (a card swapped stays open)
 
   function show(card) {
     if (selected === card) return place();
@@ -560,6 +587,7 @@
       selected.querySelector("[data-card-row]").removeAttribute("aria-current");
     }
     selected = card;
+    syncRows();
     if (!card) return;
     card.classList.add("selected");
     card.querySelector("[data-card-row]").setAttribute("aria-current", "true");
@@ -575,6 +603,22 @@
     body.style.top = `${top}px`;
   }
 
+  // Each row says whether its card is shown: beside the rows on a wide screen (the selected one), under the row
+  // on a phone (opened).
+  function syncRows() {
+    cards().forEach((card) => {
+      card.classList.toggle("open", opened.has(card.id));
+      const shown = wide.matches ? card === selected : opened.has(card.id);
+      card.querySelector("[data-card-row]").setAttribute("aria-expanded", String(shown));
+    });
+  }
+
+  function setOpen(card, open) {
+    if (open) opened.add(card.id);
+    else opened.delete(card.id);
+    syncRows();
+  }
+
   function keepShown() {
     if (selected && selected.isConnected) return place();
     const again = selected && document.getElementById(selected.id);
@@ -583,10 +627,15 @@
 
   list.addEventListener("click", (event) => {
     const row = event.target.closest("[data-card-row]");
-    if (row) focusCard(row.closest(".request-card"));
+    if (!row) return;
+    const card = row.closest(".request-card");
+    if (phone.matches) setOpen(card, !opened.has(card.id)); // a tap opens the card under its row, another closes it
+    else focusCard(card);
   });
   window.addEventListener("scroll", () => window.requestAnimationFrame(place), { passive: true });
   wide.addEventListener("change", place);
+  wide.addEventListener("change", syncRows);
+  phone.addEventListener("change", syncRows);
   keepShown();
   const onArrival = selected; // the card marked as the page loaded (takeSelected)
 
@@ -605,6 +654,6 @@
   });
   document.body.addEventListener("htmx:afterSettle", syncSelection); // the bar swapped for its answer
 
-  new MutationObserver(() => { refocus(); keepShown(); syncSelection(); }).observe(list, { childList: true });
+  new MutationObserver(() => { syncRows(); refocus(); keepShown(); syncSelection(); }).observe(list, { childList: true });
   syncSelection();
 })();

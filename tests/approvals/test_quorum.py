@@ -1,0 +1,183 @@
+"""Decisions that need more than one person (SPEC section 14): quorum, separation of duties, the race."""
+
+import io
+import threading
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from agents.definitions import DefinitionContent
+from agents.models import Agent
+from approvals.actions import answer_request
+from approvals.decisions import Actor
+from approvals.models import Approval, ApproverGroup, PendingRequest, Receipt, RequestStatus, Via
+from approvals.responses import Response
+from approvals.signing import sign_heads
+from tests.conftest import Persona, make_persona
+from tests.helpers import assert_problem, stored_events
+
+pytestmark = pytest.mark.django_db
+
+DEPLOY = {
+    "name": "deploy",
+    "parameters": {"type": "object", "properties": {"service": {"type": "string"}}},
+    "approval": "always",
+    "approvers": ["sre", "security"],
+    "require": {"approvals": 2, "fromEach": ["sre", "security"]},
+}
+
+
+@pytest.fixture
+def people(admin: Persona, operator: Persona) -> dict[str, Persona]:
+    """sam and sid of sre, sue of security; otto (an operator of neither) opens the requests."""
+    tenant = admin.tenant
+    found = {name: make_persona(name, tenant, "operator") for name in ("sam", "sid", "sue")}
+    sre = ApproverGroup.objects.create(tenant=tenant, name="sre")
+    sre.members.add(found["sam"].user, found["sid"].user, operator.user)
+    ApproverGroup.objects.create(tenant=tenant, name="security").members.add(found["sue"].user)
+    content = DefinitionContent.model_validate({"name": "releaser", "runtime": "external", "tools": [DEPLOY]})
+    Agent.create(tenant, content, admin.user)
+    return found | {"otto": operator, "ada": admin}
+
+
+def open_deploy(persona: Persona, service: str = "billing") -> str:
+    body = {"kind": "approval", "toolName": "deploy", "arguments": {"service": service}}
+    opened = persona.api("post", "/api/agents/releaser/requests", body)
+    assert opened.status_code == 201, opened.content
+    return str(opened.json()["requestId"])
+
+
+def respond(persona: Persona, rid: str, **answer: Any) -> Any:
+    return persona.api("post", f"/api/requests/{rid}/responses", {"approved": True, **answer})
+
+
+def test_two_people_one_from_each_group_decide_it(people, settings, tmp_path):
+    settings.RECEIPT_SIGNING_KEY_FILE = str(tmp_path / "keys" / "receipt-signing.key")
+    settings.RECEIPT_HEADS_FILE = str(tmp_path / "keys" / "receipt-heads.jsonl")
+    rid = open_deploy(people["otto"])
+    first = respond(people["sam"], rid, reason="checked the diff")
+    assert first.status_code == 200, first.content
+    assert first.json()["status"] == "recorded"
+    assert first.json()["approvals"] == {"given": 1, "required": 2, "by": ["sam"]}
+    assert "waiting for security" in first.json()["message"]
+    # The same member again: nothing changes.
+    again = respond(people["sam"], rid)
+    assert again.json()["status"] == "already_approved_by_you" and again.json()["approvals"]["given"] == 1
+    # Two of sre make two approvals, but none is from security yet.
+    second = respond(people["sid"], rid)
+    assert second.json()["status"] == "recorded" and second.json()["approvals"]["given"] == 2
+    assert "waiting for security" in second.json()["message"]
+    got = people["ada"].api("get", f"/api/requests/{rid}").json()
+    assert got["status"] == "pending" and got["decision"] is None
+    assert got["approvers"] == ["sre", "security"]
+    assert [a["by"] for a in got["approvals"]] == ["sam", "sid"]
+    assert {a["authMethod"] for a in got["approvals"]} == {"token:" + str(people["sam"].membership.tokens.get().id)} | {
+        "token:" + str(people["sid"].membership.tokens.get().id)
+    }
+
+    third = respond(people["sue"], rid)
+    assert third.json()["status"] == "accepted", third.content
+    pending = PendingRequest.objects.get(id=rid)
+    assert pending.status == RequestStatus.ANSWERED and pending.answer["approved"] is True
+    assert [a["by"] for a in pending.answer["approvals"]] == ["sam", "sid", "sue"]
+    # One receipt, written when it was decided, listing every approval that counted.
+    receipt = Receipt.objects.get(request_id=rid)
+    assert receipt.body["answeredBy"] == "sue"
+    assert [a["by"] for a in receipt.body["approvals"]] == ["sam", "sid", "sue"]
+    events = stored_events(str(pending.run_id))
+    recorded = [e.data for e in events if e.type == "request.approval_recorded"]
+    assert [[a["by"] for a in r["approvals"]] for r in recorded] == [["sam"], ["sam", "sid"]]
+    assert all(r["required"] == 2 for r in recorded)
+    answered = next(e.data for e in events if e.type == "request.answered")
+    assert [a["by"] for a in answered["approvals"]] == ["sam", "sid", "sue"]
+    assert "permission.completed" in [e.type for e in events]
+    assert [e.type for e in events].count("permission.completed") == 1
+    sign_heads()
+    said = io.StringIO()
+    call_command("verify_receipts", "--tenant", people["ada"].tenant.slug, stdout=said)
+    assert "1 receipts verified" in said.getvalue() or "receipt verified" in said.getvalue(), said.getvalue()
+
+
+def test_the_requester_cannot_approve_and_remember_is_refused(people):
+    rid = open_deploy(people["otto"])  # otto is of sre, but he asked
+    refused = respond(people["otto"], rid)
+    problem = assert_problem(refused, 403, "not_an_approver")
+    assert problem["reason"] == "self_approval"
+    remembering = respond(people["sam"], rid, remember="always")
+    assert_problem(remembering, 400, "remember_not_allowed")
+    assert not Approval.objects.exists()
+    # The requester may still withdraw it by denying.
+    assert respond(people["otto"], rid, approved=False, reason="wrong service").json()["status"] == "accepted"
+
+
+def test_a_deny_decides_at_once(people):
+    rid = open_deploy(people["otto"])
+    assert respond(people["sam"], rid).json()["status"] == "recorded"
+    denied = respond(people["sue"], rid, approved=False, reason="freeze week")
+    assert denied.json()["status"] == "accepted"
+    pending = PendingRequest.objects.get(id=rid)
+    assert pending.answer["approved"] is False and pending.status == RequestStatus.ANSWERED
+    assert respond(people["sid"], rid).json()["status"] == "already_resolved"
+
+
+def test_edited_arguments_start_the_count_again(people):
+    rid = open_deploy(people["otto"])
+    edited = respond(people["sam"], rid, overrideArguments={"service": "billing-canary"})
+    assert edited.json()["status"] == "recorded"
+    # sue approves the arguments as asked: sam's approval was of others, so it does not count.
+    original = respond(people["sue"], rid)
+    assert original.json()["status"] == "recorded"
+    assert original.json()["approvals"] == {"given": 1, "required": 2, "by": ["sue"]}
+    assert Approval.objects.filter(request_id=rid).count() == 2  # both kept for the record
+    assert respond(people["sam"], rid).json()["status"] == "accepted"
+    approvals = PendingRequest.objects.get(id=rid).answer["approvals"]
+    assert [a["by"] for a in approvals] == ["sue", "sam"]
+
+
+def test_a_require_must_be_reachable(admin):
+    ApproverGroup.objects.create(tenant=admin.tenant, name="sre")
+    tool = {**DEPLOY, "approvers": "sre"}
+    made = admin.api("post", "/api/agents", {"name": "r2", "runtime": "external", "tools": [tool]})
+    assert made.status_code == 400 and "fromEach names 'security'" in made.content.decode()
+    unknown = {**DEPLOY, "approvers": ["sre", "nobody"], "require": {"approvals": 1}}
+    made = admin.api("post", "/api/agents", {"name": "r3", "runtime": "external", "tools": [unknown]})
+    problem = assert_problem(made, 400, "unknown_group")
+    assert "tools.0.approvers.1" in str(problem)
+    tight = {**DEPLOY, "require": {"approvals": 1, "fromEach": ["sre", "security"]}}
+    made = admin.api("post", "/api/agents", {"name": "r4", "runtime": "external", "tools": [tight]})
+    assert made.status_code == 400 and "at least the number of fromEach groups" in made.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_completing_approvals_at_once_decide_it_once(people):
+    """sam's approval is in; sue and sid... no: two of security complete it at the same moment."""
+    tenant = people["ada"].tenant
+    extra = make_persona("sal", tenant, "operator")
+    ApproverGroup.objects.get(tenant=tenant, name="security").members.add(extra.user)
+    for round_ in range(3):
+        rid = open_deploy(people["otto"], service=f"svc-{round_}")
+        assert respond(people["sam"], rid).json()["status"] == "recorded"
+        barrier, outcomes = threading.Barrier(2), []
+
+        def approve(persona: Persona) -> None:
+            try:
+                barrier.wait()
+                actor = Actor.person(persona.user, Via.API, "session")
+                outcomes.append(answer_request(persona.membership, actor, Response(request_id=rid, approved=True)))
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=approve, args=(p,)) for p in (people["sue"], extra)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        statuses = sorted(o.status for o in outcomes)
+        assert statuses == ["accepted", "already_resolved"], statuses
+        assert Receipt.objects.filter(request_id=rid).count() == 1
+        pending = PendingRequest.objects.get(id=rid)
+        assert len(pending.answer["approvals"]) == 2
+        # The losing approval was not kept as counted toward anything: only the decided one's rows remain.
+        assert Approval.objects.filter(request_id=rid).count() == 2
