@@ -1,10 +1,13 @@
 """Remembered rules: when one approves a tool call without asking."""
 
+import hashlib
 import json
 import math
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.db.models.fields.json import KT
 from django.utils import timezone
@@ -18,8 +21,9 @@ from agents.definitions import DefinitionContent, WireModel
 from agents.models import Agent, Session
 from agents.queries import picked
 from agents.rule_matching import Condition, RememberedUntil, Scope, arguments_hash, json_kind
-from approvals.models import Rule
+from approvals.models import UNSETTLED, PendingRequest, RequestKind, Rule
 from approvals.receipts import Receipt
+from console.models import Membership
 
 
 def decisions_since(tenant: Any, since: datetime) -> dict[str, int]:
@@ -43,6 +47,103 @@ def rules_in_force(agent: Agent, session: Session | None) -> QuerySet[Rule]:
     scope = Q(session__isnull=True) | Q(session=session) if session is not None else Q(session__isnull=True)
     unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
     return Rule.objects.filter(scope, unexpired, agent=agent, revoked_at__isnull=True)
+
+
+# --- a rule remembered "always" from an approval, said before it is made -------------------------------
+
+# The open requests a confirmation offers to approve too, at most (each is a posted field: Django takes 1,000).
+MATCHES_ANSWERED = 100
+# The open requests of the tool read to find the matches, at most (the oldest).
+MATCHES_COUNTED = 1000
+
+
+def default_expiry(now: datetime | None = None) -> datetime | None:
+    """Until when a rule remembered "always" holds when its answer names no `expiresAt`: `RULE_DEFAULT_EXPIRY`
+    from now, or None (never) when the setting is empty."""
+    period = settings.RULE_DEFAULT_EXPIRY
+    return None if period is None else (now or timezone.now()) + period
+
+
+def rule_owner(pending: PendingRequest) -> str:
+    """The agent whose rule an approval of `pending` remembers: the sub-agent that asked, else the run's agent."""
+    asker = pending.asker
+    return asker[0] if asker is not None else pending.agent.name
+
+
+@dataclass(frozen=True)
+class AlwaysCovers:
+    """What the rule an approval remembers "always" would cover, shown before it is made (the inbox card's and
+    the trial page's confirmation): the agent whose rule it is, the tool, the exact arguments (None: any),
+    until when (None: never), and the other open requests it matches now that the member may answer
+    (`matching`: the oldest MATCHES_ANSWERED; `counted` of them in all)."""
+
+    agent: str
+    tool_name: str
+    arguments: dict[str, Any] | None
+    expires_at: datetime | None
+    matching: list[PendingRequest]
+    counted: int
+
+    @property
+    def digest(self) -> str:
+        """What the rule covers, as a confirmation posts it back: a change since (edited arguments) asks again."""
+        covered = [self.agent, self.tool_name, arguments_hash(self.arguments) if self.arguments is not None else ""]
+        return hashlib.sha256(json.dumps(covered).encode()).hexdigest()[:32]
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, indent=2, ensure_ascii=False)
+
+
+def always_covers(
+    membership: Membership,
+    pending: PendingRequest,
+    *,
+    override: dict[str, Any] | None = None,
+    only_these: bool = False,
+    expires_at: datetime | None = None,
+) -> AlwaysCovers:
+    """What approving `pending` (with the arguments `override`, if edited) and remembering "always" would make:
+    narrowed to the approved arguments when `only_these`, as the approval kind makes it; until `expires_at`, else
+    the default expiry."""
+    approved = override if override is not None else pending.arguments
+    arguments = approved if only_these else None
+    owner = rule_owner(pending)
+    found = open_matches(membership, pending, owner, arguments)
+    return AlwaysCovers(
+        owner, pending.tool_name, arguments, expires_at or default_expiry(), found[:MATCHES_ANSWERED], len(found)
+    )
+
+
+def open_matches(
+    membership: Membership, pending: PendingRequest, owner: str, arguments: dict[str, Any] | None
+) -> list[PendingRequest]:
+    """The other open approval requests of the member's tenant, oldest first, that a rule of `owner` for
+    `pending`'s tool (for exactly `arguments`, or any) approves, and which the member may answer now. Left out,
+    as a rule would leave them or an answer could not be given: a policy's escalation, a tool that asks every
+    time, a request needing more than one approval, one past its deadline, one whose answer is held for Undo."""
+    now = timezone.now()
+    candidates = (
+        PendingRequest.objects.open()
+        .answerable_by(membership)
+        .filter(tenant=membership.tenant_id, kind=RequestKind.APPROVAL, tool_name=pending.tool_name)
+        .filter(policy__isnull=True, require__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .exclude(pk=pending.pk)
+        .exclude(held_answers__state__in=UNSETTLED)
+        .select_related("agent", "session", "run__version")
+        .order_by("opened_at", "id")
+    )
+    if pending.asker is None:
+        candidates = candidates.filter(agent=pending.agent_id)
+    wanted = arguments_hash(arguments) if arguments is not None else None
+    return [
+        candidate
+        for candidate in candidates[:MATCHES_COUNTED]
+        if rule_owner(candidate) == owner
+        and candidate.approval_mode != "every_time"
+        and (wanted is None or arguments_hash(candidate.arguments) == wanted)
+    ]
 
 
 # --- rules made by hand (the console's form and `POST /api/rules`) ---------------------------------

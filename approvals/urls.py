@@ -2,12 +2,21 @@
 
 from django.urls import path
 
-from approvals.views import answer_pages, audit_pages, inbox_pages, preview_pages, receipt_pages, rule_pages
+from approvals.views import (
+    answer_pages,
+    audit_pages,
+    inbox_pages,
+    preview_pages,
+    receipt_pages,
+    remember_pages,
+    rule_pages,
+)
 
 urlpatterns = [
     path("inbox/", inbox_pages.inbox, name="inbox"),
     path("inbox/selection/", answer_pages.answer_selection, name="inbox_selection"),
     path("inbox/<uuid:request_id>/answer/", answer_pages.answer, name="inbox_answer"),
+    path("inbox/<uuid:request_id>/remember/", remember_pages.remember_choice, name="inbox_remember"),
     path("inbox/<uuid:request_id>/claim/", answer_pages.claim_or_release, name="inbox_claim"),
     path("inbox/<uuid:request_id>/cancel-run/", answer_pages.cancel_card_run, name="inbox_cancel_run"),
     path("inbox/held/<uuid:batch>/", answer_pages.held_answer, name="held_answer"),

@@ -7,6 +7,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 
 
@@ -81,6 +82,24 @@ def parse_lane_limits(text: str) -> dict[str, int]:
             raise ValueError(f"{item!r} is not LANE=LIMIT (a lane name, a limit of at least 1)")
         limits[lane] = int(number)
     return limits
+
+
+_DURATION = re.compile(r"^(\d{1,6})([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def env_duration(name: str, default: timedelta | None, environ: Mapping[str, str] = os.environ) -> timedelta | None:
+    """A duration written `30d`, `12h`, `45m` or `90s`; an empty value is None (never)."""
+    if name not in environ:
+        return default
+    text = environ[name].strip()
+    if not text:
+        return None
+    found = _DURATION.match(text)
+    if found is None or int(found[1]) == 0:
+        detail = 'a duration like "30d", "12h", "45m" or "90s" (empty: never)'
+        raise EnvError(f"{name} must be {detail}; got {environ[name]!r}")
+    return timedelta(seconds=int(found[1]) * _UNIT_SECONDS[found[2]])
 
 
 def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:

@@ -2,6 +2,7 @@
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -11,6 +12,7 @@ from django.utils.csp import CSP
 from console.env import (
     EnvError,
     env_bool,
+    env_duration,
     env_file,
     env_float,
     env_int,
@@ -184,6 +186,9 @@ DEADLINE_SWEEP_SECONDS = env_int("DEADLINE_SWEEP_SECONDS", 5)
 # An answer given in the console is held this many seconds before it is applied, so its Undo can take it
 # back (approvals.actions.held; 0: applied at once).
 ANSWER_UNDO_SECONDS = env_float("ANSWER_UNDO_SECONDS", 5.0)
+# A rule an approval remembers "always" holds this long unless the answer says until when (`expiresAt`):
+# "30d", "12h", "45m", "90s"; empty: never expires (approvals.remembered_rules.default_expiry).
+RULE_DEFAULT_EXPIRY = env_duration("RULE_DEFAULT_EXPIRY", timedelta(days=30))
 
 # A model provider that does not answer within this many seconds fails the turn (provider_timeout).
 # Queued runs (SPEC section 7): Django's tasks framework on the database, one queue per lane.

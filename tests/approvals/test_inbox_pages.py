@@ -54,6 +54,15 @@ def answer(persona, rid: str, data: dict[str, Any], htmx: bool = False):
     return persona.client.post(f"/inbox/{rid}/answer/", data, **(HTMX if htmx else {}))
 
 
+def answer_always(persona, rid: str, data: dict[str, Any]):
+    """Remember "always" as an operator does: the answer shows what the rule covers first, then is confirmed
+    (tests/approvals/test_remember_confirm.py)."""
+    shown = answer(persona, rid, data, htmx=True).content.decode()
+    covers = re.search(r'name="always_covers" value="([^"]+)"', shown)
+    assert covers is not None, shown
+    return answer(persona, rid, {**data, "always": "confirm", "always_covers": covers[1]})
+
+
 def card_ids(html: str) -> list[str]:
     return re.findall(r'<article class="request-card[^"]*" id="request-([0-9a-f-]+)"', html)
 
@@ -322,7 +331,7 @@ def test_it_shows_the_field_error_of_edited_arguments_and_stores_nothing(operato
 def test_it_remembers_the_rule_and_the_next_identical_call_does_not_ask(operator, mailer):
     asked = ask(operator)
 
-    answer(operator, request_id(asked), {"decision": "approve", "remember": "always"})
+    answer_always(operator, request_id(asked), {"decision": "approve", "remember": "always"})
 
     rule = Rule.objects.get()
     assert (rule.agent, rule.tool_name, rule.arguments_hash) == (mailer, "send_email", "")
@@ -337,7 +346,9 @@ def test_it_remembers_the_rule_and_the_next_identical_call_does_not_ask(operator
 def test_it_remembers_only_the_exact_arguments_when_asked(operator, mailer):
     asked = ask(operator)
 
-    answer(operator, request_id(asked), {"decision": "approve", "remember": "always", "remember_arguments_only": "1"})
+    answer_always(
+        operator, request_id(asked), {"decision": "approve", "remember": "always", "remember_arguments_only": "1"}
+    )
 
     assert Rule.objects.get().arguments_hash
     other = ask(operator, message=SEND.replace("a@b.co", "x@y.co"), session="s2")

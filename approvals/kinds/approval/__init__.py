@@ -29,6 +29,7 @@ from agents.server_tools import REGISTRY
 from approvals.decisions import note_remembered
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.remembered_rules import default_expiry
 
 
 def _policy(pending: PendingRequest) -> PolicyAsk | None:
@@ -54,6 +55,16 @@ class Approval(Kind):
     def remembers(self, pending: PendingRequest) -> bool:
         """Never for a tool that asks every time, nor for a policy's escalation."""
         return pending.policy is None and pending.approval_mode != "every_time"
+
+    def answer(
+        self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Also says until when the rule it remembers "always" holds: its `expiresAt`, else RULE_DEFAULT_EXPIRY."""
+        stored = super().answer(pending, wire, modes)
+        if stored.get("approved") and stored.get("remember") == "always" and not stored.get("expiresAt"):
+            until = default_expiry()
+            stored["expiresAt"] = until.isoformat() if until is not None else None
+        return stored
 
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         if wire.get("remember") and pending.policy is not None:
