@@ -43,6 +43,7 @@ from approvals.getters import get_request_for
 from approvals.kinds import KINDS, SELECTABLE
 from approvals.models import HeldAnswer, PendingRequest
 from approvals.responses import Outcome, Response, ResponseRefused
+from approvals.views.remember_pages import always_asked, confirmation
 from console.tenancy import ConsoleRequest, role_required
 
 # Closed meanwhile: the card cannot be answered any more, so it shows the outcome instead of its forms.
@@ -67,9 +68,13 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         error = form.problem
     else:
         response = form.cleaned_data["response"]
+        always = always_asked(request, pending, response)  # "always" answers once confirmed as shown
+        if always is not None and not always.confirmed:
+            return confirmation(request, pending, always)
         # The trial page answers with the inbox card's widget, posted here; it says so for the audit.
         actor = Actor.person(request.user, Via.TRIAL if request.POST.get("via") == "trial" else Via.INBOX)
-        held = _held(request, hold_answers(membership, actor, [(pending, response)]))
+        answers = [(pending, response), *(always.also if always is not None else [])]
+        held = _held(request, hold_answers(membership, actor, answers))
         given = held.outcomes.get(str(pending.id))  # none: held
         if isinstance(given, ResponseRefused):
             error = given.detail
