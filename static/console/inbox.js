@@ -3,7 +3,8 @@
 // (re)connect, the title carries the pending count, a hidden tab gets a browser notification, deadlines
 // count down, answer forms are checked before they are posted, each run with several approvals gets
 // its "Approve all / Deny all" bar, the keyboard triages (j/k, a, d, e, r, 1-9, x, c, ?), and on a wide
-// screen the list is one row per request with the selected request's card beside it (inbox.css).
+// screen the list is one row per request with the selected request's card beside it (inbox.css), on a phone
+// one row per request that opens its card under it.
 (function () {
   "use strict";
   const list = document.getElementById("inbox-list");

@@ -1,5 +1,5 @@
 """The dense inbox in a real browser: at 1366 px one row per request with the selected request's card beside
-the rows, live (new rows, answered ones gone, claims); at 390 px the cards as they were; the saved views."""
+the rows, live (new rows, answered ones gone, claims); the saved views. (A phone's rows: test_inbox_phone.py.)"""
 
 from collections.abc import Callable
 from uuid import uuid4
@@ -8,7 +8,6 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.axe import violations
-from tests.browser.conftest import PHONE, overflow
 from tests.browser.test_inbox import SEND, api, create_agent, run  # noqa: F401 - `api` is a fixture
 from tests.processes.cluster import Api
 
@@ -86,25 +85,6 @@ def test_it_lists_a_row_per_request_with_the_selected_card_beside_them_live(
     expect(cards[5]).to_be_focused()
     expect(cards[5].locator(".card-body")).to_be_visible()
     expect(cards[3].locator(".card-body")).to_be_hidden()
-
-
-def test_it_keeps_the_cards_at_390_px_without_sideways_scroll(
-    api: dict[str, Api],  # noqa: F811
-    sign_in: Callable[[str], Page],
-    axe_source: str,
-) -> None:
-    agent, ids, _ = waiting(api, 3)
-    page = sign_in("otto")
-    page.set_viewport_size(PHONE)
-    open_agent(page, agent)
-
-    for rid in ids:
-        expect(page.locator(f"#request-{rid} .card-body")).to_be_visible()
-        expect(page.locator(f"#request-{rid} .card-row")).to_be_hidden()
-    expect(page.locator(f"#request-{ids[1]}").get_by_role("button", name="Approve", exact=True)).to_be_visible()
-    scroll, culprits = overflow(page)
-    assert scroll <= PHONE["width"], culprits
-    assert violations(page, axe_source) == []
 
 
 def test_the_saved_views_pick_what_is_mine_claimed_routed_and_answered(
