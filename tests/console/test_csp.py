@@ -23,6 +23,7 @@ NOT_PAGES = {
     "tenant_group_remove",
     "tenant_group_delete",
     "revoke_token",
+    "hide_first_steps",
     "agents:rollback",
     "agents:delete",
     "agents:row",
