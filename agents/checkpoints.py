@@ -26,6 +26,7 @@ from django.db.models import JSONField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import JSONObject
 
 from agents.models import Checkpoint, Run, Session
+from agents.requirements import next_step_at
 from approvals.decisions import Decision, decide
 from approvals.models import PendingRequest, RequestStatus
 
@@ -185,6 +186,8 @@ def request_copies(checkpoint: Checkpoint, now: datetime) -> dict[uuid.UUID, Pen
             policy=original.policy,
             approvers=original.approvers,  # routed as the original was (SPEC sections 11 and 14)
             require=original.require,
+            escalation=original.escalation,  # its steps count from the copy's opening
+            escalation_at=next_step_at(original.escalation, now + timedelta(microseconds=index), 0),
             requested_by_id=original.requested_by_id,
             # A microsecond apart, in the originals' order: the requests of a session are listed by when they opened,
             # and copies opened at one instant would come in whatever order the database keeps them.

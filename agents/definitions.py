@@ -38,13 +38,13 @@ from agents.request_kinds import RequestKindName
 from agents.requirements import (
     MOST_GROUPS,
     Approvers,
+    Escalated,
     GroupName,
     Required,
     Routed,
+    Routing,
     WireModel,
     approver_list,
-    joined,
-    stored_require,
 )
 from agents.schemas import schema_refusal
 from console.connections import MODEL_KINDS, ConnectionSpec
@@ -116,6 +116,7 @@ class ToolBinding(Routed):
     approval: Approval = "never"
     approvers: Approvers
     require: Required
+    escalation: Escalated
 
 
 class ExternalTool(Routed):
@@ -130,6 +131,7 @@ class ExternalTool(Routed):
     approval: Approval = "always"
     approvers: Approvers
     require: Required
+    escalation: Escalated
 
 
 _HOSTED_TOOLS: TypeAdapter[list[ToolBinding]] = TypeAdapter(list[ToolBinding])
@@ -147,6 +149,7 @@ class ClientTool(Routed):
     )
     approvers: Approvers
     require: Required
+    escalation: Escalated
 
 
 class McpServer(Routed):
@@ -157,6 +160,7 @@ class McpServer(Routed):
     tool_prefix: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
     approvers: Approvers
     require: Required
+    escalation: Escalated
     command: Refused
     args: Refused
     env: Refused
@@ -173,6 +177,7 @@ class Escalation(Routed):
     binding: str | None = Field(default=None, min_length=1, max_length=200)
     approvers: GroupName | Annotated[list[GroupName], Field(min_length=1, max_length=MOST_GROUPS)]
     require: Required
+    escalation: Escalated
 
 
 class KindRouting(Routed):
@@ -181,6 +186,7 @@ class KindRouting(Routed):
     kind: RequestKindName
     approvers: GroupName | Annotated[list[GroupName], Field(min_length=1, max_length=MOST_GROUPS)]
     require: Required
+    escalation: Escalated
 
 
 class Parameter(WireModel):
@@ -390,6 +396,8 @@ class DefinitionContent(WireModel):
                 }
             if (require := item.routed_require) is not None:
                 named |= {f"{path}.require.fromEach.{n}": group for n, group in enumerate(require.from_each)}
+            for n, step in enumerate(item.routed_escalation):
+                named |= {f"{path}.escalation.{n}.to.{m}": group for m, group in enumerate(step.to or [])}
         return named
 
     def _routed(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None) -> list[Routed]:
@@ -411,20 +419,18 @@ class DefinitionContent(WireModel):
         elif tool_name:
             prefixed = [s for s in self.mcp_servers if s.tool_prefix and tool_name.startswith(f"{s.tool_prefix}_")]
             servers = prefixed or [s for s in self.mcp_servers if not s.tool_prefix]
-            found += [s for s in servers if s.approvers or s.require][:1]
+            found += [s for s in servers if s.approvers or s.require or s.escalation][:1]
         return found + [k for k in self.request_kinds if k.kind == kind]
 
     def approvers_for(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None = None) -> str:
-        """The groups whose members (and admins) answer a request the agent opens, as the request stores them
-        (comma-joined); "" for any operator. The most specific routing that names groups wins."""
-        routed = self._routed(kind, tool_name, policy)
-        return joined(next((approver_list(r.routed_approvers) for r in routed if r.routed_approvers), []))
+        """The groups whose members (and admins) answer a request the agent opens, comma-joined as the request
+        stores them; "" for any operator."""
+        return self.routing_for(kind, tool_name, policy).approvers
 
-    def require_for(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-        """What deciding a request the agent opens requires (SPEC section 14), as the request stores it: the most
-        specific routing's that says; None when one answer decides it."""
-        routed = self._routed(kind, tool_name, policy)
-        return stored_require(next((r.routed_require for r in routed if r.routed_require is not None), None))
+    def routing_for(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None = None) -> Routing:
+        """Who answers a request the agent opens and what deciding it takes, as the request stores them: each from
+        the most specific routing that says (SPEC sections 11 and 14)."""
+        return Routing.of(self._routed(kind, tool_name, policy))
 
     @property
     def consults_rules(self) -> bool:

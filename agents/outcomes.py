@@ -16,6 +16,7 @@ from agents.engine import TurnBlocked, TurnError
 from agents.events import EventLog
 from agents.models import Run, RunStatus, Session
 from agents.payloads import BlockedError, ErrorInfo, RunAwaiting, RunBlocked, RunCompleted, RunFailed, SessionError
+from agents.requirements import next_step_at
 from agents.run_lifecycle import (
     ExecutionResult,
     StartedRun,
@@ -170,8 +171,8 @@ def _store_outcome(
         expires_at = run.finished_at + timedelta(seconds=deadline) if deadline else None
         definition, requester = prepared.version.definition, None
         for call in outcome.pending:
-            require = definition.require_for(call.kind, call.tool_name, call.policy)
-            if require is not None and requester is None:
+            routing = definition.routing_for(call.kind, call.tool_name, call.policy)
+            if routing.require is not None and requester is None:
                 requester = _requester(run)
             pending = PendingRequest(
                 tenant=run.tenant,
@@ -186,8 +187,10 @@ def _store_outcome(
                 requested_schema=call.requested_schema,
                 engine_state=call.engine_state,
                 policy=call.policy,
-                approvers=definition.approvers_for(call.kind, call.tool_name, call.policy),
-                require=require,
+                approvers=routing.approvers,
+                require=routing.require,
+                escalation=routing.escalation,
+                escalation_at=next_step_at(routing.escalation, run.finished_at, 0),
                 requested_by_id=requester or None,
                 expires_at=expires_at,
             )

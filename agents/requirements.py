@@ -7,9 +7,21 @@ them (`selfApproval`, false wherever `require` is given). The count itself is ke
 (`approvals.decisions.decide`).
 """
 
-from typing import Annotated, Any
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -30,6 +42,54 @@ class WireModel(BaseModel):
     """camelCase on the wire, snake_case in Python, unknown fields refused."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+DURATION = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MOST_STEPS = 5
+
+
+def duration(text: str) -> timedelta:
+    """`<n>s`, `<n>m`, `<n>h` or `<n>d` as a timedelta (the text is checked by `EscalationStep`)."""
+    found = DURATION.match(text)
+    assert found is not None, text
+    return timedelta(seconds=int(found[1]) * SECONDS[found[2]])
+
+
+class EscalationStep(WireModel):
+    """One step of a request's escalation (SPEC section 14), `after` its opening: `to` adds approver groups, or
+    `then` ends the request (`deny`, `expire`, or `approve`)."""
+
+    after: str = Field(pattern=DURATION.pattern)
+    to: Annotated[list[GroupName], Field(min_length=1, max_length=MOST_GROUPS)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
+    then: Literal["deny", "expire", "approve"] | None = Field(default=None, exclude_if=lambda value: value is None)
+
+    @model_validator(mode="after")
+    def _one_thing(self) -> "EscalationStep":
+        if (self.to is None) == (self.then is None):
+            raise ValueError("a step either adds groups (`to`) or ends the request (`then`)")
+        if duration(self.after) < timedelta(seconds=5):
+            raise ValueError("a step comes at least 5s after the opening")
+        _distinct(self.to or [])
+        return self
+
+
+def _in_order(steps: list[EscalationStep]) -> list[EscalationStep]:
+    afters = [duration(step.after) for step in steps]
+    if afters != sorted(afters) or len(set(afters)) != len(afters):
+        raise ValueError("the steps come in order, each later than the one before")
+    if any(step.then for step in steps[:-1]):
+        raise ValueError("a step that ends the request (`then`) is the last")
+    return steps
+
+
+Escalated = Annotated[
+    list[EscalationStep],
+    Field(default_factory=list, max_length=MOST_STEPS, exclude_if=lambda value: not value),
+    AfterValidator(_in_order),
+]
 
 
 class Require(WireModel):
@@ -83,6 +143,10 @@ class Routed(WireModel):
         return getattr(self, "require")  # noqa: B009
 
     @property
+    def routed_escalation(self) -> list[EscalationStep]:
+        return getattr(self, "escalation")  # noqa: B009
+
+    @property
     def routing_said(self) -> str:
         return routing_label(self)
 
@@ -100,6 +164,11 @@ def joined(groups: list[str]) -> str:
     return ",".join(groups)
 
 
+def stored_escalation(steps: list[EscalationStep]) -> list[dict[str, Any]] | None:
+    """What a request keeps of its escalation: its steps in wire form, or None."""
+    return [step.model_dump(by_alias=True, exclude_none=True) for step in steps] or None
+
+
 def stored_require(require: Require | None) -> dict[str, Any] | None:
     """What a request keeps of its requirement: None when one answer decides it (no `require`, or one approval with
     self-approval allowed), else its wire form with every field."""
@@ -113,11 +182,41 @@ def routing_label(routed: Routed) -> str:
     the requester"."""
     groups = " or ".join(approver_list(routed.routed_approvers)) or "any operator"
     require = routed.routed_require
+    steps = [
+        f"after {step.after} {'to ' + ', '.join(step.to) if step.to else step.then}"
+        for step in routed.routed_escalation
+    ]
+    escalation = f" · escalates {'; '.join(steps)}" if steps else ""
     if require is None:
-        return groups
+        return groups + escalation
     said = [f"{require.approvals} approval{'s' if require.approvals != 1 else ''}"]
     if require.from_each:
         said[0] += f" (one from each of {', '.join(require.from_each)})"
     if not require.self_approval:
         said.append("not the requester")
-    return f"{groups} · {', '.join(said)}"
+    return f"{groups} · {', '.join(said)}{escalation}"
+
+
+@dataclass(frozen=True)
+class Routing:
+    """What a request stores of its routing (`PendingRequest.approvers`, `require`, `escalation`)."""
+
+    approvers: str = ""
+    require: dict[str, Any] | None = None
+    escalation: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def of(cls, routed: list[Routed]) -> "Routing":
+        """From what routes a request, most specific first: each part from the first that says it."""
+        return cls(
+            joined(next((approver_list(r.routed_approvers) for r in routed if r.routed_approvers), [])),
+            stored_require(next((r.routed_require for r in routed if r.routed_require is not None), None)),
+            stored_escalation(next((r.routed_escalation for r in routed if r.routed_escalation), [])),
+        )
+
+
+def next_step_at(steps: list[dict[str, Any]] | None, opened_at: Any, step: int) -> Any:
+    """When step `step` of a request's stored escalation is due (from its opening); None when it has no such step."""
+    if not steps or step >= len(steps) or opened_at is None:
+        return None
+    return opened_at + duration(steps[step]["after"])

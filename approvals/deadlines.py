@@ -8,7 +8,7 @@ digest's is too: several never send the same digest). The third loop signs each 
 closed that no timer applied (their process went: `approvals.actions.held`).
 """
 
-from approvals.actions import apply_due, expire_due
+from approvals.actions import apply_due, escalate_due, expire_due
 from approvals.digests import send_digests
 from approvals.signing import sign_heads, signing_key
 from console.periodic import start_periodic
@@ -17,6 +17,7 @@ from console.periodic import start_periodic
 def start_sweeper(every_seconds: float) -> None:
     """Run the sweeps every `every_seconds` in daemon threads of this process (once per process)."""
     start_periodic("deadlines", every_seconds, expire_due)
+    start_periodic("escalations", every_seconds, escalate_due)
     start_periodic("held-answers", every_seconds, apply_due)
 
 

@@ -82,6 +82,11 @@ class Actor:
         return cls(Via.NEVER, Decider(APPROVAL_MODE, SYSTEM))
 
     @classmethod
+    def escalation(cls, step: int) -> "Actor":
+        """A step of the request's escalation (SPEC section 14), numbered from 1."""
+        return cls(Via.ESCALATION, Decider(receipts.ESCALATION, f"escalation:{step}"))
+
+    @classmethod
     def closing(cls, status: RequestStatus, user: Any = None) -> "Actor":
         """Who closes a request unanswered with `status`: the system (a deadline, a session moved on or deleted), or
         the person who cancelled it (`user`)."""

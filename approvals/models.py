@@ -68,6 +68,7 @@ class Via(models.TextChoices):
     RULE = "rule", "a remembered rule"
     POLICY = "policy", "a policy"
     NEVER = "never", "the tool's approval mode never"
+    ESCALATION = "escalation", "the request's escalation"
 
 
 TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDONED)
@@ -261,6 +262,11 @@ class PendingRequest(models.Model):
     approvers = models.CharField(max_length=255, blank=True)
     # What deciding it requires (SPEC section 14: `approvals`, `fromEach`, `selfApproval`); None: one answer does.
     require = models.JSONField(null=True, blank=True)
+    # Its escalation's steps (SPEC section 14: `after`, then `to` groups or `then` an end), the next one's index and
+    # when it is due (the deadline sweep takes them: approvals/actions/escalation.py).
+    escalation = models.JSONField(null=True, blank=True)
+    escalation_step = models.PositiveSmallIntegerField(default=0)
+    escalation_at = models.DateTimeField(null=True, blank=True)
     # Who asked: the member who started the turn, or whose token opened the external request (separation of duties).
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -278,6 +284,12 @@ class PendingRequest(models.Model):
             # (bench/inbox_scale.py).
             models.Index(fields=["tenant", "opened_at", "id"], condition=OPEN, name="request_open"),
             models.Index(fields=["tenant", "tool_name"], condition=OPEN, name="request_open_tool"),
+            # The escalation steps due: few requests have one, fewer are open.
+            models.Index(
+                fields=["escalation_at"],
+                condition=OPEN & models.Q(escalation_at__isnull=False),
+                name="request_escalation_due",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -317,6 +329,19 @@ class PendingRequest(models.Model):
     def approvers_label(self) -> str:
         """The groups routed to answer it, as a sentence says them ("sre or security")."""
         return " or ".join(self.groups)
+
+    @property
+    def next_escalation(self) -> tuple[str, datetime] | None:
+        """What its escalation does next and when (SPEC section 14): ("escalates to sre-leads", at), ("denied unless
+        decided", at); None when no step is left."""
+        steps = self.escalation or []
+        if self.escalation_at is None or self.escalation_step >= len(steps):
+            return None
+        step = steps[self.escalation_step]
+        if step.get("to"):
+            return f"escalates to {', '.join(step['to'])}", self.escalation_at
+        ends = {"deny": "denied", "approve": "approved", "expire": "closed expired"}
+        return f"{ends[step['then']]} unless decided before", self.escalation_at
 
     @property
     def approvals_required(self) -> int:

@@ -180,6 +180,13 @@ def notify_approvals(request: PendingRequest) -> None:
     _push(request.tenant_id, common, common, group=request.approvers, cards=[request])
 
 
+def notify_request_escalated(request: PendingRequest) -> None:
+    """An escalation step added groups to those who may answer (SPEC section 14): every open inbox shows the card
+    again (its new members get its forms), and the webhooks and browsers hear of it as of a new request."""
+    notify_requests_held(request.tenant_id, [str(request.id)])  # out of every inbox first: shown anew below
+    notify_requests_opened([request])
+
+
 def notify_membership_changed(tenant_id: int, user_id: int) -> None:
     """A membership changed or ended: that user's consoles re-check it at once."""
     _send(tenant_id, {"type": "console.membership_changed", "user_id": user_id})

@@ -39,6 +39,7 @@ HUMAN, RULE, POLICY, APPROVAL_MODE, EXPIRY, CANCEL, ABANDON = (
     "abandon",
 )
 SYSTEM = "system"
+ESCALATION = "escalation"  # a step of the request's escalation ended it (SPEC section 14)
 
 # Integers JSON readers keep exactly (I-JSON, RFC 7493): RFC 8785 canonicalizes numbers as IEEE doubles.
 _SAFE_INTEGER = 2**53 - 1

@@ -25,6 +25,9 @@ Status = Literal[
     "runtime_unavailable",
 ]
 
+# The statuses of an answer that was taken: it decided the request, or counted toward its quorum (SPEC section 14).
+TAKEN = ("accepted", "recorded")
+
 
 class Response(WireModel):
     """One answer to one request; which fields apply depends on the request's kind."""

@@ -4,6 +4,7 @@ open consoles once it is committed."""
 
 from approvals.actions.answers import Answered, answer_request
 from approvals.actions.claims import ClaimRefused, claim, release
+from approvals.actions.escalation import escalate_due
 from approvals.actions.expiry import expire_due
 from approvals.actions.external import Opened, RequestRefused, open_request
 from approvals.actions.held import HELD_UNTIL, Held, UndoRefused, apply_due, hold_answers, notice_rows, notices, undo
@@ -26,6 +27,7 @@ __all__ = [
     "claim",
     "do_edit_rule",
     "do_revoke_rule",
+    "escalate_due",
     "expire_due",
     "hold_answers",
     "notice_rows",

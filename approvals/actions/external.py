@@ -32,6 +32,7 @@ from agents.payloads import (
     RunCompleted,
 )
 from agents.prepare import RunRejected, granted_connections, live_version
+from agents.requirements import next_step_at
 from agents.rule_matching import first_matching
 from agents.run_lifecycle import active_rules, run_started
 from agents.run_requests import SESSION_KEY
@@ -284,6 +285,7 @@ def _open(
         records=check.records if check is not None else [],
     )
     expires_in = body.expires_in or definition.request_deadline_seconds
+    routing = definition.routing_for(body.kind, fields["tool_name"], policy)
     pending = PendingRequest(
         id=request_id,
         tenant=agent.tenant,
@@ -291,8 +293,10 @@ def _open(
         session=session,
         run=run,
         kind=body.kind,
-        approvers=definition.approvers_for(body.kind, fields["tool_name"], policy),
-        require=definition.require_for(body.kind, fields["tool_name"], policy),
+        approvers=routing.approvers,
+        require=routing.require,
+        escalation=routing.escalation,
+        escalation_at=next_step_at(routing.escalation, now, 0),
         requested_by=user if getattr(user, "is_authenticated", False) else None,
         policy=policy,
         opened_at=now,

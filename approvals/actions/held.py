@@ -34,7 +34,7 @@ from approvals.models import (
     refuse_unless_answerable,
 )
 from approvals.push import notify_requests_held, notify_requests_released
-from approvals.responses import Outcome, Response, ResponseRefused
+from approvals.responses import TAKEN, Outcome, Response, ResponseRefused
 from console.models import Membership
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class Held:
             agent, tool = self.names[rid]
             if isinstance(outcome, ResponseRefused):
                 done.problems.append(f"{agent} · {tool}: {outcome.detail}")
-            elif outcome.status == "accepted":
+            elif outcome.status in TAKEN:
                 done.ids.append(rid)
             else:
                 done.problems.append(f"{tool}: {outcome.message}")
@@ -185,7 +185,7 @@ def _apply(row: HeldAnswer, now: datetime, *, retried: bool = False) -> Outcome:
         outcome = answer_request(membership, actor, response, run_id=row.request.run_id)
     except ResponseRefused as refused:  # the member's right changed meanwhile, or the agent's version went
         outcome = Outcome("invalid_response", rid, refused.detail)
-    applied = outcome.status == "accepted"
+    applied = outcome.status in TAKEN
     if retried and outcome.status == "already_resolved":
         # The apply that stopped may have stored this very answer before its process went.
         stored = PendingRequest.objects.filter(pk=row.request_id, answered_by=membership.user, answered_via=row.via)

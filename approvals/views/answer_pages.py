@@ -42,7 +42,7 @@ from approvals.forms import BatchForm, ClaimForm, SelectionForm, answer_form
 from approvals.getters import get_request_for
 from approvals.kinds import KINDS, SELECTABLE
 from approvals.models import HeldAnswer, PendingRequest
-from approvals.responses import Outcome, Response, ResponseRefused
+from approvals.responses import TAKEN, Outcome, Response, ResponseRefused
 from approvals.views.remember_pages import always_asked, confirmation
 from console.tenancy import ConsoleRequest, role_required
 
@@ -51,6 +51,8 @@ _CLOSED = ("already_resolved", "expired", "cancelled", "execution_ended")
 
 
 def _summary(pending: PendingRequest, response: Response, outcome: Outcome) -> str:
+    if outcome.status == "recorded":  # an approval toward a quorum (SPEC section 14): how it stands
+        return outcome.message
     done = KINDS[pending.kind].done(pending, response.model_dump(mode="json", by_alias=True))
     return done + (". The run continues." if outcome.continuation_run_id else ".")
 
@@ -78,7 +80,7 @@ def answer(request: ConsoleRequest, request_id: uuid.UUID) -> HttpResponse:
         given = held.outcomes.get(str(pending.id))  # none: held
         if isinstance(given, ResponseRefused):
             error = given.detail
-        elif given is not None and given.status != "accepted":
+        elif given is not None and given.status not in TAKEN:
             error, closed = given.message, given.status in _CLOSED
         else:
             outcome = given
