@@ -8,7 +8,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.definitions import MAX_SUBAGENT_DEPTH, ConnectionRefused, DefinitionContent, PoliciesRefused
-from agents.policies import CompilesThrottled, compile_problems
+from agents.policies import CompilesThrottled, SampleAgent, compile_problems, save_samples, try_builder
 from console.models import Connection, Tenant
 
 
@@ -55,14 +55,18 @@ class Agent(models.Model):
     def append_version(self, content: DefinitionContent, user: Any, note: str = "") -> "AgentVersion":
         """Store `content` as the next version; earlier versions are never touched. Raises
         ConnectionRefused when it names a connection the tenant may not use, PoliciesRefused when its
-        policies do not compile (agents.policies.compile_problems: the compiling is rate-limited per tenant)."""
+        policies do not compile or fail at the sample inputs of their points (agents.policies.compile_problems:
+        the compiling is rate-limited per tenant)."""
         problems = content.connection_problems(Connection.objects.specs_for(self.tenant, content.connection_names))
         if problems is None:
             problems = subagent_problems(self.tenant, content)
         if problems is not None:
             raise ConnectionRefused(*problems)
+        tenant = str(self.tenant_id)
+        builder = try_builder(self.name, self.current_version + 1, tenant)
+        samples = save_samples(builder, SampleAgent.of(content)) if content.hooks else None
         try:
-            uncompiled = compile_problems(content.hooks, str(self.tenant_id))
+            uncompiled = compile_problems(content.hooks, tenant, samples)
         except CompilesThrottled as throttled:
             raise PoliciesRefused({"hooks": str(throttled)}, throttled.retry_after) from None
         if uncompiled:

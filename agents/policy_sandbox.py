@@ -5,8 +5,9 @@ while it compiles: run in the console's process, one tenant's save stalled every
 work runs in another process, at a lower priority, and a task that overruns its budget gets its worker
 killed (a fresh one starts for the next task); the caller gets `BudgetExceeded` and denies (fail-closed).
 
-`SANDBOX.check(key, manifest, bundles)` compiles a policy (what saving a definition asks);
-`await SANDBOX.evaluate(key, manifest, bundles, point, context)` is one interception (what a turn asks).
+`SANDBOX.check(key, manifest, bundles)` compiles a policy and `SANDBOX.sample(key, manifest, bundles, contexts)`
+evaluates it at sample contexts (what saving a definition asks); `await SANDBOX.evaluate(key, manifest, bundles,
+point, context)` is one interception (what a turn asks), with the cause when the policy failed.
 Both may be called from any thread, the latter from any event loop: a worker serves one task at a time and
 the caller waits on its pipe (the GIL is free meanwhile). The process-wide instance is created on first use
 with `POLICY_WORKERS` workers at most; the budgets are the settings `POLICY_COMPILE_BUDGET_MS` and
@@ -38,6 +39,7 @@ from typing import Any
 
 from django.conf import settings
 
+from agents.policy_probe import explainable
 from agents.policy_worker import HELD, NICENESS
 
 # The worker's first frame says it is ready; its start (an interpreter and the policy engine) is not
@@ -55,6 +57,10 @@ class WorkerFailed(Exception):
 
 class PolicyInvalid(ValueError):
     """The policy does not compile; the message is the compiler's."""
+
+
+class _Unexplained(Exception):
+    """The cause of a failed evaluation was not found within its budget: the verdict (`args[0]`) goes on."""
 
 
 # Whose tasks these are: the tenant the server acts for (a context's own `tenant` is the caller's word).
@@ -336,27 +342,48 @@ class Sandbox:
     def check(self, key: str, manifest: str, bundles: dict[str, Any]) -> list[str]:
         """Why the policy does not compile (the compiler's words), empty when it does; BudgetExceeded when
         compiling took longer than the compile budget (or its tenant's turn did not come within it)."""
-        tenant = _TENANT.get()
-        self._wait_turn(tenant, self.compile_budget)
+        request = {"op": "check", "key": key, "manifest": manifest, "bundles": bundles}
+        return list(self._task(key, request).get("problems", []))
+
+    def sample(
+        self, key: str, manifest: str, bundles: dict[str, Any], contexts: list[tuple[str, dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """The policy evaluated at each (point, context), what saving a definition asks: `{point, verdict,
+        cause}` each, the cause of a failed evaluation found (agents.policy_probe) or None. One task under the
+        compile budget and the evaluation budget of each context; PolicyInvalid when it does not compile."""
+        request = {"op": "sample", "key": key, "manifest": manifest, "bundles": bundles, "contexts": contexts}
+        answer = self._task(key, request, self.eval_budget * len(contexts))
+        if "problems" in answer:
+            raise PolicyInvalid("; ".join(answer["problems"]))
+        if "results" not in answer:
+            raise WorkerFailed(answer.get("failed"))
+        return list(answer["results"])
+
+    def _task(self, key: str, request: dict[str, Any], more: float = 0.0) -> dict[str, Any]:
+        """`request`'s answer, one task of the calling thread's tenant within the compile budget (and `more`
+        seconds); the worker holds the policy after an answer without problems."""
+        tenant, budget = _TENANT.get(), self.compile_budget + more
+        self._wait_turn(tenant, budget)
         try:
             with self._lent(key) as worker:
                 if not worker.ready:
                     worker.wait(START_SECONDS)
                     worker.ready = True
-                worker.send({"op": "check", "key": key, "manifest": manifest, "bundles": bundles})
-                problems = list(worker.wait(self.compile_budget).get("problems", []))
-                if not problems:
+                worker.send(request)
+                answer = worker.wait(budget)
+                if not answer.get("problems"):
                     worker.holds(key)
-                return problems
+                return answer
         finally:
             self._leave(tenant)
 
     async def evaluate(
         self, key: str, manifest: str, bundles: dict[str, Any], point: str, context: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The verdict (wire) of the policy `key` at `point`; BudgetExceeded past the budget (plus the compile
-        budget when this worker has not compiled it yet) or when its tenant's turn did not come within the
-        budget, WorkerFailed when the worker died, PolicyInvalid with the compiler's words when it does not
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The verdict (wire) of the policy `key` at `point`, and the cause when the policy failed there (found
+        within the compile budget, agents.policy_probe; else None); BudgetExceeded past the budget (plus the
+        compile budget when this worker has not compiled it yet) or when its tenant's turn did not come within
+        the budget, WorkerFailed when the worker died, PolicyInvalid with the compiler's words when it does not
         compile."""
         tenant = _TENANT.get()
         await self._wait_turn_async(tenant, self.eval_budget)
@@ -377,7 +404,18 @@ class Sandbox:
                 if "verdict" not in answer:
                     raise WorkerFailed(answer.get("failed"))
                 worker.holds(key)
-                return dict(answer["verdict"])
+                verdict = dict(answer["verdict"])
+                if not explainable(verdict):
+                    return verdict, None
+                worker.send(
+                    request | {"op": "explain", "manifest": manifest, "bundles": bundles, "reason": verdict["reason"]}
+                )
+                try:
+                    return verdict, (await worker.wait_async(self.compile_budget)).get("cause")
+                except BudgetExceeded:  # the verdict stands; the worker, still explaining, is killed
+                    raise _Unexplained(verdict) from None
+        except _Unexplained as unexplained:
+            return unexplained.args[0], None
         finally:
             self._leave(tenant)
 

@@ -12,7 +12,11 @@ already refuse every key that names a file or URL; this is the second wall, not 
 Requests: `{"op": "check", "manifest", "bundles"}` compiles a policy and keeps it (answer `{"problems":
 [...]}`, empty when it compiled); `{"op": "evaluate", "key", "point", "context"}` (answer `{"verdict": <wire>}`,
 or `{"missing": true}` when the worker does not hold `key`: the sandbox sends it again with `manifest` and
-`bundles`, and the answer is `{"problems": [...]}` when it does not compile).
+`bundles`, and the answer is `{"problems": [...]}` when it does not compile); `{"op": "explain", "manifest",
+"bundles", "point", "context", "reason"}`, why an evaluation failed (answer `{"cause": {...} | null}`,
+agents.policy_probe); `{"op": "sample", "key", "manifest", "bundles", "contexts": [[point, context], ...]}`,
+what saving a definition asks (answer `{"results": [{"point", "verdict", "cause"}, ...]}`, a cause for each
+failed evaluation, or `{"problems": [...]}`).
 Nothing in this module may import Django: the worker starts in a fraction of a second.
 """
 
@@ -25,6 +29,8 @@ from collections import OrderedDict
 from typing import Any, BinaryIO
 
 from agent_control_spec import ActivatedPolicy, validate_artifacts
+
+from agents.policy_probe import explain, explainable
 
 # Activated policies this worker holds, least recently used first (the sandbox sends a policy along only
 # when the worker answers `missing`).
@@ -73,13 +79,16 @@ class Worker:
             self.held.popitem(last=False)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        key = request.get("key") or ""
-        if request["op"] == "check":
+        key, op = request.get("key") or "", request["op"]
+        if op == "check":
             try:
                 self.hold(key, activate(request["manifest"], request["bundles"]))
             except ValueError as error:
                 return {"problems": _problems(error)}
             return {"problems": []}
+        if op == "explain":
+            said = (request[k] for k in ("manifest", "bundles", "point", "context", "reason"))
+            return {"cause": explain(*said)}
         policy = self.held.get(key)
         if policy is None:
             if "manifest" not in request:
@@ -89,8 +98,19 @@ class Worker:
             except ValueError as error:
                 return {"problems": _problems(error)}
         self.hold(key, policy)
+        if op == "sample":
+            return {
+                "results": [self._sampled(policy, request, point, context) for point, context in request["contexts"]]
+            }
         verdict = policy.evaluate(request["point"], request["context"])
         return {"verdict": verdict.to_wire()}
+
+    @staticmethod
+    def _sampled(policy: ActivatedPolicy, request: dict[str, Any], point: str, context: Any) -> dict[str, Any]:
+        verdict = policy.evaluate(point, context).to_wire()
+        failed = explainable(verdict)
+        cause = explain(request["manifest"], request["bundles"], point, context, verdict["reason"]) if failed else None
+        return {"point": point, "verdict": verdict, "cause": cause}
 
 
 def confine() -> None:

@@ -67,6 +67,10 @@ _UNLISTED = re.compile(
     r"^the manifest of binding '(?P<id>[^']*)' governs tool calls but does not list (?P<tools>.+?) under"
 )
 _RUNTIME = re.compile(r"runtime_error:(\w+):?\s*")
+# A policy that failed at a sample input at save (agents.policies.SampleFailure): the point, the rule's module and line.
+_SAMPLE = re.compile(
+    r"^at (?P<point>[a-z_]+)(?:, (?P<policy>[^/\s]+)/(?P<file>\S+) line (?P<line>\d+))?: (?P<why>.*)$", re.S
+)
 
 
 class PolicyEditor:
@@ -232,6 +236,10 @@ class PolicyEditor:
             )
             self._put(row, "manifest", detail, _key_line(row, "tools") if row else None)
             return
+        sample = _SAMPLE.match(detail)
+        if sample:
+            self._sampled(row, sample)
+            return
         if row is None or self.raw:
             self.problems.append(_words(code, detail))
             return
@@ -266,6 +274,23 @@ class PolicyEditor:
             self._put(row, "kind", _words(code, detail), None)
         else:
             self._put(row, "id", _words(code, detail), None)
+
+    def _sampled(self, row: Row | None, failure: re.Match[str]) -> None:
+        """A policy that failed at a sample input of its point: on its module's source at the rule's line."""
+        point, why = failure["point"], failure["why"].rstrip(".")
+        if failure["file"] is None:
+            self._put(None if self.raw else row, "id", f"At {point}, for a sample input: {why}.", None)
+            return
+        modules = self.modules_of(row) if row is not None and not self.raw else []
+        module = next(
+            (m for m in modules if (m.values["policy"], m.values["file"]) == failure.group("policy", "file")), None
+        )
+        if module is None:
+            where = f"Rego module {failure['policy']}/{failure['file']}, line {failure['line']}"
+            self._put(None if self.raw else row, "id", f"At {point}, for a sample input, {where}: {why}.", None)
+            return
+        module.errors.setdefault("source", f"At {point}, for a sample input, line {failure['line']}: {why}.")
+        module.errors.setdefault("source_line", failure["line"])
 
     def _put(self, row: Row | None, field: str, words: str, line: int | str | None) -> None:
         if row is None:

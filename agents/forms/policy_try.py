@@ -7,57 +7,23 @@ from typing import Any
 from agent_hooks import AgentContextBuilder
 from django import forms
 
+from agents import policies
 from agents.definitions import DefinitionContent
 from agents.engine import server_tool_schema
-from agents.policies import FRAMEWORK, POINTS
-from agents.server_tools import REGISTRY
+from agents.policies import POINTS, SampleAgent
 
-SAMPLE_MESSAGE = "Mail the quarterly figures to someone@outside.test, please."
-SAMPLE_EMAIL = {"to": "someone@outside.test", "subject": "Quarterly figures", "body": "Here are the figures."}
-
-
-def try_builder(agent: str, version: int, tenant: str) -> AgentContextBuilder:
-    """Contexts as a turn of `agent` builds them (agents.policies.TurnPolicies.build), for the run id "try"."""
-    builder = AgentContextBuilder(
-        agent_id=agent, framework=FRAMEWORK, session_id="try", agent_name=agent, agent_version=str(version)
-    )
-    return builder.with_l2(tenant=tenant, extensions={"airlock": {"sessionId": None}})
+# The samples are the policies' (agents/policies/samples.py: saving a definition evaluates them too).
+from agents.policies import SAMPLE_EMAIL as SAMPLE_EMAIL
+from agents.policies import SAMPLE_MESSAGE as SAMPLE_MESSAGE
+from agents.policies import try_builder as try_builder
 
 
 def sample_context(
     point: str, builder: AgentContextBuilder, content: DefinitionContent, message: str | None
 ) -> dict[str, Any]:
-    """A context for `point` as a turn of this agent would emit it: the user's `message` (the latest run's,
-    when there is one) and a send_email call outside example.com."""
-    message = message or SAMPLE_MESSAGE
-    call = {"id": "call_1", "name": "send_email", "args": SAMPLE_EMAIL}
-    tools: list[dict[str, Any]] = [
-        *(
-            {"name": t.name, "description": REGISTRY[t.name].description, "schema": server_tool_schema(t.name)}
-            for t in content.tools
-        ),
-        *({"name": t.name, "description": t.description, "schema": t.parameters} for t in content.client_tools),
-    ]
-    model = content.model.label
-    contexts = {
-        "agent_startup": lambda: builder.agent_startup(tools_registered=[tool["name"] for tool in tools]),
-        "input": lambda: builder.input(content=message),
-        "pre_model_call": lambda: builder.pre_model_call(
-            model_id=model,
-            messages=[{"role": "system", "content": content.instructions}, {"role": "user", "content": message}],
-            tools=tools,
-        ),
-        "post_model_call": lambda: builder.post_model_call(
-            model_id=model, content="", tool_calls=[call], finish_reason="tool_calls"
-        ),
-        "pre_tool_call": lambda: builder.pre_tool_call(call_id="call_1", name="send_email", args=SAMPLE_EMAIL),
-        "post_tool_call": lambda: builder.post_tool_call(
-            call_id="call_1", name="send_email", args=SAMPLE_EMAIL, value=f"sent to {SAMPLE_EMAIL['to']}"
-        ),
-        "output": lambda: builder.output(content="Done. The card on file is 4111 1111 1111 1111."),
-        "agent_shutdown": lambda: builder.agent_shutdown(reason="completed"),
-    }
-    return dict(contexts[point]())
+    """A context for `point` as a turn of this agent would emit it (agents.policies.sample_context): the user's
+    `message` (the latest run's, when there is one) and a send_email call outside example.com."""
+    return policies.sample_context(point, builder, SampleAgent.of(content, server_tool_schema), message)
 
 
 class PolicyTryForm(forms.Form):

@@ -69,6 +69,7 @@ class Abort(Payload):
 class BlockedError(Shape):
     code: str
     point: str
+    binding: str | None = optional()  # the policy binding that denied
     reason: str | None = optional()
     message: str
 

@@ -14,7 +14,8 @@ database: the caller resolves connections and hands in the operator's decisions.
 
 The package, one module per concern: `points` (the eight points, declared once), `escalations` (the
 `airlock-inbox` resolver), `acs` and `webhooks` (the two binding kinds), `declarations` (what saving a definition
-checks), `turn_policies` (`TurnPolicies`, `PolicyScope`, `PolicyBlocked`). This module only re-exports.
+checks), `samples` (the contexts the Try panel and the check at save evaluate), `turn_policies` (`TurnPolicies`,
+`PolicyScope`, `PolicyBlocked`). This module only re-exports.
 """
 
 from agents.policies.acs import (
@@ -29,6 +30,7 @@ from agents.policies.acs import (
     CompileQuota,
     CompilesThrottled,
     ManifestRefused,
+    SampleFailure,
     acs_binding,
     acs_sources,
     safe_manifest,
@@ -51,6 +53,14 @@ from agents.policies.escalations import (
     stable_key,
 )
 from agents.policies.points import INTERCEPTION_POINTS, LIFTABLE, POINTS, Deny, Point
+from agents.policies.samples import (
+    SAMPLE_EMAIL,
+    SAMPLE_MESSAGE,
+    SampleAgent,
+    sample_context,
+    save_samples,
+    try_builder,
+)
 from agents.policies.turn_policies import FRAMEWORK, Emit, PolicyBlocked, PolicyScope, TurnPolicies
 from agents.policies.webhooks import VERDICT_LIMIT, VerdictTooLarge, WebhookBinding, webhook_binding, webhook_config
 
@@ -66,6 +76,8 @@ __all__ = [
     "POINTS",
     "REASON_LIMIT",
     "RESOLVER",
+    "SAMPLE_EMAIL",
+    "SAMPLE_MESSAGE",
     "SOURCES_MAX",
     "SURFACE",
     "VERDICT_LIMIT",
@@ -82,6 +94,8 @@ __all__ = [
     "Point",
     "PolicyBlocked",
     "PolicyScope",
+    "SampleAgent",
+    "SampleFailure",
     "TurnPolicies",
     "VerdictTooLarge",
     "WebhookBinding",
@@ -92,7 +106,10 @@ __all__ = [
     "declaration_problems",
     "registry",
     "safe_manifest",
+    "sample_context",
+    "save_samples",
     "stable_key",
+    "try_builder",
     "unlisted_tools",
     "webhook_binding",
     "webhook_config",

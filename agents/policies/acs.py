@@ -19,6 +19,8 @@ from agent_hooks import (
 )
 from django.conf import settings
 
+from agents.policies.escalations import stable_key
+from agents.policy_probe import explainable
 from agents.policy_sandbox import BudgetExceeded, PolicyInvalid, WorkerFailed, for_tenant, sandbox
 
 # What a tenant's manifest may say (SPEC sections 2 and 8): every key the engine would resolve to a file or
@@ -195,14 +197,65 @@ class AcsBinding:
     async def _evaluate(self, context: dict[str, Any]) -> Verdict:
         sources, point = self.sources, context["interception_point"]
         try:
-            wire = await sandbox().evaluate(sources.key, sources.manifest, sources.bundles, point, context)
+            wire, cause = await sandbox().evaluate(sources.key, sources.manifest, sources.bundles, point, context)
         except BudgetExceeded:
             return Verdict.deny(reason=BUDGET_EXCEEDED, message="The policy ran past its time budget.")
         except WorkerFailed:
             return Verdict.deny(reason=WORKER_FAILED, message="The policy's evaluation stopped.")
         except PolicyInvalid as error:
             return Verdict.deny(reason="runtime_error:policy_invalid", message=_in_our_words(str(error)))
+        if explainable(wire):  # the engine says only "Request blocked by Agent Control Specification."
+            where = f": {said(cause)}" if cause else f" at {point}"
+            wire = wire | {"message": f"The policy {self.name} failed ({wire['reason']}){where}."}
         return Verdict.from_wire(wire)
+
+
+def said(cause: Mapping[str, Any]) -> str:
+    """A failed evaluation's cause (agents.policy_probe) in a sentence: the module, the rule's line, why."""
+    return f"{cause['policy']}/{cause['file']} line {cause['line']}: {cause['why']}"
+
+
+@dataclass(frozen=True)
+class SampleFailure:
+    """A policy that failed at a sample context of `point` (the engine's `reason`; `cause` when found), or
+    that ran past its budget evaluating the samples (`point` empty)."""
+
+    point: str
+    reason: str
+    cause: Mapping[str, Any] | None = None
+
+    def __str__(self) -> str:
+        if not self.point:
+            return f"evaluated at sample inputs, the policy ran past its time budget ({self.reason})"
+        if self.cause is None:
+            return f"at {self.point}: the policy fails for a sample input ({self.reason})"
+        return f"at {self.point}, {said(self.cause)} ({self.reason})"
+
+
+# Policy key and samples -> the failures found (a tenant saving the same broken text again costs nothing).
+_SAMPLED: OrderedDict[str, tuple[SampleFailure, ...]] = OrderedDict()
+
+
+def sampled(sources: AcsSources, tenant: str, contexts: list[dict[str, Any]]) -> tuple[SampleFailure, ...]:
+    """How the compiled `sources` fail at `contexts` (those of the points their manifest governs), evaluated in
+    the policy sandbox as `tenant`'s task under the budgets a turn's evaluations have: what saving a definition
+    checks after compiling, once per process per policy text and samples."""
+    asked = [(c["interception_point"], c) for c in contexts if c["interception_point"] in sources.points]
+    key = hashlib.sha256(json.dumps([sources.key, [stable_key(c) for _, c in asked]]).encode()).hexdigest()
+    found = _SAMPLED.get(key) if asked else ()
+    if found is None:
+        try:
+            with for_tenant(tenant):
+                results = sandbox().sample(sources.key, sources.manifest, sources.bundles, asked)
+        except BudgetExceeded:  # not kept: a busy machine may be why
+            return (SampleFailure("", BUDGET_EXCEEDED),)
+        except (WorkerFailed, PolicyInvalid):  # the compile check said (or will say) why
+            return ()
+        failed = [r for r in results if explainable(r["verdict"])]
+        found = _SAMPLED[key] = tuple(SampleFailure(r["point"], r["verdict"]["reason"], r["cause"]) for r in failed)
+        while len(_SAMPLED) > _COMPILED_HELD:
+            _SAMPLED.popitem(last=False)
+    return found
 
 
 ALLOW = Verdict.allow()

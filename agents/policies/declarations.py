@@ -11,7 +11,7 @@ from agent_hooks import (
     InterceptionEmitter,
 )
 
-from agents.policies.acs import acs_binding, acs_sources, compiled
+from agents.policies.acs import acs_binding, acs_sources, compiled, sampled
 from agents.policies.escalations import RESOLVER, InboxResolver
 from agents.policies.points import POINTS
 from agents.policies.webhooks import webhook_binding
@@ -104,14 +104,25 @@ def webhook_connections(document: Any) -> list[tuple[int, str]]:
     ]
 
 
-def compile_problems(document: Any, tenant: str) -> list[str]:
-    """Why the `airlock.acs` policies of a valid `document` do not compile, in the loader's words: what saving
-    a definition checks after its structure, once per process per policy text. A policy over the compile
+def compile_problems(document: Any, tenant: str, samples: list[dict[str, Any]] | None = None) -> list[str]:
+    """Why the `airlock.acs` policies of a valid `document` do not compile, in the loader's words, or (given
+    `samples`, agents.policies.save_samples) fail when evaluated at the samples of the points each binding
+    covers: a verdict the standard does not accept, an evaluation error, two rules giving one rule two values;
+    each named with its point, the rule's module and line and why (`SampleFailure`). What saving a definition
+    checks after its structure, once per process per policy text (and samples). A policy over the compile
     budget does not compile; CompilesThrottled when `tenant` compiled too many new texts lately."""
     problems = []
-    for index, binding in enumerate(document.get("bindings", []) if isinstance(document, dict) else []):
+    declared = document if isinstance(document, dict) else {}
+    surface = set((declared.get("surface") or {}).get("interception_points") or POINTS)
+    for index, binding in enumerate(declared.get("bindings", [])):
         if not isinstance(binding, dict) or binding.get("kind") != "airlock.acs":
             continue
-        found = compiled(acs_sources(binding.get("config") or {}), tenant)
+        sources = acs_sources(binding.get("config") or {})
+        found = list(compiled(sources, tenant))
+        if not found and samples:
+            covered = surface & set(binding.get("at") or POINTS)
+            failures = sampled(sources, tenant, [c for c in samples if c["interception_point"] in covered])
+            # Once each (two tools' samples may fail alike); the form splits problems at "; ".
+            found = list(dict.fromkeys(str(failure).replace("; ", ", ") for failure in failures))
         problems += [f"declaration_error:binding_rejected at /bindings/{index}/config: {p}" for p in found]
     return problems

@@ -54,10 +54,11 @@ class PolicyBlocked(Exception):
         self.binding = _binding_of(record)
 
     def wire(self) -> dict[str, Any]:
-        """The run's `error` when this ends it (status `blocked`)."""
+        """The run's `error` when this ends it (status `blocked`): the point, the binding that denied and why."""
         return {
             "code": "policy_denied",
             "point": self.point,
+            "binding": self.binding,
             "reason": self.reason,
             "message": self.message or f"A policy denied the run at {self.point}.",
         }

@@ -308,6 +308,7 @@ def test_an_input_deny_blocks_the_run_before_the_model(admin):
     assert result["error"] == {
         "code": "policy_denied",
         "point": "input",
+        "binding": "mail-guard",
         "reason": "prompt_injection",
         "message": "The message asks to ignore the instructions.",
     }

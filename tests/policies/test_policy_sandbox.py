@@ -226,7 +226,9 @@ def worker_pids() -> set[int]:
 
 def test_it_denies_an_evaluation_past_its_budget_and_stops_its_work(admin, settings):
     settings.POLICY_EVAL_BUDGET_MS = 300
-    make_agent(admin, hooks=hooks_of(INPUT_ONLY, unique(COSTLY_TO_EVALUATE)))
+    # Costly for the long message only: saving evaluates the policy at a sample message, within the same budget.
+    costly = COSTLY_TO_EVALUATE.replace("> 3", '> 3\n\tcontains(input.policy_target.value.content, "minutes")')
+    make_agent(admin, hooks=hooks_of(INPUT_ONLY, unique(costly)))
     assert run_ok(admin, {"message": "hi"})["status"] == "completed"  # a short message costs nothing
     before = worker_pids()
 

@@ -104,6 +104,7 @@ def test_it_denies_an_answer_over_the_limit_unread(admin, receiver, chunked):
     assert result["error"] == {
         "code": "policy_denied",
         "point": "input",
+        "binding": "receiver",
         "reason": "host_error:interceptor_failed",
         "message": "VerdictTooLarge",
     }
