@@ -95,8 +95,8 @@ def test_it_shows_a_request_live_everywhere_and_takes_it_away_when_an_operator_a
     assert status == 403, problem
 
     card = first.locator(f"#request-{rid}")
-    card.get_by_role("radio", name="always").check()
-    card.get_by_role("button", name="Approve", exact=True).click()
+    card.get_by_role("radio", name="always").check()  # "always" asks first (tests/browser/test_remember_confirm.py)
+    card.get_by_role("button", name="Approve and remember always").click()
 
     for page in (first, second, reader):
         expect(page.locator(f"#request-{rid}")).to_have_count(0)

@@ -113,8 +113,9 @@ def test_r_remembers_the_approval_and_the_kind_filter_names_every_kind(
     expect(card.get_by_role("radio", name="this session")).to_be_checked()
     page.keyboard.press("r")
     expect(card.get_by_role("radio", name="always")).to_be_checked()
-    expect(card.get_by_role("radio", name="always")).to_be_focused()
-    page.keyboard.press("a")
+    # "always" asks first: its confirmation takes the focus, Enter confirms (tests/browser/test_remember_confirm.py).
+    expect(card.get_by_role("button", name="Approve and remember always")).to_be_focused()
+    page.keyboard.press("Enter")
     expect(card).to_have_count(0)
     continuation_of(api["otto"], approval)
     again = run(api["otto"], agent, SEND, session)
