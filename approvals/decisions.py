@@ -19,7 +19,7 @@ import contextlib
 import copy
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -58,6 +58,8 @@ class Actor:
     via: Via | None
     decider: Decider
     user: Any = None
+    # The away member a delegate answers for (SPEC section 14); None: in their own right.
+    on_behalf_of: Any = None
 
     @classmethod
     def person(cls, user: Any, via: Via, auth: str | None = None) -> "Actor":
@@ -65,6 +67,10 @@ class Actor:
         request being served says (`AUTH_METHOD`), else "cli" (a command)."""
         name = getattr(user, "username", None) or "unknown"
         return cls(via, Decider(HUMAN, name, auth or AUTH_METHOD.get() or "cli"), user)
+
+    def acting_for(self, away: Any) -> "Actor":
+        """This person answering as the delegate of the away member `away` (a user)."""
+        return replace(self, on_behalf_of=away, decider=replace(self.decider, on_behalf_of=away.username))
 
     @classmethod
     def rule(cls, rule_id: Any, version: int) -> "Actor":
@@ -125,6 +131,7 @@ def decide(pending: PendingRequest, decision: Decision, now: datetime, *, announ
             "answered_by": actor.user,
             "answered_at": now,
             "answered_via": actor.via,
+            "answered_for": actor.on_behalf_of,
         }
         if decision.carried_in is not None:
             changes |= {"status": RequestStatus.ANSWERED, "answered_in": decision.carried_in, "closed_at": now}

@@ -140,6 +140,8 @@ def decision(pending: PendingRequest) -> dict[str, Any] | None:
         "json": None,
         "action": None,
         "arguments": None,
+        # An away member's delegate answered (SPEC section 14).
+        **({"onBehalfOf": pending.answered_for.username} if pending.answered_for is not None else {}),
     }
     if answer is None:  # closed unanswered: expired, cancelled, abandoned
         return {**common, "result": {"kind": "cancelled", "reason": pending.status}, "approved": False}

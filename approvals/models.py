@@ -14,6 +14,7 @@ from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
 from agents.queries import picked
 from agents.request_kinds import KIND_NAMES, REQUEST_KINDS
+from approvals.answerers import ApproverGroup, Away, Rights, groups_of, rights_of, routed_to
 from approvals.held_models import UNSETTLED, HeldAnswer, HeldState
 from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis
 from approvals.rule_models import Rule, RuleVersion
@@ -22,6 +23,8 @@ from approvals.rule_models import Rule, RuleVersion
 # answers' (approvals.held_models).
 __all__ = [
     "UNSETTLED",
+    "ApproverGroup",
+    "Away",
     "ChainSignature",
     "HeldAnswer",
     "HeldState",
@@ -29,6 +32,9 @@ __all__ = [
     "ReceiptHead",
     "Rule",
     "RuleVersion",
+    "groups_of",
+    "rights_of",
+    "routed_to",
 ]
 from console.models import Membership, Tenant
 
@@ -76,49 +82,13 @@ TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDO
 OPEN = models.Q(status=RequestStatus.PENDING, answer__isnull=True)
 
 
-class ApproverGroup(models.Model):
-    """A tenant's named group of members (SPEC section 11): a definition routes requests to it by name
-    (`"approvers": "finance"`), and only its members and admins answer those."""
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approver_groups")
-    name = models.SlugField(max_length=63)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="approver_groups")
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="approver_group_name_unique")]
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-def routed_to(groups: Iterable[str]) -> models.Q:
-    """The requests routed to any of `groups` (a request stores its groups comma-joined, `PendingRequest.groups`)."""
-    found = models.Q(pk__in=[])
-    for group in groups:
-        found |= (
-            models.Q(approvers=group)
-            | models.Q(approvers__startswith=f"{group},")
-            | models.Q(approvers__endswith=f",{group}")
-            | models.Q(approvers__contains=f",{group},")
-        )
-    return found
-
-
-def groups_of(membership: Membership) -> set[str]:
-    """The names of the tenant's groups the member belongs to."""
-    groups = ApproverGroup.objects.filter(tenant_id=membership.tenant_id, members=membership.user_id)
-    return set(groups.values_list("name", flat=True))
-
-
 def mark_answerable(membership: Membership, requests: Iterable["PendingRequest"]) -> None:
-    """Set `answerable` on each request: whether the member may answer it (SPEC section 11). The member's groups
-    are read only when a request is routed to one."""
+    """Set `answerable` on each request: whether the member may answer it (SPEC sections 11 and 14). The member's
+    rights are read only when a request is routed to a group."""
     listed = list(requests)
-    groups = groups_of(membership) if any(pending.approvers for pending in listed) else set()
+    rights = rights_of(membership) if any(pending.approvers for pending in listed) else None
     for pending in listed:
-        pending.answerable = pending.answerable_by(membership, groups)  # type: ignore[attr-defined]
+        pending.answerable = pending.answerable_by(membership, rights)  # type: ignore[attr-defined]
 
 
 class NotAnApprover(Exception):
@@ -140,12 +110,14 @@ class NotAnApprover(Exception):
         return f"The request {self.pending.id} is for {self.pending.approvers_label}: {only}."
 
 
-def refuse_unless_answerable(membership: Membership, requests: Iterable["PendingRequest"]) -> None:
+def refuse_unless_answerable(
+    membership: Membership, requests: Iterable["PendingRequest"], rights: Rights | None = None
+) -> None:
     """Answering a request and closing it unanswered (abandoning it, cancelling its run, deleting its session)
     take the same right, or an operator outside a group would stop what the group decides: raises NotAnApprover
     for the first of `requests` the member may not answer (`PendingRequest.answerable_by`)."""
     for pending in requests:
-        if not pending.answerable_by(membership):
+        if not pending.answerable_by(membership, rights):
             raise NotAnApprover(pending)
 
 
@@ -193,11 +165,13 @@ class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
     def answerable_by(self, membership: Membership) -> "PendingRequestQuerySet":
         """The requests the member may answer: none for a reader, all for an admin, else those routed to no
         group or to one of the member's."""
-        if not membership.allows("operator"):
+        rights = rights_of(membership)
+        if not rights.operator:
             return self.none()
-        if membership.allows("admin"):
+        if rights.admin or any(admin for _, admin, _ in rights.standing):
             return self
-        return self.filter(models.Q(approvers="") | routed_to(groups_of(membership)))
+        groups = rights.groups.union(*(theirs for _, _, theirs in rights.standing))
+        return self.filter(models.Q(approvers="") | routed_to(groups))
 
     def matching(
         self,
@@ -245,6 +219,10 @@ class PendingRequest(models.Model):
     answered_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     answered_at = models.DateTimeField(null=True, blank=True)
     answered_via = models.CharField(max_length=16, blank=True, choices=Via.choices)
+    # The away member a delegate answered for (SPEC section 14); None: in their own right.
+    answered_for = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # Who closed it without an answer (a cancel); None when the system did (deadline, the session moved on).
     closed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -305,14 +283,14 @@ class PendingRequest(models.Model):
         tool carries its server's."""
         return (self.engine_state or {}).get("approvalMode") or modes.get(self.tool_name, "always")
 
-    def answerable_by(self, membership: Membership, groups: set[str] | None = None) -> bool:
+    def answerable_by(self, membership: Membership, rights: Rights | None = None) -> bool:
         """Whether the member may answer it: an operator when it is routed to no group; else an admin or a
-        member of its group (`groups`: the member's, when already read)."""
+        member of one of its groups, or a delegate standing in for one (`rights`: the member's, when read)."""
         if not membership.allows("operator"):
             return False
         if not self.approvers or membership.allows("admin"):
             return True
-        return not set(self.groups).isdisjoint(groups_of(membership) if groups is None else groups)
+        return (rights or rights_of(membership)).on_behalf_of(self.groups)[0]
 
     @property
     def groups(self) -> list[str]:
@@ -441,4 +419,6 @@ class Approval(models.Model):
         """`approvals[]` as the API, the events and the receipts show it (SPEC section 14)."""
         given = {"by": self.username, "at": self.at.isoformat(), "argumentsDigest": self.arguments_digest}
         given["authMethod"] = self.auth_method
+        if self.on_behalf_of is not None:
+            given["onBehalfOf"] = self.on_behalf_of.username
         return given

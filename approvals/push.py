@@ -15,9 +15,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db.models.expressions import RawSQL
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from approvals import waiting, webhooks
-from approvals.models import ApproverGroup, PendingRequest
+from approvals.models import ApproverGroup, Away, PendingRequest
 from console.models import ROLE_RANK, Membership, Role, Tenant
 
 
@@ -62,6 +63,11 @@ def _members(tenant_id: int, group: str = "") -> tuple[str, str, int]:
     if group:
         routed = ApproverGroup.objects.filter(tenant_id=tenant_id, name__in=group.split(","))
         approvers = set(routed.values_list("members", flat=True))
+        # The delegates of away members who may answer it answer it too (SPEC section 14).
+        now = timezone.now()
+        away = Away.objects.filter(membership__tenant_id=tenant_id, starts_at__lte=now, ends_at__gt=now)
+        standing = away.values_list("membership__user_id", "membership__role", "delegate__user_id")
+        approvers |= {delegate for user_id, role, delegate in standing if user_id in approvers or role == Role.ADMIN}
     open_requests = PendingRequest.objects.open().filter(tenant_id=tenant_id).order_by().values("pk")
     sql, params = open_requests[: PENDING_COUNTED + 1].query.sql_with_params()
     counted = RawSQL(f"SELECT COUNT(*) FROM ({sql}) AS open_requests", params)  # Django's own SQL

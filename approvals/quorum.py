@@ -22,7 +22,7 @@ from agents.payloads import ApprovalGiven, RequestApprovalRecorded
 if TYPE_CHECKING:
     from approvals.decisions import Actor
 
-from approvals.models import Approval, PendingRequest, RequestStatus, groups_of
+from approvals.models import Approval, ApproverGroup, PendingRequest, RequestStatus
 from approvals.push import notify_approvals
 from approvals.receipts import digest
 from approvals.responses import ResponseRefused
@@ -64,12 +64,13 @@ def counts_toward_quorum(pending: PendingRequest, answer: dict[str, Any]) -> boo
     return needed and answer.get("approved") is True
 
 
-def refuse_self_approval(pending: PendingRequest, user: Any) -> None:
-    """403 `not_an_approver` with `reason: "self_approval"` when the requirement separates duties and `user` asked."""
+def refuse_self_approval(pending: PendingRequest, actor: "Actor") -> None:
+    """403 `not_an_approver` with `reason: "self_approval"` when the requirement separates duties and the actor asked,
+    or stands in for the one who did."""
     require = pending.require
     if require is None or require.get("selfApproval") or pending.requested_by_id is None:
         return
-    if getattr(user, "pk", None) == pending.requested_by_id:
+    if pending.requested_by_id in (getattr(actor.user, "pk", None), getattr(actor.on_behalf_of, "pk", None)):
         detail = "You asked for this request (you started its run or opened it): someone else must approve it."
         raise ResponseRefused("not_an_approver", detail, 403, reason="self_approval")
 
@@ -81,15 +82,18 @@ def approve_toward(
     complete it; when it does, returned unsaved (`mine`) for the decision to write. `repeated`: they approved these
     arguments before, nothing changed. Raises PendingRequest.DoesNotExist when the request was decided meanwhile."""
     user = membership.user
+    counts_for = actor.on_behalf_of or user  # a delegate's approval counts for the away member's groups
     ran = answer.get("overrideArguments")
     arguments_digest = digest(ran if isinstance(ran, dict) else pending.arguments or {})
     require = pending.require or {}
     from_each = list(require.get("fromEach") or [])
-    mine_groups = sorted(groups_of(membership) & set(pending.groups + from_each)) if pending.groups or from_each else []
+    routed = set(pending.groups + from_each)
+    mine_groups = sorted(_groups_of(counts_for, membership.tenant_id) & routed) if routed else []
     mine = Approval(
         request=pending,
         by=user,
         username=user.username,
+        on_behalf_of=actor.on_behalf_of,
         at=now,
         arguments_digest=arguments_digest,
         answer=answer,
@@ -155,6 +159,10 @@ def standing(pending: PendingRequest) -> Tally | None:
     given = list(pending.approvals.all())
     counted = _counting(given, given[-1].arguments_digest) if given else []
     return _tally(counted, require, list(require.get("fromEach") or []))
+
+
+def _groups_of(user: Any, tenant_id: int) -> set[str]:
+    return set(ApproverGroup.objects.filter(tenant_id=tenant_id, members=user).values_list("name", flat=True))
 
 
 def _tally(counted: list[Approval], require: dict[str, Any], from_each: list[str], *, repeated: bool = False) -> Tally:

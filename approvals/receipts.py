@@ -186,6 +186,8 @@ class Decider:
     source: str
     by: str
     auth: str | None = None
+    # The away member the person answered for, as their delegate (SPEC section 14; `onBehalfOf`).
+    on_behalf_of: str | None = None
 
 
 def _digests(arguments: Any, override: Any) -> tuple[str, str | None]:
@@ -222,6 +224,7 @@ def _facts(
         "decisionSource": decider.source,
         "answeredBy": decider.by,
         "authMethod": decider.auth,
+        **({"onBehalfOf": decider.on_behalf_of} if decider.on_behalf_of else {}),
         "at": said["at"].isoformat(),
     }
 

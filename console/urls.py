@@ -27,6 +27,7 @@ urlpatterns = [
     ),
     path("tenant/groups/<int:group_id>/delete/", tenant_pages.delete_group, name="tenant_group_delete"),
     path("notifications/", tenant_pages.notifications, name="notifications"),
+    path("notifications/away/", tenant_pages.away, name="away"),
     path("tokens/", token_pages.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", token_pages.revoke_token, name="revoke_token"),
     path("", include("agents.urls")),

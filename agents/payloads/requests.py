@@ -140,6 +140,7 @@ class RequestAnswered(Payload):
     toolCallId: str | None = optional()
     toolName: str | None = optional()
     answeredBy: str | None = optional(description="the username; absent when a rule or a policy decided")
+    onBehalfOf: str | None = optional(description="the away member whose delegate answered (SPEC section 14)")
     ruleId: str | None = optional(description="the remembered rule that approved the call")
     rememberedRuleId: str | None = optional(description="the rule this answer remembered")
     overrideArguments: dict[str, Any] | None = optional(description="the arguments the operator edited")

@@ -24,7 +24,7 @@ from approvals.actions.settling import is_external, settle
 from approvals.decisions import Actor, Decision, announced_together, decide
 from approvals.external_wire import request_ids
 from approvals.kinds import KINDS, AnswerRefused
-from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable
+from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable, rights_of
 from approvals.push import notify_requests_opened
 from approvals.quorum import approve_toward, counts_toward_quorum, refuse_self_approval
 from approvals.responses import Outcome, Response, ResponseRefused, Status
@@ -79,10 +79,14 @@ def answer_request(
     found = found.annotate(others_open=Exists(others)).defer("session__conversation")
     pending = found.get(tenant=membership.tenant, run_id=run_id, id=response.request_id)
     rid = str(pending.id)
+    rights = rights_of(membership) if pending.approvers else None
     try:
-        refuse_unless_answerable(membership, [pending])
+        refuse_unless_answerable(membership, [pending], rights)
     except NotAnApprover as refused:
         raise ResponseRefused(refused.code, refused.detail, refused.status) from None
+    away = rights.on_behalf_of(pending.groups)[1] if rights is not None else None
+    if away is not None:  # answered as the delegate of an away member (SPEC section 14)
+        actor = actor.acting_for(away)
     if response.checkpoint_id is not None:
         # At the session's latest checkpoint an answer is like any other; at an earlier one, where the request
         # was pending, it forks the session from there, whatever became of the request since (SPEC section 9).
@@ -172,7 +176,7 @@ def _toward_quorum(
     completes it, carrying every approval that counted."""
     rid = str(pending.id)
     if payload.get("approved") is not False:
-        refuse_self_approval(pending, actor.user)
+        refuse_self_approval(pending, actor)
     if response.remember and pending.approvals_required > 1:
         detail = "The request needs several approvals: one person cannot remember a rule that would skip them."
         raise ResponseRefused("remember_not_allowed", detail)

@@ -153,6 +153,7 @@ class Kind:
             toolName=pending.tool_name or None,
             answeredBy=pending.answered_by.username if pending.answered_by else None,
             approvals=(pending.answer or {}).get("approvals"),
+            onBehalfOf=pending.answered_for.username if pending.answered_for else None,
             **facts,
         )
 

@@ -17,8 +17,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from agents.definitions import SLUG
 from agents.models import AgentVersion
+from approvals.answerers import AwayRefused, set_away
 from approvals.digests import MOST_MINUTES
-from approvals.models import ApproverGroup, Digest, PendingRequest, routed_to
+from approvals.models import ApproverGroup, Away, Digest, PendingRequest, routed_to
 from approvals.webhooks import webhook_of
 from console.models import Connection, ConnectionKind, Membership, Role, Tenant
 from console.tenancy import SESSION_KEY, ConsoleRequest, role_required, signed_in_required
@@ -251,18 +252,70 @@ def delete_group(request: ConsoleRequest, group_id: int) -> HttpResponse:
     return redirect("tenant")
 
 
+class AwayForm(forms.Form):
+    """Away from when until when, and who answers meanwhile (SPEC section 14)."""
+
+    starts_at = forms.DateTimeField(
+        required=False,
+        label="From",
+        help_text="Empty: from now. Times are UTC.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    until = forms.DateTimeField(label="Until", widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    delegate = forms.ChoiceField(label="Who answers for you", help_text="An operator or admin of this tenant.")
+
+    def __init__(self, membership: Membership, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        others = Membership.objects.filter(tenant_id=membership.tenant_id, user__is_active=True).exclude(
+            pk=membership.pk
+        )
+        names = others.filter(role__in=[Role.OPERATOR, Role.ADMIN]).order_by("user__username")
+        delegate = self.fields["delegate"]
+        assert isinstance(delegate, forms.ChoiceField)
+        delegate.choices = [(n, n) for n in names.values_list("user__username", flat=True)]
+
+
 @role_required("reader")
 @require_http_methods(["GET", "POST"])
 def notifications(request: ConsoleRequest) -> HttpResponse:
-    """The member's own e-mail digest for the current tenant: on or off, after how many minutes, where to."""
+    """The member's own e-mail digest for the current tenant: on or off, after how many minutes, where to; and
+    whether they are away (the form posts to `away`)."""
     digest = Digest.objects.filter(membership=request.membership).first()
     initial = {"enabled": digest is not None, "after_minutes": digest.after_minutes if digest else 30}
     form = DigestForm(request.POST or None, initial={**initial, "email": request.membership.user.email})
     if request.method == "POST" and form.is_valid():
         messages.success(request, _save_digest(request, form.cleaned_data))
         return redirect("notifications")
-    status = 400 if form.is_bound else 200
-    return render(request, "console/notifications.html", {"form": form, "digest": digest}, status=status)
+    return _notifications(request, form, AwayForm(request.membership), 400 if form.is_bound else 200)
+
+
+def _notifications(request: ConsoleRequest, form: DigestForm, away_form: AwayForm, status: int) -> HttpResponse:
+    digest = Digest.objects.filter(membership=request.membership).first()
+    away = Away.objects.select_related("delegate__user").filter(membership=request.membership).first()
+    context = {"form": form, "digest": digest, "away_form": away_form, "away": away}
+    return render(request, "console/notifications.html", context, status=status)
+
+
+@role_required("operator")
+@require_POST
+def away(request: ConsoleRequest) -> HttpResponse:
+    """Mark yourself away with a delegate, or back (`back`)."""
+    if request.POST.get("back"):
+        Away.objects.filter(membership=request.membership).delete()
+        messages.success(request, "You are back: nobody answers for you now.")
+        return redirect("notifications")
+    away_form = AwayForm(request.membership, request.POST)
+    if away_form.is_valid():
+        wanted = away_form.cleaned_data
+        try:
+            set_away(request.membership, wanted["starts_at"], wanted["until"], wanted["delegate"])
+        except AwayRefused as refused:
+            away_form.add_error("delegate" if refused.code == "invalid_delegate" else "until", refused.detail)
+        else:
+            until = wanted["until"].strftime("%Y-%m-%d %H:%M")
+            messages.success(request, f"Away until {until} UTC: {wanted['delegate']} answers what you may meanwhile.")
+            return redirect("notifications")
+    return _notifications(request, DigestForm(initial={"email": request.membership.user.email}), away_form, 400)
 
 
 def _save_digest(request: ConsoleRequest, wanted: dict[str, Any]) -> str:

@@ -1,0 +1,121 @@
+"""Delegation (SPEC section 14): an away member's delegate answers what they may, and the record names both."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.definitions import DefinitionContent
+from agents.models import Agent
+from approvals.models import ApproverGroup, Away, PendingRequest, Receipt
+from tests.conftest import Persona, make_persona
+from tests.helpers import assert_problem, stored_events
+
+pytestmark = pytest.mark.django_db
+
+DEPLOY = {"name": "deploy", "approval": "always", "approvers": "sre"}
+
+
+@pytest.fixture
+def team(admin: Persona, operator: Persona, reader: Persona) -> dict[str, Persona]:
+    """sam of sre; dan and eve, operators of no group; otto opens the requests."""
+    tenant = admin.tenant
+    people = {name: make_persona(name, tenant, "operator") for name in ("sam", "dan", "eve")}
+    ApproverGroup.objects.create(tenant=tenant, name="sre").members.add(people["sam"].user, operator.user)
+    tools = [DEPLOY, {**DEPLOY, "name": "wipe", "require": {"approvals": 1}}]
+    content = DefinitionContent.model_validate({"name": "releaser", "runtime": "external", "tools": tools})
+    Agent.create(tenant, content, admin.user)
+    return people | {"otto": operator, "ada": admin, "rita": reader}
+
+
+def open_request(persona: Persona, tool: str = "deploy") -> str:
+    opened = persona.api("post", "/api/agents/releaser/requests", {"toolName": tool, "arguments": {}})
+    assert opened.status_code == 201, opened.content
+    return str(opened.json()["requestId"])
+
+
+def away(persona: Persona, delegate: str, **dates: str) -> object:
+    until = (timezone.now() + timedelta(days=2)).isoformat()
+    return persona.api("put", "/api/me/away", {"until": until, "delegate": delegate, **dates})
+
+
+def test_the_delegate_answers_for_the_away_member_and_the_record_names_both(team):
+    rid = open_request(team["otto"])
+    dan = team["dan"]
+    assert_problem(dan.api("post", f"/api/requests/{rid}/responses", {"approved": True}), 403, "not_an_approver")
+    set_ = away(team["sam"], "dan")
+    assert set_.status_code == 200 and set_.json()["away"]["delegate"] == "dan" and set_.json()["away"]["active"]
+    assert team["sam"].api("get", "/api/me/away").json()["away"]["delegate"] == "dan"
+    listed = dan.api("get", "/api/requests?for=me").json()["items"]
+    assert [r["requestId"] for r in listed] == [rid]
+    answered = dan.api("post", f"/api/requests/{rid}/responses", {"approved": True, "reason": "for sam"})
+    assert answered.json()["status"] == "accepted", answered.content
+    decision = team["ada"].api("get", f"/api/requests/{rid}").json()["decision"]
+    assert (decision["answeredBy"], decision["onBehalfOf"]) == ("dan", "sam")
+    receipt = Receipt.objects.get(request_id=rid).body
+    assert (receipt["answeredBy"], receipt["onBehalfOf"]) == ("dan", "sam")
+    run_id = str(PendingRequest.objects.get(id=rid).run_id)
+    answered_event = next(e.data for e in stored_events(run_id) if e.type == "request.answered")
+    assert (answered_event["answeredBy"], answered_event["onBehalfOf"]) == ("dan", "sam")
+    # An answer in one's own right names nobody else.
+    own = open_request(team["otto"])
+    team["ada"].api("post", f"/api/requests/{own}/responses", {"approved": True})
+    assert "onBehalfOf" not in Receipt.objects.get(request_id=own).body
+
+
+def test_back_ends_it_and_chains_are_not_followed(team):
+    rid = open_request(team["otto"])
+    away(team["sam"], "dan")
+    away(team["dan"], "eve")  # eve stands in for dan, not for whom dan stands in for
+    refused = team["eve"].api("post", f"/api/requests/{rid}/responses", {"approved": True})
+    assert_problem(refused, 403, "not_an_approver")
+    assert team["sam"].api("delete", "/api/me/away").json() == {"away": None}
+    refused = team["dan"].api("post", f"/api/requests/{rid}/responses", {"approved": True})
+    assert_problem(refused, 403, "not_an_approver")
+
+
+def test_an_absence_not_begun_gives_nothing(team):
+    rid = open_request(team["otto"])
+    later = (timezone.now() + timedelta(hours=1)).isoformat()
+    assert away(team["sam"], "dan", **{"from": later}).json()["away"]["active"] is False
+    assert_problem(
+        team["dan"].api("post", f"/api/requests/{rid}/responses", {"approved": True}), 403, "not_an_approver"
+    )
+
+
+def test_a_delegate_of_the_requester_cannot_approve_for_them(team):
+    rid = open_request(team["otto"], "wipe")  # otto asked; the tool separates duties
+    away(team["otto"], "dan")
+    refused = team["dan"].api("post", f"/api/requests/{rid}/responses", {"approved": True})
+    assert assert_problem(refused, 403, "not_an_approver")["reason"] == "self_approval"
+    assert team["sam"].api("post", f"/api/requests/{rid}/responses", {"approved": True}).json()["status"] == "accepted"
+
+
+@pytest.mark.parametrize(
+    ("who", "delegate", "code"),
+    [("sam", "sam", "invalid_delegate"), ("sam", "rita", "invalid_delegate"), ("sam", "nobody", "invalid_delegate")],
+)
+def test_a_bad_delegate_is_refused(team, who, delegate, code):
+    assert_problem(away(team[who], delegate), 400, code)
+    assert not Away.objects.exists()
+
+
+def test_bad_dates_and_a_reader_are_refused(team):
+    past = (timezone.now() - timedelta(hours=1)).isoformat()
+    assert_problem(team["sam"].api("put", "/api/me/away", {"until": past, "delegate": "dan"}), 400, "invalid_request")
+    assert_problem(away(team["rita"], "dan"), 403, "forbidden")
+    assert not Away.objects.exists()
+
+
+def test_the_notifications_page_marks_one_away_and_back(team):
+    client = team["sam"].client
+    until = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    refused = client.post("/notifications/away/", {"until": until, "delegate": "rita"})
+    assert refused.status_code == 400 and "Select a valid choice" in refused.content.decode()
+    done = client.post("/notifications/away/", {"until": until, "delegate": "dan"}, follow=True)
+    assert "dan answers what you may meanwhile" in done.content.decode()
+    assert Away.objects.get().delegate.user.username == "dan"
+    page = client.get("/notifications/").content.decode()
+    assert "Away now" in page and "I am back" in page
+    client.post("/notifications/away/", {"back": "1"})
+    assert not Away.objects.exists()
