@@ -76,7 +76,7 @@ def test_it_asks_before_remembering_always_and_says_what_the_rule_covers(operato
     page = answer(operator, rid, {"decision": "approve", "remember": "always"}).content.decode()
 
     assert "Approve, and from now on let mailer call <code>send_email</code> without asking?" in page
-    assert "<strong>any arguments</strong>" in page
+    assert "<strong>any arguments</strong>: whatever <code>to</code>, <code>subject</code>, <code>body</code>" in page
     expiry = re.search(r'Expires</dt><dd>in (.+?), <time datetime="([^"]+)">', page)
     assert expiry is not None and expiry[1] in ("4\xa0weeks, 2\xa0days", "4\xa0weeks, 1\xa0day")
     assert abs(datetime.fromisoformat(expiry[2]) - (timezone.now() + timedelta(days=30))) < timedelta(minutes=1)
