@@ -107,9 +107,12 @@ class Worker:
 
     @staticmethod
     def _sampled(policy: ActivatedPolicy, request: dict[str, Any], point: str, context: Any) -> dict[str, Any]:
-        verdict = policy.evaluate(point, context).to_wire()
-        failed = explainable(verdict)
-        cause = explain(request["manifest"], request["bundles"], point, context, verdict["reason"]) if failed else None
+        verdict, cause = policy.evaluate(point, context).to_wire(), None
+        if explainable(verdict):
+            try:
+                cause = explain(request["manifest"], request["bundles"], point, context, verdict["reason"])
+            except Exception:  # the failure stands without its cause
+                cause = None
         return {"point": point, "verdict": verdict, "cause": cause}
 
 

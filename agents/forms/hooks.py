@@ -69,7 +69,9 @@ _UNLISTED = re.compile(
 _RUNTIME = re.compile(r"runtime_error:(\w+):?\s*")
 # A policy that failed at a sample input at save (agents.policies.SampleFailure): the point, the rule's module and line.
 _SAMPLE = re.compile(
-    r"^at (?P<point>[a-z_]+)(?:, (?P<policy>[^/\s]+)/(?P<file>\S+) line (?P<line>\d+))?: (?P<why>.*)$", re.S
+    r"^(?:at (?P<point>[a-z_]+)(?:, (?P<policy>[^/\s]+)/(?P<file>\S+) line (?P<line>\d+))?: |evaluated at sample "
+    r"inputs, )(?P<why>.*)$",
+    re.S,
 )
 
 
@@ -279,7 +281,8 @@ class PolicyEditor:
         """A policy that failed at a sample input of its point: on its module's source at the rule's line."""
         point, why = failure["point"], failure["why"].rstrip(".")
         if failure["file"] is None:
-            self._put(None if self.raw else row, "id", f"At {point}, for a sample input: {why}.", None)
+            where = f"At {point}, for a sample input" if point else "Evaluated at sample inputs"
+            self._put(None if self.raw else row, "id", f"{where}: {why}.", None)
             return
         modules = self.modules_of(row) if row is not None and not self.raw else []
         module = next(

@@ -218,15 +218,17 @@ def said(cause: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class SampleFailure:
     """A policy that failed at a sample context of `point` (the engine's `reason`; `cause` when found), or
-    that ran past its budget evaluating the samples (`point` empty)."""
+    whose evaluation of the samples ran past its budget or stopped (`point` empty)."""
 
     point: str
     reason: str
     cause: Mapping[str, Any] | None = None
 
     def __str__(self) -> str:
-        if not self.point:
+        if not self.point and self.reason == BUDGET_EXCEEDED:
             return f"evaluated at sample inputs, the policy ran past its time budget ({self.reason})"
+        if not self.point:
+            return f"evaluated at sample inputs, the policy's evaluation stopped ({self.reason})"
         if self.cause is None:
             return f"at {self.point}: the policy fails for a sample input ({self.reason})"
         return f"at {self.point}, {said(self.cause)} ({self.reason})"
@@ -249,7 +251,9 @@ def sampled(sources: AcsSources, tenant: str, contexts: list[dict[str, Any]]) ->
                 results = sandbox().sample(sources.key, sources.manifest, sources.bundles, asked)
         except BudgetExceeded:  # not kept: a busy machine may be why
             return (SampleFailure("", BUDGET_EXCEEDED),)
-        except (WorkerFailed, PolicyInvalid):  # the compile check said (or will say) why
+        except WorkerFailed:  # not kept either; refused as a turn would deny
+            return (SampleFailure("", WORKER_FAILED),)
+        except PolicyInvalid:  # the compile check said why
             return ()
         failed = [r for r in results if explainable(r["verdict"])]
         found = _SAMPLED[key] = tuple(SampleFailure(r["point"], r["verdict"]["reason"], r["cause"]) for r in failed)
