@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from agents.models import Agent
 from approvals.actions import remember_rule
 from approvals.previews import PreviewRefused, checked_rule, preview_rule, suggestions
-from approvals.remembered_rules import RuleIn, RuleRefused
+from approvals.remembered_rules import RuleIn, RuleRefused, default_expiry
 from approvals.views.rule_pages import RuleForm
 from console.tenancy import ConsoleRequest, role_required
 
@@ -43,7 +43,8 @@ def rule_preview(request: ConsoleRequest) -> HttpResponse:
 @require_GET
 def rule_suggestions(request: ConsoleRequest) -> HttpResponse:
     """The "Suggested rules" section: rules people keep approving by hand, each with its preview."""
-    return render(request, "approvals/_rule_suggestions.html", {"suggestions": suggestions(request.tenant)})
+    context = {"suggestions": suggestions(request.tenant), "expires_at": default_expiry()}
+    return render(request, "approvals/_rule_suggestions.html", context)
 
 
 @role_required("admin")
@@ -53,7 +54,8 @@ def rule_suggestion_adopt(request: ConsoleRequest) -> HttpResponse:
     try:
         arguments = json.loads(request.POST.get("arguments", ""))
         agent, tool_name = request.POST.get("agent", ""), request.POST.get("tool_name", "")
-        wanted = RuleIn(agent=agent, tool_name=tool_name, arguments=arguments)
+        # An adopted suggestion is remembered "always", as an approval remembers it: until RULE_DEFAULT_EXPIRY.
+        wanted = RuleIn(agent=agent, tool_name=tool_name, arguments=arguments, expires_at=default_expiry())
     except (json.JSONDecodeError, ValidationError):
         messages.error(request, "That suggestion could not be read; nothing was saved.")
         return redirect("rules")
@@ -64,6 +66,6 @@ def rule_suggestion_adopt(request: ConsoleRequest) -> HttpResponse:
             raise Http404(refused.detail) from None
         messages.error(request, f"Nothing was saved: {refused.detail}")
     else:
-        done = f"Adopted a rule: {rule.agent.name} may call {rule.tool_name} with these exact arguments without asking."
-        messages.success(request, done)
+        done = f"Adopted a rule: {rule.agent.name} may call {rule.tool_name} with these exact arguments without asking"
+        messages.success(request, done + (f" until {rule.expires_at:%Y-%m-%d %H:%M} UTC." if rule.expires_at else "."))
     return redirect("rules")

@@ -2,6 +2,7 @@
 arguments or any, the expiry, the open requests it matches now) and offers to approve those too; nothing is answered
 or remembered until it is confirmed as shown. And `RULE_DEFAULT_EXPIRY`, the default expiry of such a rule."""
 
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from agents.models import Agent
 from approvals.models import ApproverGroup, HeldAnswer, PendingRequest, Rule
 from approvals.receipts import Receipt
 from console.env import EnvError, env_duration
+from tests.approvals.test_previews import approve_times, deployer  # noqa: F401 - `deployer` is a fixture
 from tests.conftest import Persona
 from tests.helpers import EMAIL, call_line, drain_queued, snapshot
 
@@ -230,6 +232,20 @@ def test_an_empty_default_expiry_remembers_for_ever_and_a_given_one_wins(operato
 
     expiries = {str(rule.created_from_id): rule.expires_at for rule in Rule.objects.all()}
     assert expiries == {rid: None, second: None, third: datetime.fromisoformat(given)}
+
+
+def test_an_adopted_suggestion_holds_the_default_expiry_and_says_so(deployer, operator, admin, settings):  # noqa: F811
+    settings.RULE_DEFAULT_EXPIRY = timedelta(hours=12)
+    approve_times(operator, admin, 5)
+
+    shown = admin.client.get("/rules/suggestions/", **HTMX).content.decode()
+    arguments = json.dumps({"service": "billing", "environment": "staging"})
+    admin.client.post("/rules/suggestions/adopt/", {"agent": "deployer", "tool_name": "deploy", "arguments": arguments})
+
+    assert re.search(r"such calls stop asking until <time [^>]+>[^<]+</time> \(in 11\Whours, 59\Wminutes", shown)
+    rule = Rule.objects.get()
+    assert rule.expires_at is not None
+    assert abs(rule.expires_at - (timezone.now() + timedelta(hours=12))) < timedelta(minutes=1)
 
 
 def test_the_default_expiry_is_a_duration_or_empty_for_never():
