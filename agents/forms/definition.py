@@ -36,6 +36,7 @@ from agents.forms.definition_fields import (
     typed_default,
 )
 from agents.forms.hooks import PolicyEditor
+from agents.forms.requirement_text import read_escalation, read_require
 from agents.request_kinds import KIND_NAMES
 from agents.requirements import approver_list
 from console.connections import ConnectionSpec
@@ -207,7 +208,7 @@ class DefinitionForm:
                 row.errors["approvers"] = "Choose the group that answers these escalations."
         return {
             "escalations": [
-                {"binding": row.values["binding"] or None, "approvers": row.values["approvers"]}
+                _requirements({"binding": row.values["binding"] or None, "approvers": row.values["approvers"]}, row)
                 for row in self.rows["escalations"]
             ],
             "requestKinds": [
@@ -225,7 +226,7 @@ class DefinitionForm:
         if self.kept is None:
             return wire
         kept = self.kept.wire()
-        for section, key in ROUTED_KEYS.items():
+        for section, key in KEPT_ROUTING.items():
             required = {item.get(key): item for item in kept.get(section) or [] if "require" in item}
             for item in wire.get(section) or []:
                 was = required.get(item.get(key))
@@ -361,14 +362,11 @@ class DefinitionForm:
             self.errors.setdefault("__all__", message)
 
 
-# The wire's routed sections, and the key that names an item of each across versions.
-ROUTED_KEYS = {
-    "tools": "name",
-    "clientTools": "name",
-    "mcpServers": "connection",
-    "escalations": "binding",
-    "requestKinds": "kind",
-}
+# The wire's routed sections.
+ROUTED_KEYS = ("tools", "clientTools", "mcpServers", "escalations", "requestKinds")
+# Those whose requirement and escalation the form does not edit (the request kinds' selects), and the key that names
+# an item of each across versions: kept from the version being edited.
+KEPT_ROUTING = {"requestKinds": "kind"}
 
 
 def _mcp_server(row: Row) -> dict[str, Any]:
@@ -379,5 +377,20 @@ def _mcp_server(row: Row) -> dict[str, Any]:
 
 
 def _routed(item: dict[str, Any], row: Row) -> dict[str, Any]:
-    """A tool's or server's wire item with the row's approver group, when one is chosen."""
-    return item | {"approvers": row.values["approvers"]} if row.values["approvers"] else item
+    """A tool's or server's wire item with the row's approver group, when one is chosen, and its requirement and
+    escalation."""
+    return _requirements(item | {"approvers": row.values["approvers"]} if row.values["approvers"] else item, row)
+
+
+def _requirements(item: dict[str, Any], row: Row) -> dict[str, Any]:
+    """`item` with the row's `require` and `escalation` as its two inputs say them (SPEC section 14); an input that
+    does not read is an error beside it."""
+    for name, read in (("require", read_require), ("escalation", read_escalation)):
+        try:
+            said = read(row.values[name])
+        except ValueError as error:
+            row.errors[name] = str(error)
+            continue
+        if said is not None:
+            item[name] = said
+    return item

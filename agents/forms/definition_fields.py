@@ -14,8 +14,9 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from agents.definitions import IDENTIFIER, SLUG, DefinitionContent, ExternalTool, ToolBinding
+from agents.forms.requirement_text import escalation_text, require_text
 from agents.request_kinds import REQUEST_KINDS
-from agents.requirements import approver_list, joined
+from agents.requirements import Routed, approver_list, joined
 from agents.server_tools import REGISTRY
 from console.connections import MODEL_KINDS, ConnectionSpec
 from console.rows import Row, RowKind
@@ -26,7 +27,7 @@ SECTIONS: dict[str, RowKind] = {
         RowKind("cultures", ("culture", "instructions"), error_field="culture", multiline=("instructions",)),
         RowKind(
             "tools",
-            ("name", "approval", "approvers"),
+            ("name", "approval", "approvers", "require", "escalation"),
             error_field="name",
             wire="tools",
             blank={"approval": "never"},
@@ -34,7 +35,7 @@ SECTIONS: dict[str, RowKind] = {
         ),
         RowKind(
             "client_tools",
-            ("name", "description", "parameters", "approvers"),
+            ("name", "description", "parameters", "approvers", "require", "escalation"),
             error_field="name",
             wire="clientTools",
             choices=("approvers",),
@@ -42,7 +43,7 @@ SECTIONS: dict[str, RowKind] = {
         ),
         RowKind(
             "mcp_servers",
-            ("connection", "approval", "tool_prefix", "approvers"),
+            ("connection", "approval", "tool_prefix", "approvers", "require", "escalation"),
             error_field="connection",
             wire="mcpServers",
             blank={"approval": "never"},
@@ -59,7 +60,7 @@ SECTIONS: dict[str, RowKind] = {
         ),
         RowKind(
             "external_tools",
-            ("name", "description", "parameters", "approval", "approvers"),
+            ("name", "description", "parameters", "approval", "approvers", "require", "escalation"),
             error_field="name",
             wire="tools",
             blank={"approval": "always"},
@@ -67,7 +68,12 @@ SECTIONS: dict[str, RowKind] = {
             multiline=("description", "parameters"),
         ),
         # A row without a binding routes the escalations of every binding; one with neither is dropped.
-        RowKind("escalations", ("binding", "approvers"), error_field="approvers", wire="escalations"),
+        RowKind(
+            "escalations",
+            ("binding", "approvers", "require", "escalation"),
+            error_field="approvers",
+            wire="escalations",
+        ),
     )
 }
 # The sections each runtime reads; the other runtime's rows are posted too (hidden) and kept as typed.
@@ -146,7 +152,7 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
             for culture, text in content.instructions_by_culture.items()
         ],
         "tools": [
-            SECTIONS["tools"].new(name=t.name, approval=t.approval, approvers=_groups(t.approvers))
+            SECTIONS["tools"].new(name=t.name, approval=t.approval, approvers=_groups(t.approvers), **_said(t))
             for t in hosted_tools
         ],
         "external_tools": [
@@ -156,6 +162,7 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
                 parameters=json.dumps(t.parameters, indent=2),
                 approval=t.approval,
                 approvers=_groups(t.approvers),
+                **_said(t),
             )
             for t in external_tools
         ],
@@ -165,6 +172,7 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
                 description=t.description,
                 parameters=json.dumps(t.parameters, indent=2),
                 approvers=_groups(t.approvers),
+                **_said(t),
             )
             for t in content.client_tools
         ],
@@ -174,11 +182,12 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
                 approval=s.approval,
                 tool_prefix=s.tool_prefix or "",
                 approvers=_groups(s.approvers),
+                **_said(s),
             )
             for s in content.mcp_servers
         ],
         "escalations": [
-            SECTIONS["escalations"].new(binding=e.binding or "", approvers=_groups(e.approvers))
+            SECTIONS["escalations"].new(binding=e.binding or "", approvers=_groups(e.approvers), **_said(e))
             for e in content.escalations
         ],
         "parameters": [
@@ -258,3 +267,12 @@ def form_text(value: str | float | bool | None) -> str:
 def _groups(approvers: str | list[str] | None) -> str:
     """A routing's groups as its select's value: one group, or a list comma-joined (the form keeps it as it is)."""
     return joined(approver_list(approvers))
+
+
+def _said(routed: Routed) -> dict[str, str]:
+    """A routing's requirement and escalation as the row's inputs say them."""
+    require = routed.routed_require
+    return {
+        "require": require_text(require.model_dump(by_alias=True) if require is not None else None),
+        "escalation": escalation_text([step.model_dump(by_alias=True) for step in routed.routed_escalation]),
+    }

@@ -1,6 +1,8 @@
 """Routing in the agent form (SPEC section 11): an approvers select per tool, MCP server and request kind, and rows
 of policy escalations; what the form saves, what it refuses, and the agent page showing it."""
 
+import html
+
 import pytest
 from django.core.management import call_command
 
@@ -37,7 +39,10 @@ def test_the_edit_form_shows_every_routing_and_an_unchanged_post_keeps_it(admin,
     assert [v for k, v in data.items() if k.startswith("tools-") and k.endswith("-approvers")] == ["finance"]
     assert [v for k, v in data.items() if k.startswith("client_tools-") and k.endswith("-approvers")] == ["finance"]
     assert [v for k, v in data.items() if k.startswith("mcp_servers-") and k.endswith("-approvers")] == ["legal"]
-    assert sorted(v for k, v in data.items() if k.startswith("escalations-")) == ["", "finance", "guard", "legal"]
+    escalations = [
+        v for k, v in data.items() if k.startswith("escalations-") and k.endswith(("-binding", "-approvers"))
+    ]
+    assert sorted(escalations) == ["", "finance", "guard", "legal"]
     assert (data["question_approvers"], data["plan_approvers"]) == ("legal", "")
 
     response = admin.client.post("/agents/router/edit/", data, follow=True)
@@ -166,3 +171,44 @@ def test_an_external_agent_routes_only_the_kinds_it_opens(admin):
     assert [(k.kind, k.approvers) for k in saved.request_kinds] == [("question", "legal")]
     page = admin.client.get("/agents/outside/edit/").content.decode()
     assert 'id="id_continuation_approvers-field" class="field" data-runtime="hosted"' in page
+
+
+def test_it_edits_what_deciding_takes_and_the_escalation_and_keeps_them_unchanged(admin, routed):
+    """SPEC section 14 in the form: the two inputs under a row's approvers select save `require` and `escalation`,
+    show them again, and an unchanged post of them changes nothing; one that does not read is refused beside it."""
+    call_command("create_group", "sre-leads", "--tenant", "acme")
+    data = browser_post(admin.client.get("/agents/router/edit/"))
+    (tool,) = [
+        name.removesuffix("-approvers") for name in data if name.startswith("tools-") and name.endswith("-approvers")
+    ]
+    data[f"{tool}-approvers"] = "finance,legal"
+    data[f"{tool}-require"] = "2 from finance, legal"
+    data[f"{tool}-escalation"] = "15m to sre-leads; 1h deny"
+
+    admin.client.post("/agents/router/edit/", data)
+
+    saved = Agent.objects.get(name="router").current.definition
+    routing = saved.routing_for("approval", "send_email")
+    assert routing.approvers == "finance,legal"
+    assert routing.require == {"approvals": 2, "fromEach": ["finance", "legal"], "selfApproval": False}
+    assert routing.escalation == [{"after": "15m", "to": ["sre-leads"]}, {"after": "1h", "then": "deny"}]
+    again = browser_post(admin.client.get("/agents/router/edit/"))
+    (tool,) = [
+        name.removesuffix("-require") for name in again if name.startswith("tools-") and name.endswith("-require")
+    ]
+    assert (again[f"{tool}-require"], again[f"{tool}-escalation"]) == (
+        "2 from finance, legal",
+        "15m to sre-leads; 1h deny",
+    )
+    assert "Nothing changed" in admin.client.post("/agents/router/edit/", again, follow=True).content.decode()
+
+    again[f"{tool}-escalation"] = "soon to sre-leads"
+    again[f"{tool}-require"] = "two please"
+    page = read(admin.client.post("/agents/router/edit/", again))
+    assert "Not a requirement" in page.texts[tool]
+    versions = Agent.objects.get(name="router").current_version
+    again[f"{tool}-require"] = "1 from sre-leads"  # reads, but names a group the approvers do not
+    again[f"{tool}-escalation"] = ""
+    response = admin.client.post("/agents/router/edit/", again)
+    assert "FromEach names 'sre-leads', which is not one of the approvers" in html.unescape(response.content.decode())
+    assert Agent.objects.get(name="router").current_version == versions
