@@ -79,14 +79,7 @@ def answer_request(
     found = found.annotate(others_open=Exists(others)).defer("session__conversation")
     pending = found.get(tenant=membership.tenant, run_id=run_id, id=response.request_id)
     rid = str(pending.id)
-    rights = rights_of(membership) if pending.approvers else None
-    try:
-        refuse_unless_answerable(membership, [pending], rights)
-    except NotAnApprover as refused:
-        raise ResponseRefused(refused.code, refused.detail, refused.status) from None
-    away = rights.on_behalf_of(pending.groups)[1] if rights is not None else None
-    if away is not None:  # answered as the delegate of an away member (SPEC section 14)
-        actor = actor.acting_for(away)
+    actor = acting(membership, actor, pending)
     if response.checkpoint_id is not None:
         # At the session's latest checkpoint an answer is like any other; at an earlier one, where the request
         # was pending, it forks the session from there, whatever became of the request since (SPEC section 9).
@@ -168,6 +161,30 @@ def answer_request(
     return Outcome("accepted", rid, "The answer was stored.", str(continued.id) if continued else None)
 
 
+def acting(membership: Membership, actor: Actor, pending: PendingRequest) -> Actor:
+    """`actor` as it answers `pending`: refused (403 `not_an_approver`) outside the member's right; the delegate of
+    an away member when it answers in their right only (SPEC sections 11 and 14)."""
+    rights = rights_of(membership) if pending.approvers else None
+    try:
+        refuse_unless_answerable(membership, [pending], rights)
+    except NotAnApprover as refused:
+        raise ResponseRefused(refused.code, refused.detail, refused.status) from None
+    away = rights.on_behalf_of(pending.groups)[1] if rights is not None else None
+    return actor.acting_for(away) if away is not None else actor
+
+
+def refuse_by_requirement(actor: Actor, pending: PendingRequest, response: Response) -> None:
+    """What a request's requirement refuses (SPEC section 14): an approval from the one who asked (or their
+    delegate), and a rule remembered from one approval of several."""
+    if pending.require is None:
+        return
+    if response.approved is not False:
+        refuse_self_approval(pending, actor)
+    if response.remember and pending.approvals_required > 1:
+        detail = "The request needs several approvals: one person cannot remember a rule that would skip them."
+        raise ResponseRefused("remember_not_allowed", detail)
+
+
 def _toward_quorum(
     membership: Membership, actor: Actor, pending: PendingRequest, payload: dict[str, Any], response: Response, now: Any
 ) -> Decision | Outcome:
@@ -175,11 +192,7 @@ def _toward_quorum(
     that does not complete its quorum recorded (`recorded`, or `already_approved_by_you`); the decision that
     completes it, carrying every approval that counted."""
     rid = str(pending.id)
-    if payload.get("approved") is not False:
-        refuse_self_approval(pending, actor)
-    if response.remember and pending.approvals_required > 1:
-        detail = "The request needs several approvals: one person cannot remember a rule that would skip them."
-        raise ResponseRefused("remember_not_allowed", detail)
+    refuse_by_requirement(actor, pending, response)
     if not counts_toward_quorum(pending, payload):
         return Decision(actor, payload)
     try:

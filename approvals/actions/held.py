@@ -21,17 +21,15 @@ from django.db import IntegrityError, close_old_connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.actions.answers import Answered, answer_request, response_refusal
+from approvals.actions.answers import Answered, acting, answer_request, refuse_by_requirement, response_refusal
 from approvals.decisions import Actor, Via
 from approvals.kinds import SELECTABLE
 from approvals.models import (
     UNSETTLED,
     HeldAnswer,
     HeldState,
-    NotAnApprover,
     PendingRequest,
     RequestStatus,
-    refuse_unless_answerable,
 )
 from approvals.push import notify_requests_held, notify_requests_released
 from approvals.responses import TAKEN, Outcome, Response, ResponseRefused
@@ -128,10 +126,7 @@ def hold_answers(membership: Membership, actor: Actor, answers: list[tuple[Pendi
 def _checked(membership: Membership, actor: Actor, pending: PendingRequest, response: Response) -> Outcome | None:
     """None for an answer that may be held; else the outcome that settles it now. A request no longer open,
     or past its deadline, gets `answer_request`'s own words (and stores nothing)."""
-    try:
-        refuse_unless_answerable(membership, [pending])
-    except NotAnApprover as refused:
-        raise ResponseRefused(refused.code, refused.detail, refused.status) from None
+    refuse_by_requirement(acting(membership, actor, pending), pending, response)  # 403s and 400s now, not later
     overdue = pending.expires_at is not None and pending.expires_at <= timezone.now()
     closed = pending.status != RequestStatus.PENDING or pending.answer is not None
     if closed or overdue:

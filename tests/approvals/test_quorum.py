@@ -2,19 +2,22 @@
 
 import io
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent
-from approvals.actions import answer_request
+from approvals.actions import answer_request, apply_due
 from approvals.decisions import Actor
-from approvals.models import Approval, ApproverGroup, PendingRequest, Receipt, RequestStatus, Via
+from approvals.models import Approval, ApproverGroup, HeldAnswer, PendingRequest, Receipt, RequestStatus, Via
 from approvals.responses import Response
 from approvals.signing import sign_heads
+from tests.approvals.test_inbox_pages import HTMX
 from tests.conftest import Persona, make_persona
 from tests.helpers import assert_problem, stored_events
 
@@ -152,7 +155,7 @@ def test_a_require_must_be_reachable(admin):
 
 @pytest.mark.django_db(transaction=True)
 def test_two_completing_approvals_at_once_decide_it_once(people):
-    """sam's approval is in; sue and sid... no: two of security complete it at the same moment."""
+    """sam's approval is in; two of security complete the quorum at the same moment: one decides it."""
     tenant = people["ada"].tenant
     extra = make_persona("sal", tenant, "operator")
     ApproverGroup.objects.get(tenant=tenant, name="security").members.add(extra.user)
@@ -161,7 +164,7 @@ def test_two_completing_approvals_at_once_decide_it_once(people):
         assert respond(people["sam"], rid).json()["status"] == "recorded"
         barrier, outcomes = threading.Barrier(2), []
 
-        def approve(persona: Persona) -> None:
+        def approve(persona: Persona, barrier: threading.Barrier, outcomes: list[Any], rid: str) -> None:
             try:
                 barrier.wait()
                 actor = Actor.person(persona.user, Via.API, "session")
@@ -169,7 +172,7 @@ def test_two_completing_approvals_at_once_decide_it_once(people):
             finally:
                 connection.close()
 
-        threads = [threading.Thread(target=approve, args=(p,)) for p in (people["sue"], extra)]
+        threads = [threading.Thread(target=approve, args=(p, barrier, outcomes, rid)) for p in (people["sue"], extra)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -181,3 +184,20 @@ def test_two_completing_approvals_at_once_decide_it_once(people):
         assert len(pending.answer["approvals"]) == 2
         # The losing approval was not kept as counted toward anything: only the decided one's rows remain.
         assert Approval.objects.filter(request_id=rid).count() == 2
+
+
+def test_the_inbox_holds_each_approval_and_refuses_the_requester_at_once(people, settings):
+    """Each approval given on the card is held for its undo window (SPEC section 14), then counted; the one who asked
+    is refused before anything is held."""
+    settings.ANSWER_UNDO_SECONDS = 5
+    rid = open_deploy(people["otto"])
+    refused = people["otto"].client.post(f"/inbox/{rid}/answer/", {"decision": "approve"}, **HTMX)
+    assert "someone else must approve it" in refused.content.decode()
+    assert not HeldAnswer.objects.exists()
+    people["sam"].client.post(f"/inbox/{rid}/answer/", {"decision": "approve"}, **HTMX)
+    assert HeldAnswer.objects.get().state == "held" and not Approval.objects.exists()
+    apply_due(timezone.now() + timedelta(seconds=6))
+    assert [a.username for a in Approval.objects.all()] == ["sam"]
+    assert PendingRequest.objects.get(id=rid).status == RequestStatus.PENDING
+    card = people["sue"].client.get("/inbox/").content.decode()
+    assert "1 of 2" in card and "waiting for security" in card
