@@ -94,6 +94,9 @@ class AuditEntry:
     point: str | None = None
     enforced: bool | None = None
     version: int | None = None
+    # SPEC section 14: the away member a delegate answered for, and a quorum's approvals that decided it.
+    on_behalf_of: str | None = None
+    approvals: Any = None
 
     @property
     def label(self) -> str:
@@ -195,6 +198,8 @@ class AuditEntry:
             "point": self.point,
             "enforced": self.enforced,
             "agentVersion": self.version,
+            "onBehalfOf": self.on_behalf_of,
+            "approvals": self.approvals,
             "runId": self.run_id or None,
             "agent": self.agent,
             "sessionId": self.session_id,

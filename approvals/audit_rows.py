@@ -37,7 +37,7 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
     request_ids = [entry_id for _, entry_id, source in keys if source in (ANSWER, CLOSING)]
     event_ids = [entry_id for _, entry_id, source in keys if source in (RULE, POLICY)]
     requests = PendingRequest.objects.select_related(
-        "agent", "session", "answered_by", "closed_by", "run__version"
+        "agent", "session", "answered_by", "answered_for", "closed_by", "run__version"
     ).in_bulk(request_ids)
     events = Event.objects.select_related("run__agent", "run__session", "run__version").in_bulk(event_ids)
     undo_ids = [entry_id for _, entry_id, source in keys if source == UNDO]
@@ -114,6 +114,8 @@ def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, st
         who=pending.answered_by.username if pending.answered_by else "system",
         reason=answer.get("reason") or None,
         via=pending.answered_via,
+        on_behalf_of=pending.answered_for.username if pending.answered_for else None,
+        approvals=answer.get("approvals"),
         **_policy_of(pending),
         **_base(pending),
         **details,

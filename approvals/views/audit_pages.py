@@ -129,6 +129,8 @@ CSV_COLUMNS = (
     "runId",
     "sessionId",
     "requestId",
+    "onBehalfOf",
+    "approvals",
 )
 
 # Spreadsheets run a cell starting with one of these as a formula (OWASP "CSV injection").

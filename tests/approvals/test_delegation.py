@@ -8,6 +8,7 @@ from django.utils import timezone
 from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals.models import ApproverGroup, Away, PendingRequest, Receipt
+from tests.approvals.test_audit import exported_csv, exported_json
 from tests.conftest import Persona, make_persona
 from tests.helpers import assert_problem, stored_events
 
@@ -57,6 +58,10 @@ def test_the_delegate_answers_for_the_away_member_and_the_record_names_both(team
     run_id = str(PendingRequest.objects.get(id=rid).run_id)
     answered_event = next(e.data for e in stored_events(run_id) if e.type == "request.answered")
     assert (answered_event["answeredBy"], answered_event["onBehalfOf"]) == ("dan", "sam")
+    entry = next(e for e in exported_json(team["ada"]) if e["requestId"] == rid)
+    assert (entry["who"], entry["onBehalfOf"]) == ("dan", "sam")
+    assert next(r for r in exported_csv(team["ada"]) if r["requestId"] == rid)["onBehalfOf"] == "sam"
+    assert "for sam" in team["ada"].client.get("/audit/").content.decode()
     # An answer in one's own right names nobody else.
     own = open_request(team["otto"])
     team["ada"].api("post", f"/api/requests/{own}/responses", {"approved": True})

@@ -17,6 +17,7 @@ from approvals.decisions import Actor
 from approvals.models import Approval, ApproverGroup, HeldAnswer, PendingRequest, Receipt, RequestStatus, Via
 from approvals.responses import Response
 from approvals.signing import sign_heads
+from tests.approvals.test_audit import exported_json
 from tests.approvals.test_inbox_pages import HTMX
 from tests.conftest import Persona, make_persona
 from tests.helpers import assert_problem, stored_events
@@ -99,6 +100,9 @@ def test_two_people_one_from_each_group_decide_it(people, settings, tmp_path):
     assert [e.type for e in events].count("permission.completed") == 1
     sign_heads()
     said = io.StringIO()
+    entry = next(e for e in exported_json(people["ada"]) if e["requestId"] == rid)
+    assert [a["by"] for a in entry["approvals"]] == ["sam", "sid", "sue"]
+    assert "approved by sam, sid, sue" in people["ada"].client.get("/audit/").content.decode()
     call_command("verify_receipts", "--tenant", people["ada"].tenant.slug, stdout=said)
     assert "1 receipts verified" in said.getvalue() or "receipt verified" in said.getvalue(), said.getvalue()
 
