@@ -182,7 +182,7 @@
         known.add(runId);
         const url = settings.dataset.turnUrl.replace("00000000-0000-0000-0000-000000000000", runId);
         const page = await fetch(url, { headers: { "HX-Request": "true" } });
-        turn.outerHTML = await page.text();
+        swapTurn(turn, await page.text());
         conversation.dispatchEvent(new Event("airlock:turn"));
       }
       return true;
@@ -193,6 +193,15 @@
       busy = false;
       setBusy(false);
     }
+  }
+
+  // The server-rendered turn in the place of `turn`, its htmx attributes live (the widget's "always" asks first).
+  function swapTurn(turn, html) {
+    const template = document.createElement("template");
+    template.innerHTML = html;
+    const nodes = [...template.content.children];
+    turn.replaceWith(template.content);
+    nodes.forEach((node) => htmx.process(node));
   }
 
   // An example puts its message in the box, to send as it is or changed.
@@ -291,7 +300,7 @@
   async function rerender(turn, runId) {
     const url = settings.dataset.turnUrl.replace("00000000-0000-0000-0000-000000000000", runId);
     const page = await fetch(url, { headers: { "HX-Request": "true" } });
-    if (page.ok) turn.outerHTML = await page.text();
+    if (page.ok) swapTurn(turn, await page.text());
   }
 
   // The widgets of the requests still open (an earlier turn's, answered differently in a fork, are not).
