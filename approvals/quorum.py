@@ -101,6 +101,11 @@ def approve_toward(
         via=actor.via or "",
         auth_method=actor.decider.auth or "",
     )
+    # An approval that completes the quorum as read now is written with the decision, whose conditional update lets
+    # one of two such approvals decide (no lock needed); one that does not is counted under the request's row lock.
+    tally = _with(pending, mine, require, from_each)
+    if tally.repeated or tally.complete:
+        return tally
     with transaction.atomic():
         # The request's row lock: approvals of one request are counted one at a time (SQLite: the write lock).
         locked = PendingRequest.objects.select_for_update().filter(
@@ -108,18 +113,14 @@ def approve_toward(
         )
         if not locked.exists():
             raise PendingRequest.DoesNotExist
-        counted = _counting(list(pending.approvals.all()), arguments_digest)
-        if any(given.by_id == user.pk for given in counted):
-            return _tally(counted, require, from_each, repeated=True)
-        tally = _tally([*counted, mine], require, from_each)
-        if tally.complete:
-            tally.mine = mine
+        tally = _with(pending, mine, require, from_each)
+        if tally.repeated or tally.complete:
             return tally
         try:
             with transaction.atomic():
                 mine.save(force_insert=True)
         except IntegrityError:  # the same person's second click, committed in between
-            return _tally(counted, require, from_each, repeated=True)
+            return _tally(tally.counted[:-1], require, from_each, repeated=True)
         _record(pending, tally)
         transaction.on_commit(partial(notify_approvals, pending))
         return tally
@@ -139,6 +140,18 @@ def _record(pending: PendingRequest, tally: Tally) -> None:
     )
     log.record(recorded, agent_id=pending.asker_id)
     log.flush()
+
+
+def _with(pending: PendingRequest, mine: Approval, require: dict[str, Any], from_each: list[str]) -> Tally:
+    """The quorum as it stands with `mine` (unsaved) counted; `repeated` (without it) when its giver approved these
+    arguments before; `mine` set on it when it completes the quorum."""
+    counted = _counting(list(pending.approvals.all()), mine.arguments_digest)
+    if any(given.by_id == mine.by_id for given in counted):
+        return _tally(counted, require, from_each, repeated=True)
+    tally = _tally([*counted, mine], require, from_each)
+    if tally.complete:
+        tally.mine = mine
+    return tally
 
 
 def _counting(given: list[Approval], arguments_digest: str) -> list[Approval]:

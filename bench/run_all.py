@@ -43,6 +43,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("idle_streams", ["bench/idle_streams.py", "--window", "6"]),
     ("long_polls", ["bench/long_polls.py"]),
     ("receipts_answer", ["bench/receipts_answer.py", "--requests", "250", "--rounds", "4", "--contention", "200"]),
+    ("quorum_answer", ["bench/quorum_answer.py", "--requests", "200", "--rounds", "6"]),
     # The full measurement (a million receipts, ~2.5 min to build) is `bench/verify_receipts.py --receipts 1000000`.
     ("verify_receipts", ["bench/verify_receipts.py", "--sizes", "20000,100000"]),
     ("scale", ["bench/scale.py", "--requests", "60", "--runs", "40"]),
