@@ -178,5 +178,6 @@ def main() -> None:
         print(line + "\n")
     print(f"Wall time: {time.perf_counter() - started:.0f} s (`bench/quorum_answer.py`).")
 
+
 if __name__ == "__main__":
     main()
