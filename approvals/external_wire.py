@@ -205,10 +205,4 @@ def request_wire(pending: PendingRequest) -> dict[str, Any]:
         "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
         "approvers": pending.approvers_wire,
         "decision": decision(pending),
-        # SPEC section 14: what deciding it requires, and every approval given (those of other arguments too).
-        **(
-            {"require": pending.require, "approvals": [a.wire() for a in pending.approvals.all()]}
-            if pending.require
-            else {}
-        ),
     }

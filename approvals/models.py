@@ -382,6 +382,9 @@ class PendingRequest(models.Model):
         }
         if self.kind == RequestKind.QUESTION:
             wire |= {"question": self.message, "choices": self.choices, "allowFreeform": self.allows_freeform}
+        if self.require is not None:  # SPEC section 14: what deciding it requires, every approval given so far
+            given = [] if self._state.adding else [approval.wire() for approval in self.approvals.all()]
+            wire |= {"require": self.require, "approvals": given}
         return wire
 
 
