@@ -1,6 +1,6 @@
 """What an audit entry is and how it reads: who decided what, when and why.
 
-An entry is one of six facts, each stored elsewhere (its `source`):
+An entry is one of seven facts, each stored elsewhere (its `source`):
 - an answer: a PendingRequest with an answer (who = `answered_by`, when = `answered_at`; an external agent's
   request decided at once by its tool's mode `never` or a policy has no one, and says `via`);
 - a terminal closing: a request closed expired, cancelled or abandoned (who = who cancelled it, else "system";
@@ -12,6 +12,8 @@ An entry is one of six facts, each stored elsewhere (its `source`):
   An escalation is two entries: the verdict, and the operator's answer that lifted or confirmed it.
 - an undo: an answer given in the console and taken back in its undo window (a HeldAnswer undone; who = who
   undid it, when = `settled_at`); the request stayed pending.
+- an approval toward a quorum that did not decide it (SPEC section 14): its `request.approval_recorded` event
+  (who = the last approval's giver); the one that decides is the answer's entry, listing every approval.
 - a revocation: a rule revoked by hand, on the rules page or by `DELETE /api/rules/{id}` (who = `revoked_by`,
   when = `revoked_at`, which = the rule); no request nor run.
 
@@ -33,6 +35,7 @@ from approvals.kinds import KINDS
 from approvals.models import RequestKind, RequestStatus
 
 ANSWER, CLOSING, RULE, POLICY, UNDO, REVOCATION = "answer", "closing", "rule", "policy", "undo", "revocation"
+APPROVAL = "approval"  # an approval toward a quorum that did not decide it (SPEC section 14)
 
 # A page or an export chunk is a list of these: (when, id of the request or event, source).
 EntryKey = tuple[datetime, uuid.UUID, str]
@@ -176,9 +179,15 @@ class AuditEntry:
             "who": self.who,
             "actor": "system"
             if self.who == "system"
-            else {ANSWER: "user", CLOSING: "system", RULE: "rule", POLICY: "policy", UNDO: "user", REVOCATION: "user"}[
-                self.source
-            ],
+            else {
+                ANSWER: "user",
+                CLOSING: "system",
+                RULE: "rule",
+                POLICY: "policy",
+                UNDO: "user",
+                REVOCATION: "user",
+                APPROVAL: "user",
+            }[self.source],
             "decision": self.decision,
             "reason": self.reason,
             "via": self.via or None,
@@ -235,6 +244,7 @@ SHADOW_VERBS = {
 DECISION_LABELS = {
     **{decision: label for kind in KINDS.values() for decision, label in kind.decisions.items()},
     "approved-by-rule": "approved by rule",
+    "approval-recorded": "approved, more approvals needed",
     DecisionFilter.UNDONE: "undone",
     DecisionFilter.REVOKED: "revoked a rule",
     RequestStatus.EXPIRED: "expired",

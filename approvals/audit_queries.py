@@ -21,6 +21,7 @@ from agents.events import EventType
 from agents.models import Event
 from approvals.audit_entries import (
     ANSWER,
+    APPROVAL,
     CLOSING,
     POLICY,
     REVOCATION,
@@ -161,6 +162,17 @@ def _rule_decisions(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
     return _keys(_narrowed_events(events, criteria), F("timestamp"), RULE)
 
 
+def _approvals(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
+    """Approvals toward a quorum that did not decide it (SPEC section 14): shown with every decision, or asked for
+    by who gave them."""
+    if criteria.decision or criteria.policy:
+        return None
+    events = Event.objects.filter(run__tenant=tenant, type=EventType.REQUEST_APPROVAL_RECORDED)
+    if criteria.who:
+        events = events.filter(data__by=criteria.who)
+    return _keys(_narrowed_events(events, criteria), F("timestamp"), APPROVAL)
+
+
 def _policy_verdicts(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
     if criteria.decision and criteria.decision not in POLICY_FILTERS:
         return None
@@ -226,6 +238,7 @@ def entry_keys(tenant: Tenant, criteria: Criteria, after: EntryKey | None = None
         (_policy_verdicts, POLICY),
         (_undos, UNDO),
         (_revocations, REVOCATION),
+        (_approvals, APPROVAL),
     ):
         branch = build(tenant, criteria)
         if branch is None:

@@ -10,6 +10,7 @@ from agents.events import EventType
 from agents.models import Event
 from approvals.audit_entries import (
     ANSWER,
+    APPROVAL,
     CLOSING,
     POLICY,
     REVOCATION,
@@ -35,7 +36,7 @@ SESSION_DELETED = "The session was deleted."
 def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
     """The entries of `keys`, in their order, with a fixed number of queries whatever their number."""
     request_ids = [entry_id for _, entry_id, source in keys if source in (ANSWER, CLOSING)]
-    event_ids = [entry_id for _, entry_id, source in keys if source in (RULE, POLICY)]
+    event_ids = [entry_id for _, entry_id, source in keys if source in (RULE, POLICY, APPROVAL)]
     requests = PendingRequest.objects.select_related(
         "agent", "session", "answered_by", "answered_for", "closed_by", "run__version"
     ).in_bulk(request_ids)
@@ -54,7 +55,9 @@ def entries(tenant: Tenant, keys: Sequence[EntryKey]) -> list[AuditEntry]:
     deciding = _rules_of(tenant, [event for event in events.values() if event.type == EventType.REQUEST_ANSWERED])
     found: list[AuditEntry] = []
     for when, entry_id, source in keys:
-        if source == RULE and entry_id in events:
+        if source == APPROVAL and entry_id in events:
+            found.append(_approval_entry(events[entry_id]))
+        elif source == RULE and entry_id in events:
             found.append(_rule_entry(events[entry_id], deciding))
         elif source == POLICY and entry_id in events:
             found.append(_policy_entry(events[entry_id]))
@@ -179,6 +182,31 @@ def _rule_entry(event: Event, rules: dict[str, Rule]) -> AuditEntry:
         agent=event.run.agent.name,
         session_id=event.run.session.key if event.run.session else None,
         rule_id=rule_id,
+    )
+
+
+def _approval_entry(event: Event) -> AuditEntry:
+    """An approval toward a quorum that did not decide it: its giver, and how the count stood."""
+    data = event.data if isinstance(event.data, dict) else {}
+    given = data.get("approvals") or [{}]
+    latest = given[-1]
+    return AuditEntry(
+        when=event.timestamp,
+        source=APPROVAL,
+        decision="approval-recorded",
+        who=data.get("by") or latest.get("by"),
+        reason=f"{len(given)} of {data.get('required')} approvals"
+        + (f", waiting for {' and '.join(data['waitingFor'])}" if data.get("waitingFor") else ""),
+        via="",
+        request_id=data.get("requestId"),
+        request_kind=RequestKind.APPROVAL,
+        tool_name=str(data.get("toolName") or ""),
+        arguments=None,
+        run_id=str(event.run_id),
+        agent=event.run.agent.name,
+        session_id=event.run.session.key if event.run.session else None,
+        on_behalf_of=latest.get("onBehalfOf"),
+        approvals=given,
     )
 
 

@@ -133,10 +133,12 @@ def _record(pending: PendingRequest, tally: Tally) -> None:
     log = EventLog.resume(run)
     recorded = RequestApprovalRecorded(
         requestId=str(pending.id),
+        by=tally.by[-1],
         toolCallId=pending.call_id if pending.tool_name else None,
         toolName=pending.tool_name or None,
         approvals=[ApprovalGiven(**given.wire()) for given in tally.counted],
         required=tally.required,
+        waitingFor=tally.missing or None,
     )
     log.record(recorded, agent_id=pending.asker_id)
     log.flush()

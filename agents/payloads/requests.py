@@ -124,10 +124,12 @@ class RequestApprovalRecorded(Payload):
 
     type = EventType.REQUEST_APPROVAL_RECORDED
     requestId: str
+    by: str = Field(description="who gave this approval (the last of `approvals`)")
     toolCallId: str | None = optional()
     toolName: str | None = optional()
     approvals: list[ApprovalGiven] = Field(description="the approvals that count now, in order")
     required: int
+    waitingFor: list[str] | None = optional(description="the groups of `fromEach` none of them is from yet")
 
 
 class RequestAnswered(Payload):

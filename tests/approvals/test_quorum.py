@@ -100,8 +100,15 @@ def test_two_people_one_from_each_group_decide_it(people, settings, tmp_path):
     assert [e.type for e in events].count("permission.completed") == 1
     sign_heads()
     said = io.StringIO()
-    entry = next(e for e in exported_json(people["ada"]) if e["requestId"] == rid)
-    assert [a["by"] for a in entry["approvals"]] == ["sam", "sid", "sue"]
+    entries = [e for e in exported_json(people["ada"]) if e["requestId"] == rid]
+    assert [(e["who"], e["decision"], e["reason"]) for e in entries] == [
+        ("sue", "approved", None),
+        ("sid", "approval-recorded", "2 of 2 approvals, waiting for security"),
+        ("sam", "approval-recorded", "1 of 2 approvals, waiting for security"),
+    ]
+    assert [a["by"] for a in entries[0]["approvals"]] == ["sam", "sid", "sue"]
+    assert [e["requestId"] for e in exported_json(people["ada"], "?format=json&who=sid")] == [rid]
+    assert exported_json(people["ada"], "?format=json&decision=denied") == []
     assert "approved by sam, sid, sue" in people["ada"].client.get("/audit/").content.decode()
     call_command("verify_receipts", "--tenant", people["ada"].tenant.slug, stdout=said)
     assert "1 receipts verified" in said.getvalue() or "receipt verified" in said.getvalue(), said.getvalue()
