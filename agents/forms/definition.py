@@ -26,6 +26,7 @@ from agents.forms.definition_fields import (
     HOSTED_KEPT,
     KEPT_FIELDS,
     KIND_FIELDS,
+    KIND_SAID,
     RUNTIME_SECTIONS,
     SECTIONS,
     TEXTAREAS,
@@ -38,7 +39,6 @@ from agents.forms.definition_fields import (
 from agents.forms.hooks import PolicyEditor
 from agents.forms.requirement_text import read_escalation, read_require
 from agents.request_kinds import KIND_NAMES
-from agents.requirements import approver_list
 from console.connections import ConnectionSpec
 from console.rows import Row, clean_text
 
@@ -59,7 +59,10 @@ class DefinitionForm:
 
     @classmethod
     def blank(cls) -> "DefinitionForm":
-        values = dict.fromkeys([*TOP_FIELDS, *KIND_FIELDS], "") | {"model_connection": "scripted", "runtime": "hosted"}
+        values = dict.fromkeys([*TOP_FIELDS, *KIND_FIELDS, *KIND_SAID], "") | {
+            "model_connection": "scripted",
+            "runtime": "hosted",
+        }
         return cls(values, {section: [] for section in SECTIONS})
 
     @classmethod
@@ -69,7 +72,9 @@ class DefinitionForm:
         `editing` is the current version of an agent being edited: a post cannot change its name, and what
         the form does not show (its model-call limit, sub-agents) is kept from it.
         """
-        values = {name: clean_text(data.get(name, ""), name in TEXTAREAS) for name in [*TOP_FIELDS, *KIND_FIELDS]}
+        values = {
+            name: clean_text(data.get(name, ""), name in TEXTAREAS) for name in [*TOP_FIELDS, *KIND_FIELDS, *KIND_SAID]
+        }
         values["runtime"] = values["runtime"] or "hosted"  # a post from before runtimes (or by hand) is hosted
         if editing is not None:
             values["name"] = editing.name
@@ -177,9 +182,10 @@ class DefinitionForm:
         } | self._routing()
 
     @property
-    def kind_routing(self) -> list[tuple[str, str, str, str, bool]]:
-        """Each request kind's select: its field, label, chosen group ("" for anyone), error, and whether only a
-        hosted agent opens requests of that kind."""
+    def kind_routing(self) -> list[tuple[str, str, str, str, bool, list[tuple[str, str, str, str, str]]]]:
+        """Each request kind's select: its field, label, chosen group ("" for anyone), error, whether only a
+        hosted agent opens requests of that kind, and the inputs of what deciding them takes (name, label,
+        example, value, error)."""
         return [
             (
                 field,
@@ -187,6 +193,13 @@ class DefinitionForm:
                 self.values[field],
                 self.errors.get(field, ""),
                 KIND_NAMES[kind].hosted_only,
+                [
+                    (name, label, example, self.values[name], self.errors.get(name, ""))
+                    for name, label, example in (
+                        (f"{kind}_require", "Approvals required", "requires: 2 from sre, security"),
+                        (f"{kind}_escalation", "Escalation", "escalation: 15m to sre-leads; 1h deny"),
+                    )
+                ],
             )
             for field, kind in KIND_FIELDS.items()
         ]
@@ -206,19 +219,28 @@ class DefinitionForm:
         for row in self.rows["escalations"]:
             if not row.values["approvers"]:
                 row.errors["approvers"] = "Choose the group that answers these escalations."
+        for field, kind in KIND_FIELDS.items():
+            if not self.values[field] and (self.values[f"{kind}_require"] or self.values[f"{kind}_escalation"]):
+                self.errors[field] = "Choose the group that answers these requests: what it takes is theirs."
         return {
             "escalations": [
                 _requirements({"binding": row.values["binding"] or None, "approvers": row.values["approvers"]}, row)
                 for row in self.rows["escalations"]
             ],
             "requestKinds": [
-                {"kind": KIND_FIELDS[field], "approvers": self.values[field]} for field in self.routed_kinds
+                _said(
+                    {"kind": KIND_FIELDS[field], "approvers": self.values[field]},
+                    self.values,
+                    self.errors,
+                    field.removesuffix("approvers"),
+                )
+                for field in self.routed_kinds
             ],
         }
 
     def _keep(self, wire: dict[str, Any]) -> dict[str, Any]:
-        """`wire` with the top-level fields the edited version had and the form does not show (KEPT_FIELDS), and
-        the routing's lists of groups and `require` (SPEC section 14), which the form shows but does not edit."""
+        """`wire` with the top-level fields the edited version had and the form does not show (KEPT_FIELDS); a
+        routing's list of groups (a select's value, comma-joined) as the list it is."""
         for section in ROUTED_KEYS:
             for item in wire.get(section) or []:
                 if isinstance(item.get("approvers"), str) and "," in item["approvers"]:
@@ -226,12 +248,6 @@ class DefinitionForm:
         if self.kept is None:
             return wire
         kept = self.kept.wire()
-        for section, key in KEPT_ROUTING.items():
-            required = {item.get(key): item for item in kept.get(section) or [] if "require" in item}
-            for item in wire.get(section) or []:
-                was = required.get(item.get(key))
-                if was is not None and approver_list(was.get("approvers")) == approver_list(item.get("approvers")):
-                    item["require"] = was["require"]
         external = wire.get("runtime") == "external"
         return wire | {key: kept[key] for key in KEPT_FIELDS if key in kept and not (external and key in HOSTED_KEPT)}
 
@@ -364,9 +380,6 @@ class DefinitionForm:
 
 # The wire's routed sections.
 ROUTED_KEYS = ("tools", "clientTools", "mcpServers", "escalations", "requestKinds")
-# Those whose requirement and escalation the form does not edit (the request kinds' selects), and the key that names
-# an item of each across versions: kept from the version being edited.
-KEPT_ROUTING = {"requestKinds": "kind"}
 
 
 def _mcp_server(row: Row) -> dict[str, Any]:
@@ -383,13 +396,18 @@ def _routed(item: dict[str, Any], row: Row) -> dict[str, Any]:
 
 
 def _requirements(item: dict[str, Any], row: Row) -> dict[str, Any]:
-    """`item` with the row's `require` and `escalation` as its two inputs say them (SPEC section 14); an input that
-    does not read is an error beside it."""
+    """`item` with the row's `require` and `escalation` as its two inputs say them (SPEC section 14)."""
+    return _said(item, row.values, row.errors, "")
+
+
+def _said(item: dict[str, Any], values: dict[str, str], errors: dict[str, str], prefix: str) -> dict[str, Any]:
+    """`item` with `require` and `escalation` as the inputs `<prefix>require` and `<prefix>escalation` of `values`
+    say them; an input that does not read is an error beside it (in `errors`)."""
     for name, read in (("require", read_require), ("escalation", read_escalation)):
         try:
-            said = read(row.values[name])
+            said = read(values[prefix + name])
         except ValueError as error:
-            row.errors[name] = str(error)
+            errors[prefix + name] = str(error)
             continue
         if said is not None:
             item[name] = said

@@ -101,6 +101,8 @@ FIELD_BY_PATH = {path: name for name, path in TOP_FIELDS.items()} | {"model": "m
 # The approvers select of each request kind (`requestKinds` on the wire), labelled by the requests it routes
 # (`KIND_NAMES`).
 KIND_FIELDS = {f"{kind}_approvers": kind for kind in REQUEST_KINDS}
+# And the inputs of what deciding those requests takes (SPEC section 14; agents/forms/requirement_text.py).
+KIND_SAID = [f"{kind}_{part}" for kind in REQUEST_KINDS for part in ("require", "escalation")]
 # What the form does not show, kept from the version being edited (the API changes them).
 KEPT_FIELDS = ("maxModelCalls", "subAgents")
 HOSTED_KEPT = {"subAgents"}  # an external agent has none: switching to external drops them
@@ -145,7 +147,10 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
         "model_name": model.name or "",
         "hooks": hooks_text(content.hooks),
     } | {field: "" for field in KIND_FIELDS}
-    values |= {f"{routing.kind}_approvers": _groups(routing.approvers) for routing in content.request_kinds}
+    values |= {field: "" for field in KIND_SAID}
+    for routing in content.request_kinds:
+        values[f"{routing.kind}_approvers"] = _groups(routing.approvers)
+        values |= {f"{routing.kind}_{part}": said for part, said in _said(routing).items()}
     rows = {
         "cultures": [
             SECTIONS["cultures"].new(culture=culture, instructions=text)

@@ -212,3 +212,21 @@ def test_it_edits_what_deciding_takes_and_the_escalation_and_keeps_them_unchange
     response = admin.client.post("/agents/router/edit/", again)
     assert "FromEach names 'sre-leads', which is not one of the approvers" in html.unescape(response.content.decode())
     assert Agent.objects.get(name="router").current_version == versions
+
+
+def test_a_request_kind_takes_a_requirement_and_an_escalation_too(admin, routed):
+    call_command("create_group", "sre-leads", "--tenant", "acme")
+    data = browser_post(admin.client.get("/agents/router/edit/"))
+    data |= {"question_require": "2", "question_escalation": "1h to sre-leads; 2h expire"}
+    data |= {"plan_require": "2"}  # no group chosen for plans: refused beside the select
+
+    page = read(admin.client.post("/agents/router/edit/", data))
+    assert "Choose the group that answers these requests" in page.texts["id_plan_approvers-field"]
+    data["plan_require"] = ""
+    admin.client.post("/agents/router/edit/", data)
+
+    routing = Agent.objects.get(name="router").current.definition.routing_for("question", "")
+    assert (routing.approvers, routing.require) == ("legal", {"approvals": 2, "fromEach": [], "selfApproval": False})
+    assert routing.escalation == [{"after": "1h", "to": ["sre-leads"]}, {"after": "2h", "then": "expire"}]
+    again = browser_post(admin.client.get("/agents/router/edit/"))
+    assert (again["question_require"], again["question_escalation"]) == ("2", "1h to sre-leads; 2h expire")
