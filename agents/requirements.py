@@ -215,6 +215,11 @@ class Routing:
         )
 
 
+def needs_several(require: dict[str, Any] | None) -> bool:
+    """Whether a stored requirement takes more than one person's approval: no remembered rule may stand for it."""
+    return require is not None and (int(require.get("approvals", 1)) > 1 or bool(require.get("fromEach")))
+
+
 def next_step_at(steps: list[dict[str, Any]] | None, opened_at: Any, step: int) -> Any:
     """When step `step` of a request's stored escalation is due (from its opening); None when it has no such step."""
     if not steps or step >= len(steps) or opened_at is None:

@@ -22,6 +22,7 @@ from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
 from agents.payloads import Abort, DocumentAttached, RequestTerminated, RunCancelled, RunStarted, UserMessage
 from agents.policies import PolicyScope
 from agents.prepare import PreparedRun, RunRejected, refuse_if_busy_or_gone
+from agents.requirements import needs_several
 from agents.turns import hold_here, holding
 from approvals.decisions import Actor, Decision, Via, announced_together, carry, carry_closed, decide
 from approvals.kinds import close, closed, hand_over, to_engine
@@ -180,9 +181,12 @@ def begin_queued(prepared: PreparedRun, run: Run, log: EventLog, carried: list[P
 def active_rules(agent: Agent, version: AgentVersion, session: Session | None) -> list[Rule]:
     """The rules a turn of `version` in `session` may consult, in one query: in force (not revoked, not expired)
     and remembered "always" or in this session (none to read when no tool asks in mode `always`)."""
-    if not version.definition.consults_rules:
+    content = version.definition
+    if not content.consults_rules:
         return []
-    return list(rules_in_force(agent, session))
+    # A rule is one person's say: none stands for a tool whose approvals need several (SPEC section 14).
+    rules = list(rules_in_force(agent, session))
+    return [r for r in rules if not needs_several(content.routing_for("approval", r.tool_name).require)]
 
 
 def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from agents.events import EventLog
 from agents.models import Run
 from agents.payloads import ApprovalGiven, RequestApprovalRecorded
+from agents.requirements import needs_several
 
 if TYPE_CHECKING:
     from approvals.decisions import Actor
@@ -59,9 +60,7 @@ class Tally:
 
 def counts_toward_quorum(pending: PendingRequest, answer: dict[str, Any]) -> bool:
     """Whether `answer` is an approval that the request's requirement does not let decide alone."""
-    require = pending.require or {}
-    needed = int(require.get("approvals", 1)) > 1 or bool(require.get("fromEach"))
-    return needed and answer.get("approved") is True
+    return needs_several(pending.require) and answer.get("approved") is True
 
 
 def refuse_self_approval(pending: PendingRequest, actor: "Actor") -> None:
@@ -169,7 +168,7 @@ def standing(pending: PendingRequest) -> Tally | None:
     """Where `pending`'s quorum stands (the card, the API): the count on the arguments last approved; None for a
     request one answer decides."""
     require = pending.require or {}
-    if not (int(require.get("approvals", 1)) > 1 or require.get("fromEach")):
+    if not needs_several(pending.require):
         return None
     given = list(pending.approvals.all())
     counted = _counting(given, given[-1].arguments_digest) if given else []

@@ -212,3 +212,22 @@ def test_the_inbox_holds_each_approval_and_refuses_the_requester_at_once(people,
     assert PendingRequest.objects.get(id=rid).status == RequestStatus.PENDING
     card = people["sue"].client.get("/inbox/").content.decode()
     assert "1 of 2" in card and "waiting for security" in card
+
+
+def test_a_rule_remembered_before_the_requirement_does_not_skip_the_quorum(people):
+    """A rule is one person's say (SPEC section 14): once the tool needs two approvals, no rule stands for them."""
+    ada = people["ada"]
+    plain = {**DEPLOY, "approvers": None, "require": None}
+    plain = {key: value for key, value in plain.items() if value is not None}
+    assert ada.api("put", "/api/agents/releaser", {"name": "releaser", "runtime": "external", "tools": [plain]}).status_code == 200
+    rid = open_deploy(people["otto"])
+    assert respond(ada, rid, remember="always").json()["status"] == "accepted"
+    decided = people["otto"].api(
+        "post", "/api/agents/releaser/requests", {"toolName": "deploy", "arguments": {"service": "billing"}}
+    )
+    assert decided.json()["status"] == "decided"  # the rule decides while one approval is enough
+    assert ada.api("put", "/api/agents/releaser", {"name": "releaser", "runtime": "external", "tools": [DEPLOY]}).status_code == 200
+    asked = people["otto"].api(
+        "post", "/api/agents/releaser/requests", {"toolName": "deploy", "arguments": {"service": "billing"}}
+    )
+    assert asked.json()["status"] == "pending", asked.content
