@@ -219,14 +219,15 @@ def test_a_rule_remembered_before_the_requirement_does_not_skip_the_quorum(peopl
     ada = people["ada"]
     plain = {**DEPLOY, "approvers": None, "require": None}
     plain = {key: value for key, value in plain.items() if value is not None}
-    assert ada.api("put", "/api/agents/releaser", {"name": "releaser", "runtime": "external", "tools": [plain]}).status_code == 200
+    put = {"name": "releaser", "runtime": "external", "tools": [plain]}
+    assert ada.api("put", "/api/agents/releaser", put).status_code == 200
     rid = open_deploy(people["otto"])
     assert respond(ada, rid, remember="always").json()["status"] == "accepted"
     decided = people["otto"].api(
         "post", "/api/agents/releaser/requests", {"toolName": "deploy", "arguments": {"service": "billing"}}
     )
     assert decided.json()["status"] == "decided"  # the rule decides while one approval is enough
-    assert ada.api("put", "/api/agents/releaser", {"name": "releaser", "runtime": "external", "tools": [DEPLOY]}).status_code == 200
+    assert ada.api("put", "/api/agents/releaser", put | {"tools": [DEPLOY]}).status_code == 200
     asked = people["otto"].api(
         "post", "/api/agents/releaser/requests", {"toolName": "deploy", "arguments": {"service": "billing"}}
     )
