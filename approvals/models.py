@@ -99,7 +99,8 @@ class NotAnApprover(Exception):
 
     def __init__(self, pending: "PendingRequest") -> None:
         self.pending = pending
-        self.detail = f"The request is for {pending.approvers_label}: only members of that group and admins answer it."
+        groups = "those groups" if len(pending.groups) > 1 else "that group"
+        self.detail = f"The request is for {pending.approvers_label}: only members of {groups} and admins answer it."
         super().__init__(self.detail)
 
     @property

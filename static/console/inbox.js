@@ -158,9 +158,12 @@
   // A quorum's approvals (SPEC section 14): the card's line says them; a card not shown (its approver's, held) comes back.
   function approvals(id, html) {
     const card = document.getElementById(`request-${id}`);
-    const line = parse(html).querySelector(`#request-${id} [data-approvals]`);
-    if (!card) insert(html);
-    else if (line && card.querySelector("[data-approvals]")) card.querySelector("[data-approvals]").replaceWith(line);
+    if (!card) return insert(html);
+    const fresh = parse(html).getElementById(`request-${id}`);
+    ["[data-approvals]", ".row-quorum"].forEach((part) => {
+      const now = fresh && fresh.querySelector(part);
+      if (now && card.querySelector(part)) card.querySelector(part).replaceWith(now);
+    });
   }
 
   // "claimed by ada" on the card in every inbox; the claimer's own button offers the release.

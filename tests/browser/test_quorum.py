@@ -43,7 +43,8 @@ def team(server: Server) -> dict[str, str]:
     opened = Api(server.url, otto.strip()).ok("POST", "/api/agents/releaser/requests", {"toolName": "deploy"})
     said = Api(server.url, sam.strip()).ok("POST", f"/api/requests/{opened['requestId']}/responses", {"approved": True})
     assert said["status"] == "recorded", said
-    return names | {"request": opened["requestId"]}
+    later = Api(server.url, otto.strip()).ok("POST", "/api/agents/releaser/requests", {"toolName": "deploy"})
+    return names | {"request": opened["requestId"], "later": later["requestId"], "sam_token": sam.strip()}
 
 
 def test_a_quorum_card_says_how_it_stands(
@@ -55,7 +56,15 @@ def test_a_quorum_card_says_how_it_stands(
     expect(card.locator("[data-approvals]")).to_have_text(f"1 of 2 · {team['sam']} · waiting for security")
     expect(card.locator("[data-escalation]")).to_contain_text("denied unless decided before")
     expect(card).to_contain_text("for sre or security")
+    expect(card.locator(".row-quorum")).to_have_text("1 of 2")
     assert violations(page, axe_source) == []
+    # An approval given elsewhere reaches the open inbox: the card's line and its row say it.
+    later = page.locator(f"#request-{team['later']}")
+    expect(later.locator(".row-quorum")).to_have_text("0 of 2")
+    origin = "/".join(page.url.split("/", 3)[:3])
+    Api(origin, team["sam_token"]).ok("POST", f"/api/requests/{team['later']}/responses", {"approved": True})
+    expect(later.locator(".row-quorum")).to_have_text("1 of 2")
+    expect(later.locator("[data-approvals]")).to_have_text(f"1 of 2 · {team['sam']} · waiting for security")
 
 
 def test_a_member_marks_themselves_away_and_the_form_edits_a_requirement(

@@ -24,6 +24,7 @@ from agents.payloads import (
     PermissionRequested,
     PolicyAsk,
 )
+from agents.requirements import needs_several
 from agents.rule_matching import arguments_hash
 from agents.server_tools import REGISTRY
 from approvals.decisions import note_remembered
@@ -53,8 +54,9 @@ class Approval(Kind):
         return said + (" and remembered the rule" if given.get("remember") else "")
 
     def remembers(self, pending: PendingRequest) -> bool:
-        """Never for a tool that asks every time, nor for a policy's escalation."""
-        return pending.policy is None and pending.approval_mode != "every_time"
+        """Never for a tool that asks every time, a policy's escalation, nor a request whose approvals need several
+        (one person's rule would skip them, SPEC section 14)."""
+        return pending.policy is None and pending.approval_mode != "every_time" and not needs_several(pending.require)
 
     def answer(
         self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None = None
