@@ -316,7 +316,7 @@
     const closed = envelope.type === "request.terminated" ? data.kind : null;
     const how = closed ? `Closed: ${closed}` : decided.get(data.requestId) || "Answered";
     const when = new Date(envelope.timestamp).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
-    const note = el("p", "answered-elsewhere muted", `${how}${data.answeredBy ? ` by ${data.answeredBy}` : ""} · ${when}`);
+    const note = el("p", "answered-elsewhere muted", `${how}${data.answeredBy ? ` by ${data.answeredBy}` : ""}${data.onBehalfOf ? ` for ${data.onBehalfOf}` : ""} · ${when}`);
     box.replaceWith(note);
     if (turn && !closed) turn.dataset.answered = "true";
     const waiting = turn && !openWidgets(turn).length && turn.querySelector(".reply.muted");

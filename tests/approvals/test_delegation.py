@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from agents.definitions import DefinitionContent
@@ -58,6 +59,8 @@ def test_the_delegate_answers_for_the_away_member_and_the_record_names_both(team
     run_id = str(PendingRequest.objects.get(id=rid).run_id)
     answered_event = next(e.data for e in stored_events(run_id) if e.type == "request.answered")
     assert (answered_event["answeredBy"], answered_event["onBehalfOf"]) == ("dan", "sam")
+    run_page = " ".join(team["ada"].client.get(reverse("run", args=[run_id])).content.decode().split())
+    assert "Answered by <strong>dan</strong> for <strong>sam</strong>" in run_page
     entry = next(e for e in exported_json(team["ada"]) if e["requestId"] == rid)
     assert (entry["who"], entry["onBehalfOf"]) == ("dan", "sam")
     assert next(r for r in exported_csv(team["ada"]) if r["requestId"] == rid)["onBehalfOf"] == "sam"
