@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from approvals.actions import apply_due
 from approvals.models import Receipt
+from tests.approvals.test_audit import exported_json
 from tests.approvals.test_inbox_pages import HTMX, answer, ask, mailer, request_id  # noqa: F401
 
 LATER = timedelta(seconds=6)
@@ -69,3 +70,16 @@ def test_an_approval_without_words_has_no_reason(operator):
     operator.api("post", f"/api/requests/{rid}/responses", {"approved": True})
 
     assert receipt_of(rid)["reason"] is None
+
+
+def test_a_trial_page_answer_keeps_the_session_sign_in_the_reason_and_says_trial(operator):
+    """The trial page answers with the card's widget, posted with `via=trial` (static/console/trial.js)."""
+    rid = request_id(ask(operator))
+
+    answer(operator, rid, {"decision": "deny", "reason": "wrong recipient", "via": "trial"}, htmx=True)
+    apply_due(timezone.now() + LATER)
+
+    receipt = receipt_of(rid)
+    assert (receipt["authMethod"], receipt["reason"]) == ("session", "wrong recipient")
+    entry = next(e for e in exported_json(operator) if e["requestId"] == rid)
+    assert (entry["who"], entry["via"], entry["reason"]) == (operator.user.username, "trial", "wrong recipient")
