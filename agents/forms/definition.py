@@ -196,7 +196,7 @@ class DefinitionForm:
                 [
                     (name, label, example, self.values[name], self.errors.get(name, ""))
                     for name, label, example in (
-                        (f"{kind}_require", "Approvals required", "requires: 2 from sre, security"),
+                        (f"{kind}_require", "Requires", "requires: 2 from sre, security"),
                         (f"{kind}_escalation", "Escalation", "escalation: 15m to sre-leads; 1h deny"),
                     )
                 ],

@@ -9,7 +9,7 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.conftest import Server
 from tests.processes.cluster import Api
@@ -63,6 +63,15 @@ def open_inbox(page: Page, agent: str | None = None) -> None:
     re-synced after connecting."""
     page.goto(f"/inbox/?agent={agent}" if agent else "/inbox/")
     expect(page.locator("#inbox-list")).to_have_attribute("data-synced", "true")
+
+
+def opened(card: Locator) -> Locator:
+    """`card`, its body open: on a phone a card is a row until tapped (inbox.js), elsewhere it is shown as it is."""
+    row = card.locator("[data-card-row]")
+    if row.is_visible() and row.get_attribute("aria-expanded") != "true":
+        row.click()
+        expect(row).to_have_attribute("aria-expanded", "true")
+    return card
 
 
 def expect_count(page: Page, count: int) -> None:

@@ -84,9 +84,9 @@ def test_a_member_marks_themselves_away_and_the_form_edits_a_requirement(
     admin = sign_in(team["ada"])
     admin.goto(f"{origin}/agents/releaser/edit/")
     row = admin.locator("tr[id^='external_tools-']").first
-    expect(row.get_by_label("Approvals required")).to_have_value("2 from sre, security")
+    expect(row.get_by_label("Requires")).to_have_value("2 from sre, security")
     expect(row.get_by_label("Escalation")).to_have_value("1h deny")
-    row.get_by_label("Approvals required").fill("3 from sre, security")
+    row.get_by_label("Requires").fill("3 from sre, security")
     row.get_by_label("Escalation").fill("10m to sre; 1h deny")
     assert violations(admin, axe_source) == []
     admin.get_by_role("button", name="Save").first.click()

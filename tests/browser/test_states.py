@@ -14,7 +14,7 @@ from playwright.sync_api import Page, Request, expect
 
 from tests.browser.axe import violations
 from tests.browser.conftest import PHONE, Server, overflow
-from tests.browser.test_inbox import SEND, open_inbox, run
+from tests.browser.test_inbox import SEND, open_inbox, opened, run
 from tests.processes.cluster import PASSWORD, Api, Cluster, free_port, new_cluster, wait_for
 
 pytestmark = pytest.mark.browser
@@ -100,7 +100,7 @@ def test_a_signed_out_click_says_so_and_offers_to_sign_in(logged_in: Page, serve
     page.set_viewport_size(PHONE)
     rid = waiting_request(ada)
     open_inbox(page)
-    card = page.locator(f"#request-{rid}")
+    card = opened(page.locator(f"#request-{rid}"))
     # The session ends (signed out elsewhere, expired): the browser keeps the page and its CSRF cookie.
     page.context.clear_cookies(name="sessionid")
 

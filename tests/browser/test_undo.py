@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.axe import violations
 from tests.browser.conftest import PHONE, Server, overflow
-from tests.browser.test_inbox import SEND, continuation_of, create_agent, open_inbox, run
+from tests.browser.test_inbox import SEND, continuation_of, create_agent, open_inbox, opened, run
 from tests.browser.test_trial import SEND as TRIAL_SEND
 from tests.browser.test_trial import create_agent as create_trial_agent
 from tests.browser.test_trial import send
@@ -102,9 +102,9 @@ def test_an_answer_not_undone_applies_when_its_window_closes(
     asked = run(api["otto"], agent, SEND, uuid4().hex)
     started = time.monotonic()
 
-    page.locator(f"#request-{asked['pendingRequests'][0]['requestId']}").get_by_role(
-        "button", name="Approve", exact=True
-    ).click()
+    card = page.locator(f"#request-{asked['pendingRequests'][0]['requestId']}")
+    expect(card).to_be_visible()
+    opened(card).get_by_role("button", name="Approve", exact=True).click()
 
     notice = page.locator(".undo-notice")
     expect(notice).to_contain_text("Approved send_email · Undo")

@@ -179,6 +179,9 @@ verdict := {{"decision": "deny", "reason": "counted"}} if {{
 	count([1 | some x in numbers.range(1, n); some y in numbers.range(1, 100)]) < 0
 }}
 """
+# Costly for a message that says "minutes" only: saving evaluates a policy at a sample message, within the same
+# budget, and refuses one that runs past it (issue 50 item 3).
+COSTLY_FOR_MINUTES = COSTLY_TO_EVALUATE.replace("> 3", '> 3\n\tcontains(input.policy_target.value.content, "minutes")')
 
 
 def unique(rego: str) -> str:
@@ -226,9 +229,7 @@ def worker_pids() -> set[int]:
 
 def test_it_denies_an_evaluation_past_its_budget_and_stops_its_work(admin, settings):
     settings.POLICY_EVAL_BUDGET_MS = 300
-    # Costly for the long message only: saving evaluates the policy at a sample message, within the same budget.
-    costly = COSTLY_TO_EVALUATE.replace("> 3", '> 3\n\tcontains(input.policy_target.value.content, "minutes")')
-    make_agent(admin, hooks=hooks_of(INPUT_ONLY, unique(costly)))
+    make_agent(admin, hooks=hooks_of(INPUT_ONLY, unique(COSTLY_FOR_MINUTES)))
     assert run_ok(admin, {"message": "hi"})["status"] == "completed"  # a short message costs nothing
     before = worker_pids()
 

@@ -14,7 +14,7 @@ import pytest
 from agent_hooks import AgentContextBuilder
 
 from tests.policies.test_policy_fairness import ALLOW, MESSAGE
-from tests.policies.test_policy_sandbox import COSTLY_TO_EVALUATE, INPUT_ONLY, hooks_of
+from tests.policies.test_policy_sandbox import COSTLY_FOR_MINUTES, INPUT_ONLY, hooks_of
 from tests.processes.cluster import PASSWORD, Api, manage_all, new_cluster
 
 pytestmark = pytest.mark.processes
@@ -54,7 +54,7 @@ def test_it_keeps_another_tenants_allows_fast_while_one_floods_a_costly_policy(t
         )
         console = cluster.serve()
         acme, globex = Api(console.url, token_a.strip()), Api(console.url, token_b.strip())
-        acme.ok("POST", "/api/agents", agent("counter", COSTLY_TO_EVALUATE))
+        acme.ok("POST", "/api/agents", agent("counter", COSTLY_FOR_MINUTES))
         globex.ok("POST", "/api/agents", agent("greeter", ALLOW))
         quiet = [intercept(globex, "greeter", "hello") for _ in range(10)]
         assert {said for said, _ in quiet} == {"allow"}
