@@ -571,3 +571,17 @@ def database_label() -> str:
 
 def python_line() -> str:
     return f"Python {platform.python_version()}"
+
+
+def per_database(script: str, databases: list[str]) -> dict[str, dict[str, Any]]:
+    """Run `script` again with this process's arguments and `--child <database>` for each database, each in a process
+    of its own (Django is set up once per process); the JSON each printed last, by database."""
+    results: dict[str, dict[str, Any]] = {}
+    for database in databases:
+        command = [sys.executable, script, *sys.argv[1:], "--child", database]
+        done = subprocess.run(command, capture_output=True, text=True, env=os.environ, check=False)
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr)
+            raise SystemExit(f"{database}: failed")
+        results[database] = json.loads(done.stdout.strip().splitlines()[-1])
+    return results

@@ -16,8 +16,6 @@ Usage: .venv/bin/python bench/quorum_answer.py [--requests 300] [--rounds 6] [--
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ from bench.common import (
     bench_env,
     database_label,
     median,
+    per_database,
     percentile,
     pg_database,
     python_line,
@@ -141,14 +140,7 @@ def main() -> None:
         child(args, args.child)
         return
     started = time.perf_counter()
-    results: dict[str, dict[str, Any]] = {}
-    for database in args.databases.split(","):
-        command = [sys.executable, __file__, *sys.argv[1:], "--child", database]
-        done = subprocess.run(command, capture_output=True, text=True, env=os.environ, check=False)
-        if done.returncode != 0:
-            sys.stderr.write(done.stderr)
-            raise SystemExit(f"{database}: failed")
-        results[database] = json.loads(done.stdout.strip().splitlines()[-1])
+    results = per_database(__file__, args.databases.split(","))
 
     print("### A quorum's completing approval (SPEC 14) against a plain answer\n")
     print(

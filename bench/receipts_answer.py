@@ -28,8 +28,6 @@ Usage: .venv/bin/python bench/receipts_answer.py [--requests 500] [--rounds 10] 
 import argparse
 import contextlib
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
@@ -44,6 +42,7 @@ from bench.common import (
     bench_env,
     database_label,
     median,
+    per_database,
     percentile,
     pg_database,
     python_line,
@@ -237,14 +236,7 @@ def main() -> None:
         child(args, args.child)
         return
     started = time.perf_counter()
-    results: dict[str, dict[str, Any]] = {}
-    for database in args.databases.split(","):
-        command = [sys.executable, __file__, *sys.argv[1:], "--child", database]
-        done = subprocess.run(command, capture_output=True, text=True, env=os.environ, check=False)
-        if done.returncode != 0:
-            sys.stderr.write(done.stderr)
-            raise SystemExit(f"{database}: failed")
-        results[database] = json.loads(done.stdout.strip().splitlines()[-1])
+    results = per_database(__file__, args.databases.split(","))
 
     print("### Receipts on the answer path (SPEC 13): `POST /api/runs/{runId}/responses` with and without receipts\n")
     print(
