@@ -80,19 +80,19 @@ def record_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = No
             except IntegrityError:
                 detail = "Another turn started this session at the same moment."
                 raise RunRejected(409, "session_busy", detail) from None
-        run = Run(
-            **({"id": prepared.run_id} if prepared.run_id else {}),
-            tenant=tenant,
-            agent=prepared.agent,
-            version=prepared.version,
-            session=session,
-            previous_run=prepared.previous_run,
+        run = new_run(
+            tenant,
+            prepared.agent,
+            prepared.version,
+            session,
+            user,
             status=RunStatus.QUEUED if queued else RunStatus.RUNNING,
+            run_id=prepared.run_id,
+            previous_run=prepared.previous_run,
             message=request.message,
             culture=prepared.culture,
             parameters=prepared.bound,
             documents=[list(document) for document in prepared.documents],
-            created_by=author(user),
             lane=request.lane or DEFAULT_LANE,
             **({} if queued else hold_here()),
         )
@@ -194,6 +194,34 @@ def calls_with_side_effects(run: Run, log: EventLog) -> set[str]:
     started = {event.data.get("toolCallId") for event in log.stored if event.side_effects}
     written = run.events.filter(type=EventType.TOOL_EXECUTION_START, side_effects=True)
     return started | set(written.values_list("data__toolCallId", flat=True))
+
+
+def new_run(
+    tenant: Any,
+    agent: Agent,
+    version: AgentVersion,
+    session: Session | None,
+    user: Any,
+    *,
+    status: str,
+    run_id: Any = None,
+    **fields: Any,
+) -> Run:
+    """Every run, built here and nowhere else (issue 49): an API or console start and a replay (`record_run`), a
+    continuation queued with its last answer (`agents.actions.sessions`), an external agent's request
+    (`approvals.actions.external`). Its tenant, its agent at `version`, its session and the run before it there,
+    who started it (`author`), its status; `fields` what that way of starting knows (message, parameters, lane,
+    queued input, records). Not saved: the caller saves it in its own transaction."""
+    return Run(
+        **({"id": run_id} if run_id else {}),
+        tenant=tenant,
+        agent=agent,
+        version=version,
+        session=session,
+        status=status,
+        created_by=author(user),
+        **fields,
+    )
 
 
 def author(user: Any) -> Any:

@@ -22,7 +22,7 @@ from agents.checkpoints import branch, request_copies
 from agents.models import Checkpoint, Run, RunStatus, Session
 from agents.prepare import RunRejected, live_version, prepare_run
 from agents.queue import queue_continuation, start_queued
-from agents.run_lifecycle import author
+from agents.run_lifecycle import new_run
 from agents.run_requests import RunRequest
 from agents.signals import requests_opened
 from approvals.models import PendingRequest, RequestStatus
@@ -119,18 +119,18 @@ def _continuation_of(pending: PendingRequest, answer: dict[str, Any], user: Any)
     except BindingError:
         return None
     chosen = answer.get("newRunId")
-    return Run(
-        **({"id": uuid.UUID(chosen)} if chosen else {}),
-        tenant=pending.tenant,
-        agent=session.agent,
-        version=asked.version,
-        session=session,
-        previous_run=asked,
+    return new_run(
+        pending.tenant,
+        session.agent,
+        asked.version,
+        session,
+        user,
         status=RunStatus.QUEUED,
+        run_id=uuid.UUID(chosen) if chosen else None,
+        previous_run=asked,
         culture=asked.culture,
         parameters=bound,
         documents=[],
-        created_by=author(user),
         lane=asked.lane,
         queued_input={
             "instructions": render_instructions(resolve_culture(content, asked.culture), bound),

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from agents.definitions import ExternalTool, object_schema
 from agents.events import EventLog
-from agents.models import AgentVersion, Run, RunStatus, Session
+from agents.models import AgentVersion, RunStatus, Session
 from agents.payloads import (
     Approved,
     DeniedByHook,
@@ -34,7 +34,7 @@ from agents.payloads import (
 from agents.prepare import RunRejected, granted_connections, live_version
 from agents.requirements import next_step_at
 from agents.rule_matching import first_matching
-from agents.run_lifecycle import active_rules, run_started
+from agents.run_lifecycle import active_rules, new_run, run_started
 from agents.run_requests import SESSION_KEY
 from agents.server_tools import STEP_MAX, STEPS_MAX
 from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call_check
@@ -272,18 +272,19 @@ def _open(
     policy = escalation.wire() if escalation is not None else None
     if escalation is not None:
         fields["engine_state"]["policyKey"] = escalation.key
-    run = Run.objects.create(
-        id=run_id,
-        tenant=agent.tenant,
-        agent=agent,
-        version=version,
-        session=session,
-        previous_run=session.last_run,
+    run = new_run(
+        agent.tenant,
+        agent,
+        version,
+        session,
+        user,
         status=RunStatus.RUNNING,
-        created_by=user,
+        run_id=run_id,
+        previous_run=session.last_run,
         created_at=now,
         records=check.records if check is not None else [],
     )
+    run.save(force_insert=True)
     expires_in = body.expires_in or definition.request_deadline_seconds
     routing = definition.routing_for(body.kind, fields["tool_name"], policy)
     pending = PendingRequest(
