@@ -14,6 +14,7 @@ import json
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode
 
 from django.db.models import F
@@ -26,7 +27,8 @@ from agents.checkpoints import checkpoints_of, fork_origin
 from agents.definitions import DefinitionContent
 from agents.engine import server_tool_schema
 from agents.getters import get_run_for
-from agents.models import AWAITING, Agent, AgentVersion, Checkpoint, Run, Session
+from agents.models import AWAITING, Agent, AgentVersion, Checkpoint, Event, Run, Session
+from agents.payloads import EventType
 from agents.server_tools import REGISTRY
 from approvals.kinds import KINDS
 from approvals.models import PendingRequest, RequestStatus, mark_answerable
@@ -41,6 +43,9 @@ class TrialTurn:
     answered: list[PendingRequest] = field(default_factory=list)
     asked: list[PendingRequest] = field(default_factory=list)
     open_requests: list[PendingRequest] = field(default_factory=list)
+    # The policies' verdicts other than allow in this turn (`policy.verdict`'s data): in shadow mode they are the
+    # only sign on the page of what a policy would have done.
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
     # The versions its answer (or a fork's) may continue on, offered when the agent was edited since it ran.
     continue_on: list[AgentVersion] = field(default_factory=list)
     # An earlier turn that asked: its checkpoint and the requests open there, which a fork answers again.
@@ -122,9 +127,9 @@ def _back(agent: Agent, version: int, session_key: str) -> str:
 def _turns(
     membership: Membership, session: Session, runs: list[Run], versions: list[AgentVersion], current: int
 ) -> list[TrialTurn]:
-    """The turns of `runs` (all of `session`'s, or the one just run), in three queries however many there are
-    (four when a request is routed to a group): the session's requests, the answers the runs carried, the
-    session's checkpoints (without their history). `versions` are the agent's, `current` the number of its
+    """The turns of `runs` (all of `session`'s, or the one just run), in four queries however many there are
+    (more when a request is routed to a group): the session's requests, the answers the runs carried, the policies'
+    verdicts, the session's checkpoints (without their history). `versions` are the agent's, `current` the number of its
     current one."""
     requests = session.requests.select_related("run__version").order_by("opened_at", "id")
     by_id = {pending.id: _for_form(pending) for pending in requests}
@@ -135,6 +140,10 @@ def _turns(
     carried: dict[uuid.UUID | None, list[PendingRequest]] = defaultdict(list)
     for pending in PendingRequest.objects.filter(answered_in__in=runs).select_related("answered_by"):
         carried[pending.answered_in_id].append(pending)
+    verdicts: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
+    said = Event.objects.filter(run__in=runs, type=EventType.POLICY_VERDICT).order_by("run_id", "sequence")
+    for run_id, data in said.values_list("run_id", "data"):
+        verdicts[run_id].append(data)
     checkpoints = list(checkpoints_of(session))
     latest = checkpoints[0].number if checkpoints else 0
     at_run = {checkpoint.run_id: checkpoint for checkpoint in checkpoints}
@@ -142,7 +151,7 @@ def _turns(
     for run in runs:
         # An answer stored from the inbox waits for its continuation: nothing left to answer here.
         waiting = [r for r in opened[run.id] if r.status == RequestStatus.PENDING and r.answer is None]
-        turn = TrialTurn(run, carried[run.id], opened[run.id], waiting)
+        turn = TrialTurn(run, carried[run.id], opened[run.id], waiting, verdicts=verdicts[run.id])
         checkpoint = at_run.get(run.id)
         turn.forkable = checkpoint is not None and checkpoint.number < latest
         if turn.forkable and checkpoint is not None and checkpoint.open_requests:

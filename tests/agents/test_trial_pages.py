@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from agents.models import Checkpoint, Session
+from agents.starter_policy import starter_hooks
 from approvals.models import ApproverGroup, PendingRequest
 from tests.helpers import EMAIL, ask_for_a_day, ask_to_send, drain_queued, make_agent, swapped_out
 
@@ -206,3 +207,19 @@ def test_a_turn_says_it_was_answered_once_its_request_is_not_awaiting_for_good(o
     assert pill_of(operator.client.get(back).content.decode(), asked["runId"]) == "Answered"
     drain_queued()
     assert pill_of(operator.client.get(back).content.decode(), asked["runId"]) == "Answered"
+
+
+def test_a_turn_says_what_a_policy_in_shadow_mode_would_have_done(admin):
+    """In shadow mode a policy's verdict changes nothing, so the turn's reply does not show it: the turn says it (the
+    newcomer's walk of issue 50 found it only under "run details")."""
+    make_agent(admin, name="shadowed", hooks=starter_hooks("evaluate_only", ["get_time"]))
+    outside = {**EMAIL, "to": "someone@outside.test"}
+    ran = admin.api(
+        "post",
+        "/api/agents/shadowed/runs",
+        {"message": f"call send_email {json.dumps(outside)}", "sessionId": "trial-s"},
+    )
+    assert ran.status_code == 200, ran.content
+    _, html = turn_page(admin.client, ran.json()["runId"])
+    said = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "Policy mail-guard would have given escalate (shadow mode: not enforced) on send_email" in said, said
