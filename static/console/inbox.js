@@ -545,7 +545,10 @@
     focused = card;
     show(card);
     // On a phone the card the focus comes to as a whole (j/k, the skip link, after an answer) opens: keys act on what is seen.
-    if (phone.matches && event.target === card) setOpen(card, true);
+    if (phone.matches && event.target === card) {
+      setOpen(card, true);
+      card.scrollIntoView({ block: "nearest" }); // opened, it is taller: its buttons in sight, above the notices
+    }
   });
 
   // The skip link is the page's first Tab stop and lands on the first card.
