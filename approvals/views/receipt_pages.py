@@ -1,5 +1,6 @@
 """The receipts pages (SPEC section 13): the list an auditor filters and exports, and one receipt whole."""
 
+import re
 import uuid
 
 from django import forms
@@ -73,7 +74,15 @@ def receipt_detail(request: ConsoleRequest, receipt_id: uuid.UUID) -> HttpRespon
     receipt = Receipt.objects.filter(tenant=request.tenant, id=receipt_id).first()
     if receipt is None:
         raise Http404("No such receipt in this tenant.")
-    return render(request, "approvals/receipt.html", {"receipt": receipt, "fields": receipt.wire()})
+    fields = receipt.wire()
+    said = [(_words(name), name, value) for name, value in fields.items()]
+    return render(request, "approvals/receipt.html", {"receipt": receipt, "fields": fields, "said": said})
+
+
+def _words(name: str) -> str:
+    """A receipt field's camelCase name as words ("argumentsDigest" -> "Arguments digest")."""
+    spaced = re.sub(r"(?<=[a-z0-9])([A-Z])", r" \1", name).lower()
+    return spaced[:1].upper() + spaced[1:]
 
 
 @role_required("reader")

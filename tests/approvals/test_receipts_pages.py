@@ -34,6 +34,8 @@ def test_a_reader_filters_opens_and_exports_receipts(operator, admin, reader, ou
     receipt = Receipt.objects.get(request_id=request_id(denied))
     detail = reader.client.get(f"/receipts/{receipt.id}/").content.decode()
     assert receipt.hash in detail and receipt.body["prevHash"] in detail and "<b>no</b>" not in detail
+    # Each field in words beside its name in the JSON (the newcomer's walk read "ORIGINALARGUMENTSDIGEST").
+    assert 'Original arguments digest <code class="field-name">originalArgumentsDigest</code>' in detail
     assert reader.client.get(f"/receipts/request/{request_id(denied)}/").url == f"/receipts/{receipt.id}/"
     assert outsider.client.get(f"/receipts/{receipt.id}/").status_code == 404
     assert outsider.client.get(f"/receipts/request/{request_id(denied)}/").status_code == 404
