@@ -16,6 +16,7 @@ from agents.binding import BindingError, bind_parameters, render_instructions, r
 from agents.definitions import MAX_SUBAGENT_DEPTH, DefinitionContent
 from agents.engine.subagent_turns import SubAgent
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
+from agents.requirements import needs_several
 from agents.run_requests import PERSON_KINDS, PersonAnswer, RunRequest
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import (
@@ -35,9 +36,11 @@ logger = logging.getLogger(__name__)
 class RunRejected(Exception):
     """A run request that fails a check; nothing was changed."""
 
-    def __init__(self, status: int, code: str, detail: str) -> None:
+    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
         super().__init__(detail)
         self.status, self.code, self.detail = status, code, detail
+        # Members of the problem beside its code (a 403's `reason`).
+        self.extra = extra
 
 
 @dataclass
@@ -210,6 +213,18 @@ def refuse_unless_approver_of(membership: Membership, requests: Iterable[Pending
         raise RunRejected(refused.status, refused.code, refused.run_detail) from None
 
 
+def refuse_self_approvals(membership: Membership, answered: Iterable[tuple[PendingRequest, dict[str, Any]]]) -> None:
+    """A turn's input approving a request its member asked for, where the request's requirement separates duties
+    (SPEC section 14): 403 `not_an_approver`, `reason: "self_approval"`."""
+    for pending, payload in answered:
+        require = pending.require
+        if require is None or require.get("selfApproval") or payload.get("approved") is False:
+            continue
+        if pending.requested_by_id is not None and pending.requested_by_id == membership.user_id:
+            detail = f"You asked for the request {pending.id} (you started its run): someone else must approve it."
+            raise RunRejected(403, "not_an_approver", detail, reason="self_approval")
+
+
 def with_turn_state(sessions: QuerySet[Session]) -> QuerySet[Session]:
     """`sessions` with what `refuse_if_busy_or_gone` asks, read in the same query (not under a lock: `record_run`
     asks again after taking the session's, in a query of its own, which sees a turn committed meanwhile)."""
@@ -287,6 +302,13 @@ def _check_answers(prepared: PreparedRun, uncarried: list[PendingRequest] | None
         if found.id in seen:
             raise RunRejected(400, "duplicate_answer", f"The request {found.id} is answered twice in this request.")
         seen.add(found.id)
+        if needs_several(found.require) and payload.get("approved") is not False:
+            # One person's approval in a turn's input would decide what needs several (SPEC section 14).
+            detail = (
+                f"The request {found.id} needs several approvals: give yours with POST /api/requests/{found.id}"
+                "/responses; the session goes on once they decide it."
+            )
+            raise RunRejected(409, "approvals_required", detail)
         prepared.answered.append((found, payload))
 
     # Each answer is found, checked and taken in turn: the first that fails names the error.

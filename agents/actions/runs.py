@@ -14,7 +14,13 @@ from typing import Any
 from agents import queue, run_lifecycle
 from agents.models import Run
 from agents.outcomes import finish_run
-from agents.prepare import live_version, prepare_run, refuse_ungranted_connections, refuse_unless_approver_of
+from agents.prepare import (
+    live_version,
+    prepare_run,
+    refuse_self_approvals,
+    refuse_ungranted_connections,
+    refuse_unless_approver_of,
+)
 from agents.run_lifecycle import ExecutionResult, StartedRun, execute, run_result
 from agents.run_requests import RunRequest
 from agents.turns import run_here
@@ -43,6 +49,7 @@ def start_run(membership: Membership, user: Any, name: str, request: RunRequest,
     prepared = prepare_run(membership.tenant, version, request)
     # What it answers and what it abandons (`abandonPending`) take the right to answer them.
     refuse_unless_approver_of(membership, [*(pending for pending, _ in prepared.answered), *prepared.abandoned])
+    refuse_self_approvals(membership, prepared.answered)
     refuse_ungranted_connections(prepared)
     if queued:
         return queue.start_queued(prepared, user)

@@ -49,7 +49,7 @@ def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
     try:
         started = actions.start_run(membership, request.user, name, payload, queued=queued)
     except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+        raise ApiError(rejected.status, rejected.code, rejected.detail, **rejected.extra) from None
     if queued:
         return accepted(started.run)
     if wants_sse(request):

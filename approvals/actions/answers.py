@@ -19,6 +19,7 @@ from django.utils import timezone
 from agents.actions import continue_after, continue_session
 from agents.checkpoints import fork, forked_from, request_copies
 from agents.models import Run, RunStatus
+from agents.requirements import needs_several
 from approvals.actions.expiry import expire_due
 from approvals.actions.settling import is_external, settle
 from approvals.decisions import Actor, Decision, announced_together, decide
@@ -91,6 +92,10 @@ def answer_request(
         if checkpoints.filter(number__gt=checkpoint.number).exists():
             if rid not in checkpoint.open_requests:
                 return Outcome("invalid_response", rid, f"The request was not pending at checkpoint {checkpoint.id}.")
+            refuse_by_requirement(actor, pending, response)
+            if needs_several(pending.require) and response.approved is not False:
+                detail = "A request that needs several approvals takes no answer at an earlier checkpoint (a fork)."
+                raise ResponseRefused("approvals_required", detail, 409)
             now = timezone.now()
             copies = request_copies(checkpoint, now)
             copy = copies[pending.id]

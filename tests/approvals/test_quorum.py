@@ -20,7 +20,7 @@ from approvals.signing import sign_heads
 from tests.approvals.test_audit import exported_json
 from tests.approvals.test_inbox_pages import HTMX
 from tests.conftest import Persona, make_persona
-from tests.helpers import assert_problem, stored_events
+from tests.helpers import EMAIL, assert_problem, call_line, drain_queued, make_agent, run_ok, stored_events
 
 pytestmark = pytest.mark.django_db
 
@@ -232,3 +232,50 @@ def test_a_rule_remembered_before_the_requirement_does_not_skip_the_quorum(peopl
         "post", "/api/agents/releaser/requests", {"toolName": "deploy", "arguments": {"service": "billing"}}
     )
     assert asked.json()["status"] == "pending", asked.content
+
+
+def test_a_turns_input_decides_no_quorum_and_no_self_approval(admin, operator, people):
+    """Approvals that ride as the next turn's input (SPEC section 4) go through the same requirement: one person's
+    approval there would decide what needs several (409 `approvals_required`), and the starter's own is refused."""
+    both = {"name": "send_email", "approval": "always", "require": {"approvals": 2}}
+    make_agent(admin, name="two-keys", tools=[both])
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "q1"}, agent="two-keys")
+    rid = asked["pendingRequests"][0]["requestId"]
+    said = people["sam"].api(
+        "post", "/api/agents/two-keys/runs", {"sessionId": "q1", "approvals": [{"requestId": rid, "approved": True}]}
+    )
+    assert_problem(said, 409, "approvals_required")
+    assert PendingRequest.objects.get(id=rid).answer is None
+    # A deny in the input still decides at once.
+    denied = people["sam"].api(
+        "post", "/api/agents/two-keys/runs", {"sessionId": "q1", "approvals": [{"requestId": rid, "approved": False}]}
+    )
+    assert denied.status_code == 200, denied.content
+
+    one = {"name": "send_email", "approval": "always", "require": {"approvals": 1}}
+    make_agent(admin, name="not-mine", tools=[one])
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "q2"}, agent="not-mine")
+    rid = asked["pendingRequests"][0]["requestId"]
+    mine = operator.api(
+        "post", "/api/agents/not-mine/runs", {"sessionId": "q2", "approvals": [{"requestId": rid, "approved": True}]}
+    )
+    assert assert_problem(mine, 403, "not_an_approver")["reason"] == "self_approval"
+    other = people["sam"].api(
+        "post", "/api/agents/not-mine/runs", {"sessionId": "q2", "approvals": [{"requestId": rid, "approved": True}]}
+    )
+    assert other.status_code == 200 and other.json()["status"] == "completed", other.content
+
+
+def test_an_answer_at_an_earlier_checkpoint_decides_no_quorum(admin, operator, people):
+    """A fork's copy decided by one approval would run what needs two (SPEC sections 9 and 14): refused."""
+    make_agent(
+        admin, name="two-keys", tools=[{"name": "send_email", "approval": "always", "require": {"approvals": 2}}]
+    )
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "f"}, agent="two-keys")
+    rid = asked["pendingRequests"][0]["requestId"]
+    earlier = operator.api("GET", "/api/sessions/f/checkpoints").json()["items"][-1]["checkpointId"]
+    assert respond(people["sam"], rid, approved=False).json()["status"] == "accepted"  # a deny decides at once
+    drain_queued()
+    forked = respond(people["sam"], rid, checkpointId=earlier)
+    assert_problem(forked, 409, "approvals_required")
+    assert PendingRequest.objects.filter(session__key="f").count() == 1  # no fork, no copy
