@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agents.actions import continue_session
 from agents.outcomes import record_closings
-from agents.requirements import approver_list, joined, next_step_at
+from agents.requirements import joined, next_step_at
 from approvals.actions.settling import is_external, settle, settle_closed
 from approvals.decisions import Actor, Decision, announced_together, decide
 from approvals.kinds import KINDS, SELECTABLE
@@ -61,7 +61,7 @@ def _widen(pending: PendingRequest, step: int, now: datetime) -> bool:
     """Add the step's groups to those who may answer, and move to the next step; False when another sweep took it
     (or the request was decided) meanwhile."""
     steps = pending.escalation or []
-    groups = approver_list(pending.groups) + [g for g in steps[step].get("to") or [] if g not in pending.groups]
+    groups = [*pending.groups, *(g for g in steps[step].get("to") or [] if g not in pending.groups)]
     # A request routed to anyone who can answer stays so: groups added to "anyone" change nothing.
     changes = {
         "approvers": joined(groups) if pending.approvers else "",
@@ -82,7 +82,8 @@ def _end(pending: PendingRequest, step: int, then: str, now: datetime) -> bool:
     actor = Actor.escalation(step + 1)
     if then == "expire" or pending.kind not in SELECTABLE:
         return decide(pending, Decision(actor, closing=RequestStatus.EXPIRED), now)
-    said = f"Nobody decided it within {(pending.escalation or [])[step]['after']}: the escalation {then}d it."
+    done = {"deny": "denied", "approve": "approved"}[then]
+    said = f"Nobody decided it within {(pending.escalation or [])[step]['after']}: its escalation {done} it."
     wire = Response(request_id=pending.pk, approved=then == "approve", reason=said)
     answer = KINDS[pending.kind].answer(pending, wire.model_dump(mode="json", by_alias=True), None)
     return decide(pending, Decision(actor, answer), now)

@@ -57,7 +57,8 @@ def test_a_step_adds_groups_then_the_last_denies(admin, groups):
     assert [p.id for p in escalate_due(pending.opened_at + timedelta(hours=1))] == [pending.id]
     got = admin.api("get", f"/api/requests/{pending.id}").json()
     assert got["status"] == "answered" and got["decision"]["approved"] is False
-    assert got["decision"]["via"] == "escalation" and "within 1h" in got["decision"]["text"]
+    assert got["decision"]["via"] == "escalation"
+    assert got["decision"]["text"] == "Nobody decided it within 1h: its escalation denied it."
     receipt = Receipt.objects.get(request_id=pending.id)
     assert (receipt.body["decisionSource"], receipt.body["answeredBy"]) == ("escalation", "escalation:2")
     assert Run.objects.get(id=pending.run_id).status == "completed"
