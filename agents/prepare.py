@@ -29,18 +29,16 @@ from approvals.models import (
 from approvals.remembered_rules import rules_in_force
 from console.connections import ConnectionSpec
 from console.models import Connection, Membership, Tenant
+from console.problems import Refused
 
 logger = logging.getLogger(__name__)
 
 
-class RunRejected(Exception):
-    """A run request that fails a check; nothing was changed."""
+class RunRejected(Refused):
+    """A run request that fails a check; nothing was changed (its status first, as the run routes write it)."""
 
     def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
-        # Members of the problem beside its code (a 403's `reason`).
-        self.extra = extra
+        super().__init__(code, detail, status, **extra)
 
 
 @dataclass

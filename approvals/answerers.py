@@ -17,6 +17,7 @@ from django.db import models
 from django.utils import timezone
 
 from console.models import Membership, Tenant
+from console.problems import Refused
 
 
 class Away(models.Model):
@@ -43,12 +44,8 @@ class Away(models.Model):
         }
 
 
-class AwayRefused(ValueError):
+class AwayRefused(Refused):
     """A bad away setting: 400, nothing changed (`invalid_delegate`, or `invalid_request` for its dates)."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code, self.detail = code, detail
 
 
 def set_away(membership: Membership, starts_at: datetime | None, ends_at: datetime, delegate: str) -> Away:

@@ -11,6 +11,7 @@ from pydantic import Field, StrictBool
 
 from agents.definitions import WireModel
 from agents.rule_matching import Remember, RememberedUntil
+from console.problems import Refused
 
 Status = Literal[
     "accepted",
@@ -54,14 +55,8 @@ class Response(WireModel):
     checkpoint_id: uuid.UUID | None = None
 
 
-class ResponseRefused(Exception):
+class ResponseRefused(Refused):
     """A well-formed answer that breaks a rule (e.g. `remember` on a denial): a 4xx, nothing stored."""
-
-    def __init__(self, code: str, detail: str, status: int = 400, **extra: Any) -> None:
-        super().__init__(detail)
-        self.code, self.detail, self.status = code, detail, status
-        # Members of the problem beside its code (a 403's `reason`).
-        self.extra = extra
 
 
 @dataclass

@@ -16,6 +16,24 @@ class ApiError(Exception):
         super().__init__(detail)
         self.status, self.code, self.detail, self.extra = status, code, detail, extra
 
+    @classmethod
+    def of(cls, refused: "Refused") -> "ApiError":
+        """An action's refusal as the API answers it, every member of its problem kept."""
+        return cls(refused.status, refused.code, refused.detail, **refused.extra)
+
+
+class Refused(Exception):
+    """What an action refuses, nothing changed: the problem's `code`, `detail`, `status` (the class's, unless
+    given) and its other members (`extra`: a 403's `reason`). Pages say `detail`; the API answers `ApiError.of`."""
+
+    status = 400
+
+    def __init__(self, code: str, detail: str, status: int | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.code, self.detail, self.extra = code, detail, extra
+        if status is not None:
+            self.status = status
+
 
 TITLES = {
     400: "Bad request",

@@ -30,7 +30,7 @@ def replay_run(request: ConsoleRequest, run_id: uuid.UUID, payload: actions.Repl
     try:
         replay = actions.do_replay_run(membership.user, original, picked, queued=queued)
     except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+        raise ApiError.of(rejected) from None
     linked = {"replayOf": str(original.id), "omittedDocuments": replay.omitted_documents}
     if queued:
         return accepted(replay.run, **linked)

@@ -49,7 +49,7 @@ def create_run(request: ConsoleRequest, name: str, payload: RunRequest) -> Any:
     try:
         started = actions.start_run(membership, request.user, name, payload, queued=queued)
     except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail, **rejected.extra) from None
+        raise ApiError.of(rejected) from None
     if queued:
         return accepted(started.run)
     if wants_sse(request):
@@ -121,7 +121,7 @@ def cancel_run(request: ConsoleRequest, run_id: uuid.UUID) -> Any:
     try:
         status = actions.do_cancel_run(membership, request.user, run)
     except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+        raise ApiError.of(rejected) from None
     if status is None:
         detail = f"The run has finished ({run.status}) and waits on nothing; there is nothing to cancel."
         raise ApiError(409, "run_finished", detail)

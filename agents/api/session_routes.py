@@ -107,7 +107,7 @@ def delete_session(request: ConsoleRequest, session_id: str) -> Status[None]:
     try:
         deleted = actions.do_delete_session(membership, session)
     except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+        raise ApiError.of(rejected) from None
     if not deleted:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     return Status(204, None)

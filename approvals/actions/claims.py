@@ -9,14 +9,13 @@ from django.utils import timezone
 from approvals.models import NotAnApprover, PendingRequest, refuse_unless_answerable
 from approvals.push import notify_request_claimed
 from console.models import Membership
+from console.problems import Refused
 
 
-class ClaimRefused(Exception):
-    """A claim or a release that cannot be made: a 4xx, nothing changed."""
+class ClaimRefused(Refused):
+    """A claim or a release that cannot be made: a 4xx (409 unless said), nothing changed."""
 
-    def __init__(self, code: str, detail: str, status: int = 409) -> None:
-        super().__init__(detail)
-        self.code, self.detail, self.status = code, detail, status
+    status = 409
 
 
 def claim(membership: Membership, pending: PendingRequest) -> None:

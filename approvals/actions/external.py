@@ -53,15 +53,16 @@ from approvals.kinds.base import schema_problems
 from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.push import notify_requests_opened
 from console.models import Membership
+from console.problems import Refused
 
 
-class RequestRefused(Exception):
+class RequestRefused(Refused):
     """A request of an external agent refused; nothing was changed. `status`, `code` and `detail` are the HTTP
     answer (`errors`: field -> message, for a 400)."""
 
     def __init__(self, status: int, code: str, detail: str, errors: dict[str, str] | None = None) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail, self.errors = status, code, detail, errors
+        super().__init__(code, detail, status)
+        self.errors = errors
 
 
 @dataclass(frozen=True)

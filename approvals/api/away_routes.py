@@ -41,7 +41,7 @@ def put_away(request: ConsoleRequest, payload: AwayIn) -> dict[str, Any]:
     try:
         set_away(membership, payload.starts_at, payload.until, payload.delegate)
     except AwayRefused as refused:
-        raise ApiError(400, refused.code, refused.detail) from None
+        raise ApiError.of(refused) from None
     return _current(request)
 
 

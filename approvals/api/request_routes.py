@@ -168,7 +168,7 @@ def answer_one_request(request: ConsoleRequest, request_id: uuid.UUID, payload: 
     except PendingRequest.DoesNotExist:
         raise ApiError(404, "request_not_found", f"No request {request_id} in this tenant.") from None
     except ResponseRefused as refused:
-        raise ApiError(refused.status, refused.code, refused.detail, **refused.extra) from None
+        raise ApiError.of(refused) from None
     return outcome.wire()
 
 
@@ -181,7 +181,7 @@ def cancel_external_request(request: ConsoleRequest, request_id: uuid.UUID) -> d
     try:
         cancel_request(membership, membership.user, pending)
     except RequestRefused as refused:
-        raise ApiError(refused.status, refused.code, refused.detail) from None
+        raise ApiError.of(refused) from None
     return request_wire(get_request_for(request, request_id, *SHOWN))
 
 
@@ -199,7 +199,7 @@ def report_request_outcome(request: ConsoleRequest, request_id: uuid.UUID, paylo
     try:
         report_outcome(membership, membership.user, pending, payload.success, payload.result, payload.error)
     except RequestRefused as refused:
-        raise ApiError(refused.status, refused.code, refused.detail) from None
+        raise ApiError.of(refused) from None
     return request_wire(pending)
 
 
@@ -225,7 +225,7 @@ def _claim_change(
     try:
         change(membership, pending)
     except ClaimRefused as refused:
-        raise ApiError(refused.status, refused.code, refused.detail) from None
+        raise ApiError.of(refused) from None
     return request_wire(pending)
 
 
@@ -239,7 +239,7 @@ def respond_to_request(request: ConsoleRequest, run_id: uuid.UUID, payload: Resp
         get_run_for(request, run_id)  # a run not the tenant's is run_not_found
         raise ApiError(404, "request_not_found", f"The run {run_id} issued no request {payload.request_id}.") from None
     except ResponseRefused as refused:
-        raise ApiError(refused.status, refused.code, refused.detail, **refused.extra) from None
+        raise ApiError.of(refused) from None
     return outcome.wire()
 
 
@@ -260,6 +260,6 @@ def intercept(request: ConsoleRequest, name: str, payload: InterceptionEvent) ->
     try:
         return verdict_for(membership, name, payload.model_dump())
     except RunRejected as rejected:
-        raise ApiError(rejected.status, rejected.code, rejected.detail) from None
+        raise ApiError.of(rejected) from None
     except PoliciesUnavailable as error:
         raise ApiError(409, "policy_unavailable", str(error)) from None
