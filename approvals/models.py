@@ -6,6 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
+from django.db.models import prefetch_related_objects
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
@@ -80,6 +81,12 @@ class Via(models.TextChoices):
 TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDONED)
 # A request still waiting for its answer (the inbox, the pending counts).
 OPEN = models.Q(status=RequestStatus.PENDING, answer__isnull=True)
+
+
+def with_approvals(requests: Iterable["PendingRequest"]) -> None:
+    """Read the approvals of those of `requests` whose requirement counts them (SPEC section 14), in one query (none
+    when no request has one): their cards and JSON say the count."""
+    prefetch_related_objects([pending for pending in requests if pending.require is not None], "approvals")
 
 
 def mark_answerable(membership: Membership, requests: Iterable["PendingRequest"]) -> None:

@@ -26,6 +26,7 @@ from approvals.models import (
     RequestKind,
     mark_answerable,
     routed_to,
+    with_approvals,
 )
 from approvals.views.answer_pages import answer_listed, back_to_inbox, batch_answered
 from console.filters import SUBMIT_ON_CHANGE, AgentFilters
@@ -158,6 +159,7 @@ def _open_page(request: ConsoleRequest, filters: InboxFilters) -> tuple[list[Pen
     listed = list(filters.apply(_open_requests(request.tenant), request.membership)[start : start + PAGE_SIZE + 1])
     requests = _with_batches(listed[:PAGE_SIZE])
     mark_answerable(request.membership, requests)
+    with_approvals(requests)
     page = {
         "number": number,
         "start": start + 1,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.definitions import DefinitionContent
@@ -279,3 +280,18 @@ def test_an_answer_at_an_earlier_checkpoint_decides_no_quorum(admin, operator, p
     forked = respond(people["sam"], rid, checkpointId=earlier)
     assert_problem(forked, 409, "approvals_required")
     assert PendingRequest.objects.filter(session__key="f").count() == 1  # no fork, no copy
+
+
+def test_the_inbox_reads_the_approvals_of_its_cards_in_one_query(people):
+    """The cards say each quorum's count (SPEC section 14): read for the page at once, not card by card."""
+
+    def inbox_queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert people["sue"].client.get("/inbox/").status_code == 200
+        return len(captured)
+
+    respond(people["sam"], open_deploy(people["otto"], "a"))
+    one = inbox_queries()
+    for service in ("b", "c", "d"):
+        respond(people["sam"], open_deploy(people["otto"], service))
+    assert inbox_queries() == one
