@@ -16,7 +16,7 @@ from agents.binding import BindingError, bind_parameters, render_instructions, r
 from agents.definitions import MAX_SUBAGENT_DEPTH, DefinitionContent
 from agents.engine.subagent_turns import SubAgent
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
-from agents.requirements import needs_several
+from agents.requirements import needs_several, self_approval
 from agents.run_requests import PERSON_KINDS, PersonAnswer, RunRequest
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import (
@@ -25,6 +25,7 @@ from approvals.models import (
     RequestKind,
     RequestStatus,
     refuse_unless_answerable,
+    rights_of,
 )
 from approvals.remembered_rules import rules_in_force
 from console.connections import ConnectionSpec
@@ -212,13 +213,14 @@ def refuse_unless_approver_of(membership: Membership, requests: Iterable[Pending
 
 
 def refuse_self_approvals(membership: Membership, answered: Iterable[tuple[PendingRequest, dict[str, Any]]]) -> None:
-    """A turn's input approving a request its member asked for, where the request's requirement separates duties
-    (SPEC section 14): 403 `not_an_approver`, `reason: "self_approval"`."""
-    for pending, payload in answered:
-        require = pending.require
-        if require is None or require.get("selfApproval") or payload.get("approved") is False:
-            continue
-        if pending.requested_by_id is not None and pending.requested_by_id == membership.user_id:
+    """A turn's input approving a request its member asked for (or, answering as their stand-in, the away member
+    did), where the request's requirement separates duties (SPEC section 14): 403 `not_an_approver`,
+    `reason: "self_approval"`; as the inbox refuses it (`approvals.actions.answers.acting`)."""
+    approving = [pending for pending, payload in answered if pending.require and payload.get("approved") is not False]
+    rights = rights_of(membership) if approving else None
+    for pending in approving:
+        away = rights.on_behalf_of(pending.groups)[1] if rights is not None and pending.approvers else None
+        if self_approval(pending.require, pending.requested_by_id, membership.user_id, getattr(away, "pk", None)):
             detail = f"You asked for the request {pending.id} (you started its run): someone else must approve it."
             raise RunRejected(403, "not_an_approver", detail, reason="self_approval")
 

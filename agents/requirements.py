@@ -220,6 +220,14 @@ def needs_several(require: dict[str, Any] | None) -> bool:
     return require is not None and (int(require.get("approvals", 1)) > 1 or bool(require.get("fromEach")))
 
 
+def self_approval(require: dict[str, Any] | None, requested_by_id: Any, *people: Any) -> bool:
+    """Whether an approval by `people` (user ids: who answers, and whom they stand in for) is one the stored
+    requirement refuses: one of them asked for the request, and it separates duties (SPEC section 14)."""
+    if require is None or require.get("selfApproval") or requested_by_id is None:
+        return False
+    return requested_by_id in people
+
+
 def next_step_at(steps: list[dict[str, Any]] | None, opened_at: Any, step: int) -> Any:
     """When step `step` of a request's stored escalation is due (from its opening); None when it has no such step."""
     if not steps or step >= len(steps) or opened_at is None:

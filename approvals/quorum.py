@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from agents.events import EventLog
 from agents.models import Run
 from agents.payloads import ApprovalGiven, RequestApprovalRecorded
-from agents.requirements import needs_several
+from agents.requirements import needs_several, self_approval
 
 if TYPE_CHECKING:
     from approvals.decisions import Actor
@@ -66,10 +66,8 @@ def counts_toward_quorum(pending: PendingRequest, answer: dict[str, Any]) -> boo
 def refuse_self_approval(pending: PendingRequest, actor: "Actor") -> None:
     """403 `not_an_approver` with `reason: "self_approval"` when the requirement separates duties and the actor asked,
     or stands in for the one who did."""
-    require = pending.require
-    if require is None or require.get("selfApproval") or pending.requested_by_id is None:
-        return
-    if pending.requested_by_id in (getattr(actor.user, "pk", None), getattr(actor.on_behalf_of, "pk", None)):
+    people = (getattr(actor.user, "pk", None), getattr(actor.on_behalf_of, "pk", None))
+    if self_approval(pending.require, pending.requested_by_id, *people):
         detail = "You asked for this request (you started its run or opened it): someone else must approve it."
         raise ResponseRefused("not_an_approver", detail, 403, reason="self_approval")
 

@@ -295,3 +295,20 @@ def test_the_inbox_reads_the_approvals_of_its_cards_in_one_query(people):
     for service in ("b", "c", "d"):
         respond(people["sam"], open_deploy(people["otto"], service))
     assert inbox_queries() == one
+
+
+def test_the_requesters_stand_in_cannot_approve_for_them_in_a_turns_input_either(admin, operator, people):
+    """sue is of security only; otto, of sre, asked and is away with sue standing in: she answers sre's request
+    only for him, which the requirement refuses, in a turn's input as in the inbox."""
+    tools = [{"name": "send_email", "approval": "always", "approvers": "sre", "require": {"approvals": 1}}]
+    make_agent(admin, name="not-mine", tools=tools)
+    asked = run_ok(operator, {"message": call_line("send_email", EMAIL), "sessionId": "d1"}, agent="not-mine")
+    rid = asked["pendingRequests"][0]["requestId"]
+    until = "2031-01-01T00:00:00Z"
+    assert operator.api("put", "/api/me/away", {"until": until, "delegate": "sue"}).status_code == 200
+    body = {"sessionId": "d1", "approvals": [{"requestId": rid, "approved": True}]}
+    refused = people["sue"].api("post", "/api/agents/not-mine/runs", body)
+    assert assert_problem(refused, 403, "not_an_approver")["reason"] == "self_approval"
+    inbox = respond(people["sue"], rid)
+    assert assert_problem(inbox, 403, "not_an_approver")["reason"] == "self_approval"
+    assert people["sam"].api("post", "/api/agents/not-mine/runs", body).json()["status"] == "completed"
