@@ -138,6 +138,11 @@ _HOSTED_TOOLS: TypeAdapter[list[ToolBinding]] = TypeAdapter(list[ToolBinding])
 _EXTERNAL_TOOLS: TypeAdapter[list[ExternalTool]] = TypeAdapter(list[ExternalTool])
 # What an external agent leaves out: it runs elsewhere, with its own model, instructions and parameters.
 EXTERNAL_HAS_NONE = "an external agent runs elsewhere: it has no model, instructions, parameters or other tools"
+# What a gateway leaves out: the agents behind it run elsewhere; it has only the MCP servers it fronts.
+GATEWAY_HAS_NONE = (
+    "a gateway fronts MCP servers for agents that run elsewhere: it has no model, instructions, parameters, "
+    "sub-agents or tools other than its servers'"
+)
 HOSTED_ONLY = ("instructions", "instructions_by_culture", "client_tools", "mcp_servers", "parameters", "sub_agents")
 
 
@@ -152,12 +157,34 @@ class ClientTool(Routed):
     escalation: Escalated
 
 
+# An MCP tool's name (the protocol's: 1 to 128 of these characters).
+MCP_TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+# Between a connection's name and its tool's in a gateway that fronts several servers.
+GATEWAY_SEPARATOR = "__"
+# How many tools of one server a gateway may set apart from their server.
+MOST_TOOL_SETTINGS = 200
+
+
+class McpTool(Routed):
+    """One tool of a gateway's MCP server set apart from its server (SPEC section 15): its own approval mode, who
+    decides and what deciding takes; what it leaves out is its server's."""
+
+    approval: Approval | None = Field(default=None, exclude_if=lambda value: value is None)
+    approvers: Approvers
+    require: Required
+    escalation: Escalated
+
+
 class McpServer(Routed):
-    """An MCP server: a connection of kind `mcp`, with the approval mode of its tools."""
+    """An MCP server: a connection of kind `mcp`, with the approval mode of its tools (a gateway's tools may each
+    say their own, `tools`)."""
 
     connection: str = Field(pattern=SLUG)
     approval: Approval = "never"
     tool_prefix: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
+    tools: dict[Annotated[str, StringConstraints(pattern=MCP_TOOL_NAME)], McpTool] = Field(
+        default_factory=dict, max_length=MOST_TOOL_SETTINGS, exclude_if=lambda value: not value
+    )
     approvers: Approvers
     require: Required
     escalation: Escalated
@@ -169,6 +196,11 @@ class McpServer(Routed):
     @property
     def name(self) -> str:
         return self.connection
+
+    def approval_of(self, tool: str) -> Approval:
+        """The approval mode of its tool `tool`: the tool's own, else the server's."""
+        own = self.tools.get(tool)
+        return own.approval if own is not None and own.approval is not None else self.approval
 
 
 class Escalation(Routed):
@@ -236,8 +268,11 @@ class DefinitionContent(WireModel):
     """Everything a version of an agent definition holds."""
 
     name: str = Field(pattern=SLUG)
-    # "external": an agent that runs elsewhere and brings its requests (SPEC section 12); left out when hosted.
-    runtime: Literal["hosted", "external"] = Field(default="hosted", exclude_if=lambda value: value == "hosted")
+    # "external": an agent that runs elsewhere and brings its requests (SPEC section 12); "gateway": MCP servers
+    # MCP clients call through Airlock (SPEC section 15); left out when hosted.
+    runtime: Literal["hosted", "external", "gateway"] = Field(
+        default="hosted", exclude_if=lambda value: value == "hosted"
+    )
     display_name: str = Field(default="", max_length=200)
     description: str = Field(default="", max_length=5000)
     instructions: str = Field(default="", max_length=100_000)
@@ -246,7 +281,7 @@ class DefinitionContent(WireModel):
     # A hosted agent's server tools, or an external agent's declared tools.
     tools: list[ToolBinding | ExternalTool] = Field(default_factory=list)
     client_tools: Annotated[list[ClientTool], unique("client tools")] = Field(default_factory=list)
-    mcp_servers: Annotated[list[McpServer], unique("MCP servers")] = Field(default_factory=list)
+    mcp_servers: Annotated[list[McpServer], unique("MCP servers")] = Field(default_factory=list, validate_default=True)
     parameters: Annotated[list[Parameter], unique("parameters")] = Field(default_factory=list)
     request_deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=30 * 24 * 3600)
     # A run that reaches this many model calls asks whether to go on (a `continuation` request).
@@ -269,24 +304,55 @@ class DefinitionContent(WireModel):
     def _tools_of_runtime(
         cls, tools: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
     ) -> list[ToolBinding | ExternalTool]:
-        """A hosted agent binds server tools by name; an external one declares its own."""
-        if info.data.get("runtime") == "external":
+        """A hosted agent binds server tools by name; an external one declares its own; a gateway has its servers'."""
+        runtime = info.data.get("runtime")
+        if runtime == "external":
             return distinct_names("tools", list(_EXTERNAL_TOOLS.validate_python(tools)))
+        if runtime == "gateway" and tools:
+            raise ValueError(GATEWAY_HAS_NONE)
         return distinct_names("server tools", list(_HOSTED_TOOLS.validate_python(tools)))
 
     @field_validator(*HOSTED_ONLY, "model")
     @classmethod
     def _hosted_only(cls, value: Any, info: ValidationInfo) -> Any:
-        if info.data.get("runtime") != "external":
+        runtime = info.data.get("runtime")
+        if runtime not in ("external", "gateway") or (runtime == "gateway" and info.field_name == "mcp_servers"):
             return value
         default = cls.model_fields[info.field_name or ""].get_default(call_default_factory=True)
         if value != default:
-            raise ValueError(EXTERNAL_HAS_NONE)
+            raise ValueError(EXTERNAL_HAS_NONE if runtime == "external" else GATEWAY_HAS_NONE)
         return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _servers_of_runtime(cls, servers: list[McpServer], info: ValidationInfo) -> list[McpServer]:
+        """A gateway fronts at least one server, names its tools itself (`<connection>__<tool>` when it fronts
+        several) and asks before each call unless told otherwise; only a gateway sets tools apart."""
+        if info.data.get("runtime") != "gateway":
+            if any(server.tools for server in servers):
+                raise ValueError("only a gateway (runtime gateway) sets an MCP server's tools apart")
+            return servers
+        if not servers:
+            raise ValueError("a gateway fronts at least one MCP server")
+        if any(server.tool_prefix for server in servers):
+            raise ValueError("a gateway names its tools <connection>__<tool> when it fronts several servers")
+        for server in servers:
+            if "approval" not in server.model_fields_set:
+                server.approval = "always"
+        return servers
 
     @property
     def external(self) -> bool:
         return self.runtime == "external"
+
+    @property
+    def gateway(self) -> bool:
+        return self.runtime == "gateway"
+
+    @property
+    def runs_elsewhere(self) -> bool:
+        """An external agent or a gateway: no turn of it runs here, and no agent may call it."""
+        return self.runtime != "hosted"
 
     @field_validator("sub_agents")
     @classmethod
@@ -412,6 +478,13 @@ class DefinitionContent(WireModel):
             chosen = chosen or next((e for e in self.escalations if e.binding is None), None)
             if chosen is not None:
                 return [chosen]
+        if self.gateway:
+            fronted = self.fronting(tool_name)
+            if fronted is not None:
+                server, upstream_tool = fronted
+                own = server.tools.get(upstream_tool)
+                found += [*([own] if own is not None else []), server]
+            return found + [k for k in self.request_kinds if k.kind == kind]
         tools: list[ToolBinding | ExternalTool | ClientTool] = [*self.tools, *self.client_tools]
         tool = next((t for t in tools if t.name == tool_name), None)
         if tool is not None:
@@ -421,6 +494,20 @@ class DefinitionContent(WireModel):
             servers = prefixed or [s for s in self.mcp_servers if not s.tool_prefix]
             found += [s for s in servers if s.approvers or s.require or s.escalation][:1]
         return found + [k for k in self.request_kinds if k.kind == kind]
+
+    def exposed_name(self, server: McpServer, tool: str) -> str:
+        """What a gateway calls its server's tool `tool`: the tool's own name, or `<connection>__<tool>` when it
+        fronts several servers."""
+        return f"{server.connection}{GATEWAY_SEPARATOR}{tool}" if len(self.mcp_servers) > 1 else tool
+
+    def fronting(self, exposed: str) -> tuple[McpServer, str] | None:
+        """The server and upstream tool name a gateway's tool `exposed` stands for (None: no server of its)."""
+        if len(self.mcp_servers) == 1:
+            return self.mcp_servers[0], exposed
+        named = [s for s in self.mcp_servers if exposed.startswith(s.connection + GATEWAY_SEPARATOR)]
+        server = max(named, key=lambda s: len(s.connection), default=None)  # `a__b` over `a` for `a__b__x`
+        tool = exposed[len(server.connection) + len(GATEWAY_SEPARATOR) :] if server is not None else ""
+        return (server, tool) if server is not None and tool else None
 
     def approvers_for(self, kind: str, tool_name: str, policy: Mapping[str, Any] | None = None) -> str:
         """The groups whose members (and admins) answer a request the agent opens, comma-joined as the request

@@ -116,9 +116,9 @@ def subagent_problems(tenant: Tenant, content: DefinitionContent) -> tuple[str, 
     named = AgentVersion.objects.filter(
         agent__in=live.filter(name__in=content.sub_agents), number=F("agent__current_version")
     ).select_related("agent")
-    external = {version.agent.name for version in named if version.definition.external}
+    external = {version.agent.name for version in named if version.definition.runs_elsewhere}
     if external:
-        says = "is an external agent: it runs elsewhere, so no agent here can call it"
+        says = "is an external agent or a gateway: it runs elsewhere, so no agent here can call it"
         fields = {f"subAgents.{i}": f"{name!r} {says}" for i, name in enumerate(content.sub_agents) if name in external}
         return "external_subagent", fields
     chains = [(f"subAgents.{i}", [content.name, name]) for i, name in enumerate(content.sub_agents)]

@@ -101,6 +101,12 @@ def prepare_run(
     raises RunRejected, writes nothing. The continuation passes what it read already instead of looking it up:
     the `session` (its turn state is asked again when the run starts) and its `uncarried` requests."""
     agent = version.agent
+    if version.definition.gateway:
+        detail = (
+            f"The agent {agent.name!r} is an MCP gateway: MCP clients call its servers' tools at /mcp/{agent.name}"
+            " (SPEC section 15)."
+        )
+        raise RunRejected(409, "gateway_agent", detail)
     if version.definition.external:
         detail = (
             f"The agent {agent.name!r} is external: it runs elsewhere and brings its requests to"
@@ -168,8 +174,8 @@ def subagents_for(
     found: dict[str, SubAgent] = {}
     for version in versions:
         sub = version.definition
-        if sub.external:  # made external after the parent named it: it runs elsewhere
-            logger.warning("Sub-agent %s is not offered: it is an external agent", sub.name)
+        if sub.runs_elsewhere:  # made external (or a gateway) after the parent named it: it runs elsewhere
+            logger.warning("Sub-agent %s is not offered: it runs elsewhere (%s)", sub.name, sub.runtime)
             continue
         try:
             bound = bind_parameters(sub, {})

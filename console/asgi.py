@@ -24,6 +24,7 @@ from approvals import waiting  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
 from console.api import problem  # noqa: E402
 from console.origins import ConsoleOriginValidator  # noqa: E402
+from gateway.server import GatewayApp  # noqa: E402
 
 IDLE_REQUEST_THREADS = 32
 # The threads every long poll's reads share, however many polls there are: a read waits its turn for one.
@@ -32,6 +33,8 @@ LONG_POLL_THREADS = 2
 LONG_POLL_RETRY_AFTER_SECONDS = 5
 # `GET /api/requests/{id}?wait=N` (SPEC section 12): held by `ConsoleASGIHandler._long_poll`.
 LONG_POLL = re.compile(r"^/api/requests/([0-9a-fA-F-]{32,36})$")
+# MCP gateways (SPEC section 15): the `mcp` SDK's server serves them, not Django (gateway/server.py).
+GATEWAY_PREFIX = "/mcp/"
 WAIT = re.compile(rb"(?:^|&)wait=([0-9]{1,2})(?:&|$)")
 
 
@@ -112,6 +115,7 @@ class ConsoleASGIHandler(ASGIHandler):
         self.poll_reads = Executors("long-poll", most=LONG_POLL_THREADS)
         self.rereads = waiting.Rereads(self._read_for_polls)
         self.polls = 0
+        self.gateway = GatewayApp()
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
@@ -121,6 +125,9 @@ class ConsoleASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        if scope["path"].startswith(GATEWAY_PREFIX):
+            await self.gateway(scope, receive, send)
+            return
         poll = LONG_POLL.match(scope["path"]) if scope["method"] == "GET" else None
         wait = WAIT.search(scope.get("query_string", b"")) if poll else None
         if poll and wait and 0 < int(wait.group(1)) <= waiting.MAX_WAIT:

@@ -81,18 +81,29 @@ def declaration_problems(document: Any) -> list[str]:
 def unlisted_tools(document: Any, tools: list[str]) -> list[str]:
     """Why `tools` (the definition's server and client tools) would be denied by a valid `document`: an
     `airlock.acs` manifest that governs tool calls denies every tool it does not list (`tool_unknown`)."""
-    problems = []
+    return [
+        f"the manifest of binding {binding_id!r} governs tool calls but does not list "
+        f"{', '.join(missing)} under `tools:`: every call of it would be denied"
+        for binding_id, missing in _unlisted(document, tools)
+    ]
+
+
+def denied_tools(document: Any, tools: list[str]) -> set[str]:
+    """Of `tools`, those a valid `document` denies whatever the call (a gateway leaves them out of its list)."""
+    return {name for _, missing in _unlisted(document, tools) for name in missing}
+
+
+def _unlisted(document: Any, tools: list[str]) -> list[tuple[Any, list[str]]]:
+    """(binding id, the tools it does not list) of each `airlock.acs` binding that governs tool calls."""
+    found = []
     for binding in document.get("bindings", []):
         if binding.get("kind") != "airlock.acs":
             continue
         sources = acs_sources(binding["config"])
         missing = [name for name in tools if name not in sources.tools]
         if sources.points & {"pre_tool_call", "post_tool_call"} and missing:
-            problems.append(
-                f"the manifest of binding {binding.get('id')!r} governs tool calls but does not list "
-                f"{', '.join(missing)} under `tools:`: every call of it would be denied"
-            )
-    return problems
+            found.append((binding.get("id"), missing))
+    return found
 
 
 def webhook_connections(document: Any) -> list[tuple[int, str]]:

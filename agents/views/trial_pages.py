@@ -170,7 +170,7 @@ def trial(request: ConsoleRequest) -> HttpResponse:
     tenant = request.tenant
     agents = list(Agent.objects.live().filter(tenant=tenant))
     current = AgentVersion.objects.filter(agent__in=agents, number=F("agent__current_version"))
-    external = {version.agent_id for version in current if version.definition.external}
+    external = {version.agent_id for version in current if version.definition.runs_elsewhere}
     # Unless one is named, the first hosted agent: an external one runs elsewhere, not here (SPEC section 12).
     first = next((a for a in agents if a.pk not in external), agents[0] if agents else None)
     agent = next((a for a in agents if a.name == request.GET.get("agent")), first)

@@ -66,6 +66,26 @@ class RequestRefused(Refused):
 
 
 @dataclass(frozen=True)
+class AskedTool:
+    """The tool an approval asks to call, as the agent's definition and its server say: an external agent's
+    declared tool (`ExternalTool`), or a gateway's MCP tool (`gateway.tools`): its name as the agent calls it, its
+    description and parameters, its approval mode, the SDK's `permissionRequest` without arguments, and what
+    the request keeps of it besides (`state`)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    approval: str
+    permission: dict[str, Any]
+    state: dict[str, Any]
+
+    @classmethod
+    def declared(cls, tool: ExternalTool, described: str | None) -> "AskedTool":
+        permission = {"kind": "custom-tool", "toolName": tool.name, "toolDescription": described or tool.description}
+        return cls(tool.name, tool.description, tool.parameters, tool.approval, permission, {})
+
+
+@dataclass(frozen=True)
 class Opened:
     """The request opened (`created`), or the one a retry with the same `requestId` names."""
 
@@ -73,9 +93,12 @@ class Opened:
     created: bool
 
 
-def open_request(membership: Membership, user: Any, name: str, body: OpenRequest) -> Opened:
-    """Open a request of the external agent `name` (SPEC section 12). A remembered rule, or a tool in approval
-    mode `never`, decides an approval at once; otherwise it waits in every inbox. Raises RequestRefused."""
+def open_request(
+    membership: Membership, user: Any, name: str, body: OpenRequest, tool: AskedTool | None = None
+) -> Opened:
+    """Open a request of the external agent `name` (SPEC section 12), or an approval of a gateway's call of `tool`
+    (SPEC section 15, `gateway.calls`). A remembered rule, or a tool in approval mode `never`, decides an approval
+    at once; otherwise it waits in every inbox. Raises RequestRefused."""
     tenant = membership.tenant
     if body.session_id is not None and not SESSION_KEY.fullmatch(body.session_id):
         # A session is addressed in paths (/api/sessions/{sessionId}/…): refused as a hosted run's is.
@@ -90,11 +113,14 @@ def open_request(membership: Membership, user: Any, name: str, body: OpenRequest
     except RunRejected as rejected:
         raise RequestRefused(rejected.status, rejected.code, rejected.detail) from None
     definition = version.definition
-    if not definition.external:
+    if definition.gateway and tool is None:
+        detail = f"The agent {name!r} is an MCP gateway: its calls come through /mcp/{name} (SPEC section 15)."
+        raise RequestRefused(409, "gateway_agent", detail)
+    if not definition.runs_elsewhere:
         detail = f"The agent {name!r} is hosted: its requests open in its runs (POST /api/agents/{name}/runs)."
         raise RequestRefused(409, "not_external", detail)
     request_id = stored_request_id(tenant.pk, body.request_id) if body.request_id is not None else uuid.uuid4()
-    fields = _fields(version, body, request_id)
+    fields = _fields(version, body, request_id, tool)
     run_id = uuid.uuid4()
     check = _checked(version, body, fields, request_id, run_id)
     now = timezone.now()
@@ -152,8 +178,9 @@ def _known(membership: Membership, body: OpenRequest) -> PendingRequest | None:
     return known
 
 
-def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID) -> dict[str, Any]:
-    """The request's stored fields for its kind, checked (RequestRefused 400)."""
+def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID, asked: AskedTool | None) -> dict[str, Any]:
+    """The request's stored fields for its kind, checked (RequestRefused 400); an approval's tool is `asked`, or
+    the one the definition declares under its name."""
     definition = version.definition
     call_id = body.tool_call_id or f"call_{request_id.hex}"
     base: dict[str, Any] = {
@@ -167,23 +194,20 @@ def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID) -> 
     if body.kind == RequestKind.APPROVAL:
         if body.tool_name is None:
             raise _invalid("toolName", "an approval names the tool it asks to call")
-        tool = next((t for t in definition.tools if t.name == body.tool_name), None)
-        if not isinstance(tool, ExternalTool):
-            declared = ", ".join(t.name for t in definition.tools) or "none"
-            detail = f"The agent {version.agent.name!r} declares no tool {body.tool_name!r} (declared: {declared})."
-            raise RequestRefused(400, "unknown_tool", detail)
+        if asked is None:
+            declared = next((t for t in definition.tools if t.name == body.tool_name), None)
+            if not isinstance(declared, ExternalTool):
+                named = ", ".join(t.name for t in definition.tools) or "none"
+                detail = f"The agent {version.agent.name!r} declares no tool {body.tool_name!r} (declared: {named})."
+                raise RequestRefused(400, "unknown_tool", detail)
+            asked = AskedTool.declared(declared, body.description)
         arguments = body.arguments or {}
-        problems = schema_problems(tool.parameters, arguments, root="arguments")
+        problems = schema_problems(asked.parameters, arguments, root="arguments")
         if problems:
-            detail = f"The arguments do not fit the parameters of {tool.name}."
+            detail = f"The arguments do not fit the parameters of {asked.name}."
             raise RequestRefused(400, "invalid_arguments", detail, {"arguments": problems})
-        described = {
-            "kind": "custom-tool",
-            "toolName": tool.name,
-            "toolDescription": body.description or tool.description,
-        }
-        state |= {"permissionRequest": described, "approvalMode": tool.approval}
-        return {**base, "tool_name": tool.name, "arguments": arguments, "engine_state": state}
+        state |= {"permissionRequest": asked.permission, "approvalMode": asked.approval, **asked.state}
+        return {**base, "tool_name": asked.name, "arguments": arguments, "engine_state": state}
     if body.kind == RequestKind.QUESTION:
         if body.question is None:
             raise _invalid("question", "a question says what it asks")

@@ -27,7 +27,7 @@ from asgiref.sync import async_to_sync
 
 from agents.models import AgentVersion
 from agents.payloads import Payload, PolicyAsk
-from agents.policies import AskedEscalation, InboxResolver, PolicyBlocked, PolicyScope, registry
+from agents.policies import AskedEscalation, InboxResolver, PolicyBlocked, PolicyScope, TurnPolicies, registry
 from agents.policy_sandbox import for_tenant
 from agents.prepare import granted_connections, live_version
 from console.connections import ConnectionSpec
@@ -61,6 +61,35 @@ class PoliciesUnavailable(Exception):
     """The agent's policies cannot run (e.g. a webhook connection no longer granted)."""
 
 
+def _policies(
+    version: AgentVersion,
+    connections: Mapping[str, ConnectionSpec],
+    run_id: uuid.UUID,
+    session_key: str,
+    events: list[Payload],
+    records: list[dict[str, Any]],
+) -> TurnPolicies | None:
+    """The emitter of `version`'s `hooks` for one call of its run `run_id` (None without policies): its verdicts'
+    events go to `events`, its records to `records`."""
+    agent = version.agent
+
+    async def emit(payload: Payload) -> None:
+        events.append(payload)
+
+    scope = PolicyScope(str(run_id), session_key, str(agent.tenant_id), records)
+    try:
+        return scope.policies(
+            version.definition.hooks,
+            connections=connections,
+            decisions={},
+            agent=agent.name,
+            version=version.number,
+            emit=emit,
+        )
+    except DeclarationError as error:
+        raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
+
+
 async def pre_tool_call_check(
     version: AgentVersion,
     connections: Mapping[str, ConnectionSpec],
@@ -71,24 +100,8 @@ async def pre_tool_call_check(
     """`pre_tool_call` of an external agent's `call` (tool name, call id, arguments) under its version's `hooks`,
     with the `connections` granted to its tenant (`agents.prepare.granted_connections`)."""
     tool_name, call_id, arguments = call
-    agent = version.agent
     check = PolicyCheck(copy.deepcopy(arguments))
-
-    async def emit(payload: Payload) -> None:
-        check.events.append(payload)
-
-    scope = PolicyScope(str(run_id), session_key, str(agent.tenant_id), check.records)
-    try:
-        policies = scope.policies(
-            version.definition.hooks,
-            connections=connections,
-            decisions={},
-            agent=agent.name,
-            version=version.number,
-            emit=emit,
-        )
-    except DeclarationError as error:
-        raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
+    policies = _policies(version, connections, run_id, session_key, check.events, check.records)
     if policies is None:
         return check
     context = policies.builder.pre_tool_call(call_id=call_id, name=tool_name, args=check.arguments)
@@ -99,6 +112,45 @@ async def pre_tool_call_check(
             check.escalation = blocked.escalation
         else:
             check.denied = PolicyAsk(binding=blocked.binding, reason=blocked.reason, message=blocked.message)
+    return check
+
+
+@dataclass
+class ResultCheck:
+    """What `post_tool_call` made of a call's result: the value to hand back (transformed where a verdict said
+    so), or why it is withheld (`denied`), and the events and records of its verdicts."""
+
+    value: Any
+    denied: str | None = None
+    events: list[Payload] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def post_tool_call_check(
+    version: AgentVersion,
+    connections: Mapping[str, ConnectionSpec],
+    run_id: uuid.UUID,
+    session_key: str,
+    call: tuple[str, str, dict[str, Any]],
+    value: Any,
+    *,
+    is_error: bool,
+) -> ResultCheck:
+    """`post_tool_call` of a call's result `value` (a gateway's upstream answer, SPEC section 15), as a hosted turn's
+    tool gate has it (agents.engine.gate.post_tool_call): a deny withholds it (an escalation too: nobody waits
+    on a result), a transform changes it (a redaction)."""
+    tool_name, call_id, arguments = call
+    check = ResultCheck(copy.deepcopy(value))
+    policies = _policies(version, connections, run_id, session_key, check.events, check.records)
+    if policies is None:
+        return check
+    context = policies.builder.post_tool_call(
+        call_id=call_id, name=tool_name, args=arguments, value=check.value, is_error=is_error
+    )
+    try:
+        check.value = await policies.check(context)
+    except PolicyBlocked as blocked:
+        check.denied = blocked.message or blocked.reason
     return check
 
 

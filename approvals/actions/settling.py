@@ -2,6 +2,7 @@
 answer and completes), closed unanswered (its run completes), cancelled by the agent's side, and the outcome of the
 approved call reported by it. Opening one is `approvals.actions.external`."""
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -10,7 +11,7 @@ from django.utils import timezone
 
 from agents.events import EventLog
 from agents.models import Run, RunStatus
-from agents.payloads import RunCompleted, ToolExecutionComplete, ToolExecutionStart
+from agents.payloads import Payload, RunCompleted, ToolExecutionComplete, ToolExecutionStart
 from agents.run_lifecycle import cancel_waiting
 from approvals.actions.external import RequestRefused, too_large
 from approvals.decisions import carry
@@ -83,15 +84,27 @@ def report_outcome(
     answer = pending.answer or {}
     if pending.kind != RequestKind.APPROVAL or not answer.get("approved") or pending.status != RequestStatus.ANSWERED:
         raise RequestRefused(409, "request_not_approved", "Only an approved call has an outcome to report.")
+    if not record_call(pending, success, result, error):
+        raise RequestRefused(409, "outcome_reported", "The outcome of this call was reported already.")
+
+
+def record_call(
+    pending: PendingRequest, success: bool, result: Any, error: str | None, events: Sequence[Payload] = ()
+) -> bool:
+    """Record what the approved call of an external request did, once: `tool.execution_start` with the arguments it
+    ran with (the approver's edit, else the request's), `events` (a gateway's `post_tool_call` verdicts), then
+    `tool.execution_complete`. False when it was recorded already."""
+    override = (pending.answer or {}).get("overrideArguments")
+    arguments = override if override is not None else pending.arguments
     with transaction.atomic():
         locked = PendingRequest.objects.select_for_update().get(pk=pending.pk)
         state = locked.engine_state or {}
         if state.get("external", {}).get("outcome") is not None:
-            raise RequestRefused(409, "outcome_reported", "The outcome of this call was reported already.")
-        override = answer.get("overrideArguments")
-        arguments = override if override is not None else pending.arguments
+            return False
         log = EventLog.resume(pending.run)
         log.record(ToolExecutionStart(toolCallId=pending.call_id, toolName=pending.tool_name, arguments=arguments))
+        for event in events:
+            log.record(event)
         log.record(
             ToolExecutionComplete.of(pending.call_id, value=result, error=None if success else (error or "failed"))
         )
@@ -102,6 +115,7 @@ def report_outcome(
         PendingRequest.objects.filter(pk=pending.pk).update(engine_state=state)
         pending.engine_state = state
         log.flush()
+    return True
 
 
 def _refuse_unless_its_agent(membership: Membership, pending: PendingRequest) -> None:
