@@ -10,6 +10,7 @@ What the client reads is always a tool result: a denial, an expiry, a cancel or 
 import asyncio
 import contextlib
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,10 +29,11 @@ from agents.definitions import McpServer
 from agents.models import AgentVersion
 from agents.policies.declarations import denied_tools
 from approvals import waiting
-from approvals.actions.external import AskedTool, RequestRefused, open_request
+from approvals.actions.external import AskedTool, RequestRefused, open_request, record_passed_call
 from approvals.actions.interceptions import PoliciesUnavailable, post_tool_call_check
 from approvals.actions.settling import cancel_request, record_call
 from approvals.external_wire import ARGUMENTS_LIMIT, OpenRequest, TooLarge, check_size, stored_request_id
+from approvals.kinds.base import schema_problems
 from approvals.models import PendingRequest, RequestStatus
 from console.connections import ConnectionSpec
 from console.models import Membership
@@ -39,6 +41,8 @@ from console.tenancy import AUTH_METHOD
 from gateway.upstream import UpstreamFailed, upstream
 
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+logger = logging.getLogger(__name__)
+
 # How often a waiting call tells a client that gave a progress token that it still waits.
 PROGRESS_SECONDS = 10.0
 # How often a waiting call reads its request again, in case a wake was lost.
@@ -120,6 +124,8 @@ async def call(gate: Gate, ctx: ServerRequestContext[Any, Any], exposed: str, ar
     except TooLarge as over:
         return failed(f"Refused: the call's arguments {over.message}. Nothing was asked or run.")
     asked = _asked(gate, server, tool, exposed)
+    if asked.approval == "never" and gate.version.definition.hooks is None:
+        return await _pass_through(gate, tool, asked, arguments)
     key = uuid.uuid4()
     request_id = stored_request_id(gate.tenant_id, key)
     body = OpenRequest.model_validate(
@@ -145,6 +151,58 @@ async def call(gate: Gate, ctx: ServerRequestContext[Any, Any], exposed: str, ar
     if not answer.get("approved"):
         return failed(decision_words(pending))
     return await _run_upstream(gate, server, tool, pending)
+
+
+async def _pass_through(
+    gate: Gate, tool: types.Tool, asked: AskedTool, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """A tool in approval mode `never` under no policies: nobody is asked, and nothing decides (as in a hosted
+    turn: no request, no receipt). Its arguments must fit its schema; it goes upstream at once, and its run is
+    recorded after the client has its result (`PASSED_RECORDS`)."""
+    problems = schema_problems(asked.parameters, arguments, root="arguments")
+    if problems:
+        return failed(f"Refused: the arguments do not fit the parameters of {asked.name}: {problems}. Nothing was run.")
+    call_id = f"mcp_{uuid.uuid4().hex}"
+    spec = gate.connections[asked.permission["serverName"]]
+    try:
+        result = await upstream(gate.tenant_id, spec).call(tool.name, arguments)
+    except (UpstreamFailed, MCPError, TimeoutError) as error:
+        words = str(error) or type(error).__name__
+        _record_later(gate, (asked.name, call_id, arguments), (False, None, words))
+        return failed(f"The tool {asked.name} failed upstream: {words}")
+    value = _shown(result)
+    recorded = value if len(json.dumps(value)) <= RECORDED_RESULT_LIMIT.size else "(too large to keep)"
+    outcome = (not result.is_error, recorded, _text(result) if result.is_error else None)
+    _record_later(gate, (asked.name, call_id, arguments), outcome)
+    return types.CallToolResult.model_validate(value)
+
+
+# The records of passed calls still being written: kept so that they are not collected half-way.
+PASSED_RECORDS: set["asyncio.Task[None]"] = set()
+
+
+def _record_later(gate: Gate, call: tuple[str, str, dict[str, Any]], outcome: tuple[bool, Any, str | None]) -> None:
+    async def record() -> None:
+        try:
+            await on_thread(
+                record_passed_call, gate.membership, gate.membership.user, gate.version, gate.session_key, call, outcome
+            )
+        except Exception:
+            logger.exception("The gateway %s could not record a call of %s", gate.agent, call[0])
+
+    task = asyncio.get_running_loop().create_task(record())
+    PASSED_RECORDS.add(task)
+    task.add_done_callback(PASSED_RECORDS.discard)
+
+
+def _shown(result: types.CallToolResult) -> dict[str, Any]:
+    """An upstream result as the client gets it (and policies see it): without the upstream server's name, the
+    gateway being the client's server (`airlock/<agent>`)."""
+    value = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    value.get("_meta", {}).pop(SERVER_INFO_META, None)
+    if value.get("_meta") == {}:
+        del value["_meta"]
+    return value
 
 
 def _asked(gate: Gate, server: McpServer, tool: types.Tool, exposed: str) -> AskedTool:
@@ -272,11 +330,7 @@ async def _run_upstream(
         words = str(error) or type(error).__name__
         await on_thread(record_call, pending, False, None, words)
         return failed(f"The tool {pending.tool_name} failed upstream: {words}")
-    value = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-    # The upstream server's name is not the client's business: the gateway is its server (`airlock/<agent>`).
-    value.get("_meta", {}).pop(SERVER_INFO_META, None)
-    if value.get("_meta") == {}:
-        del value["_meta"]
+    value = _shown(result)
     call = (pending.tool_name, pending.call_id, arguments)
     try:
         check = await post_tool_call_check(

@@ -10,7 +10,10 @@ use and kept for the process's life."""
 
 import asyncio
 import contextvars
+import dataclasses
+import hashlib
 import re
+import time
 import uuid
 from typing import Any
 
@@ -186,7 +189,31 @@ class Managers:
 MANAGERS = Managers()
 
 
-def _authenticated(header: str | None, agent: str, session_id: str | None) -> Gate:
+# How long a token's gate to an agent is kept in this process before it is read again: a revoked token, a new
+# version of the agent or a connection no longer granted applies to calls within this many seconds.
+GATE_SECONDS = 5.0
+# The most gates kept (all are forgotten past it).
+MOST_GATES = 10_000
+_GATES: dict[tuple[str, str], tuple[float, Gate]] = {}
+
+
+async def gate_for(header: str | None, agent: str, session_id: str | None) -> Gate:
+    """The gate a request calls through (`_authenticated`), read again every GATE_SECONDS: every message of an MCP
+    session passes here, and reading the token, agent, version and grants each time was most of a call's cost."""
+    key = (hashlib.sha256((header or "").encode()).hexdigest(), agent)
+    now = time.monotonic()
+    kept = _GATES.get(key)
+    if kept is not None and now - kept[0] < GATE_SECONDS:
+        gate = kept[1]
+    else:
+        gate = await sync_to_async(_authenticated, thread_sensitive=False)(header, agent)
+        if len(_GATES) >= MOST_GATES:
+            _GATES.clear()
+        _GATES[key] = (now, gate)
+    return dataclasses.replace(gate, session_key=f"mcp-{session_id}" if session_id else f"mcp-call-{uuid.uuid4()}")
+
+
+def _authenticated(header: str | None, agent: str) -> Gate:
     """The gate a request calls through (Refusal: 401 without a valid token, 403 under an operator, 404 for no
     gateway of that name in the token's tenant)."""
     try:
@@ -207,9 +234,8 @@ def _authenticated(header: str | None, agent: str, session_id: str | None) -> Ga
         )
         if version is None or not version.definition.gateway:
             raise Refusal(404, "not_found", f"No MCP gateway named {agent!r} in this tenant.")
-        key = f"mcp-{session_id}" if session_id else f"mcp-call-{uuid.uuid4()}"
         connections = dict(granted_connections(membership.tenant, version))
-        return Gate(membership, api_token.pk, version, connections, key)
+        return Gate(membership, api_token.pk, version, connections, "")
     finally:
         close_old_connections()
 
@@ -226,7 +252,7 @@ class GatewayApp:
         authorization = headers.get(b"authorization", b"").decode("latin-1") or None
         session = headers.get(SESSION_HEADER, b"").decode("latin-1") or None
         try:
-            gate = await sync_to_async(_authenticated, thread_sensitive=False)(authorization, match.group(1), session)
+            gate = await gate_for(authorization, match.group(1), session)
         except Refusal as refusal:
             await _problem(send, refusal)
             return

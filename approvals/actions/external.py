@@ -30,6 +30,8 @@ from agents.payloads import (
     RequestAnswered,
     RunAwaiting,
     RunCompleted,
+    ToolExecutionComplete,
+    ToolExecutionStart,
 )
 from agents.prepare import RunRejected, granted_connections, live_version
 from agents.requirements import next_step_at
@@ -265,7 +267,10 @@ def _invalid(field: str, message: str) -> RequestRefused:
 
 def _session(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID, now: datetime) -> Session:
     """The live session the request goes to: the client's `sessionId` (made on first use), else one of its own."""
-    key = _session_key(body, request_id)
+    return _session_of(version, _session_key(body, request_id), now)
+
+
+def _session_of(version: AgentVersion, key: str, now: datetime) -> Session:
     session = Session.objects.live().filter(tenant=version.agent.tenant, key=key).first()
     if session is None:
         return Session.objects.create(tenant=version.agent.tenant, key=key, agent=version.agent, created_at=now)
@@ -351,6 +356,58 @@ def _open(
     session.save(update_fields=["last_run", "updated_at"])
     log.flush()
     return pending
+
+
+def record_passed_call(
+    membership: Membership,
+    user: Any,
+    version: AgentVersion,
+    session_key: str,
+    call: tuple[str, str, dict[str, Any]],
+    outcome: tuple[bool, Any, str | None],
+) -> None:
+    """A gateway's call of a tool in approval mode `never` under no policies (SPEC section 15), recorded after it
+    ran: as a hosted turn's such call, no request and no receipt, only its run's events (`run.started`,
+    `tool.execution_start`/`complete`, `run.completed`) in the MCP session's Airlock session. `call`: the tool's name
+    as the gateway offers it, the call id, the arguments; `outcome`: success, the result, the error."""
+    try:
+        _record_passed(membership, user, version, session_key, call, outcome)
+    except IntegrityError:  # the session made meanwhile by another call of the same MCP session: found now
+        _record_passed(membership, user, version, session_key, call, outcome)
+
+
+def _record_passed(
+    membership: Membership,
+    user: Any,
+    version: AgentVersion,
+    session_key: str,
+    call: tuple[str, str, dict[str, Any]],
+    outcome: tuple[bool, Any, str | None],
+) -> None:
+    (tool_name, call_id, arguments), (success, result, error) = call, outcome
+    now = timezone.now()
+    with transaction.atomic():
+        session = _session_of(version, session_key, now)
+        run = new_run(
+            membership.tenant,
+            version.agent,
+            version,
+            session,
+            user,
+            status=RunStatus.COMPLETED,
+            previous_run=session.last_run,
+            created_at=now,
+            finished_at=now,
+        )
+        run.save(force_insert=True)
+        log = EventLog(run)
+        log.record(run_started(run, version.agent.name, version.number, session.key))
+        log.record(ToolExecutionStart(toolCallId=call_id, toolName=tool_name, arguments=arguments))
+        log.record(ToolExecutionComplete.of(call_id, value=result, error=None if success else (error or "failed")))
+        log.record(RunCompleted(output=None))
+        session.last_run, session.updated_at = run, now
+        session.save(update_fields=["last_run", "updated_at"])
+        log.flush()
 
 
 def _decided(
