@@ -256,6 +256,13 @@ class GatewayApp:
         except Refusal as refusal:
             await _problem(send, refusal)
             return
+        if scope["method"] == "POST":
+            body = await _body(receive)
+            if body is None:
+                limit = f"over the limit of {MAX_MESSAGE_BYTES} bytes"
+                await _problem(send, Refusal(413, "content_too_large", f"The MCP message is {limit}."))
+                return
+            receive = _replay(body, receive)
         owner = AccessToken(token="", client_id=f"airlock-token:{gate.token_id}", scopes=[])
         scope = {**scope, "user": AuthenticatedUser(owner), "airlock.gate": gate}
         manager = await MANAGERS.of(gate.tenant_id, gate.agent)
@@ -264,6 +271,37 @@ class GatewayApp:
             await manager.handle_request(scope, receive, send)
         finally:
             _GATE.reset(token)
+
+
+async def _body(receive: Any) -> bytes | None:
+    """The request's whole body, or None once it is over MAX_MESSAGE_BYTES (nothing more is read)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_MESSAGE_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """A `receive` that gives `body` once, then what the client sends after (its disconnect)."""
+    given = False
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # type: ignore[no-any-return]
+
+    return replayed
 
 
 async def _problem(send: Any, refusal: Refusal) -> None:
