@@ -231,7 +231,7 @@ async def _wait(gate: Gate, ctx: ServerRequestContext[Any, Any], pending: Pendin
     """Wait for the request's decision: a progress notification every PROGRESS_SECONDS (when the client gave a
     token), one URL-mode elicitation pointing at the card (when the client takes them); the client's cancel closes
     the request `cancelled`."""
-    browser = _ask_in_browser(ctx, pending)
+    browser = _ask_in_browser(gate, ctx, pending)
     ticks = 0
     try:
         while True:
@@ -273,15 +273,14 @@ def card_url(gate: Gate, pending: PendingRequest) -> str:
     return f"{settings.CONSOLE_URL}/inbox/?agent={quote(gate.agent)}#request-{pending.id}"
 
 
-def _ask_in_browser(ctx: ServerRequestContext[Any, Any], pending: PendingRequest) -> "asyncio.Task[Any] | None":
+def _ask_in_browser(
+    gate: Gate, ctx: ServerRequestContext[Any, Any], pending: PendingRequest
+) -> "asyncio.Future[Any] | None":
     """One URL-mode `elicitation/create` pointing at the request's card, when the client declared it takes them and
     can be asked (a handshake-era session); its answer changes nothing (the decision is the inbox's)."""
     capabilities = ctx.session.client_capabilities
     elicitation = capabilities.elicitation if capabilities is not None else None
     if elicitation is None or getattr(elicitation, "url", None) is None or not ctx.session.can_send_request:
-        return None
-    gate: Gate | None = getattr(ctx.request, "scope", {}).get("airlock.gate") if ctx.request is not None else None
-    if gate is None:
         return None
     asked = ctx.session.elicit_url(
         "Approve in Airlock", card_url(gate, pending), str(pending.id), related_request_id=ctx.request_id
