@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class SlackAppConfig(AppConfig):
+    name = "slackapp"
+    label = "slackapp"
+    verbose_name = "Slack"
