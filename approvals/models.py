@@ -76,6 +76,7 @@ class Via(models.TextChoices):
     POLICY = "policy", "a policy"
     NEVER = "never", "the tool's approval mode never"
     ESCALATION = "escalation", "the request's escalation"
+    SLACK = "slack", "Slack"
 
 
 TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDONED)

@@ -19,6 +19,12 @@ SIGNATURE_HEADER = "X-Airlock-Signature"
 
 MODEL_KINDS = frozenset({"scripted", "openai", "anthropic"})
 
+# A Slack app (SPEC section 17) keeps its settings in the spec's own fields: the bot token's variable in
+# `api_key_env`, the signing secret's in `secret_env`, the Web API's base URL in `base_url`. Their names in a
+# `load_connections` file (and the API's documentation) are Slack's words for them.
+SLACK_API_BASE_URL = "https://slack.com/api"
+SLACK_WIRE_FIELDS = {"botTokenEnv": "api_key_env", "signingSecretEnv": "secret_env", "apiBaseUrl": "base_url"}
+
 
 @dataclass(frozen=True)
 class ConnectionSpec:

@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from console.connections import BUILTIN, ENV_NAME, ConnectionSpec
+from console.connections import BUILTIN, ENV_NAME, SLACK_API_BASE_URL, ConnectionSpec
 
 
 class Tenant(models.Model):
@@ -114,6 +114,7 @@ class ConnectionKind(models.TextChoices):
     ANTHROPIC = "anthropic", "Anthropic model provider"
     MCP = "mcp", "MCP server"
     WEBHOOK = "webhook", "Webhook (policy verdicts, request events)"
+    SLACK = "slack", "Slack app (approvals in channels)"
 
 
 _env_name = RegexValidator(ENV_NAME, "the name of an environment variable: capitals, digits and _")
@@ -157,14 +158,21 @@ class ConnectionQuerySet(models.QuerySet["Connection"]):
 
 
 class Connection(models.Model):
-    """A model provider, MCP server or webhook (policy verdicts, request events) the installation runs for its
-    tenants."""
+    """A model provider, MCP server, webhook (policy verdicts, request events) or Slack app the installation runs
+    for its tenants."""
 
     name = models.SlugField(max_length=63, unique=True, validators=[validate_slug])
     kind = models.CharField(max_length=16, choices=ConnectionKind.choices)
     description = models.CharField(max_length=500, blank=True)
-    base_url = models.URLField("base URL", max_length=500, blank=True, help_text="Model providers: the API's base URL.")
-    api_key_env = _variable_field("API key variable", "Model providers: the variable holding the key.")
+    base_url = models.URLField(
+        "base URL",
+        max_length=500,
+        blank=True,
+        help_text="Model providers: the API's base URL. Slack: the Web API's (empty: https://slack.com/api).",
+    )
+    api_key_env = _variable_field(
+        "API key variable", "Model providers: the variable holding the key. Slack: the bot token's (xoxb-…)."
+    )
     command = models.CharField(max_length=500, blank=True, help_text="MCP over stdio: the program to start.")
     args = models.JSONField(default=list, blank=True, validators=[_strings], help_text="MCP over stdio: arguments.")
     env = models.JSONField(
@@ -175,7 +183,9 @@ class Connection(models.Model):
         help_text="MCP over stdio: variables passed on.",
     )
     url = models.URLField("URL", max_length=500, blank=True, help_text="MCP over streamable HTTP, or the webhook.")
-    secret_env = _variable_field("secret variable", "Webhooks: the variable holding the secret.")
+    secret_env = _variable_field(
+        "secret variable", "Webhooks: the variable holding the secret. Slack: the app's signing secret's."
+    )
     all_tenants = models.BooleanField(default=False, help_text="Granted to every tenant, present and future.")
     tenants = models.ManyToManyField(Tenant, blank=True, related_name="connections")
     created_at = models.DateTimeField(default=timezone.now)
@@ -189,6 +199,7 @@ class Connection(models.Model):
         ConnectionKind.ANTHROPIC: {"base_url", "api_key_env"},
         ConnectionKind.MCP: {"command", "args", "env", "url"},
         ConnectionKind.WEBHOOK: {"url", "secret_env"},
+        ConnectionKind.SLACK: {"base_url", "api_key_env", "secret_env"},
     }
     SETTINGS = ("base_url", "api_key_env", "command", "args", "env", "url", "secret_env")
 
@@ -207,6 +218,12 @@ class Connection(models.Model):
             errors["command"] = "Give either a stdio command or a streamable-HTTP url, not both or neither."
         if self.kind == ConnectionKind.WEBHOOK and not self.url:
             errors["url"] = "A webhook needs its url."
+        if self.kind == ConnectionKind.SLACK:
+            self.base_url = self.base_url or SLACK_API_BASE_URL
+            if not self.api_key_env:
+                errors["api_key_env"] = "A Slack app needs the variable holding its bot token."
+            if not self.secret_env:
+                errors["secret_env"] = "A Slack app needs the variable holding its signing secret."
         if errors:
             raise ValidationError(errors)
 

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "console",
     "agents",
     "approvals",
+    "slackapp",
 ]
 
 MIDDLEWARE = [
