@@ -25,6 +25,8 @@ from approvals.routing import websocket_urlpatterns  # noqa: E402
 from console.api import problem  # noqa: E402
 from console.origins import ConsoleOriginValidator  # noqa: E402
 from gateway.server import GatewayApp  # noqa: E402
+from protocols.a2a_app import PREFIX as A2A_PREFIX  # noqa: E402
+from protocols.a2a_app import A2AApp  # noqa: E402
 
 IDLE_REQUEST_THREADS = 32
 # The threads every long poll's reads share, however many polls there are: a read waits its turn for one.
@@ -116,6 +118,8 @@ class ConsoleASGIHandler(ASGIHandler):
         self.rereads = waiting.Rereads(self._read_for_polls)
         self.polls = 0
         self.gateway = GatewayApp()
+        # A2A (SPEC section 16): the a2a-sdk's routes serve hosted agents' tasks and cards (protocols/a2a_app.py).
+        self.a2a = A2AApp()
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
@@ -127,6 +131,9 @@ class ConsoleASGIHandler(ASGIHandler):
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
         if scope["path"].startswith(GATEWAY_PREFIX):
             await self.gateway(scope, receive, send)
+            return
+        if scope["path"].startswith(A2A_PREFIX):
+            await self.a2a(scope, receive, send)
             return
         poll = LONG_POLL.match(scope["path"]) if scope["method"] == "GET" else None
         wait = WAIT.search(scope.get("query_string", b"")) if poll else None

@@ -1,0 +1,161 @@
+"""`/a2a/{agent}`: a hosted agent as an A2A server (SPEC section 16), served in the console's process
+(`console.asgi` hands it every path under `/a2a/`) by the a2a-sdk's Starlette routes: the JSON-RPC endpoint at
+`/a2a/{agent}` (the SDK's protocol version, and 0.3's method names through its compatibility adapter) and the agent
+card at `/a2a/{agent}/.well-known/agent-card.json`.
+
+Each request is authenticated here first, as the MCP gateway's are: an Airlock API token (`Authorization: Bearer`)
+of the agent's tenant; the card takes any member's, the JSON-RPC endpoint an operator's or more. No token is 401,
+an agent of another tenant (or one that runs elsewhere: external, gateway) 404: on the JSON-RPC endpoint as a
+JSON-RPC error with that HTTP status, on the card as the API's problem+json (A2A gives a card no error shape).
+Every request runs its database work on one thread of its own (`ThreadSensitiveContext`), its connections closed
+when it ends."""
+
+import re
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import build_error_response
+from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
+from a2a.utils.errors import InvalidRequestError
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
+from django.db import connections
+from django.http.request import split_domain_port, validate_host
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agents.models import Agent, AgentVersion
+from console.models import ApiToken
+from console.problems import problem
+from console.tenancy import AUTH_METHOD
+from protocols.a2a_cards import card_json
+from protocols.a2a_handler import CALLER, AirlockRequestHandler, Caller
+
+PREFIX = "/a2a/"
+PATH = re.compile(r"^/a2a/([a-z0-9][a-z0-9_-]{0,62})(/|/\.well-known/agent-card\.json)?$")
+CARD_SUFFIX = "/.well-known/agent-card.json"
+# The largest JSON-RPC request a client may send.
+MAX_MESSAGE_BYTES = 1024 * 1024
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+def authenticate(header: str | None, name: str, url: str, *, card: bool) -> Caller:
+    """The caller of agent `name` (Refusal: 401 without a valid token, 403 for the JSON-RPC endpoint under an
+    operator, 404 for no hosted agent of that name in the token's tenant)."""
+    token = header.split(" ", 1)[1].strip() if header and header.lower().startswith("bearer ") else ""
+    api_token = ApiToken.authenticate(token) if token else None
+    if api_token is None:
+        raise Refusal(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
+    membership = api_token.membership
+    if not card and not membership.allows("operator"):
+        raise Refusal(403, "forbidden", "Sending an agent tasks takes an operator's token or more.")
+    agent = Agent.objects.live().filter(tenant=membership.tenant, name=name).first()
+    version = (
+        AgentVersion.objects.select_related("agent").filter(agent=agent, number=agent.current_version).first()
+        if agent is not None
+        else None
+    )
+    if agent is None or version is None or version.definition.runs_elsewhere:
+        raise Refusal(404, "agent_not_found", f"No hosted agent named {name!r} in this tenant.")
+    return Caller(membership, api_token.pk, agent, version, url)
+
+
+class CallerContext(DefaultServerCallContextBuilder):
+    """The SDK's call context, with the authenticated caller the handler reads."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state[CALLER] = request.scope[CALLER]
+        return context
+
+
+async def agent_card(request: Request) -> JSONResponse:
+    caller: Caller = request.scope[CALLER]
+    return JSONResponse(card_json(caller.version, caller.url))
+
+
+def _routes(handler: AirlockRequestHandler) -> list[Any]:
+    built = CallerContext()
+    rpc = [
+        route
+        for path in ("/a2a/{agent}", "/a2a/{agent}/")
+        for route in create_jsonrpc_routes(handler, path, context_builder=built, enable_v0_3_compat=True)
+    ]
+    return [*rpc, Route("/a2a/{agent}" + CARD_SUFFIX, agent_card, methods=["GET"])]
+
+
+class A2AApp:
+    """The ASGI application of `/a2a/…`."""
+
+    def __init__(self) -> None:
+        self.handler = AirlockRequestHandler()
+        self.app = Starlette(routes=_routes(self.handler))
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        match = PATH.match(scope["path"])
+        card = bool(match and match.group(2) == CARD_SUFFIX)
+        if match is None:
+            await _refuse(send, Refusal(404, "not_found", "An A2A agent is served at /a2a/{agent}."), card=True)
+            return
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
+            await _refuse(send, Refusal(400, "invalid_host", "The request's Host is not this console's."), card=card)
+            return
+        url = f"{scope.get('scheme', 'http')}://{host}{PREFIX}{match.group(1)}"
+        authorization = headers.get(b"authorization", b"").decode("latin-1") or None
+        async with ThreadSensitiveContext():
+            try:
+                try:
+                    caller = await sync_to_async(authenticate)(authorization, match.group(1), url, card=card)
+                except Refusal as refusal:
+                    await _refuse(send, refusal, card=card)
+                    return
+                # Whoever answers a request here is signed in by this token (the receipts' `authMethod`).
+                AUTH_METHOD.set(f"token:{caller.token_id}")
+                scope = {**scope, CALLER: caller}
+                await self.app(scope, _bounded(receive), send)
+            finally:
+                await sync_to_async(connections.close_all)()
+
+
+def _bounded(receive: Any) -> Any:
+    """`receive`, refusing a body over MAX_MESSAGE_BYTES (the SDK's dispatcher answers the 413 as a JSON-RPC
+    error)."""
+    read = 0
+
+    async def bounded() -> dict[str, Any]:
+        nonlocal read
+        message: dict[str, Any] = await receive()
+        read += len(message.get("body", b""))
+        if read > MAX_MESSAGE_BYTES:
+            raise HTTPException(413, f"A request holds at most {MAX_MESSAGE_BYTES} bytes.")
+        return message
+
+    return bounded
+
+
+async def _refuse(send: Any, refusal: Refusal, *, card: bool) -> None:
+    """The refusal as the card's problem+json (console.problems.problem), or as a JSON-RPC error for the endpoint."""
+    if card:
+        response = problem(refusal.status, refusal.code, refusal.detail)
+        body, kind = response.content, b"application/problem+json"
+    else:
+        error = InvalidRequestError(message=refusal.detail, data={"code": refusal.code})
+        body, kind = bytes(JSONResponse(build_error_response(None, error)).body), b"application/json"
+    headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+    if refusal.status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="airlock"'))
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+__all__ = ["PREFIX", "A2AApp"]

@@ -1,0 +1,239 @@
+"""A2A (SPEC section 16) through the console's ASGI application, with the a2a-sdk's own client: the agent card, a
+task sent and run, a pause as `input-required` with its requests as a DataPart, answered by a message or in the
+inbox, a cancel, the 0.3 method names, and every refusal (no token, another tenant's agent, bad answers) in the
+protocol's error shape with nothing changed."""
+
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, A2AClientError, ClientConfig, ClientFactory
+from a2a.client.client import Client
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
+from asgiref.sync import sync_to_async
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from agents.claiming import drain
+from agents.models import Run, RunStatus
+from approvals.models import PendingRequest, RequestStatus
+from console.asgi import application
+from tests.conftest import Persona
+from tests.helpers import EMAIL, call_line, make_agent, snapshot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BASE = "http://testserver"
+ENDPOINT = f"{BASE}/a2a/assistant"
+SEND = call_line("send_email", EMAIL)
+
+
+def http(persona: Persona | None, **headers: str) -> httpx.AsyncClient:
+    auth = {"Authorization": f"Bearer {persona.token}"} if persona else {}
+    transport = httpx.ASGITransport(app=application)
+    return httpx.AsyncClient(transport=transport, base_url=BASE, headers={**auth, **headers}, timeout=30)
+
+
+@asynccontextmanager
+async def a2a(persona: Persona, *, streaming: bool = False) -> AsyncIterator[Client]:
+    """The a2a-sdk's client of the assistant, from its card, with `persona`'s token."""
+    async with http(persona) as session:
+        card = await A2ACardResolver(session, ENDPOINT).get_agent_card()
+        client = ClientFactory(ClientConfig(httpx_client=session, streaming=streaming)).create(card)
+        yield client
+
+
+def said(text: str, **ids: str) -> SendMessageRequest:
+    message = Message(message_id="m-" + text[:8], role=Role.ROLE_USER, parts=[Part(text=text)], **ids)
+    return SendMessageRequest(message=message)
+
+
+def answering(task: Task, *answers: Any) -> SendMessageRequest:
+    """A message on `task` whose DataPart holds `answers` (one object, or a list of them)."""
+    part = Part()
+    ParseDict(answers[0] if len(answers) == 1 else list(answers), part.data)
+    message = Message(message_id="answer", role=Role.ROLE_USER, task_id=task.id, context_id=task.context_id)
+    message.parts.append(part)
+    return SendMessageRequest(message=message)
+
+
+async def sent(client: Client, request: SendMessageRequest) -> Task:
+    responses: list[StreamResponse] = [response async for response in client.send_message(request)]
+    assert responses[-1].HasField("task"), responses
+    return responses[-1].task
+
+
+def waiting_on(task: Task) -> list[dict[str, Any]]:
+    """The requests an `input-required` task's status holds in its DataPart."""
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task.status
+    data = [MessageToDict(part.data) for part in task.status.message.parts if part.HasField("data")]
+    assert len(data) == 1, task.status.message
+    return data[0]["pendingRequests"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def assistant(admin: Persona) -> Any:
+    return make_agent(admin)
+
+
+@pytest.fixture
+def worker() -> Any:
+    """A worker of this process running queued runs (an answer's continuation) while a test waits."""
+    stop = threading.Event()
+
+    def work() -> None:
+        from django.db import connections
+
+        try:
+            while not stop.wait(0.05):
+                drain()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(10)
+
+
+async def test_it_publishes_the_card_of_a_hosted_agent(assistant, reader):
+    async with http(reader) as session:
+        card = await A2ACardResolver(session, ENDPOINT).get_agent_card()
+        raw = (await session.get("/a2a/assistant/.well-known/agent-card.json")).json()
+
+    assert card.name == "assistant"
+    assert {skill.id for skill in card.skills} >= {"send_email", "get_time", "get_user_location"}
+    schemes = {name: MessageToDict(scheme) for name, scheme in card.security_schemes.items()}
+    assert next(iter(schemes.values()))["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    versions = {(i.url, i.protocol_binding, i.protocol_version) for i in card.supported_interfaces}
+    assert versions == {(ENDPOINT, "JSONRPC", "1.0"), (ENDPOINT, "JSONRPC", "0.3")}
+    assert raw["url"] == ENDPOINT and raw["protocolVersion"] in ("0.3", "0.3.0")
+
+
+async def test_it_runs_a_task_to_its_end(assistant, operator):
+    async with a2a(operator) as client:
+        task = await sent(client, said("hello there"))
+
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    run = await sync_to_async(Run.objects.select_related("session").get)(id=task.id)
+    assert run.session.key == task.context_id
+    assert [part.text for part in task.status.message.parts] == ["You said: hello there"]
+    assert [(m.role, m.parts[0].text) for m in task.history] == [
+        (Role.ROLE_USER, "hello there"),
+        (Role.ROLE_AGENT, "You said: hello there"),
+    ]
+    assert task.artifacts[0].parts[0].text == "You said: hello there"
+
+
+async def test_a_pause_is_input_required_and_a_message_answers_it(assistant, operator, worker):
+    async with a2a(operator) as client:
+        asked = await sent(client, said(SEND))
+        [request] = waiting_on(asked)
+        assert (request["kind"], request["toolName"], request["status"]) == ("approval", "send_email", "pending")
+        assert request["arguments"] == EMAIL
+
+        done = await sent(client, answering(asked, {"requestId": request["requestId"], "approved": True}))
+
+    assert done.id == asked.id and done.context_id == asked.context_id
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED, done.status
+    assert done.status.message.parts[0].text == "send_email: sent to ada@example.com"
+    answered = await sync_to_async(PendingRequest.objects.get)(id=request["requestId"])
+    assert answered.status == RequestStatus.ANSWERED and answered.answered_via == "api"
+
+
+async def test_an_answer_in_the_inbox_moves_the_task_on(assistant, operator, admin):
+    async with a2a(operator) as client:
+        asked = await sent(client, said(SEND))
+        [request] = waiting_on(asked)
+
+        path = f"/api/requests/{request['requestId']}/responses"
+        answered = await sync_to_async(admin.api)("POST", path, {"approved": False, "reason": "not today"})
+        assert answered.json()["status"] == "accepted"
+        queued = await client.get_task(GetTaskRequest(id=asked.id))
+        assert queued.status.state == TaskState.TASK_STATE_SUBMITTED
+        await sync_to_async(drain)()
+
+        moved = await client.get_task(GetTaskRequest(id=asked.id))
+
+    assert moved.status.state == TaskState.TASK_STATE_COMPLETED
+    assert moved.status.message.parts[0].text == "send_email denied: not today"
+
+
+async def test_cancel_ends_the_waiting_run(assistant, operator):
+    async with a2a(operator) as client:
+        asked = await sent(client, said(SEND))
+        [request] = waiting_on(asked)
+        cancelled = await client.cancel_task(CancelTaskRequest(id=asked.id))
+        again = await client.get_task(GetTaskRequest(id=asked.id))
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=asked.id))
+
+    assert cancelled.status.state == again.status.state == TaskState.TASK_STATE_CANCELED
+    run = await sync_to_async(Run.objects.get)(id=asked.id)
+    closed = await sync_to_async(PendingRequest.objects.get)(id=request["requestId"])
+    assert (run.status, closed.status) == (RunStatus.CANCELLED, RequestStatus.CANCELLED)
+
+
+async def test_another_tenants_agent_is_not_found(assistant, outsider):
+    async with http(outsider) as session:
+        card = await session.get("/a2a/assistant/.well-known/agent-card.json")
+        rpc = await session.post(
+            "/a2a/assistant", json={"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {}}
+        )
+
+    assert card.status_code == 404 and card.headers["content-type"] == "application/problem+json"
+    assert card.json()["code"] == "agent_not_found"
+    assert rpc.status_code == 404
+    assert rpc.json()["error"]["code"] == -32600 and rpc.json()["id"] is None
+
+
+async def test_without_a_token_it_is_401(assistant):
+    async with http(None) as session:
+        card = await session.get("/a2a/assistant/.well-known/agent-card.json")
+        rpc = await session.post("/a2a/assistant", json={"jsonrpc": "2.0", "id": 1, "method": "message/send"})
+        with pytest.raises(A2AClientError, match="401"):
+            await A2ACardResolver(session, ENDPOINT).get_agent_card()
+
+    assert card.status_code == rpc.status_code == 401
+    assert card.json()["code"] == "unauthenticated" and rpc.json()["error"]["message"].startswith(
+        "An Airlock API token"
+    )
+    assert rpc.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(
+    "answer, code",
+    [
+        ({"requestId": "00000000-0000-0000-0000-000000000000", "approved": True}, "unknown_request"),
+        ({"requestId": "not-a-request", "approved": True}, "unknown_request"),
+        ({"approved": True, "result": {"x": 1}}, "response_type_mismatch"),
+        ({"approved": "yes"}, "invalid_answer"),
+    ],
+)
+async def test_a_bad_answer_is_refused_and_changes_nothing(assistant, operator, answer, code):
+    async with a2a(operator) as client:
+        asked = await sent(client, said(SEND))
+        [request] = waiting_on(asked)
+        before = await sync_to_async(snapshot)()
+        with pytest.raises(InvalidParamsError) as refused:
+            await sent(client, answering(asked, {"requestId": request["requestId"], **answer}))
+        after = await sync_to_async(snapshot)()
+        still = await client.get_task(GetTaskRequest(id=asked.id))
+
+    assert refused.value.data and refused.value.data["code"] == code, refused.value
+    assert after == before
+    assert waiting_on(still)[0]["requestId"] == request["requestId"]
