@@ -238,7 +238,11 @@ def tool_approval(definition: DefinitionContent, tool_name: str) -> str:
     mode, "client" for a client tool, an MCP server's mode when one may provide the tool, else "unknown".
 
     The MCP servers' tool names are not known without starting them: a server may provide any name
-    (any name starting with `<toolPrefix>_` when it sets a prefix). One that asks "always" wins."""
+    (any name starting with `<toolPrefix>_` when it sets a prefix). One that asks "always" wins. A gateway's tool
+    is its server's, in the mode the gateway sets for it (SPEC section 15)."""
+    if definition.gateway:
+        fronted = definition.fronting(tool_name)
+        return fronted[0].approval_of(fronted[1]) if fronted is not None else "unknown"
     for tool in definition.tools:
         if tool.name == tool_name:
             return str(tool.approval)

@@ -43,6 +43,8 @@ from gateway.upstream import UpstreamFailed, upstream
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 logger = logging.getLogger(__name__)
 
+# Where the ASGI scope of a POST holds the future its client's disconnect resolves (gateway.server).
+DISCONNECTED = "airlock.disconnected"
 # How often a waiting call tells a client that gave a progress token that it still waits.
 PROGRESS_SECONDS = 10.0
 # How often a waiting call reads its request again, in case a wake was lost.
@@ -122,7 +124,7 @@ async def call(gate: Gate, ctx: ServerRequestContext[Any, Any], exposed: str, ar
     try:
         check_size(arguments, "arguments", ARGUMENTS_LIMIT)
     except TooLarge as over:
-        return failed(f"Refused: the call's arguments {over.message}. Nothing was asked or run.")
+        return failed(f"Refused: the call's arguments are too large: {over.message}. Nothing was asked or run.")
     asked = _asked(gate, server, tool, exposed)
     if asked.approval == "never" and gate.version.definition.hooks is None:
         return await _pass_through(gate, tool, asked, arguments)
@@ -232,12 +234,20 @@ async def _wait(gate: Gate, ctx: ServerRequestContext[Any, Any], pending: Pendin
     token), one URL-mode elicitation pointing at the card (when the client takes them); the client's cancel closes
     the request `cancelled`."""
     browser = _ask_in_browser(gate, ctx, pending)
+    scope = getattr(ctx.request, "scope", None)
+    disconnected = scope.get(DISCONNECTED) if isinstance(scope, dict) else None
     ticks = 0
     try:
         while True:
-            never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            wake = await woken(PROGRESS_SECONDS, never)
+            # Shielded: a wait that times out cancels what it waited on, and the disconnect is the request's.
+            gone = asyncio.shield(disconnected) if disconnected is not None else asyncio.Future()
+            wake = await woken(PROGRESS_SECONDS, gone)
             if wake.outcome == "decided":
+                break
+            if wake.outcome == "gone":
+                # A handshake-era client went away: its call is not the SDK's to cancel (the session outlives the
+                # request's stream), so it is cancelled here.
+                await on_thread(_cancel, gate, pending)
                 break
             ticks += 1
             if ticks * PROGRESS_SECONDS % REREAD_SECONDS == 0:

@@ -262,7 +262,12 @@ class GatewayApp:
                 limit = f"over the limit of {MAX_MESSAGE_BYTES} bytes"
                 await _problem(send, Refusal(413, "content_too_large", f"The MCP message is {limit}."))
                 return
-            receive = _replay(body, receive)
+            disconnected: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            watcher = asyncio.ensure_future(_watch(receive, disconnected))
+            receive = _replay(body, disconnected)
+            scope = {**scope, calls.DISCONNECTED: disconnected}
+        else:
+            watcher = None
         owner = AccessToken(token="", client_id=f"airlock-token:{gate.token_id}", scopes=[])
         scope = {**scope, "user": AuthenticatedUser(owner), "airlock.gate": gate}
         manager = await MANAGERS.of(gate.tenant_id, gate.agent)
@@ -271,6 +276,8 @@ class GatewayApp:
             await manager.handle_request(scope, receive, send)
         finally:
             _GATE.reset(token)
+            if watcher is not None:
+                watcher.cancel()
 
 
 async def _body(receive: Any) -> bytes | None:
@@ -290,8 +297,16 @@ async def _body(receive: Any) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Any) -> Any:
-    """A `receive` that gives `body` once, then what the client sends after (its disconnect)."""
+async def _watch(receive: Any, disconnected: "asyncio.Future[dict[str, Any]]") -> None:
+    """Resolve `disconnected` when the client goes away (the one message left to receive once the body is read): a
+    handshake-era call waiting for a decision is cancelled then (gateway.calls)."""
+    message = await receive()
+    if not disconnected.done():
+        disconnected.set_result(message)
+
+
+def _replay(body: bytes, disconnected: "asyncio.Future[dict[str, Any]]") -> Any:
+    """A `receive` that gives `body` once, then the client's disconnect when it comes."""
     given = False
 
     async def replayed() -> dict[str, Any]:
@@ -299,7 +314,7 @@ def _replay(body: bytes, receive: Any) -> Any:
         if not given:
             given = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()  # type: ignore[no-any-return]
+        return await asyncio.shield(disconnected)
 
     return replayed
 
