@@ -326,6 +326,21 @@ async def test_it_refuses_arguments_that_fail_the_tools_schema_naming_the_field_
     assert await installation.requests("schematic") == []
 
 
+async def test_it_refuses_arguments_that_fail_the_schema_of_a_tool_asked_about_never_and_runs_nothing(installation):
+    url = installation.gateway("unchecked", {"connection": "web", "approval": "never"})
+
+    async with mcp_client(url, installation.ada.token) as client:
+        missing = await client.call_tool("book_room", {"city": "Oslo"})
+        # A call that fits: recorded, it shows that the refused one would have been recorded by now.
+        fitting = await client.call_tool("book_room", BOOKING)
+
+    assert missing.is_error is True and "'nights' is a required property" in text(missing), text(missing)
+    assert text(fitting) == "Booked Oslo for 2 nights"
+    [recorded] = await installation.completed_calls("unchecked")
+    assert "Booked Oslo for 2 nights" in recorded["result"]["content"]
+    assert len((await installation.api(installation.otto, "GET", "/api/runs?agent=unchecked"))["items"]) == 1
+
+
 async def test_it_refuses_arguments_over_their_limit_naming_it(installation):
     url = installation.gateway("bulky", {"connection": "web"})
 
