@@ -386,3 +386,21 @@ async def test_it_asks_a_question_as_an_interrupt_and_takes_its_answer(operator,
     await sync_to_async(drain_queued)(1)
     events = await events_of(response)
     assert "ask_user: blue" in text_of(events)
+
+
+async def test_it_reads_context_as_documents_and_forwarded_props_as_the_run_request(operator, assistant):
+    body = agui_input(
+        "t1",
+        [user("echo documents")],
+        context=[{"description": "spec.md", "value": "The contract."}],
+        forwardedProps={"airlock": {"parameters": {"team": "payments"}}},
+        tools=[{"name": "open_modal", "description": "Not a client tool of the assistant."}],
+    )
+
+    events = await run(operator, body)
+
+    assert text_of(events) == "spec.md"
+    (unoffered,) = [e for e in events if e.type == EventType.CUSTOM]
+    assert (unoffered.name, unoffered.value) == ("airlock.tools_not_offered", ["open_modal"])
+    airlock_run = await sync_to_async(Run.objects.get)(id=events[0].metadata["airlock"]["runId"])
+    assert airlock_run.parameters["team"] == "payments"
