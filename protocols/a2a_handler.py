@@ -352,7 +352,7 @@ class AirlockRequestHandler(RequestHandler):
 
     async def _stream(self, started: StartedRun) -> AsyncGenerator[Event, None]:
         """A new task's turn, run here as the client reads: the task, the reply's words as they come (one artifact,
-        appended to), and its end."""
+        appended to within a reply), and its end."""
         run = started.run
         task_id, context_id = str(run.id), started.prepared.request.session_id or ""
         first = await _db(task_of)(run)
@@ -367,7 +367,9 @@ class AirlockRequestHandler(RequestHandler):
         try:
             working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
             yield TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=working)
-            said = False
+            # The reply being said: each model response's words replace the one before (`append` false), so the
+            # artifact ends as the run's output, its last reply.
+            saying = None
             while not (turn.done() and arrivals.empty()):
                 getter = asyncio.ensure_future(arrivals.get())
                 done, _ = await asyncio.wait({getter, turn}, return_when=asyncio.FIRST_COMPLETED)
@@ -377,11 +379,11 @@ class AirlockRequestHandler(RequestHandler):
                 envelope = getter.result()
                 if envelope["type"] != EventType.ASSISTANT_MESSAGE_DELTA or not envelope["data"].get("deltaContent"):
                     continue
-                words = Artifact(
-                    artifact_id=task_id, name="output", parts=[Part(text=envelope["data"]["deltaContent"])]
-                )
-                yield TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=words, append=said)
-                said = True
+                data = envelope["data"]
+                words = Artifact(artifact_id=task_id, name="output", parts=[Part(text=data["deltaContent"])])
+                append = saying == data.get("messageId")
+                yield TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=words, append=append)
+                saying = data.get("messageId")
             await _db(actions.finish)(started, turn.result())
         except (asyncio.CancelledError, GeneratorExit):
             # The client went away; the turn still finishes and is stored (as agents.api.stream_routes does).

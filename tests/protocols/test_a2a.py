@@ -23,7 +23,7 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from asgiref.sync import sync_to_async
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -237,3 +237,155 @@ async def test_a_bad_answer_is_refused_and_changes_nothing(assistant, operator, 
     assert refused.value.data and refused.value.data["code"] == code, refused.value
     assert after == before
     assert waiting_on(still)[0]["requestId"] == request["requestId"]
+
+
+def rebuilt(events: list[StreamResponse]) -> str:
+    """The streamed artifact as A2A says to read it: `append` adds to it, else the chunk replaces it."""
+    words = ""
+    for event in events:
+        if event.HasField("artifact_update"):
+            chunk = event.artifact_update.artifact.parts[0].text
+            words = words + chunk if event.artifact_update.append else chunk
+    return words
+
+
+async def test_message_stream_streams_the_reply_and_ends_with_the_tasks_state(assistant, operator):
+    async with a2a(operator, streaming=True) as client:
+        events = [event async for event in client.send_message(said("stream me"))]
+        timed = [event async for event in client.send_message(said("the time?\ncall get_time"))]
+        paused = [event async for event in client.send_message(said(SEND))]
+        stored = await client.get_task(GetTaskRequest(id=timed[0].task.id))
+
+    assert events[0].HasField("task")
+    assert rebuilt(events) == "You said: stream me"
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert rebuilt(timed).startswith("get_time: ") and rebuilt(timed) == stored.artifacts[-1].parts[0].text
+    last = paused[-1].status_update
+    assert last.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    data = MessageToDict(last.status.message.parts[1].data)
+    assert data["pendingRequests"][0]["toolName"] == "send_email"
+
+
+def rpc(method: str, params: dict[str, Any], call: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": call, "method": method, "params": params}
+
+
+def v03_message(text: str | None = None, data: dict[str, Any] | None = None, **ids: str) -> dict[str, Any]:
+    part = {"kind": "text", "text": text} if text is not None else {"kind": "data", "data": data}
+    return {"message": {"kind": "message", "messageId": f"m{len(ids)}", "role": "user", "parts": [part], **ids}}
+
+
+async def test_the_0_3_names_send_get_and_cancel(assistant, operator, worker):
+    async with http(operator) as session:
+        done = (await session.post("/a2a/assistant", json=rpc("message/send", v03_message("hi")))).json()["result"]
+        asked = (await session.post("/a2a/assistant", json=rpc("message/send", v03_message(SEND)))).json()["result"]
+        request = asked["status"]["message"]["parts"][1]["data"]["pendingRequests"][0]
+        answer = v03_message(data={"requestId": request["requestId"], "approved": True}, taskId=asked["id"])
+        answered = (await session.post("/a2a/assistant", json=rpc("message/send", answer))).json()["result"]
+        got = (await session.post("/a2a/assistant", json=rpc("tasks/get", {"id": done["id"]}))).json()["result"]
+        other = (await session.post("/a2a/assistant", json=rpc("message/send", v03_message(SEND)))).json()["result"]
+        cancel = rpc("tasks/cancel", {"id": other["id"]})
+        cancelled = (await session.post("/a2a/assistant", json=cancel)).json()["result"]
+
+    assert (done["kind"], done["status"]["state"]) == ("task", "completed")
+    assert done["status"]["message"]["parts"] == [{"kind": "text", "text": "You said: hi"}]
+    assert asked["status"]["state"] == "input-required" and request["kind"] == "approval"
+    assert answered["status"]["state"] == "completed"
+    assert answered["status"]["message"]["parts"][0]["text"] == "send_email: sent to ada@example.com"
+    assert got["id"] == done["id"] and [m["role"] for m in got["history"]] == ["user", "agent"]
+    assert cancelled["status"]["state"] == "canceled"
+
+
+async def test_answering_a_closed_request_is_refused_and_changes_nothing(assistant, operator):
+    async with a2a(operator) as client:
+        asked = await sent(client, said(SEND))
+        [request] = waiting_on(asked)
+        other = await sent(client, said(SEND, context_id="elsewhere"))
+        await client.cancel_task(CancelTaskRequest(id=asked.id))
+        before = await sync_to_async(snapshot)()
+        with pytest.raises(UnsupportedOperationError) as ended:
+            await sent(client, answering(asked, {"requestId": request["requestId"], "approved": True}))
+        [theirs] = waiting_on(other)
+        with pytest.raises(InvalidParamsError) as closed:
+            # A request of the task's session that was closed: the cancelled one, answered on the other task.
+            await sent(client, answering(other, {"requestId": request["requestId"], "approved": True}))
+        after = await sync_to_async(snapshot)()
+
+    assert ended.value.data and ended.value.data["code"] == "task_ended"
+    assert closed.value.data and closed.value.data["code"] == "unknown_request"
+    assert after == before and theirs["status"] == "pending"
+
+
+async def test_a_request_answered_in_the_inbox_is_refused_by_message_and_changes_nothing(assistant, operator, admin):
+    async with a2a(operator) as client:
+        asked = await sent(client, said(f"{SEND}\ncall get_user_location"))
+        approval, location = sorted(waiting_on(asked), key=lambda wire: wire["kind"])
+        path = f"/api/requests/{approval['requestId']}/responses"
+        assert (await sync_to_async(admin.api)("POST", path, {"approved": True})).json()["status"] == "accepted"
+        before = await sync_to_async(snapshot)()
+        with pytest.raises(InvalidParamsError) as refused:
+            await sent(client, answering(asked, {"requestId": approval["requestId"], "approved": False}))
+        after = await sync_to_async(snapshot)()
+        still = await client.get_task(GetTaskRequest(id=asked.id))
+
+    assert refused.value.data and refused.value.data["code"] == "request_closed"
+    assert after == before
+    assert [wire["requestId"] for wire in waiting_on(still)] == [location["requestId"]]
+
+
+async def test_a_reader_may_read_the_card_but_not_send(assistant, reader):
+    async with http(reader) as session:
+        response = await session.post("/a2a/assistant", json=rpc("message/send", v03_message("hi")))
+
+    assert response.status_code == 403
+    assert response.json()["error"]["data"][0]["metadata"]["code"] == "forbidden"
+
+
+async def test_an_agent_that_runs_elsewhere_has_no_card(admin, operator):
+    from agents.definitions import DefinitionContent
+    from agents.models import Agent
+
+    external = DefinitionContent.model_validate({"name": "outside", "runtime": "external"})
+    await sync_to_async(Agent.create)(admin.tenant, external, admin.user)
+    async with http(operator) as session:
+        card = await session.get("/a2a/outside/.well-known/agent-card.json")
+
+    assert card.status_code == 404 and card.json()["code"] == "agent_not_found"
+
+
+async def test_an_unknown_task_is_not_found(assistant, operator):
+    async with a2a(operator) as client:
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id="00000000-0000-0000-0000-000000000000"))
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id="nothing"))
+
+
+async def test_a_streamed_answer_follows_the_continuation_to_its_end(assistant, operator, worker):
+    async with a2a(operator, streaming=True) as client:
+        paused = [event async for event in client.send_message(said(SEND))]
+        task = paused[0].task
+        [request] = MessageToDict(paused[-1].status_update.status.message.parts[1].data)["pendingRequests"]
+        answer = answering(task, {"requestId": request["requestId"], "approved": True})
+        followed = [event async for event in client.send_message(answer)]
+
+    assert followed[0].task.id == task.id
+    assert followed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert rebuilt(followed) == "send_email: sent to ada@example.com"
+
+
+@pytest.fixture
+def asker(admin: Persona) -> Any:
+    return make_agent(admin, tools=[{"name": "ask_user", "approval": "never"}])
+
+
+async def test_words_answer_the_one_question_a_task_waits_on(asker, operator, worker):
+    async with a2a(operator) as client:
+        asked = await sent(client, said(call_line("ask_user", {"question": "Which colour?"})))
+        [question] = waiting_on(asked)
+        reply = Message(message_id="r", role=Role.ROLE_USER, task_id=asked.id, parts=[Part(text="blue")])
+        done = await sent(client, SendMessageRequest(message=reply))
+
+    assert question["kind"] == "question" and question["question"] == "Which colour?"
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert done.status.message.parts[0].text == "ask_user: blue"
