@@ -189,6 +189,7 @@ SHOWN = ("agent", "session", "answered_by", "claimed_by", "closed_by")
 
 
 def request_wire(pending: PendingRequest) -> dict[str, Any]:
+    gateway = (pending.engine_state or {}).get("gateway")
     return {
         **pending.wire(),
         "status": pending.status,
@@ -205,4 +206,6 @@ def request_wire(pending: PendingRequest) -> dict[str, Any]:
         "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
         "approvers": pending.approvers_wire,
         "decision": decision(pending),
+        # A gateway's call (SPEC section 15): the MCP server and its tool's own name, apart.
+        **({"gateway": {"server": gateway["server"], "tool": gateway["tool"]}} if gateway else {}),
     }

@@ -224,7 +224,10 @@ def _asked(gate: Gate, server: McpServer, tool: types.Tool, exposed: str) -> Ask
 
 def _refused_words(refused: RequestRefused) -> str:
     if refused.errors:
-        problems = "; ".join(f"{field}: {message}" for field, message in refused.errors.items())
+        problems = "; ".join(
+            message if message.startswith(f"{field}:") else f"{field}: {message}"
+            for field, message in refused.errors.items()
+        )
         return f"Refused: {refused.detail} {problems}. Nothing was asked or run."
     return f"Refused: {refused.detail} Nothing was asked or run."
 
