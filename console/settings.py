@@ -263,6 +263,9 @@ CONSOLE_URL = env_url("CONSOLE_URL", "http://127.0.0.1:8000", schemes=("http", "
 # How often `manage.py serve` sends the e-mail digests that are due (0: never; then `manage.py send_digests
 # --every N`). Each member still gets at most one every N minutes, the N they chose.
 DIGEST_SWEEP_SECONDS = env_int("DIGEST_SWEEP_SECONDS", 60)
+# How often `manage.py serve` sends what Slack must show (SPEC section 17: the outbox of slackapp; sooner when an
+# answer from Slack wakes it; 0: never, then `manage.py slack_outbox --every N`).
+SLACK_OUTBOX_SECONDS = env_float("SLACK_OUTBOX_SECONDS", 2.0)
 # The installation's Ed25519 key that signs each tenant's chain of receipts (SPEC section 13), made on first use,
 # and how often a serving process signs the chain heads that moved (at least every minute). Every signed head is
 # also appended to RECEIPT_HEADS_FILE, outside the database (approvals.signing.sign_heads). Both sit beside the

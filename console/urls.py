@@ -35,4 +35,5 @@ urlpatterns = [
     path("api/", api.urls),
     path("admin/", admin.site.urls),
     path("", include("approvals.urls")),
+    path("", include("slackapp.urls")),
 ]

@@ -46,7 +46,9 @@ class SlackChannel(models.Model):
     @property
     def target(self) -> str:
         """What it is the channel of, as a sentence says it ("agent mailer", "group sre")."""
-        return f"agent {self.agent.name}" if self.agent is not None else f"group {self.group.name if self.group else '?'}"
+        return (
+            f"agent {self.agent.name}" if self.agent is not None else f"group {self.group.name if self.group else '?'}"
+        )
 
     def wire(self) -> dict[str, Any]:
         return {

@@ -144,8 +144,11 @@ def _group(request: ConsoleRequest, group_id: int) -> ApproverGroup:
 type TenantForm = WebhookForm | GroupForm | MemberForm
 
 
-def _tenant_page(request: ConsoleRequest, refused: TenantForm | None = None) -> HttpResponse:
-    """The page, with the unbound forms except the one `refused` (bound, with its errors: a 400)."""
+def _tenant_page(
+    request: ConsoleRequest, refused: TenantForm | None = None, others: dict[str, Any] | None = None
+) -> HttpResponse:
+    """The page, with the unbound forms except the one `refused` (bound, with its errors: a 400), or one of an app's
+    own section (`others`, by the name its template tag reads)."""
     tenant = request.tenant
     routes = routes_by_group(tenant)
     readers = set(Membership.objects.filter(tenant=tenant, role=Role.READER).values_list("user_id", flat=True))
@@ -162,8 +165,14 @@ def _tenant_page(request: ConsoleRequest, refused: TenantForm | None = None) -> 
         "webhook_granted": webhook_of(tenant.pk) is not None,
         "group_form": refused if isinstance(refused, GroupForm) else GroupForm(tenant),
         "groups": groups,
+        **(others or {}),
     }
-    return render(request, "console/tenant.html", context, status=200 if refused is None else 400)
+    return render(request, "console/tenant.html", context, status=200 if refused is None and not others else 400)
+
+
+def render_tenant_page(request: ConsoleRequest, **refused: Any) -> HttpResponse:
+    """The Tenant page again with a form of an app's own section refused (slackapp's channels: `slack_form`)."""
+    return _tenant_page(request, others=refused)
 
 
 def _save(request: ConsoleRequest, form: TenantForm) -> HttpResponse:
