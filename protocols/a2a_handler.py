@@ -131,7 +131,8 @@ def text_of(message: Message) -> str:
     for part in message.parts:
         kind = part.WhichOneof("content")
         if kind in ("raw", "url"):
-            raise ContentTypeNotSupportedError(message="This agent takes text and DataParts of answers, not files.")
+            detail = "This agent takes text and DataParts of answers, not files."
+            raise ContentTypeNotSupportedError(message=detail, data={"code": "unsupported_part"})
         if kind == "text":
             texts.append(part.text)
     return "\n".join(texts)
@@ -146,7 +147,8 @@ def _start(caller: Caller, message: Message, *, queued: bool) -> StartedRun:
     try:
         request = RunRequest(message=text_of(message), session_id=session)
     except ValidationError as error:
-        raise InvalidParamsError(message=f"Not a context Airlock takes: {error.errors()[0]['msg']}") from None
+        detail = f"Not a context Airlock takes: {error.errors()[0]['msg']}"
+        raise InvalidParamsError(message=detail, data={"code": "invalid_context"}) from None
     try:
         return actions.start_run(caller.membership, caller.membership.user, caller.agent.name, request, queued=queued)
     except RunRejected as rejected:
@@ -164,7 +166,8 @@ def _queue(caller: Caller, message: Message) -> Run:
 def _head(caller: Caller, task_id: str) -> Run:
     head = task_head(caller.agent, task_id)
     if head is None:
-        raise TaskNotFoundError(message=f"The agent {caller.agent.name} has no task {task_id}.")
+        detail = f"The agent {caller.agent.name} has no task {task_id}."
+        raise TaskNotFoundError(message=detail, data={"code": "task_not_found"})
     return head
 
 
