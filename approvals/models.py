@@ -77,6 +77,8 @@ class Via(models.TextChoices):
     NEVER = "never", "the tool's approval mode never"
     ESCALATION = "escalation", "the request's escalation"
     SLACK = "slack", "Slack"
+    AG_UI = "ag-ui", "an AG-UI client"
+    A2A = "a2a", "an A2A client"
 
 
 TERMINAL = (RequestStatus.EXPIRED, RequestStatus.CANCELLED, RequestStatus.ABANDONED)

@@ -100,7 +100,7 @@ class Caller:
 
     @property
     def actor(self) -> Actor:
-        return Actor.person(self.membership.user, Via.API, f"token:{self.token_id}")
+        return Actor.person(self.membership.user, Via.A2A, f"token:{self.token_id}")
 
 
 def _caller(context: ServerCallContext) -> Caller:

@@ -51,7 +51,7 @@ def agui_run(request: ConsoleRequest, name: str, payload: RunAgentInput) -> Any:
     try:
         session = session_of(agent, payload.thread_id)
         message = trailing_user_text(payload)
-        actor = Actor.person(membership.user, Via.API)
+        actor = Actor.person(membership.user, Via.AG_UI)
         answers = read_answers(membership, actor, session, payload)
         if answers and session is not None:
             given = give_answers(membership, actor, session, answers, message)

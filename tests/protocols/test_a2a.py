@@ -152,7 +152,7 @@ async def test_a_pause_is_input_required_and_a_message_answers_it(assistant, ope
     assert done.status.state == TaskState.TASK_STATE_COMPLETED, done.status
     assert done.status.message.parts[0].text == "send_email: sent to ada@example.com"
     answered = await sync_to_async(PendingRequest.objects.get)(id=request["requestId"])
-    assert answered.status == RequestStatus.ANSWERED and answered.answered_via == "api"
+    assert answered.status == RequestStatus.ANSWERED and answered.answered_via == "a2a"
 
 
 async def test_an_answer_in_the_inbox_moves_the_task_on(assistant, operator, admin):
