@@ -319,5 +319,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # Django's own loggers are set to INFO by its defaults: without this, LOG_LEVEL=WARNING still printed (and
     # paid for) two lines of django.tasks for every queued run.
-    "loggers": {"django": {"level": env_str("LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "django": {"level": env_str("LOG_LEVEL", "INFO")},
+        # The a2a-sdk logs a client's malformed request with a traceback, as if the server had failed; the client is
+        # answered with its JSON-RPC error all the same.
+        "a2a.compat.v0_3.jsonrpc_adapter": {"level": "ERROR"},
+        "a2a.server.routes.jsonrpc_dispatcher": {"level": "ERROR"},
+    },
 }
