@@ -489,7 +489,7 @@ class DefinitionContent(WireModel):
         tool = next((t for t in tools if t.name == tool_name), None)
         if tool is not None:
             found.append(tool)
-        elif tool_name:
+        elif tool_name and kind != "client_tool":  # a client tool no tool names is a run's own: its kind's routing
             prefixed = [s for s in self.mcp_servers if s.tool_prefix and tool_name.startswith(f"{s.tool_prefix}_")]
             servers = prefixed or [s for s in self.mcp_servers if not s.tool_prefix]
             found += [s for s in servers if s.approvers or s.require or s.escalation][:1]

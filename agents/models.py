@@ -258,6 +258,9 @@ class Run(models.Model):
     parameters = models.JSONField(default=dict)
     # The documents the run was given, `[[name, text], ...]` (attachments as their text), so a replay has them.
     documents = models.JSONField(default=list, blank=True)
+    # The client tools its caller offered besides the definition's (`RunRequest.clientTools`, AG-UI's `tools`), or
+    # those of the run that asked, for a turn carrying answers: the continuation offers them again.
+    client_tools = models.JSONField(default=list, blank=True)
     output = models.TextField(null=True, blank=True)
     usage = models.JSONField(default=dict)
     error = models.JSONField(null=True, blank=True)

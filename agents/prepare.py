@@ -17,7 +17,7 @@ from agents.definitions import MAX_SUBAGENT_DEPTH, DefinitionContent
 from agents.engine.subagent_turns import SubAgent
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
 from agents.requirements import needs_several, self_approval
-from agents.run_requests import PERSON_KINDS, PersonAnswer, RunRequest
+from agents.run_requests import PERSON_KINDS, PersonAnswer, RunClientTool, RunRequest
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import (
     NotAnApprover,
@@ -68,6 +68,8 @@ class PreparedRun:
     run_id: uuid.UUID | None = None
     # The sub-agents its model may call, as they are now (SPEC section 10).
     subagents: dict[str, SubAgent] = field(default_factory=dict)
+    # The client tools offered for the turn besides the definition's (`run_client_tools`), stored on the run.
+    client_tools: list[RunClientTool] = field(default_factory=list)
     # The run this one replays (`agents.actions.do_replay_run`): `replayOf` in its `run.started`.
     replay_of: Run | None = None
     # The ids of the session's open requests the run neither carries nor abandons (None: not known, for a queued
@@ -154,7 +156,27 @@ def prepare_run(
         tenant, request.attachment_ids
     )
     prepared.subagents = subagents_for(tenant, content, prepared.culture, prepared.session)
+    prepared.client_tools = run_client_tools(prepared)
     return prepared
+
+
+def run_client_tools(prepared: PreparedRun) -> list[RunClientTool]:
+    """The client tools the turn offers besides the definition's: the request's `clientTools`; when it gives none
+    and carries answers, those of the run that asked (its calls resume in this turn, and the model may call them
+    again), less any the definition now declares itself (a continuation on another version). A turn that only closes
+    requests (`abandonPending`, expired or cancelled ones) goes on with what it brings. A tool the request gives whose
+    name is the definition's tool, client tool or sub-agent is refused: 400 `tool_name_conflict`."""
+    content, given = prepared.version.definition, prepared.request.client_tools
+    taken = {t.name for t in content.tools} | {t.name for t in content.client_tools} | set(content.sub_agents)
+    if given is not None:
+        clash = [tool.name for tool in given if tool.name in taken]
+        if clash:
+            detail = f"The agent {prepared.agent.name!r} has a tool or sub-agent named {clash[0]!r} already."
+            raise RunRejected(400, "tool_name_conflict", detail)
+        return given
+    if not (prepared.answered or prepared.stored_answers) or prepared.previous_run is None:
+        return []
+    return [tool for tool in RunClientTool.stored(prepared.previous_run.client_tools) if tool.name not in taken]
 
 
 def subagents_for(

@@ -54,7 +54,7 @@ from agents.run_lifecycle import (
     execute,
     record_run,
 )
-from agents.run_requests import RunRequest
+from agents.run_requests import RunClientTool, RunRequest
 from agents.seats import Seat, take_handed, take_seat, wake_workers
 from agents.turns import PROCESS_ID, cancel_here, lease, run_here
 from approvals.models import PendingRequest
@@ -218,6 +218,7 @@ def _prepared(run: Run) -> PreparedRun:
         connections=granted_connections(run.tenant, run.version),
         subagents=subagents_for(run.tenant, run.version.definition, run.culture, session),
         left_open=data.get("leftOpen"),
+        client_tools=RunClientTool.stored(run.client_tools),
     )
 
 

@@ -93,6 +93,7 @@ def record_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = No
             culture=prepared.culture,
             parameters=prepared.bound,
             documents=[list(document) for document in prepared.documents],
+            client_tools=[tool.model_dump(mode="json") for tool in prepared.client_tools],
             lane=request.lane or DEFAULT_LANE,
             **({} if queued else hold_here()),
         )
@@ -360,6 +361,7 @@ async def execute(started: StartedRun) -> ExecutionResult:
                 answers=started.answers or None,
                 rules=started.rules,
                 stream=started.log.listener is not None,
+                client_tools=prepared.client_tools,
             )
             outcome = await run_turn(
                 prepared.version.definition,

@@ -1,14 +1,17 @@
-"""What a client sends to start a turn (SPEC section 4): its message, session, parameters, documents, lane and the
-answers it carries to the session's open requests, as pydantic models of the JSON body. `agents.prepare.prepare_run`
-checks one whole against the agent and the session."""
+"""What a client sends to start a turn (SPEC section 4): its message, session, parameters, documents, lane, the
+client tools it offers for the turn and the answers it carries to the session's open requests, as pydantic models of
+the JSON body. `agents.prepare.prepare_run` checks one whole against the agent and the session."""
 
+import json
 import re
 import uuid
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictInt, field_validator
+from pydantic import AfterValidator, Field, StrictBool, StrictInt, field_validator
 
-from agents.definitions import CULTURE, WireModel
+from agents.definition_checks import distinct_names
+from agents.definitions import CULTURE, IDENTIFIER, WireModel, object_schema
 from agents.lanes import LANE_PATTERN
 from agents.rule_matching import Remember, RememberedUntil
 from approvals.kinds import KINDS
@@ -63,6 +66,38 @@ class Document(WireModel):
     content: str = Field(max_length=1_000_000)
 
 
+# How many client tools a run may bring, and how large they may be together (their JSON, descriptions included).
+MOST_RUN_CLIENT_TOOLS = 64
+RUN_CLIENT_TOOLS_MAX_BYTES = 256 * 1024
+
+
+class RunClientTool(WireModel):
+    """A client tool the run's caller offers for this turn (an AG-UI frontend tool), next to the definition's own: the
+    shape of a definition's client tool (`agents.definitions.ClientTool`) without its routing. Its requests are routed
+    as the definition routes the `client_tool` kind."""
+
+    name: str = Field(pattern=IDENTIFIER)
+    description: str = Field(default="", max_length=2000)
+    parameters: Annotated[dict[str, Any], AfterValidator(object_schema)] = Field(
+        default_factory=lambda: {"type": "object"}
+    )
+
+    @classmethod
+    def stored(cls, tools: Iterable[dict[str, Any]]) -> list["RunClientTool"]:
+        """The tools a run stored (`Run.client_tools`, checked when it was asked for), read back unchecked."""
+        return [
+            cls.model_construct(**{name: tool[name] for name in cls.model_fields if name in tool}) for tool in tools
+        ]
+
+
+def _run_client_tools(tools: list[RunClientTool]) -> list[RunClientTool]:
+    distinct_names("client tools", tools)
+    size = len(json.dumps([tool.model_dump(mode="json") for tool in tools]).encode())
+    if size > RUN_CLIENT_TOOLS_MAX_BYTES:
+        raise ValueError(f"the client tools take {size} bytes, more than {RUN_CLIENT_TOOLS_MAX_BYTES}")
+    return tools
+
+
 class RunRequest(WireModel):
     message: str | None = Field(default=None, max_length=200_000)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
@@ -74,6 +109,11 @@ class RunRequest(WireModel):
     tool_results: list[ToolResultAnswer] = Field(default_factory=list)
     input_responses: list[InputAnswer] = Field(default_factory=list)
     answers: list[PersonAnswer] = Field(default_factory=list)
+    # Client tools offered for this turn besides the definition's (None: none, or, for a turn that carries answers,
+    # the ones the run that asked was offered).
+    client_tools: Annotated[list[RunClientTool], AfterValidator(_run_client_tools)] | None = Field(
+        default=None, max_length=MOST_RUN_CLIENT_TOOLS
+    )
     abandon_pending: StrictBool = False
     definition_version: StrictInt | None = Field(default=None, ge=1)
     lane: str | None = Field(default=None, pattern=LANE_PATTERN)

@@ -131,6 +131,7 @@ def _continuation_of(pending: PendingRequest, answer: dict[str, Any], user: Any)
         culture=asked.culture,
         parameters=bound,
         documents=[],
+        client_tools=asked.client_tools,
         lane=asked.lane,
         queued_input={
             "instructions": render_instructions(resolve_culture(content, asked.culture), bound),

@@ -3,7 +3,7 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agents.engine.answers import Answers
 from agents.engine.seams import ModelCall
@@ -11,10 +11,26 @@ from agents.engine.subagent_turns import Emit
 from agents.policies import TurnPolicies
 
 
+class OfferedClientTool(Protocol):
+    """A client tool as the model is offered it: a definition's (`agents.definitions.ClientTool`) or one the run's
+    caller gives for the turn (`agents.run_requests.RunClientTool`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class TurnContext:
     """One turn's inputs: the resolved instructions, the stored conversation, the new prompt (None when the turn
-    goes on from answers) with its documents, the answers, the active rules and where its events go. With
+    goes on from answers) with its documents, the answers, the active rules, the client tools the run's caller offers
+    besides the definition's (`client_tools`, never the cached agent's: `agents.engine.builder`) and where its events
+    go. With
     `stream` the model's reply streams (text deltas as ephemeral events); without it each reply is reported whole,
     which is cheaper when nobody watches live."""
 
@@ -26,6 +42,7 @@ class TurnContext:
     answers: Answers | None = None
     rules: Sequence[Any] = ()
     stream: bool = True
+    client_tools: Sequence[OfferedClientTool] = ()
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """The tool gate: server and MCP tools run behind `GatedToolset` (the approval modes, remembered rules, the policy
-tool points and each execution's events), client tools are declared to the model as external ones (under
-policies behind `agents.engine.seams.ClientToolGate`); `pre_tool_call` and `post_tool_call` are the tool points
-every tool of the engine passes, a sub-agent's too (`agents.engine.delegation`)."""
+tool points and each execution's events), client tools (the definition's, and those a run's caller offers) are
+declared to the model as external ones (`client_toolset`; under policies behind `agents.engine.seams.ClientToolGate`);
+`pre_tool_call` and `post_tool_call` are the tool points every tool of the engine passes, a sub-agent's too
+(`agents.engine.delegation`)."""
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +27,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agents.definitions import DefinitionContent
 from agents.engine import permissions
-from agents.engine.context import TurnDeps
+from agents.engine.context import OfferedClientTool, TurnDeps
 from agents.engine.mcp import McpServerFailed
 from agents.engine.outcome import TurnError
 from agents.engine.seams import ClientToolGate
@@ -44,14 +46,18 @@ def definition_toolsets(content: DefinitionContent) -> list[AbstractToolset[Turn
     modes: dict[str, str] = {t.name: t.approval for t in content.tools}
     toolsets: list[AbstractToolset[TurnDeps]] = [GatedToolset(server_tools, modes=modes)]
     if content.client_tools:
-        client_tools = [
-            ToolDefinition(name=t.name, description=t.description, parameters_json_schema=t.parameters)
-            for t in content.client_tools
-        ]
-        external = ExternalToolset[TurnDeps](client_tools)
-        # Under policies a client tool passes `pre_tool_call` before its request opens.
-        toolsets.append(ClientToolGate(external) if content.hooks is not None else external)
+        toolsets.append(client_toolset(content.client_tools, under_policies=content.hooks is not None))
     return toolsets
+
+
+def client_toolset(tools: Sequence[OfferedClientTool], *, under_policies: bool) -> AbstractToolset[TurnDeps]:
+    """Client tools declared to the model as external ones: a call of one defers (a `client_tool` request). Under
+    policies a client tool passes `pre_tool_call` before its request opens."""
+    definitions = [
+        ToolDefinition(name=t.name, description=t.description, parameters_json_schema=t.parameters) for t in tools
+    ]
+    external = ExternalToolset[TurnDeps](definitions)
+    return ClientToolGate(external) if under_policies else external
 
 
 @dataclass

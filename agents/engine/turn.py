@@ -30,7 +30,7 @@ from agents.engine.builder import agent_for, connection_for
 from agents.engine.context import TurnContext, TurnDeps
 from agents.engine.deferred import close_unanswered, pending_calls, report_settled, results_for
 from agents.engine.delegation import subagent_toolset
-from agents.engine.gate import GatedToolset
+from agents.engine.gate import GatedToolset, client_toolset
 from agents.engine.mcp import McpBridge, McpServerFailed
 from agents.engine.outcome import PendingCall, TurnBlocked, TurnError, TurnOutcome, provider_error, usage_between
 from agents.engine.scripted import document_prompt
@@ -75,22 +75,26 @@ async def run_turn(
         raise TurnError("policy_unavailable", f"The policies of {content.name} cannot run: {error}") from None
     agent = agent_for(content, connection_for(connections, content.model.connection))
     bridges = [McpBridge(server, connection_for(connections, server.connection)) for server in content.mcp_servers]
-    mcp_toolsets: list[AbstractToolset[TurnDeps]] = [
+    turn_toolsets: list[AbstractToolset[TurnDeps]] = [
         GatedToolset(bridge.toolset(), default_mode=bridge.server.approval, server=bridge.server.name)
         for bridge in bridges
     ]
     if subagents:
-        mcp_toolsets.append(subagent_toolset(subagents, scope, turn.stream, run_subagent))
+        turn_toolsets.append(subagent_toolset(subagents, scope, turn.stream, run_subagent))
+    if turn.client_tools:
+        # The run's own client tools join the turn, not the cached agent: a run without them never sees them.
+        turn_toolsets.append(client_toolset(turn.client_tools, under_policies=content.hooks is not None))
     async with contextlib.AsyncExitStack() as stack:
         for bridge in bridges:
             stack.push_async_callback(bridge.close)
         return await drive(
             agent,
             turn,
-            toolsets=mcp_toolsets,
+            toolsets=turn_toolsets,
             policies=policies,
             tools_registered=[t.name for t in content.tools]
             + [t.name for t in content.client_tools]
+            + [t.name for t in turn.client_tools]
             + list(subagents or ()),
             max_model_calls=content.max_model_calls,
         )
@@ -274,8 +278,8 @@ async def _loop(
         if conflict is None:
             raise
         detail = (
-            f"Two of the agent's tools are named {conflict.group(1)}: an MCP server's tool and a client tool, a"
-            " sub-agent or another server's tool. Rename one in the definition."
+            f"Two of the agent's tools are named {conflict.group(1)}: an MCP server's tool and a client tool (the"
+            " definition's or one the run offers), a sub-agent or another server's tool. Rename one."
         )
         raise TurnError("tool_name_conflict", detail) from error
     await translator.finish()
