@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 from django.utils import timezone
 
@@ -426,3 +427,21 @@ def test_a_groups_channel_wins_over_its_agents_for_a_routed_request(mailer, slac
     assert SlackMessage.objects.get(request_id=routed).channel == "C0SRE"
     assert SlackMessage.objects.get(request_id=plain).channel == "approvals"
     assert PendingRequest.objects.get(pk=routed).status == RequestStatus.PENDING
+
+
+def test_a_slack_connection_needs_its_two_variables_and_defaults_its_base_url(acme):
+    with pytest.raises(ValidationError) as refused:
+        grant("half-slack", "slack", acme, api_key_env="SLACK_BOT_TOKEN")
+    assert "secret_env" in refused.value.message_dict
+    made = grant("whole-slack", "slack", acme, api_key_env="SLACK_BOT_TOKEN", secret_env="SLACK_SIGNING_SECRET")
+    assert made.base_url == "https://slack.com/api" and made.spec.api_key_env == "SLACK_BOT_TOKEN"
+    with pytest.raises(ValidationError):
+        grant("odd-slack", "slack", acme, api_key_env="A", secret_env="B", url="https://example.com/hook")
+
+
+def test_many_arguments_are_cut_to_ten_fields(mailer, slack, operator):
+    open_request(operator, **{f"arg{n:02d}": n for n in range(14)})
+    deliver()
+    [posted] = slack.of("chat.postMessage")
+    [fields] = [b["fields"] for b in posted["blocks"] if b["type"] == "section" and "fields" in b]
+    assert len(fields) == 10 and "and 5 more arguments" in fields[-1]["text"]
