@@ -4,6 +4,7 @@ Try panel (`policy_try`). This module only re-exports."""
 from agents.forms.definition import DefinitionForm
 from agents.forms.definition_fields import (
     APPROVAL_LABELS,
+    AS_ITS_SERVER,
     KEPT_FIELDS,
     RUNTIMES,
     SECTIONS,
@@ -16,6 +17,7 @@ from agents.forms.policy_try import SAMPLE_EMAIL, SAMPLE_MESSAGE, PolicyTryForm,
 
 __all__ = [
     "APPROVAL_LABELS",
+    "AS_ITS_SERVER",
     "KEPT_FIELDS",
     "RUNTIMES",
     "SAMPLE_EMAIL",

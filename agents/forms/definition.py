@@ -7,12 +7,15 @@ that document as raw JSON); the loader's refusals are shown at the field and lin
 section 11) is an approvers select on each tool and MCP server row, one per request kind, and rows of policy
 escalations (a binding id, or none for every binding).
 
-The runtime (SPEC section 12) picks the sections that count: a hosted agent's model, instructions, server and
-client tools, MCP servers and parameters, or an external agent's declared tools. The page posts both (it only
-hides the other runtime's, so switching back loses nothing) and the form reads those of the chosen runtime.
+The runtime (SPEC sections 12 and 15) picks the sections that count: a hosted agent's model, instructions, server
+and client tools, MCP servers and parameters, an external agent's declared tools, or a gateway's MCP servers with
+the tools each sets apart (rows under their server's row, naming it by its row key). The page posts them all (it
+only hides the other runtimes', so switching back loses nothing) and the form reads those of the chosen runtime.
 """
 
 import json
+import re
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +23,7 @@ from django.http import QueryDict
 from pydantic import ValidationError
 
 from agents.definition_checks import error_map
-from agents.definitions import CULTURE, DefinitionContent
+from agents.definitions import CULTURE, GATEWAY_SEPARATOR, MCP_TOOL_NAME, DefinitionContent
 from agents.forms.definition_fields import (
     FIELD_BY_PATH,
     HOSTED_KEPT,
@@ -93,9 +96,43 @@ class DefinitionForm:
         return self.values["runtime"] == "external"
 
     @property
+    def gateway(self) -> bool:
+        return self.values["runtime"] == "gateway"
+
+    @property
+    def runs_elsewhere(self) -> bool:
+        """An external agent or a gateway: no model, instructions or hosted tools, and no hosted-only kinds."""
+        return self.external or self.gateway
+
+    @property
     def sections(self) -> tuple[str, ...]:
-        """The row sections the chosen runtime reads."""
-        return RUNTIME_SECTIONS["external" if self.external else "hosted"]
+        """The row sections the chosen runtime reads (a runtime typed by hand: the hosted ones, to show errors)."""
+        return RUNTIME_SECTIONS.get(self.values["runtime"], RUNTIME_SECTIONS["hosted"])
+
+    @property
+    def gateway_servers(self) -> list[tuple[Row, list[Row]]]:
+        """A gateway's server rows, each with the rows of the tools it sets apart, as the page nests them."""
+        tools = self._tool_rows()
+        return [(row, tools.get(row.key, [])) for row in self.rows["gateway_servers"]]
+
+    @property
+    def gateway_tool_names(self) -> list[str]:
+        """What clients call the tools the gateway's rows set apart (`DefinitionContent.exposed_name`)."""
+        servers = self.gateway_servers
+        return [
+            f"{row.values['connection']}{GATEWAY_SEPARATOR}{name}" if len(servers) > 1 else name
+            for row, tools in servers
+            for name in (tool.values["name"] for tool in tools)
+            if name
+        ]
+
+    def _tool_rows(self) -> dict[str, list[Row]]:
+        """The gateway's tool rows by the key of their server's row (a row naming no server row is dropped: its
+        server's row was removed with it)."""
+        by_server: dict[str, list[Row]] = defaultdict(list)
+        for row in self.rows["gateway_tools"]:
+            by_server[row.values["server"]].append(row)
+        return by_server
 
     @property
     def has_row_errors(self) -> bool:
@@ -150,6 +187,16 @@ class DefinitionForm:
     def _wire(self) -> dict[str, Any]:
         """The camelCase dict `DefinitionContent` validates; conversions that fail become field errors."""
         v = self.values
+        if self.gateway:
+            return {
+                "name": v["name"],
+                "runtime": "gateway",
+                "displayName": v["display_name"],
+                "description": v["description"],
+                "requestDeadlineSeconds": self._whole_number("request_deadline_seconds"),
+                "mcpServers": [self._gateway_server(row, tools) for row, tools in self.gateway_servers],
+                "hooks": self._hooks(),
+            } | self._routing()
         if v["runtime"] != "hosted":  # external, or a runtime typed by hand, which pydantic refuses by name
             return {
                 "name": v["name"],
@@ -207,11 +254,11 @@ class DefinitionForm:
     @property
     def routed_kinds(self) -> list[str]:
         """The form fields of the request kinds routed to a group, in the order `requestKinds` lists them; an
-        external agent's leave out the (hidden) kinds it never opens."""
+        external agent's or a gateway's leave out the (hidden) kinds it never opens."""
         return [
             field
             for field, kind in KIND_FIELDS.items()
-            if self.values[field] and not (self.external and KIND_NAMES[kind].hosted_only)
+            if self.values[field] and not (self.runs_elsewhere and KIND_NAMES[kind].hosted_only)
         ]
 
     def _routing(self) -> dict[str, Any]:
@@ -241,15 +288,16 @@ class DefinitionForm:
     def _keep(self, wire: dict[str, Any]) -> dict[str, Any]:
         """`wire` with the top-level fields the edited version had and the form does not show (KEPT_FIELDS); a
         routing's list of groups (a select's value, comma-joined) as the list it is."""
-        for section in ROUTED_KEYS:
-            for item in wire.get(section) or []:
-                if isinstance(item.get("approvers"), str) and "," in item["approvers"]:
-                    item["approvers"] = item["approvers"].split(",")
+        routed = [item for section in ROUTED_KEYS for item in wire.get(section) or []]
+        routed += [tool for server in wire.get("mcpServers") or [] for tool in (server.get("tools") or {}).values()]
+        for item in routed:
+            if isinstance(item.get("approvers"), str) and "," in item["approvers"]:
+                item["approvers"] = item["approvers"].split(",")
         if self.kept is None:
             return wire
         kept = self.kept.wire()
-        external = wire.get("runtime") == "external"
-        return wire | {key: kept[key] for key in KEPT_FIELDS if key in kept and not (external and key in HOSTED_KEPT)}
+        elsewhere = "runtime" in wire  # an external agent or a gateway (a hosted agent's wire leaves it out)
+        return wire | {key: kept[key] for key in KEPT_FIELDS if key in kept and not (elsewhere and key in HOSTED_KEPT)}
 
     def _whole_number(self, name: str) -> int | None:
         text = self.values[name]
@@ -314,6 +362,23 @@ class DefinitionForm:
     def _external_tool(self, row: Row) -> dict[str, Any]:
         return _routed(self._client_tool(row) | {"approval": row.values["approval"]}, row)
 
+    def _gateway_server(self, row: Row, tool_rows: list[Row]) -> dict[str, Any]:
+        """A gateway's server with the tools its rows set apart (`tools`, by name); a tool row without a name, with
+        a name no MCP tool has, or naming a tool another row of the server names, is an error at its name."""
+        server = _routed({"connection": row.values["connection"], "approval": row.values["approval"]}, row)
+        tools: dict[str, Any] = {}
+        for tool_row in tool_rows:
+            name, approval = tool_row.values["name"], tool_row.values["approval"]
+            if not name:
+                tool_row.errors["name"] = "Give the tool's name, as its server lists it."
+            elif not re.fullmatch(MCP_TOOL_NAME, name):
+                tool_row.errors["name"] = in_words(f"String should match pattern '{MCP_TOOL_NAME}'")
+            elif name in tools:
+                tool_row.errors["name"] = f"Another row of this server sets “{name}” apart."
+            else:
+                tools[name] = _routed({"approval": approval} if approval else {}, tool_row)
+        return server | ({"tools": tools} if tools else {})
+
     def _parameter(self, row: Row) -> dict[str, Any]:
         v = row.values
         parameter = {
@@ -336,6 +401,7 @@ class DefinitionForm:
             ("mcp_servers", "connection", "Another MCP server uses “{}”."),
             ("parameters", "name", "Another parameter is named “{}”."),
             ("external_tools", "name", "Another tool is named “{}”."),
+            ("gateway_servers", "connection", "Another MCP server uses “{}”."),
         ):
             if section not in self.sections:
                 continue
@@ -345,7 +411,7 @@ class DefinitionForm:
                 if name and name in seen:
                     row.errors.setdefault(key, clash.format(name))
                 seen.add(name)
-        if self.external:
+        if self.runs_elsewhere:
             return
         server_tools = {row.values["name"] for row in self.rows["tools"]}
         for row in self.rows["client_tools"]:
@@ -366,6 +432,8 @@ class DefinitionForm:
             self.errors.setdefault(FIELD_BY_PATH[path], message)
             return
         parts = path.split(".")
+        if self.gateway and parts[0] == "mcpServers" and self._place_gateway(parts, message):
+            return
         if (
             parts[0] == "requestKinds"
             and len(parts) > 1
@@ -376,6 +444,27 @@ class DefinitionForm:
             return
         if not any(SECTIONS[name].place(self.rows[name], path, message) for name in self.sections):
             self.errors.setdefault("__all__", message)
+
+    def _place_gateway(self, parts: list[str], message: str) -> bool:
+        """Put an error about a gateway's servers beside its input: about them all (none given) at the section, about
+        one of a server's tools (`mcpServers.0.tools.<name>.<field>`) on that tool's row; False for the others (the
+        server rows' own, `RowKind.place`)."""
+        if len(parts) == 1:
+            self.errors.setdefault("gateway_servers", message)
+            return True
+        if len(parts) < 4 or parts[2] != "tools" or not parts[1].isdigit():
+            return False
+        servers = self.gateway_servers
+        if int(parts[1]) >= len(servers):
+            return False
+        server, tools = servers[int(parts[1])]
+        row = next((tool for tool in tools if tool.values["name"] == parts[3]), None)
+        if row is None:
+            server.errors.setdefault("connection", message)
+            return True
+        field = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", parts[4]).lower() if len(parts) > 4 else "name"
+        row.errors.setdefault(field if field in SECTIONS["gateway_tools"].fields else "name", message)
+        return True
 
 
 # The wire's routed sections.

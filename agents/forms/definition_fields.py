@@ -1,6 +1,7 @@
 """The fields of the agent-definition form and how a definition fills them.
 
-Here: the row sections (`SECTIONS`, console/rows.py) and the ones each runtime reads, the top-level fields and
+Here: the row sections (`SECTIONS`, console/rows.py) and the ones each runtime reads (a gateway's tool rows sit
+under their server's row and name it by its row key, `server`), the top-level fields and
 the pydantic paths their errors come at, the approvers select of each request kind (`KIND_FIELDS`, labelled by
 `agents.request_kinds.KIND_NAMES`), the options of the selects (`choices`); a definition as the fields show it
 (`fields_of`, `form_text`, `hooks_text`), and the conversions back that are the form's own (a parameter's typed
@@ -13,7 +14,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from agents.definitions import IDENTIFIER, SLUG, DefinitionContent, ExternalTool, ToolBinding
+from agents.definitions import IDENTIFIER, MCP_TOOL_NAME, SLUG, DefinitionContent, ExternalTool, ToolBinding
 from agents.forms.requirement_text import escalation_text, require_text
 from agents.request_kinds import REQUEST_KINDS
 from agents.requirements import Routed, approver_list, joined
@@ -67,6 +68,24 @@ SECTIONS: dict[str, RowKind] = {
             choices=("approval",),
             multiline=("description", "parameters"),
         ),
+        # A gateway's MCP servers (SPEC section 15): no tool prefix (a gateway names its tools itself), and each
+        # call asks unless told otherwise.
+        RowKind(
+            "gateway_servers",
+            ("connection", "approval", "approvers", "require", "escalation"),
+            error_field="connection",
+            wire="mcpServers",
+            blank={"approval": "always"},
+            choices=("approval", "approvers"),
+        ),
+        # A tool of a gateway's server set apart from it (`mcpServers[].tools`): `server` is the key of its server's
+        # row (a hidden input), an empty approval or approvers its server's. Placed by the form, not by `place`.
+        RowKind(
+            "gateway_tools",
+            ("server", "name", "approval", "approvers", "require", "escalation"),
+            error_field="name",
+            choices=("server", "approval", "approvers"),
+        ),
         # A row without a binding routes the escalations of every binding; one with neither is dropped.
         RowKind(
             "escalations",
@@ -80,10 +99,17 @@ SECTIONS: dict[str, RowKind] = {
 RUNTIME_SECTIONS = {
     "hosted": ("cultures", "tools", "client_tools", "mcp_servers", "parameters", "escalations"),
     "external": ("external_tools", "escalations"),
+    "gateway": ("gateway_servers", "gateway_tools", "escalations"),
 }
 RUNTIMES = [
     ("hosted", "Hosted", "Airlock runs it: a model, instructions and tools of this server."),
     ("external", "External", "It runs elsewhere and brings its tool calls to the inbox, through the API."),
+    (
+        "gateway",
+        "Gateway",
+        "MCP clients (Claude Code, Cursor, …) call MCP servers through it: each tool call passes rules, policies "
+        "and the inbox first.",
+    ),
 ]
 # Top-level form field -> pydantic error path.
 TOP_FIELDS = {
@@ -105,13 +131,15 @@ KIND_FIELDS = {f"{kind}_approvers": kind for kind in REQUEST_KINDS}
 KIND_SAID = [f"{kind}_{part}" for kind in REQUEST_KINDS for part in ("require", "escalation")]
 # What the form does not show, kept from the version being edited (the API changes them).
 KEPT_FIELDS = ("maxModelCalls", "subAgents")
-HOSTED_KEPT = {"subAgents"}  # an external agent has none: switching to external drops them
+HOSTED_KEPT = {"subAgents"}  # an external agent or a gateway has none: switching to either drops them
 TEXTAREAS = {"instructions", "description", "hooks"}  # top-level fields kept as typed
 _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
 
 
 APPROVAL_LABELS = {"never": "Never ask", "always": "Ask unless a rule answers", "every_time": "Ask every time"}
+# What a gateway's tool row with no approval or approvers of its own does.
+AS_ITS_SERVER = "As its server"
 
 
 def choices(granted: Mapping[str, ConnectionSpec], groups: Collection[str] = ()) -> dict[str, Any]:
@@ -123,6 +151,7 @@ def choices(granted: Mapping[str, ConnectionSpec], groups: Collection[str] = ())
         "model_connection_names": {spec.name for spec in specs if spec.kind in MODEL_KINDS},
         "mcp_connections": [spec.name for spec in specs if spec.kind == "mcp"],
         "approvals": list(APPROVAL_LABELS.items()),
+        "tool_approvals": [("", AS_ITS_SERVER), *APPROVAL_LABELS.items()],
         "kinds": [("text", "Text"), ("number", "Number"), ("boolean", "Boolean")],
         "server_tools": sorted(REGISTRY.values(), key=lambda tool: tool.name),
         "server_tool_names": set(REGISTRY),
@@ -190,6 +219,7 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
                 **_said(s),
             )
             for s in content.mcp_servers
+            if not content.gateway
         ],
         "escalations": [
             SECTIONS["escalations"].new(binding=e.binding or "", approvers=_groups(e.approvers), **_said(e))
@@ -206,13 +236,36 @@ def fields_of(content: DefinitionContent) -> tuple[dict[str, str], dict[str, lis
             for p in content.parameters
         ],
     }
-    return values, rows
+    return values, rows | _gateway_rows(content)
+
+
+def _gateway_rows(content: DefinitionContent) -> dict[str, list[Row]]:
+    """A gateway's servers as rows, and the tools each sets apart as rows naming their server's row."""
+    servers: list[Row] = []
+    tools: list[Row] = []
+    for server in content.mcp_servers if content.gateway else []:
+        row = SECTIONS["gateway_servers"].new(
+            connection=server.connection, approval=server.approval, approvers=_groups(server.approvers), **_said(server)
+        )
+        servers.append(row)
+        tools += [
+            SECTIONS["gateway_tools"].new(
+                server=row.key,
+                name=name,
+                approval=tool.approval or "",
+                approvers=_groups(tool.approvers),
+                **_said(tool),
+            )
+            for name, tool in server.tools.items()
+        ]
+    return {"gateway_servers": servers, "gateway_tools": tools}
 
 
 _PATTERNS = {
     SLUG: "Use lowercase letters, digits, - and _, starting with a letter or digit (at most 63).",
     IDENTIFIER: "Use letters, digits and _, not starting with a digit (at most 64).",
     r"^[A-Za-z_][A-Za-z0-9_]{0,31}$": "Use letters, digits and _, not starting with a digit (at most 32).",
+    MCP_TOOL_NAME: "Use letters, digits, _, - and . (at most 128), as the server names the tool.",
 }
 
 

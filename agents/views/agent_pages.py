@@ -3,8 +3,10 @@ delete, and the policies' Try panel (one interception point evaluated against a 
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.db import IntegrityError
 from django.db.models import F
@@ -13,9 +15,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents import actions
-from agents.definitions import ConnectionRefused, DefinitionContent, ExternalTool, ToolBinding
+from agents.definitions import ConnectionRefused, DefinitionContent, ExternalTool, McpServer, McpTool, ToolBinding
 from agents.forms import (
     APPROVAL_LABELS,
+    AS_ITS_SERVER,
     SECTIONS,
     DefinitionForm,
     PolicyTryForm,
@@ -129,10 +132,16 @@ def agent_edit(request: ConsoleRequest, name: str) -> HttpResponse:
 @role_required("admin")
 @require_GET
 def blank_row(request: ConsoleRequest, section: str) -> HttpResponse:
-    """One empty row of a form section, added to its table by htmx."""
+    """One empty row of a form section, added to its table by htmx; a gateway's tool row under the server row
+    `?server=<its row key>`."""
     if section not in SECTIONS:
         raise Http404("No such section.")
-    context = {"row": SECTIONS[section].new(), **_choices(request, _granted(request))}
+    row = SECTIONS[section].new()
+    if section == "gateway_tools":
+        row.values["server"] = request.GET.get("server", "")
+        if not re.fullmatch(r"[0-9a-f]{8}", row.values["server"]):
+            raise Http404("No such server row.")
+    context = {"row": row, **_choices(request, _granted(request))}
     return render(request, f"agents/rows.html#{section}", context)
 
 
@@ -146,6 +155,8 @@ def starter_policy(request: ConsoleRequest) -> HttpResponse:
     agent = get_agent_for(request, request.GET["agent"]) if request.GET.get("agent") else None
     sections = "external_tools" if request.GET.get("runtime") == "external" else "tools|client_tools"
     named = [request.GET.get(key, "") for key in request.GET if re.fullmatch(rf"({sections})-[\w-]+-name", key)]
+    if request.GET.get("runtime") == "gateway":  # the tools its servers' rows set apart, as clients call them
+        named = DefinitionForm.from_post(request.GET).gateway_tool_names
     named += (agent.current.definition.sub_agents if agent is not None else []) + seen_mcp_tools(agent)
     tools = list(dict.fromkeys(name.strip() for name in named if name.strip()))
     hooks = starter_hooks(mode, tools)
@@ -270,12 +281,79 @@ def _curl_example(request: ConsoleRequest, name: str, content: DefinitionContent
     )
 
 
+def mcp_endpoint(name: str) -> str:
+    """Where MCP clients reach the gateway `name` (SPEC section 15)."""
+    return f"{settings.CONSOLE_URL}/mcp/{name}"
+
+
+def _claude_mcp_add(name: str) -> str:
+    """How Claude Code is pointed at the gateway `name`: its endpoint, with an Airlock token."""
+    return (
+        f'claude mcp add --transport http {name} {mcp_endpoint(name)} --header "Authorization: Bearer $AIRLOCK_TOKEN"'
+    )
+
+
+@dataclass(frozen=True)
+class FrontedTool:
+    """A tool a gateway's server sets apart, as its page says it: the tool's name upstream and as clients call it,
+    its approval mode ("" where it is its server's) and who answers ("" where the tool says nothing of it; else each
+    part from the tool, or its server where the tool leaves it out, as `DefinitionContent.routing_for` takes them)."""
+
+    name: str
+    exposed: str
+    approval: str
+    routing: str
+
+
+@dataclass(frozen=True)
+class FrontedServer:
+    server: McpServer
+    approval: str
+    tools: list[FrontedTool]
+
+
+def _fronted(content: DefinitionContent) -> list[FrontedServer]:
+    """A gateway's servers with the tools each sets apart (SPEC section 15)."""
+    return [
+        FrontedServer(
+            server,
+            APPROVAL_LABELS[server.approval],
+            [
+                FrontedTool(
+                    name,
+                    content.exposed_name(server, name),
+                    APPROVAL_LABELS[tool.approval] if tool.approval is not None else "",
+                    _tool_routing(server, tool) if tool.approvers or tool.require or tool.escalation else "",
+                )
+                for name, tool in server.tools.items()
+            ],
+        )
+        for server in content.mcp_servers
+    ]
+
+
+def _tool_routing(server: McpServer, tool: McpTool) -> str:
+    """Who answers a call of a gateway's tool, each part the tool's own or else its server's."""
+    merged = McpTool.model_construct(
+        approval=tool.approval,
+        approvers=tool.approvers or server.approvers,
+        require=tool.require or server.require,
+        escalation=tool.escalation or server.escalation,
+    )
+    return routing_label(merged)
+
+
 def _definition_context(agent: Agent, version: AgentVersion, request: ConsoleRequest | None = None) -> dict[str, Any]:
-    """What a version's page shows; with `request` (the current version), how an external agent calls Airlock."""
+    """What a version's page shows; with `request` (the current version), how an external agent calls Airlock, or
+    how an MCP client is pointed at a gateway."""
     content = version.definition
     external = [tool for tool in content.tools if isinstance(tool, ExternalTool)]
     return {
         "curl_example": _curl_example(request, agent.name, content) if request and content.external else "",
+        "mcp_endpoint": mcp_endpoint(agent.name) if content.gateway else "",
+        "claude_mcp_add": _claude_mcp_add(agent.name) if request and content.gateway else "",
+        "gateway_servers": _fronted(content) if content.gateway else [],
+        "as_its_server": AS_ITS_SERVER,
         "external_tools": [
             (tool, APPROVAL_LABELS[tool.approval], json.dumps(tool.parameters, indent=2)) for tool in external
         ],
@@ -310,6 +388,12 @@ def _routing(content: DefinitionContent) -> list[tuple[str, str, bool, str]]:
         ("MCP server", s.connection + (f" ({s.tool_prefix}_…)" if s.tool_prefix else ""), True, said(s))
         for s in content.mcp_servers
         if s.approvers or s.require
+    ]
+    routed += [
+        ("MCP tool", content.exposed_name(s, name), True, _tool_routing(s, tool))
+        for s in content.mcp_servers
+        for name, tool in s.tools.items()
+        if tool.approvers or tool.require
     ]
     routed += [("Requests", KIND_NAMES[k.kind].routes, False, said(k)) for k in content.request_kinds]
     return routed

@@ -47,11 +47,12 @@ def _comparable(content: DefinitionContent, cultures: list[str]) -> dict[str, st
         "Description": content.description,
         "Instructions": content.instructions,
         "Request deadline (seconds)": form_text(content.request_deadline_seconds),
-        # An external agent has no model (SPEC section 12); its tools are the ones it declares.
-        "Model": "" if content.external else content.model.label,
+        # An external agent or a gateway has no model (SPEC sections 12 and 15); an external agent's tools are the
+        # ones it declares, a gateway's its servers' (their settings in "MCP servers", `tools`).
+        "Model": "" if content.runs_elsewhere else content.model.label,
     }
-    if content.external:
-        fields = {"Runtime": "external", **fields}
+    if content.runs_elsewhere:
+        fields = {"Runtime": content.runtime, **fields}
     fields |= {f"Instructions ({culture})": content.instructions_by_culture.get(culture, "") for culture in cultures}
     lists = [("Declared tools" if content.external and key == "tools" else label, key) for label, key in _LIST_FIELDS]
     fields |= {label: json.dumps(wire[key], indent=2) if wire[key] else "" for label, key in lists}

@@ -30,6 +30,7 @@ from agents.getters import get_run_for
 from agents.models import AWAITING, Agent, AgentVersion, Checkpoint, Event, Run, Session
 from agents.payloads import EventType
 from agents.server_tools import REGISTRY
+from agents.views.agent_pages import mcp_endpoint
 from approvals.kinds import KINDS
 from approvals.models import PendingRequest, RequestStatus, mark_answerable
 from console.models import Membership
@@ -170,13 +171,14 @@ def trial(request: ConsoleRequest) -> HttpResponse:
     tenant = request.tenant
     agents = list(Agent.objects.live().filter(tenant=tenant))
     current = AgentVersion.objects.filter(agent__in=agents, number=F("agent__current_version"))
-    external = {version.agent_id for version in current if version.definition.runs_elsewhere}
-    # Unless one is named, the first hosted agent: an external one runs elsewhere, not here (SPEC section 12).
-    first = next((a for a in agents if a.pk not in external), agents[0] if agents else None)
+    # An external agent's or a gateway's runtime: it runs elsewhere, not here (SPEC sections 12 and 15).
+    elsewhere = {v.agent_id: v.definition.runtime for v in current if v.definition.runs_elsewhere}
+    # Unless one is named, the first hosted agent.
+    first = next((a for a in agents if a.pk not in elsewhere), agents[0] if agents else None)
     agent = next((a for a in agents if a.name == request.GET.get("agent")), first)
-    context: dict[str, object] = {"agents": agents, "agent": agent, "external_ids": external}
-    if agent is not None and agent.pk in external:
-        context["external"] = True
+    context: dict[str, object] = {"agent_choices": [(a, elsewhere.get(a.pk, "")) for a in agents], "agent": agent}
+    if agent is not None and agent.pk in elsewhere:
+        context |= {"external": True, "runtime": elsewhere[agent.pk], "mcp_endpoint": mcp_endpoint(agent.name)}
     elif agent is not None:
         versions = list(agent.versions.all())
         chosen = request.GET.get("version", "")

@@ -37,10 +37,13 @@ def render_markdown(text: str) -> SafeString:
 
 @register.filter
 def tool_description(pending: PendingRequest) -> SafeString:
-    """The requested tool's description, rendered: what an external agent said of it, else its kind's
-    (`Kind.tool_description`: a server tool's docstring, a client tool's description); "" when there is none (an
-    MCP tool's lives on its server)."""
-    if is_external(pending):
+    """The requested tool's description, rendered: what a gateway's upstream server says of it, what an external
+    agent said of it, else its kind's (`Kind.tool_description`: a server tool's docstring, a client tool's
+    description); "" when there is none (a hosted run's MCP tool's lives on its server)."""
+    called = gateway(pending)
+    if called is not None:
+        text = called["description"]
+    elif is_external(pending):
         # What the agent said about this call, else its declared tool's description (approvals.actions.external).
         definition = pending.run.version.definition
         asked = (pending.engine_state or {}).get("permissionRequest") or {}
@@ -54,7 +57,18 @@ def tool_description(pending: PendingRequest) -> SafeString:
 @register.filter
 def external(pending: PendingRequest) -> bool:
     """Whether an external agent asked (SPEC section 12): the card says so, "external · deployer"."""
-    return is_external(pending)
+    return is_external(pending) and gateway(pending) is None
+
+
+@register.filter
+def gateway(pending: PendingRequest) -> dict[str, str] | None:
+    """The MCP server and upstream tool a gateway's call asks for (SPEC section 15), and the tool's description as
+    the server gave it: the card says "gateway · coder wants to call everything__echo" (the name clients call) and
+    "MCP server everything · tool echo"; None for any other request."""
+    called = (pending.engine_state or {}).get("gateway")
+    if not isinstance(called, dict):
+        return None
+    return {key: str(called.get(key) or "") for key in ("server", "tool", "description")}
 
 
 @register.filter
