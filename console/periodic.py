@@ -5,10 +5,15 @@ import threading
 from collections.abc import Callable
 
 from django.db import close_old_connections
+from django.dispatch import Signal
 
 logger = logging.getLogger(__name__)
 _STARTED: set[str] = set()
 _LOCK = threading.Lock()
+
+# Sent by `manage.py serve` before it serves: an app above console starts its own periodic work on it (slackapp's
+# outbox), as console imports no app above it.
+serving = Signal()
 
 
 def start_periodic(name: str, every_seconds: float, step: Callable[[], object]) -> bool:

@@ -7,7 +7,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from console.models import Connection, Tenant
+from console.connections import SLACK_WIRE_FIELDS
+from console.models import Connection, ConnectionKind, Tenant
 
 # Wire name in the file -> model field.
 FIELDS = {
@@ -52,6 +53,10 @@ class Command(BaseCommand):
 
     def _load(self, index: int, entry: dict[str, Any]) -> None:
         where = f"connections[{index}]"
+        if entry.get("kind") == ConnectionKind.SLACK:
+            # Slack's words for a Slack app's settings (SPEC section 17), stored in the connection's own fields.
+            named = {attribute: key for key, attribute in FIELDS.items()}
+            entry = {named[SLACK_WIRE_FIELDS[key]] if key in SLACK_WIRE_FIELDS else key: v for key, v in entry.items()}
         name = entry.get("name")
         unknown = set(entry) - set(FIELDS) - {"name", "tenants"}
         if unknown:

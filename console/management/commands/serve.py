@@ -9,6 +9,7 @@ import console.asgi  # noqa: F401  (loaded here, before tune_collector(), so the
 from agents.keeper import start_keeper
 from agents.workers import WorkerPool
 from approvals.deadlines import start_digests, start_signer, start_sweeper
+from console.periodic import serving
 
 
 def tune_collector() -> None:
@@ -41,5 +42,6 @@ class Command(BaseCommand):
         start_keeper()
         if settings.WORKER_THREADS:
             WorkerPool(settings.WORKER_THREADS).start()
+        serving.send(sender=self.__class__)  # the apps' own loops (slackapp's outbox)
         tune_collector()
         CommandLineInterface().run(["-b", host, "-p", str(port), "console.asgi:application"])
