@@ -9,8 +9,11 @@ An input either starts a turn or answers the session's pending requests, never b
   at a time, as the inbox's would: a request answered meanwhile elsewhere is reported (`already_resolved`), never
   answered twice. The stream then follows the continuation the answers (or the inbox) started.
 - **a turn**: the last message, a user message, is the run's message in the session `threadId` (`context` entries
-  ride as documents; `forwardedProps.airlock` may carry a run request's `parameters`, `culture`, `abandonPending`,
-  `definitionVersion`, `lane`, `attachmentIds`), started through `agents.actions.start_run` and streamed live.
+  ride as documents; `tools`, the frontend tools, as the run's client tools, less those the definition declares
+  itself; `forwardedProps.airlock` may carry a run request's `parameters`, `culture`, `abandonPending`,
+  `definitionVersion`, `lane`, `attachmentIds`), started through `agents.actions.start_run` and streamed live. A
+  frontend tool's call ends the run `success` with its id in `pendingToolCallIds`; the continuation its result starts
+  offers the run's frontend tools again (`agents.prepare.run_client_tools`).
 """
 
 import asyncio
@@ -21,7 +24,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ag_ui.core import BaseEvent, CustomEvent, RunAgentInput, RunErrorEvent, TextPart, ToolMessage, UserMessage
+from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, TextPart, Tool, ToolMessage, UserMessage
 from ag_ui.encoder import EventEncoder
 from asgiref.sync import sync_to_async
 from django.utils import timezone
@@ -29,6 +32,7 @@ from pydantic import ValidationError
 
 from agents.api.stream_routes import follow_run, stream_run
 from agents.models import Agent, Run, Session
+from agents.prepare import live_version
 from agents.run_lifecycle import StartedRun
 from agents.run_requests import RunRequest
 from approvals.actions import answer_request
@@ -270,9 +274,10 @@ def give_answers(
     return Given(outcomes, latest if moved_on else None)
 
 
-def run_request(payload: RunAgentInput, message: str) -> RunRequest:
-    """The run request of a turn: the message, the thread's session, `context` as documents and what
-    `forwardedProps.airlock` sets."""
+def run_request(agent: Agent, payload: RunAgentInput, message: str) -> RunRequest:
+    """The run request of a turn of `agent`: the message, the thread's session, `context` as documents, the frontend
+    tools the definition does not declare as its client tools and what `forwardedProps.airlock` sets (raises
+    RunRejected, 404, for a `definitionVersion` the agent does not have)."""
     forwarded = payload.forwarded_props.get("airlock") if isinstance(payload.forwarded_props, dict) else None
     if forwarded is not None and not isinstance(forwarded, dict):
         raise AguiRefused("invalid_forwarded_props", "`forwardedProps.airlock` must be an object.")
@@ -284,21 +289,36 @@ def run_request(payload: RunAgentInput, message: str) -> RunRequest:
     documents = list(forwarded.get("documents") or [])
     documents += [{"name": (c.description or "context")[:255], "content": c.value} for c in payload.context or []]
     body = {**forwarded, "documents": documents, "message": message, "sessionId": payload.thread_id}
+    number = forwarded.get("definitionVersion")
+    tools = _frontend_tools(agent, payload.tools or [], number if type(number) is int else None)
     try:
-        return RunRequest.model_validate(body)
+        return RunRequest.model_validate({**body, "clientTools": [tool for _, tool in tools]})
     except ValidationError as invalid:
-        errors = [
-            {"field": ".".join(str(p) for p in error["loc"]) or "body", "message": error["msg"]}
-            for error in invalid.errors()
-        ]
+        errors = [{"field": _field(error["loc"], tools), "message": error["msg"]} for error in invalid.errors()]
         raise AguiRefused("invalid_request", "The input makes an invalid run request.", errors=errors) from None
 
 
-def unoffered_tools(started: StartedRun, payload: RunAgentInput) -> list[str]:
-    """The input's frontend tools the agent's definition does not declare as client tools: the model is not offered
-    them (a client tool is declared in the definition, SPEC section 2)."""
-    declared = {tool.name for tool in started.run.version.definition.client_tools}
-    return [tool.name for tool in payload.tools or [] if tool.name not in declared]
+def _frontend_tools(agent: Agent, tools: list[Tool], number: int | None) -> list[tuple[int, dict[str, Any]]]:
+    """The input's frontend tools as the run's client tools, by their index in `tools`: all but those the definition
+    of the version to run declares as its client tools (offered as it declares them). A tool with no `parameters`
+    takes none."""
+    if not tools:
+        return []
+    declared = {tool.name for tool in live_version(agent.tenant, agent.name, number).definition.client_tools}
+    return [
+        (n, {"name": t.name, "description": t.description, "parameters": t.parameters or {"type": "object"}})
+        for n, t in enumerate(tools)
+        if t.name not in declared
+    ]
+
+
+def _field(loc: tuple[int | str, ...], tools: list[tuple[int, dict[str, Any]]]) -> str:
+    """Where a refusal of the run request points, in the input's terms: `clientTools.N…` is `tools.<its index>…`."""
+    if len(loc) > 1 and loc[0] == "clientTools" and isinstance(loc[1], int):
+        loc = ("tools", tools[loc[1]][0], *loc[2:])
+    elif loc[:1] == ("clientTools",):
+        loc = ("tools", *loc[1:])
+    return ".".join(str(part) for part in loc) or "body"
 
 
 # --- the streams --------------------------------------------------------------------------------------------------
@@ -358,13 +378,11 @@ async def _translated(frames: AsyncIterator[str], translator: AguiTranslator) ->
         await frames.aclose()  # type: ignore[attr-defined]
 
 
-async def turn_stream(started: StartedRun, payload: RunAgentInput, unoffered: list[str]) -> AsyncIterator[str]:
+async def turn_stream(started: StartedRun, payload: RunAgentInput) -> AsyncIterator[str]:
     """A turn started here, streamed live as AG-UI events (deltas included); the turn is stored even when the client
     goes away (`agents.api.stream_routes.stream_run`)."""
     translator = AguiTranslator(payload.thread_id, payload.run_id)
     yield _encoded([run_started(payload.thread_id, payload.run_id, str(started.run.id))])
-    if unoffered:
-        yield _encoded([CustomEvent(name="airlock.tools_not_offered", value=unoffered)])
     async for chunk in _translated(stream_run(started), translator):
         yield chunk
 

@@ -27,7 +27,6 @@ from protocols.agui import (
     session_of,
     trailing_user_text,
     turn_stream,
-    unoffered_tools,
 )
 
 router = Router(tags=["ag-ui"])
@@ -42,10 +41,11 @@ EVENT_STREAM = {
     "/agents/{name}/ag-ui", response={200: None, 409: Problem}, openapi_extra={"responses": {"200": EVENT_STREAM}}
 )
 def agui_run(request: ConsoleRequest, name: str, payload: RunAgentInput) -> Any:
-    """Run the agent as an AG-UI agent: `threadId` is the Airlock session, the last user message the run's message;
-    `resume` entries (and tool messages for the session's open frontend-tool calls) answer its pending requests
-    through the respond contract instead, and the stream follows the run that goes on. The run finishes `success`,
-    `interrupt` (one interrupt per pending request) or `cancelled`, or ends with `RUN_ERROR`."""
+    """Run the agent as an AG-UI agent: `threadId` is the Airlock session, the last user message the run's message,
+    `tools` its client tools besides the definition's; `resume` entries (and tool messages for the session's open
+    frontend-tool calls) answer its pending requests through the respond contract instead, and the stream follows the
+    run that goes on. The run finishes `success` (a frontend tool's calls in `pendingToolCallIds`), `interrupt` (one
+    interrupt per pending request) or `cancelled`, or ends with `RUN_ERROR`."""
     membership = require_role(request, "operator")
     agent = get_agent_for(request, name)
     try:
@@ -59,10 +59,10 @@ def agui_run(request: ConsoleRequest, name: str, payload: RunAgentInput) -> Any:
         if message is None:
             detail = "The input's last message is not a user message, and it answers no pending request."
             raise AguiRefused("no_user_message", detail)
-        started = actions.start_run(membership, request.user, name, run_request(payload, message))
+        started = actions.start_run(membership, request.user, name, run_request(agent, payload, message))
     except (AguiRefused, ResponseRefused, RunRejected) as refused:
         raise ApiError.of(refused) from None
-    return _events(turn_stream(started, payload, unoffered_tools(started, payload)))
+    return _events(turn_stream(started, payload))
 
 
 def _events(stream: Any) -> StreamingHttpResponse:

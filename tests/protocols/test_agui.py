@@ -367,6 +367,65 @@ async def test_it_takes_a_frontend_tools_result_from_the_next_inputs_tool_messag
     assert EventType.TOOL_CALL_RESULT not in [e.type for e in events]  # the client holds that tool message already
     assert "Oslo" in text_of(events)
     assert events[-1].outcome.type == "success"
+    # A frontend tool the definition declares is offered as the definition declares it, not as the run's own.
+    assert await sync_to_async(Run.objects.filter(client_tools=[]).count)() == 2
+
+
+MODAL = {
+    "name": "open_modal",
+    "description": "Opens a modal in the browser.",
+    "parameters": {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]},
+}
+
+
+async def test_it_offers_an_undeclared_frontend_tool_and_takes_its_result(operator, assistant):
+    first = [user(call_line("open_modal", {"title": "Hi"}))]
+
+    events = await run(operator, agui_input("m1", first, tools=[MODAL]))
+
+    assert EventType.CUSTOM not in [e.type for e in events]
+    finished = events[-1]
+    assert finished.outcome.type == "success"
+    (call_id,) = finished.outcome.pending_tool_call_ids
+    start = next(e for e in events if e.type == EventType.TOOL_CALL_START)
+    assert (start.tool_call_id, start.tool_call_name) == (call_id, "open_modal")
+    args = "".join(e.delta for e in events if e.type == EventType.TOOL_CALL_ARGS)
+    assert json.loads(args) == {"title": "Hi"}
+    asked = await sync_to_async(Run.objects.get)(id=events[0].metadata["airlock"]["runId"])
+    assert (asked.status, asked.client_tools) == ("awaiting_tool_result", [MODAL])
+
+    calls = [{"id": call_id, "type": "function", "function": {"name": "open_modal", "arguments": args}}]
+    assistant_message = {"id": start.parent_message_id, "role": "assistant", "toolCalls": calls}
+    tool_message = {"id": "m-result", "role": "tool", "toolCallId": call_id, "content": "opened"}
+    response = await post(operator, agui_input("m1", [*first, assistant_message, tool_message], tools=[MODAL]))
+    await sync_to_async(drain_queued)(1)
+    events = await events_of(response)
+
+    assert [o["status"] for o in events[1].value] == ["accepted"]
+    assert text_of(events) == "open_modal: opened"
+    assert events[-1].outcome.type == "success" and not events[-1].outcome.pending_tool_call_ids
+    continuation = await sync_to_async(Run.objects.get)(id=events[0].metadata["airlock"]["runId"])
+    assert (continuation.previous_run_id, continuation.client_tools) == (asked.id, [MODAL])
+
+
+@pytest.mark.parametrize(
+    ("tools", "code", "field"),
+    [
+        ([{"name": "send_email", "description": "Clashes with a server tool."}], "tool_name_conflict", None),
+        ([MODAL, {**MODAL, "parameters": {"type": "string"}}], "invalid_request", "tools.1.parameters"),
+        ([{"name": "get_user_location", "description": "x"}, MODAL, MODAL], "invalid_request", "tools"),
+        ([{"name": "open modal", "description": "x"}], "invalid_request", "tools.0.name"),
+    ],
+)
+async def test_it_refuses_frontend_tools_it_cannot_offer_and_changes_nothing(operator, assistant, tools, code, field):
+    before = await sync_to_async(snapshot)()
+
+    response = await post(operator, agui_input("t1", [user("hi")], tools=tools))
+
+    problem = assert_problem(response, 400, code)
+    if field is not None:
+        assert [error["field"] for error in problem["errors"]] == [field]
+    assert await sync_to_async(snapshot)() == before
 
 
 async def test_it_asks_a_question_as_an_interrupt_and_takes_its_answer(operator, admin):
@@ -400,7 +459,9 @@ async def test_it_reads_context_as_documents_and_forwarded_props_as_the_run_requ
     events = await run(operator, body)
 
     assert text_of(events) == "spec.md"
-    (unoffered,) = [e for e in events if e.type == EventType.CUSTOM]
-    assert (unoffered.name, unoffered.value) == ("airlock.tools_not_offered", ["open_modal"])
+    assert EventType.CUSTOM not in [e.type for e in events]
     airlock_run = await sync_to_async(Run.objects.get)(id=events[0].metadata["airlock"]["runId"])
     assert airlock_run.parameters["team"] == "payments"
+    # Its frontend tool is the run's client tool (no parameters declared: it takes none).
+    open_modal = {"name": "open_modal", "description": "Not a client tool of the assistant.", "parameters": {}}
+    assert airlock_run.client_tools == [{**open_modal, "parameters": {"type": "object"}}]
