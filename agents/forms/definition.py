@@ -458,11 +458,15 @@ class DefinitionForm:
         if int(parts[1]) >= len(servers):
             return False
         server, tools = servers[int(parts[1])]
-        row = next((tool for tool in tools if tool.values["name"] == parts[3]), None)
+        # A tool's name may hold dots (`cancel.meeting`), as the path does between its parts.
+        rest = ".".join(parts[3:])
+        named = [tool for tool in tools if rest == tool.values["name"] or rest.startswith(tool.values["name"] + ".")]
+        row = max(named, key=lambda tool: len(tool.values["name"]), default=None)
         if row is None:
             server.errors.setdefault("connection", message)
             return True
-        field = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", parts[4]).lower() if len(parts) > 4 else "name"
+        inside = rest[len(row.values["name"]) + 1 :].split(".")[0]
+        field = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", inside).lower() if inside else "name"
         row.errors.setdefault(field if field in SECTIONS["gateway_tools"].fields else "name", message)
         return True
 

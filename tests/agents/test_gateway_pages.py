@@ -223,16 +223,31 @@ def test_it_shows_each_bad_gateway_field_next_to_it_and_saves_nothing(admin, gro
     assert not Agent.objects.filter(name="coder").exists()
 
 
-def test_pydantic_s_refusals_of_a_tool_go_on_its_row(admin, groups):
-    """A requirement naming a group its approvers do not (refused by the model, not the form) shows on the tool."""
+@pytest.mark.parametrize("tool", ["ping", "cancel.meeting"])
+def test_pydantic_s_refusals_of_a_tool_go_on_its_row(admin, groups, tool):
+    """A requirement naming a group its approvers do not (refused by the model, not the form) shows on the tool,
+    whose name may hold the dots that part the error's path."""
     data = gateway_post(
-        **rows("gateway_tools", {"server": "00000000", "name": "ping", "approvers": "sre", "require": "2 from leads"})
+        **rows(
+            "gateway_tools",
+            {"server": "00000000", "name": "cancel", "approval": "never"},
+            {"server": "00000000", "name": tool, "approvers": "sre", "require": "2 from leads"},
+            {"server": "00000000", "name": "cancel.meeting.now", "approval": "never"},
+        )
     )
 
-    page = read(admin.client.post("/agents/new/", data))
+    response = admin.client.post("/agents/new/", data)
 
-    assert "FromEach names 'leads', which is not one of the approvers ['sre']" in page.texts["gateway_tools-00000000"]
-    assert "fromEach" not in page.texts["gateway_servers-00000000"]
+    page = read(response)
+    assert "FromEach names 'leads', which is not one of the approvers ['sre']" in page.texts["gateway_tools-00000001"]
+    assert "fromEach" not in page.texts["gateway_servers-00000000"] + page.texts["gateway_tools-00000000"]
+    assert not Agent.objects.filter(name="coder").exists()
+    # A field's refusal is beside its input.
+    data["gateway_tools-00000001-require"] = ""
+    data["gateway_tools-00000001-escalation"] = "2s deny"
+    response = admin.client.post("/agents/new/", data)
+    assert "A step comes at least 5s after the opening" in read(response).texts["gateway_tools-00000001"]
+    assert 'aria-describedby="gateway_tools-00000001-escalation-error"' in response.content.decode()
     assert not Agent.objects.filter(name="coder").exists()
 
 
@@ -364,6 +379,7 @@ def test_the_trial_page_of_a_gateway_says_where_it_is_reached(operator, coder, a
     assert "reach it at https://airlock.example/mcp/coder" in said
     html = response.content.decode()
     assert 'id="trial-settings"' not in html and "External agents run elsewhere" not in html
+    assert 'id="new-session"' not in html  # nothing to start here
     assert '<option value="coder" selected>coder (gateway)</option>' in html
     # Without an agent named, the page opens a hosted one.
     assert 'data-agent="helper"' in operator.client.get("/trial/").content.decode()
