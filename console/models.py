@@ -109,6 +109,29 @@ class ApiToken(models.Model):
             self.save(update_fields=["revoked_at"])
 
 
+class MetricsToken(models.Model):
+    """A bearer token for `GET /metrics` (SPEC section 18): the installation's, not a tenant's, made by `manage.py
+    create_metrics_token`; stored as its hash (`hash_token`), the raw value shown once."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, name: str) -> tuple["MetricsToken", str]:
+        prefix = secrets.token_hex(4)
+        raw = f"alm_{prefix}_{secrets.token_urlsafe(32)}"
+        return cls.objects.create(name=name, prefix=prefix, token_hash=hash_token(raw)), raw
+
+    @classmethod
+    def accepts(cls, raw: str) -> bool:
+        return cls.objects.filter(token_hash=hash_token(raw)).exists()
+
+
 class ConnectionKind(models.TextChoices):
     OPENAI = "openai", "OpenAI-compatible model provider"
     ANTHROPIC = "anthropic", "Anthropic model provider"
