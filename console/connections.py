@@ -25,6 +25,27 @@ MODEL_KINDS = frozenset({"scripted", "openai", "anthropic"})
 SLACK_API_BASE_URL = "https://slack.com/api"
 SLACK_WIRE_FIELDS = {"botTokenEnv": "api_key_env", "signingSecretEnv": "secret_env", "apiBaseUrl": "base_url"}
 
+# The decision log's sinks (SPEC section 18): an OTLP/HTTP logs endpoint (`url`, and the variable holding its headers,
+# `k=v,k2=v2`, kept in `secret_env` and called `headersEnv` in a file) or a syslog server (`address` host:port, `tls`).
+SINK_KINDS = frozenset({"otlp", "syslog"})
+OTLP_WIRE_FIELDS = {"headersEnv": "secret_env"}
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """`host:port` (an IPv6 host in brackets) as its host and port; ValueError naming what is wrong."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not host:
+        raise ValueError("give host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError("put an IPv6 host in brackets: [::1]:514")
+    if not host or any(char.isspace() or char in "/@[]" for char in host):
+        raise ValueError("the host is not a host name or address")
+    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise ValueError("the port is a number from 1 to 65535")
+    return host, int(port)
+
 
 @dataclass(frozen=True)
 class ConnectionSpec:
@@ -39,6 +60,8 @@ class ConnectionSpec:
     env: tuple[str, ...] = ()
     url: str = ""
     secret_env: str = ""
+    address: str = ""
+    tls: bool = False
 
     def webhook_headers(self, body: bytes) -> dict[str, str]:
         """The headers of a JSON POST of `body` to this webhook: signed (`sha256=<hex HMAC-SHA256 of the body>`)
