@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from console.connections import BUILTIN, ENV_NAME, SLACK_API_BASE_URL, ConnectionSpec
+from console.connections import BUILTIN, ENV_NAME, SLACK_API_BASE_URL, ConnectionSpec, split_address
 
 
 class Tenant(models.Model):
@@ -138,6 +138,8 @@ class ConnectionKind(models.TextChoices):
     MCP = "mcp", "MCP server"
     WEBHOOK = "webhook", "Webhook (policy verdicts, request events)"
     SLACK = "slack", "Slack app (approvals in channels)"
+    OTLP = "otlp", "OTLP/HTTP logs endpoint (the decision log)"
+    SYSLOG = "syslog", "Syslog server, RFC 5424 over TCP (the decision log)"
 
 
 _env_name = RegexValidator(ENV_NAME, "the name of an environment variable: capitals, digits and _")
@@ -181,8 +183,8 @@ class ConnectionQuerySet(models.QuerySet["Connection"]):
 
 
 class Connection(models.Model):
-    """A model provider, MCP server, webhook (policy verdicts, request events) or Slack app the installation runs
-    for its tenants."""
+    """A model provider, MCP server, webhook (policy verdicts, request events), Slack app or decision log sink the
+    installation runs for its tenants."""
 
     name = models.SlugField(max_length=63, unique=True, validators=[validate_slug])
     kind = models.CharField(max_length=16, choices=ConnectionKind.choices)
@@ -205,10 +207,18 @@ class Connection(models.Model):
         validators=[_env_names],
         help_text="MCP over stdio: variables passed on.",
     )
-    url = models.URLField("URL", max_length=500, blank=True, help_text="MCP over streamable HTTP, or the webhook.")
-    secret_env = _variable_field(
-        "secret variable", "Webhooks: the variable holding the secret. Slack: the app's signing secret's."
+    url = models.URLField(
+        "URL",
+        max_length=500,
+        blank=True,
+        help_text="MCP over streamable HTTP, the webhook, or the OTLP/HTTP endpoint's base.",
     )
+    secret_env = _variable_field(
+        "secret variable",
+        "Webhooks: the variable holding the secret. Slack: the app's signing secret's. OTLP: the headers' (k=v,k2=v2).",
+    )
+    address = models.CharField(max_length=300, blank=True, help_text="Syslog: the server's host:port.")
+    tls = models.BooleanField("TLS", default=False, help_text="Syslog: over TLS.")
     all_tenants = models.BooleanField(default=False, help_text="Granted to every tenant, present and future.")
     tenants = models.ManyToManyField(Tenant, blank=True, related_name="connections")
     created_at = models.DateTimeField(default=timezone.now)
@@ -223,8 +233,10 @@ class Connection(models.Model):
         ConnectionKind.MCP: {"command", "args", "env", "url"},
         ConnectionKind.WEBHOOK: {"url", "secret_env"},
         ConnectionKind.SLACK: {"base_url", "api_key_env", "secret_env"},
+        ConnectionKind.OTLP: {"url", "secret_env"},
+        ConnectionKind.SYSLOG: {"address", "tls"},
     }
-    SETTINGS = ("base_url", "api_key_env", "command", "args", "env", "url", "secret_env")
+    SETTINGS = ("base_url", "api_key_env", "command", "args", "env", "url", "secret_env", "address", "tls")
 
     def __str__(self) -> str:
         return f"{self.name} ({self.kind})"
@@ -247,6 +259,13 @@ class Connection(models.Model):
                 errors["api_key_env"] = "A Slack app needs the variable holding its bot token."
             if not self.secret_env:
                 errors["secret_env"] = "A Slack app needs the variable holding its signing secret."
+        if self.kind == ConnectionKind.OTLP and not self.url:
+            errors["url"] = "An OTLP sink needs its endpoint's url."
+        if self.kind == ConnectionKind.SYSLOG:
+            try:
+                split_address(self.address)
+            except ValueError as error:
+                errors["address"] = f"A syslog sink's address: {error}."
         if errors:
             raise ValidationError(errors)
 
@@ -262,6 +281,8 @@ class Connection(models.Model):
             env=tuple(self.env),
             url=self.url,
             secret_env=self.secret_env,
+            address=self.address,
+            tls=self.tls,
         )
 
 
