@@ -1,6 +1,7 @@
 """Typed readers for settings taken from the environment. A bad value stops start-up with a clear message."""
 
 import contextlib
+import ipaddress
 import os
 import re
 import shutil
@@ -109,6 +110,20 @@ def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.envi
     if not all(items):
         raise EnvError(f"{name} must be a comma-separated list without empty items; got {environ[name]!r}")
     return items
+
+
+type Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def env_networks(name: str, environ: Mapping[str, str] = os.environ) -> tuple[Network, ...]:
+    """Addresses and CIDR blocks, comma-separated (`127.0.0.1,10.0.0.0/8,::1`); unset or empty: none."""
+    networks: list[Network] = []
+    for item in filter(None, (part.strip() for part in environ.get(name, "").split(","))):
+        try:
+            networks.append(ipaddress.ip_network(item))
+        except ValueError as error:
+            raise EnvError(f"{name}: {item!r} is not an IP address or a CIDR block ({error})") from None
+    return tuple(networks)
 
 
 def env_url(name: str, default: str, environ: Mapping[str, str] = os.environ, *, schemes: tuple[str, ...]) -> str:

@@ -18,6 +18,7 @@ from console.env import (
     env_int,
     env_lanes,
     env_list,
+    env_networks,
     env_str,
     env_url,
     kept_secret,
@@ -163,6 +164,10 @@ WEBSOCKETS_PER_USER = env_int("WEBSOCKETS_PER_USER", 100, minimum=1)
 # Long polls (`GET /api/requests/{id}?wait=N`) one console process holds at once, whoever asks; the next is 429
 # `too_many_long_polls` with Retry-After (console/asgi.py; their reads share a few threads, however many wait).
 LONG_POLLS_PER_PROCESS = env_int("LONG_POLLS_PER_PROCESS", 1000, minimum=1)
+
+# Who may read `GET /metrics` (SPEC section 18) without a token (`manage.py create_metrics_token`): addresses and CIDR
+# blocks, comma-separated, as the console sees the peer (behind a proxy: the proxy's); empty: nobody.
+METRICS_ALLOW = env_networks("METRICS_ALLOW")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
