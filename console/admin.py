@@ -19,6 +19,7 @@ class ConnectionAdmin(admin.ModelAdmin[Connection]):
         ("Model provider", {"fields": ("base_url", "api_key_env")}),
         ("MCP server", {"fields": ("command", "args", "env", "url")}),
         ("Policy webhook", {"fields": ("secret_env",)}),
+        ("Decision log sink (OTLP: url and secret variable; syslog)", {"fields": ("address", "tls")}),
         ("Granted to", {"fields": ("all_tenants", "tenants")}),
     )
 

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from console.connections import SLACK_WIRE_FIELDS
+from console.connections import OTLP_WIRE_FIELDS, SLACK_WIRE_FIELDS
 from console.models import Connection, ConnectionKind, Tenant
 
 # Wire name in the file -> model field.
@@ -21,6 +21,13 @@ FIELDS = {
     "env": "env",
     "url": "url",
     "secretEnv": "secret_env",
+    "address": "address",
+    "tls": "tls",
+}
+# A kind's own words for the settings it keeps in the connection's fields.
+WIRE_FIELDS_BY_KIND: dict[str, dict[str, str]] = {
+    ConnectionKind.SLACK: SLACK_WIRE_FIELDS,
+    ConnectionKind.OTLP: OTLP_WIRE_FIELDS,
 }
 
 
@@ -53,10 +60,13 @@ class Command(BaseCommand):
 
     def _load(self, index: int, entry: dict[str, Any]) -> None:
         where = f"connections[{index}]"
-        if entry.get("kind") == ConnectionKind.SLACK:
-            # Slack's words for a Slack app's settings (SPEC section 17), stored in the connection's own fields.
+        words = WIRE_FIELDS_BY_KIND.get(str(entry.get("kind")))
+        if words:
+            # The kind's words for its settings (Slack's, SPEC section 17; OTLP's), kept in the connection's fields.
             named = {attribute: key for key, attribute in FIELDS.items()}
-            entry = {named[SLACK_WIRE_FIELDS[key]] if key in SLACK_WIRE_FIELDS else key: v for key, v in entry.items()}
+            entry = {named[words[key]] if key in words else key: v for key, v in entry.items()}
+        if not isinstance(entry.get("tls", False), bool):
+            raise CommandError(f"{where}: tls is true or false.")
         name = entry.get("name")
         unknown = set(entry) - set(FIELDS) - {"name", "tenants"}
         if unknown:
@@ -65,7 +75,7 @@ class Command(BaseCommand):
             raise CommandError(f"{where}: give the connection's name.")
         connection = Connection.objects.filter(name=name).first() or Connection(name=name)
         for wire, attribute in FIELDS.items():
-            default: Any = [] if attribute in ("args", "env") else ""
+            default: Any = [] if attribute in ("args", "env") else False if attribute == "tls" else ""
             setattr(connection, attribute, entry.get(wire, default) if entry.get(wire) is not None else default)
         tenants = entry.get("tenants", [])
         connection.all_tenants = tenants == "*"
