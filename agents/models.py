@@ -278,6 +278,8 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     # The interception records of the turn's policies (SPEC section 8), in order, as the standard's wire shape.
     records = models.JSONField(default=list, blank=True)
+    # The W3C traceparent of the call that started it (SPEC section 18), its span's parent; kept only while tracing.
+    traceparent = models.CharField(max_length=55, blank=True)
 
     objects = RunQuerySet.as_manager()
 
