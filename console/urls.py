@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from console.api import api
-from console.views import dashboard_pages, health_pages, tenant_pages, token_pages
+from console.views import dashboard_pages, health_pages, metrics_pages, tenant_pages, token_pages
 from console.views.login_pages import LoginView
 
 # What reaches Django's own handlers gets the console's pages too (most never do: console.errors).
@@ -32,6 +32,7 @@ urlpatterns = [
     path("tokens/<int:token_id>/revoke/", token_pages.revoke_token, name="revoke_token"),
     path("", include("agents.urls")),
     path("healthz", health_pages.healthz, name="healthz"),
+    path("metrics", metrics_pages.metrics_page, name="metrics"),
     path("api/", api.urls),
     path("admin/", admin.site.urls),
     path("", include("approvals.urls")),
