@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "agents",
     "approvals",
     "slackapp",
+    "decisionlog",
 ]
 
 MIDDLEWARE = [
@@ -271,6 +272,9 @@ DIGEST_SWEEP_SECONDS = env_int("DIGEST_SWEEP_SECONDS", 60)
 # How often `manage.py serve` sends what Slack must show (SPEC section 17: the outbox of slackapp; sooner when an
 # answer from Slack wakes it; 0: never, then `manage.py slack_outbox --every N`).
 SLACK_OUTBOX_SECONDS = env_float("SLACK_OUTBOX_SECONDS", 2.0)
+# How often `manage.py serve` ships the decision log to its sinks (SPEC section 18, decisionlog.shipping; 0: never,
+# then `manage.py ship_decisions --every N`).
+DECISION_LOG_SECONDS = env_float("DECISION_LOG_SECONDS", 1.0)
 # The installation's Ed25519 key that signs each tenant's chain of receipts (SPEC section 13), made on first use,
 # and how often a serving process signs the chain heads that moved (at least every minute). Every signed head is
 # also appended to RECEIPT_HEADS_FILE, outside the database (approvals.signing.sign_heads). Both sit beside the
