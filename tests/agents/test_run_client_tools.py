@@ -5,6 +5,7 @@ routes that kind, the turns carrying its answer offer them again, and a bad list
 import pytest
 
 from agents.models import Run
+from agents.starter_policy import starter_hooks
 from approvals.models import ApproverGroup, PendingRequest
 from tests.helpers import assert_problem, call_line, make_agent, run, run_ok, run_queued, snapshot, stored_events
 
@@ -15,9 +16,9 @@ MODAL = {
 }
 
 
-def open_modal(persona, session="s1", tools=(MODAL,), **more):
+def open_modal(persona, session="s1", tools=(MODAL,), agent="assistant", **more):
     body = {"message": call_line("open_modal", {"title": "Hi"}), "sessionId": session, "clientTools": list(tools)}
-    return run(persona, {**body, **more})
+    return run(persona, {**body, **more}, agent)
 
 
 def test_it_offers_a_runs_client_tool_and_waits_for_its_result(operator, assistant):
@@ -171,3 +172,15 @@ def test_abandoning_the_call_goes_on_with_the_tools_the_message_brings(operator,
 
     assert result["output"] == "open_modal failed: The request was abandoned: the session moved on.\nYou said: hello"
     assert Run.objects.get(id=result["runId"]).client_tools == []
+
+
+def test_a_runs_tool_passes_the_policies_before_its_request_opens(admin, operator):
+    make_agent(admin, name="guarded", hooks=starter_hooks())
+
+    result = open_modal(operator, agent="guarded").json()
+
+    # The starter policy's manifest does not list the tool: its `pre_tool_call` refuses the call, no request opens.
+    assert (result["status"], result["pendingRequests"]) == ("completed", [])
+    assert result["output"] == "open_modal denied: Request blocked by Agent Control Specification."
+    [verdict] = [e for e in stored_events(result["runId"]) if e.type == "policy.verdict"]
+    assert verdict.data["toolName"] == "open_modal"
