@@ -42,6 +42,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("session_stream", ["bench/session_stream.py", "--words", "400"]),
     ("idle_streams", ["bench/idle_streams.py", "--window", "6"]),
     ("long_polls", ["bench/long_polls.py"]),
+    ("gateway_waiting", ["bench/gateway_waiting.py", "--calls", "200"]),
+    ("gateway_proxy", ["bench/gateway_proxy.py", "--calls", "200"]),
     ("receipts_answer", ["bench/receipts_answer.py", "--requests", "250", "--rounds", "4", "--contention", "200"]),
     ("quorum_answer", ["bench/quorum_answer.py", "--requests", "200", "--rounds", "6"]),
     # The full measurement (a million receipts, ~2.5 min to build) is `bench/verify_receipts.py --receipts 1000000`.
