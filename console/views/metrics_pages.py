@@ -25,7 +25,7 @@ from agents.lanes import DEFAULT_LANE
 from agents.models import Run, RunStatus
 from approvals.models import PendingRequest
 from console import metrics
-from console.metric_files import VARIABLE
+from console.metric_files import VARIABLE, forget_dead_processes
 from console.models import MetricsToken, Tenant
 
 BEARER = "Bearer "
@@ -68,10 +68,11 @@ def _scraped() -> CollectorRegistry:
 def _processes() -> Collector:
     """The installation's processes' metrics when they share a folder (`PROMETHEUS_MULTIPROC_DIR`), else this
     process's."""
+    metrics.made()  # this process's metrics are listed, counted or not
     folder = os.environ.get(VARIABLE)
     if not folder:
         return metrics.REGISTRY
-    metrics.forget_dead_processes(folder)
+    forget_dead_processes(Path(folder))
     return MultiProcessCollector(None, path=str(Path(folder)))
 
 
