@@ -28,6 +28,7 @@ from agents.signals import requests_opened
 from approvals.decisions import Actor, Decision, announced_together, decide, hand_back, record_unasked
 from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
+from console import metrics
 from console.sql import update_together
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
         run.refresh_from_db()
         return []
     started.log.publish_rest()
+    metrics.run_ended(run.tenant_id, started.prepared.agent.name, run.status)
     if opened:
         requests_opened.send(Run, requests=opened)
     return opened
