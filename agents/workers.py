@@ -25,6 +25,7 @@ from agents.keeper import start_keeper
 from agents.lanes import queue_name
 from agents.turns import PROCESS_ID
 from agents.wakeups import start_listener
+from console import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class WorkerPool:
         if settings.WORKER_WAKEUPS:
             start_listener(seats.wake_workers)
         seats.POOLS.append(self)
+        metrics.worker_threads(self.threads)
         for index in range(self.threads):
             thread = threading.Thread(target=self._work, args=(index,), name=f"airlock-worker-{index}", daemon=True)
             thread.start()
@@ -70,6 +72,7 @@ class WorkerPool:
         self.wake.set()
         if self in seats.POOLS:
             seats.POOLS.remove(self)
+            metrics.worker_threads(-self.threads)
         if self._claimer is not None:
             self._claimer.join(timeout)
         for given in self.given:
@@ -132,6 +135,7 @@ class WorkerPool:
             db_task = self.given[index].get()
             if db_task is None:
                 break
-            runner.run_task(db_task)
+            with metrics.worker_busy():
+                runner.run_task(db_task)
             close_old_connections()
         close_old_connections()
