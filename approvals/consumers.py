@@ -20,6 +20,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals.push import member_key, pending_count, tenant_group
+from console import metrics
 from console.models import Membership
 from console.slots import Slot, Slots
 
@@ -67,6 +68,7 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=TOO_MANY_SOCKETS, reason="too many open websockets")
             return
         self.user_id, self.tenant_id, self.key = user.pk, membership.tenant_id, member_key(user.pk)
+        metrics.websocket_opened(membership.tenant_id)
         self.group = tenant_group(membership.tenant_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -75,6 +77,8 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.slot is not None:
             self.slot.release()
+        if self.tenant_id is not None:
+            metrics.websocket_closed(self.tenant_id)
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
