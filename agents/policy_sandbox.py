@@ -41,6 +41,7 @@ from django.conf import settings
 
 from agents.policy_probe import explainable
 from agents.policy_worker import HELD, NICENESS
+from console import metrics
 
 # The worker's first frame says it is ready; its start (an interpreter and the policy engine) is not
 # charged to the first task's budget.
@@ -385,7 +386,7 @@ class Sandbox:
         compile budget when this worker has not compiled it yet) or when its tenant's turn did not come within
         the budget, WorkerFailed when the worker died, PolicyInvalid with the compiler's words when it does not
         compile."""
-        tenant = _TENANT.get()
+        tenant, began = _TENANT.get(), time.monotonic()
         await self._wait_turn_async(tenant, self.eval_budget)
         try:
             with self._lent(key) as worker:
@@ -418,6 +419,7 @@ class Sandbox:
             return unexplained.args[0], None
         finally:
             self._leave(tenant)
+            metrics.policy_evaluated(tenant, point, time.monotonic() - began)
 
     @property
     def compile_budget(self) -> float:
