@@ -109,10 +109,15 @@ class RunRequest(WireModel):
     tool_results: list[ToolResultAnswer] = Field(default_factory=list)
     input_responses: list[InputAnswer] = Field(default_factory=list)
     answers: list[PersonAnswer] = Field(default_factory=list)
-    # Client tools offered for this turn besides the definition's (None: none, or, for a turn that carries answers,
-    # the ones the run that asked was offered).
     client_tools: Annotated[list[RunClientTool], AfterValidator(_run_client_tools)] | None = Field(
-        default=None, max_length=MOST_RUN_CLIENT_TOOLS
+        default=None,
+        max_length=MOST_RUN_CLIENT_TOOLS,
+        description=(
+            "Client tools offered for this turn besides the definition's (AG-UI's frontend tools): names distinct, at"
+            f" most {MOST_RUN_CLIENT_TOOLS} and {RUN_CLIENT_TOOLS_MAX_BYTES // 1024} KiB together, none named as the"
+            " agent's tools or sub-agents (400 `tool_name_conflict`); a call of one waits as a `client_tool` request."
+            " Null: none, or, for a turn that carries answers, those of the run that asked."
+        ),
     )
     abandon_pending: StrictBool = False
     definition_version: StrictInt | None = Field(default=None, ge=1)
