@@ -22,6 +22,7 @@ from django.conf import settings  # noqa: E402
 
 from approvals import waiting  # noqa: E402
 from approvals.routing import websocket_urlpatterns  # noqa: E402
+from console import metrics  # noqa: E402
 from console.api import problem  # noqa: E402
 from console.origins import ConsoleOriginValidator  # noqa: E402
 from gateway.server import GatewayApp  # noqa: E402
@@ -172,7 +173,8 @@ class ConsoleASGIHandler(ASGIHandler):
             return
         self.polls += 1
         try:
-            await self._hold(scope, receive, send, request_id, time.monotonic() + seconds)
+            with metrics.long_poll():
+                await self._hold(scope, receive, send, request_id, time.monotonic() + seconds)
         finally:
             self.polls -= 1
 
