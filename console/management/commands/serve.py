@@ -9,6 +9,7 @@ import console.asgi  # noqa: F401  (loaded here, before tune_collector(), so the
 from agents.keeper import start_keeper
 from agents.workers import WorkerPool
 from approvals.deadlines import start_digests, start_signer, start_sweeper
+from console.metric_files import share_metrics
 from console.periodic import serving
 
 
@@ -32,6 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
+        share_metrics()  # this process's metrics in the folder the installation's processes share (SPEC section 18)
         if settings.DEADLINE_SWEEP_SECONDS:
             start_sweeper(settings.DEADLINE_SWEEP_SECONDS)
         if settings.DIGEST_SWEEP_SECONDS:
