@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.lanes import LANE_PATTERN
+from console.metric_files import share_metrics
 
 
 class Command(BaseCommand):
@@ -20,6 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--batch", action="store_true", help="Run every ready queued run, then exit.")
 
     def handle(self, *args: Any, lanes: str, threads: int | None, batch: bool, **options: Any) -> None:
+        share_metrics()  # this process's metrics in the folder the installation's processes share (SPEC section 18)
         from agents.claiming import drain
         from agents.keeper import reclaim_lost
         from agents.workers import WorkerPool
