@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents import checkpoints
-from agents.engine import Answers, TurnContext, TurnError, TurnOutcome, run_turn
+from agents.engine import Answers, TurnBlocked, TurnContext, TurnError, TurnOutcome, run_turn
 from agents.events import EventLog, EventType, last_event_of_session
 from agents.lanes import DEFAULT_LANE
 from agents.models import AWAITING, Agent, AgentVersion, Run, RunStatus, Session
@@ -28,6 +28,7 @@ from approvals.decisions import Actor, Decision, Via, announced_together, carry,
 from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.remembered_rules import rules_in_force
+from console import telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +222,7 @@ def new_run(
         session=session,
         status=status,
         created_by=author(user),
+        traceparent=telemetry.caller_traceparent(),
         **fields,
     )
 
@@ -344,7 +346,43 @@ class ExecutionResult:
 
 async def execute(started: StartedRun) -> ExecutionResult:
     """Run the engine turn, as a turn this process holds (agents/turns.py); never raises for a failed
-    turn (the result says so)."""
+    turn (the result says so). Traced, its span is the run's `invoke_agent <agent>` (SPEC section 18)."""
+    if not telemetry.tracing():
+        return await _execute(started)
+    run, prepared = started.run, started.prepared
+    key = prepared.request.session_id or ""
+    attributes: dict[str, str | int] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": prepared.agent.name,
+        "gen_ai.conversation.id": key,
+        "airlock.run.id": str(run.id),
+        "airlock.tenant": prepared.tenant.slug,
+        "airlock.agent.version": prepared.version.number,
+    }
+    carried = {"gen_ai.agent.name": prepared.agent.name, "gen_ai.conversation.id": key}
+    name = f"invoke_agent {prepared.agent.name}"
+    with telemetry.run_span(name, run.id, run.traceparent, attributes, carried) as span:
+        result = await _execute(started)
+        span.set_attribute("airlock.run.outcome", _traced_outcome(started, result))
+        if isinstance(result.error, TurnError) and not isinstance(result.error, TurnBlocked):
+            telemetry.failed(span, result.error.code)
+        elif result.outcome is not None and result.outcome.pending and run.session_id is None:
+            telemetry.failed(span, "session_required")  # agents.outcomes: a sessionless run cannot wait
+        return result
+
+
+def _traced_outcome(started: StartedRun, result: ExecutionResult) -> str:
+    """How the turn ended, as its span says it: completed, awaiting, failed, blocked or cancelled."""
+    if result.cancelled:
+        return "cancelled"
+    if isinstance(result.error, TurnBlocked):
+        return "blocked"
+    if result.outcome is None or (result.outcome.pending and started.run.session_id is None):
+        return "failed"
+    return "awaiting" if result.outcome.pending else "completed"
+
+
+async def _execute(started: StartedRun) -> ExecutionResult:
     prepared = started.prepared
     message = prepared.request.message if prepared.request.message else None
     if message is None and not started.answers:

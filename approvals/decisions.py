@@ -32,6 +32,7 @@ from approvals import receipts
 from approvals.models import Approval, PendingRequest, RequestStatus, Rule, Via
 from approvals.push import notify_requests_closed
 from approvals.receipts import APPROVAL_MODE, CANCEL, HUMAN, POLICY, RULE, SYSTEM, Decider
+from approvals.request_spans import request_decided
 from console import metrics
 from console.models import Tenant
 from console.tenancy import AUTH_METHOD
@@ -165,6 +166,7 @@ def _written(pending: PendingRequest, found: Any, changes: dict[str, Any], actor
     for name, value in changes.items():
         setattr(pending, name, value)
     metrics.request_decided(pending, actor.decider.source, now)
+    request_decided(pending, actor.decider.source, now)
     return True
 
 

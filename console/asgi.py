@@ -25,6 +25,7 @@ from approvals.routing import websocket_urlpatterns  # noqa: E402
 from console import metrics  # noqa: E402
 from console.api import problem  # noqa: E402
 from console.origins import ConsoleOriginValidator  # noqa: E402
+from console.telemetry import configure, continued  # noqa: E402
 from gateway.server import GatewayApp  # noqa: E402
 from protocols.a2a_app import PREFIX as A2A_PREFIX  # noqa: E402
 from protocols.a2a_app import A2AApp  # noqa: E402
@@ -228,9 +229,10 @@ class ConsoleASGIHandler(ASGIHandler):
         await self._serve({**scope, "query_string": query}, again, send, self.poll_reads)
 
 
+configure()  # traces, when the OTEL_* variables ask for them (SPEC section 18)
 application = ProtocolTypeRouter(
     {
-        "http": ConsoleASGIHandler(),
+        "http": continued(ConsoleASGIHandler()),
         "websocket": ConsoleOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -13,7 +13,7 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_ai.models import Model
 
 from agents.definitions import DefinitionContent
-from agents.engine import providers
+from agents.engine import providers, spans
 from agents.engine.context import TurnDeps
 from agents.engine.gate import definition_toolsets
 from agents.engine.outcome import TurnError
@@ -67,7 +67,7 @@ def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[T
     takes effect on the next turn (the key itself is held only by the provider's client)."""
     api_key = api_key_for(connection)
     key_digest = hashlib.sha256((api_key or "").encode()).hexdigest()
-    key = f"{key_digest} {connection!r} {content.identity}"
+    key = f"{key_digest} {connection!r} {content.identity}{spans.tracing_key()}"
     agents: dict[str, Agent[TurnDeps, Any]] = _CACHE.__dict__.setdefault("agents", {})
     agent = agents.get(key)
     if agent is None:
@@ -77,7 +77,7 @@ def agent_for(content: DefinitionContent, connection: ConnectionSpec) -> Agent[T
             deps_type=TurnDeps,
             toolsets=definition_toolsets(content),
             retries=1,
-            capabilities=engine_capabilities(content.hooks is not None),
+            capabilities=[*engine_capabilities(content.hooks is not None), *spans.call_spans()],
         )
         if len(agents) > 256:
             agents.clear()

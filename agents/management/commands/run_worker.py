@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.lanes import LANE_PATTERN
 from console.metric_files import share_metrics
+from console.telemetry import configure
 
 
 class Command(BaseCommand):
@@ -30,6 +31,7 @@ class Command(BaseCommand):
         for lane in chosen or []:
             if not re.match(LANE_PATTERN, lane):
                 raise CommandError(f"{lane!r} is not a lane name ({LANE_PATTERN}).")
+        configure()  # traces, when the OTEL_* variables ask for them (SPEC section 18)
         threads = settings.WORKER_THREADS if threads is None else threads
         if threads < 1:
             raise CommandError("--threads must be at least 1.")

@@ -11,6 +11,7 @@ from agents.workers import WorkerPool
 from approvals.deadlines import start_digests, start_signer, start_sweeper
 from console.metric_files import share_metrics
 from console.periodic import serving
+from console.telemetry import configure
 
 
 def tune_collector() -> None:
@@ -34,6 +35,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
         share_metrics()  # this process's metrics in the folder the installation's processes share (SPEC section 18)
+        configure()  # before the worker threads start their first turn
         if settings.DEADLINE_SWEEP_SECONDS:
             start_sweeper(settings.DEADLINE_SWEEP_SECONDS)
         if settings.DIGEST_SWEEP_SECONDS:
