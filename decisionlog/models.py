@@ -18,8 +18,11 @@ class SinkCursor(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     retry_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
-    # A process shipping for this pair holds it until then (several `serve` processes may run the loop).
+    # A process shipping for this pair holds it until then (several `serve` processes may run the loop), renewed
+    # at each batch; `leased_by` names it (host:pid), so a process of the same host may take over from a dead one
+    # at once rather than when its lease lapses.
     leased_until = models.DateTimeField(null=True, blank=True)
+    leased_by = models.CharField(max_length=300, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "connection"], name="sink_cursor_per_tenant")]

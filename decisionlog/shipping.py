@@ -4,12 +4,13 @@ chain order, at least once, resumed from the sink's cursor after a restart or an
 A pass (`ship`) finds, per sink, the tenants granted it whose chain head is past the sink's cursor
 (`decisionlog.models.SinkCursor`; a sink new to a tenant starts at the chain's first receipt) and whose backoff is
 over; for each such pair it takes the cursor's lease (a conditional update: several `serve` processes may run the
-loop), reads the receipts after the cursor in bounded batches and delivers them (`decisionlog.sinks`), moving the
-cursor to a batch's last receipt only after the sink acknowledged that batch, under the same lease. A process that
-dies mid-batch leaves the cursor where the sink last said yes: its successor (or another process, once the lease
-lapses) sends that batch again, so a sink may see the receipts of one unacknowledged batch twice and never misses
-one. A chain's receipts are written under its head's row lock in the transaction that moves the head, so the
-receipts up to a committed head are all committed: reading past the cursor never skips one.
+loop; a lease held by a process of this host that is gone is taken at once), reads the receipts after the cursor
+in bounded batches and delivers them (`decisionlog.sinks`), moving the cursor to a batch's last receipt only after
+the sink acknowledged that batch, under the same lease. A process that dies mid-batch leaves the cursor where the
+sink last said yes: its successor (or another process, once the lease lapses) sends that batch again, so a sink may
+see the receipts of one unacknowledged batch twice and never misses one. A chain's receipts are written under its
+head's row lock in the transaction that moves the head, so the receipts up to a committed head are all committed:
+reading past the cursor never skips one.
 
 A failed batch backs the pair off (1, 2, 4 … at most 60 s, or the sink's Retry-After) and keeps the sink's error on
 the cursor; a sink that is down rests for that long in this process, its other tenants' pairs too.
@@ -17,6 +18,8 @@ the cursor; a sink that is down rests for that long in this process, its other t
 alone."""
 
 import logging
+import os
+import socket
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -72,17 +75,45 @@ def behind(sink: Connection, now: datetime) -> list[tuple[int, str]]:
     return list(heads.order_by("tenant_id").values_list("tenant_id", "tenant__slug"))
 
 
-def _lease_free(clock: datetime) -> Q:
-    return Q(leased_until__isnull=True) | Q(leased_until__lt=clock)
+# This process, as a lease names it.
+HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _dead_here(holder: str) -> bool:
+    """Whether `holder` was a process of this host that is gone (killed, crashed): its lease binds no one."""
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or holder == HOLDER:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def _lease(cursor: SinkCursor) -> datetime | None:
+    """Take the pair's lease: when free, lapsed, or held by a dead process of this host. Its end, or None."""
+    clock = timezone.now()
+    lease = clock + LEASE
+    free = Q(leased_until__isnull=True) | Q(leased_until__lt=clock)
+    if SinkCursor.objects.filter(free, pk=cursor.pk).update(leased_until=lease, leased_by=HOLDER):
+        return lease
+    held = SinkCursor.objects.filter(pk=cursor.pk).values_list("leased_until", "leased_by").first()
+    if held is None or not _dead_here(held[1]):
+        return None  # another process ships this pair
+    taken = SinkCursor.objects.filter(pk=cursor.pk, leased_until=held[0], leased_by=held[1])
+    return lease if taken.update(leased_until=lease, leased_by=HOLDER) else None
 
 
 def ship_pair(sink: Connection, tenant_id: int, slug: str, now: datetime, batch: int = BATCH) -> Pass:
     """Ship the tenant's receipts past the sink's cursor, a batch at a time, at most BATCHES_PER_PASS of them."""
     done = Pass()
     cursor, _ = SinkCursor.objects.get_or_create(tenant_id=tenant_id, connection=sink)
-    lease = timezone.now() + LEASE
-    if not SinkCursor.objects.filter(_lease_free(timezone.now()), pk=cursor.pk).update(leased_until=lease):
-        return done  # another process ships this pair
+    lease = _lease(cursor)
+    if lease is None:
+        return done
     cursor.refresh_from_db(fields=["sequence", "attempts"])
     sequence = cursor.sequence
     for _ in range(BATCHES_PER_PASS):
