@@ -22,7 +22,6 @@ class Command(BaseCommand):
         parser.add_argument("--batch", action="store_true", help="Run every ready queued run, then exit.")
 
     def handle(self, *args: Any, lanes: str, threads: int | None, batch: bool, **options: Any) -> None:
-        share_metrics()  # this process's metrics in the folder the installation's processes share (SPEC section 18)
         from agents.claiming import drain
         from agents.keeper import reclaim_lost
         from agents.workers import WorkerPool
@@ -39,6 +38,7 @@ class Command(BaseCommand):
             reclaim_lost()
             self.stdout.write(f"ran {drain(chosen)} queued runs")
             return
+        share_metrics()  # this process's metrics in the folder the installation's processes share (SPEC section 18)
         pool = WorkerPool(threads, chosen).start()
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
