@@ -25,7 +25,7 @@ from approvals.routing import websocket_urlpatterns  # noqa: E402
 from console import metrics  # noqa: E402
 from console.api import problem  # noqa: E402
 from console.origins import ConsoleOriginValidator  # noqa: E402
-from console.telemetry import configure, continued  # noqa: E402
+from console.telemetry import CallerTrace, configure  # noqa: E402
 from gateway.server import GatewayApp  # noqa: E402
 from protocols.a2a_app import PREFIX as A2A_PREFIX  # noqa: E402
 from protocols.a2a_app import A2AApp  # noqa: E402
@@ -131,6 +131,10 @@ class ConsoleASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        with CallerTrace(scope):  # a caller's W3C traceparent, while tracing (SPEC section 18)
+            await self._route(scope, receive, send)
+
+    async def _route(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["path"].startswith(GATEWAY_PREFIX):
             await self.gateway(scope, receive, send)
             return
@@ -232,7 +236,7 @@ class ConsoleASGIHandler(ASGIHandler):
 configure()  # traces, when the OTEL_* variables ask for them (SPEC section 18)
 application = ProtocolTypeRouter(
     {
-        "http": continued(ConsoleASGIHandler()),
+        "http": ConsoleASGIHandler(),
         "websocket": ConsoleOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -135,7 +135,7 @@ def _run_ids() -> Any:
 
 
 def caller_traceparent() -> str:
-    """The W3C traceparent of the span current where a run is built (an API call's `traceparent`, `continued`),
+    """The W3C traceparent of the span current where a run is built (an API call's `traceparent`, `CallerTrace`),
     to keep on the run; "" with none, or with tracing off."""
     if _STATE is None:
         return ""
@@ -237,30 +237,29 @@ def _nanoseconds(at: datetime) -> int:
 
 # An incoming traceparent.
 
-Asgi = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
+class CallerTrace:
+    """The trace of an HTTP request's W3C `traceparent` header (an API call, an MCP gateway's call, an A2A message)
+    current for the block that serves it, so a run built for it keeps it (`caller_traceparent`). With tracing
+    off, or without the header, nothing."""
 
-def continued(app: Asgi) -> Asgi:
-    """`app` continuing the trace of a request's W3C `traceparent` header (an API call, an MCP gateway's
-    tools/call, an A2A message): the span it names is current while the request is served, so a run built for it
-    keeps it (`caller_traceparent`). With tracing off, one test per request and nothing more."""
+    __slots__ = ("scope", "token")
 
-    async def traced(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if _STATE is None or scope.get("type") != "http":
-            await app(scope, receive, send)
+    def __init__(self, scope: dict[str, Any]) -> None:
+        self.scope: dict[str, Any] = scope
+        self.token: Any = None
+
+    def __enter__(self) -> None:
+        if _STATE is None:
             return
         carrier = {
             name.decode("latin-1").lower(): value.decode("latin-1")
-            for name, value in scope.get("headers", ())
+            for name, value in self.scope.get("headers", ())
             if name.lower() in (b"traceparent", b"tracestate")
         }
-        if "traceparent" not in carrier:
-            await app(scope, receive, send)
-            return
-        token = context.attach(_PROPAGATOR.extract(carrier, context=context.Context()))
-        try:
-            await app(scope, receive, send)
-        finally:
-            context.detach(token)
+        if "traceparent" in carrier:
+            self.token = context.attach(_PROPAGATOR.extract(carrier, context=context.Context()))
 
-    return traced
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            context.detach(self.token)
