@@ -449,6 +449,11 @@ class DefinitionContent(WireModel):
             [(f"tools.{i}", t) for i, t in enumerate(self.tools)]
             + [(f"clientTools.{i}", t) for i, t in enumerate(self.client_tools)]
             + [(f"mcpServers.{i}", s) for i, s in enumerate(self.mcp_servers)]
+            + [
+                (f"mcpServers.{i}.tools.{name}", t)
+                for i, s in enumerate(self.mcp_servers)
+                for name, t in s.tools.items()
+            ]
             + [(f"escalations.{i}", e) for i, e in enumerate(self.escalations)]
             + [(f"requestKinds.{i}", k) for i, k in enumerate(self.request_kinds)]
         )

@@ -120,25 +120,35 @@ async def subscribed(request_id: str) -> AsyncIterator[Callable[[float, Awaitabl
         async with _gate():
             await layer.group_add(name, channel)
 
+    # One receive for as long as the subscription lasts: a waiter that waits again (the gateway's calls, in rounds
+    # between progress notifications) must not cancel it between rounds, as channels_redis loses a message taken
+    # for a receive cancelled at that moment (and, when the cancelled receive was the one reading for the process,
+    # the messages it took for every other waiter: bench/gateway_waiting.py saw 3 to 8 of 200 calls not woken).
+    receiving: asyncio.Future[dict[str, Any]] | None = None
+
     async def woken(seconds: float, gone: Awaitable[object]) -> Wake:
+        nonlocal receiving
         if layer is None or channel is None:
             await asyncio.sleep(seconds)
             return Wake("timeout")
-        message = asyncio.ensure_future(layer.receive(channel))
+        if receiving is None:
+            receiving = asyncio.ensure_future(layer.receive(channel))
         left = asyncio.ensure_future(gone)
         try:
-            done, _ = await asyncio.wait({message, left}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({receiving, left}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            message.cancel()
             left.cancel()
-        if message in done:
-            body = message.result().get("body")
+        if receiving in done:
+            body = receiving.result().get("body")
+            receiving = None
             return Wake("decided", body.encode() if isinstance(body, str) else None)
         return Wake("gone" if left in done else "timeout")
 
     try:
         yield woken
     finally:
+        if receiving is not None:
+            receiving.cancel()
         if layer is not None and channel is not None:
             # Not gated: the poll has answered, and waiting in line to leave held its response back (1,000 polls
             # woken at once: p50 1.1x the bare group_send's, 1.6x gated).

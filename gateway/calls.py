@@ -22,6 +22,7 @@ import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
+from django.utils import timezone
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
@@ -29,7 +30,7 @@ from agents.definitions import McpServer
 from agents.models import AgentVersion
 from agents.policies.declarations import denied_tools
 from approvals import waiting
-from approvals.actions.external import AskedTool, RequestRefused, open_request, record_passed_call
+from approvals.actions.external import AskedTool, PassedCall, RequestRefused, open_request, record_passed_calls
 from approvals.actions.interceptions import PoliciesUnavailable, post_tool_call_check
 from approvals.actions.settling import cancel_request, record_call
 from approvals.external_wire import ARGUMENTS_LIMIT, OpenRequest, TooLarge, check_size, stored_request_id
@@ -179,22 +180,41 @@ async def _pass_through(
     return types.CallToolResult.model_validate(value)
 
 
-# The records of passed calls still being written: kept so that they are not collected half-way.
-PASSED_RECORDS: set["asyncio.Task[None]"] = set()
+class Recorder:
+    """Writes the passed calls of this process's gateways (`record_passed_calls`), many in one transaction: while
+    one batch is written the next gathers, so a busy gateway costs a write per batch, not per call."""
+
+    def __init__(self) -> None:
+        self.waiting: list[PassedCall] = []
+        self.writing: asyncio.Task[None] | None = None
+
+    def add(self, passed: PassedCall) -> None:
+        self.waiting.append(passed)
+        loop = asyncio.get_running_loop()
+        if self.writing is None or self.writing.done() or self.writing.get_loop() is not loop:
+            self.writing = loop.create_task(self._write_all())
+
+    async def _write_all(self) -> None:
+        while self.waiting:
+            batch, self.waiting = self.waiting[:RECORD_BATCH], self.waiting[RECORD_BATCH:]
+            try:
+                await on_thread(record_passed_calls, batch)
+            except Exception:
+                logger.exception("The gateway could not record %d calls", len(batch))
+
+    async def drained(self) -> None:
+        """Once every call recorded so far is written (tests, and a process about to stop)."""
+        while self.writing is not None and not self.writing.done():
+            await asyncio.shield(self.writing)
+
+
+RECORDER = Recorder()
+# The most passed calls written in one transaction.
+RECORD_BATCH = 200
 
 
 def _record_later(gate: Gate, call: tuple[str, str, dict[str, Any]], outcome: tuple[bool, Any, str | None]) -> None:
-    async def record() -> None:
-        try:
-            await on_thread(
-                record_passed_call, gate.membership, gate.membership.user, gate.version, gate.session_key, call, outcome
-            )
-        except Exception:
-            logger.exception("The gateway %s could not record a call of %s", gate.agent, call[0])
-
-    task = asyncio.get_running_loop().create_task(record())
-    PASSED_RECORDS.add(task)
-    task.add_done_callback(PASSED_RECORDS.discard)
+    RECORDER.add(PassedCall(gate.membership, gate.version, gate.session_key, call, outcome, timezone.now()))
 
 
 def _shown(result: types.CallToolResult) -> dict[str, Any]:

@@ -166,24 +166,32 @@ class Managers:
     def __init__(self) -> None:
         self.running: dict[tuple[str, str], StreamableHTTPSessionManager] = {}
         self.holders: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.started: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     async def of(self, tenant_id: Any, agent: str) -> StreamableHTTPSessionManager:
+        """The agent's running manager; a request that comes while it starts waits for it (the SDK refuses a
+        request before its manager runs)."""
         key = (str(tenant_id), agent)
         found = self.running.get(key)
-        if found is not None and not self.holders[key].done():
-            return found
-        manager = StreamableHTTPSessionManager(_server(agent), max_request_body_size=MAX_MESSAGE_BYTES)
-        started = asyncio.get_running_loop().create_future()
-        self.running[key] = manager
-        self.holders[key] = asyncio.get_running_loop().create_task(self._run(manager, started))
-        await started
-        return manager
+        if found is None or self.holders[key].done():
+            found = self.running[key] = StreamableHTTPSessionManager(
+                _server(agent), max_request_body_size=MAX_MESSAGE_BYTES
+            )
+            started = self.started[key] = asyncio.get_running_loop().create_future()
+            self.holders[key] = asyncio.get_running_loop().create_task(self._run(found, started))
+        await asyncio.shield(self.started[key])
+        return found
 
     @staticmethod
     async def _run(manager: StreamableHTTPSessionManager, started: "asyncio.Future[None]") -> None:
-        async with manager.run():
-            started.set_result(None)
-            await asyncio.Event().wait()
+        try:
+            async with manager.run():
+                started.set_result(None)
+                await asyncio.Event().wait()
+        except BaseException as error:
+            if not started.done():
+                started.set_exception(error if isinstance(error, Exception) else RuntimeError("stopped"))
+            raise
 
 
 MANAGERS = Managers()

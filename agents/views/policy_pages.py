@@ -269,6 +269,13 @@ def form_tools(form: DefinitionForm, agent: Agent | None) -> list[str]:
     ones), and a hosted agent's sub-agents (called as tools) and the MCP tools its runs called."""
     if form.external:
         return [row.values["name"] for row in form.rows["external_tools"] if row.values["name"]]
+    if form.gateway:
+        # A gateway's tools are its servers': those the form sets apart, and those its calls named.
+        seen: list[Any] = []
+        if agent is not None:
+            called = Event.objects.filter(run__agent=agent, type=EventType.TOOL_EXECUTION_START)
+            seen = list(called.order_by("-timestamp").values_list("data__toolName", flat=True)[:500])
+        return list(dict.fromkeys([*form.gateway_tool_names, *(name for name in seen if isinstance(name, str))]))
     named = [row.values["name"] for section in ("tools", "client_tools") for row in form.rows[section]]
     kept = form.kept or (agent.current.definition if agent is not None else None)
     named += (kept.sub_agents if kept is not None else []) + seen_mcp_tools(agent)

@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from agents.definitions import ExternalTool, object_schema
 from agents.events import EventLog
-from agents.models import AgentVersion, RunStatus, Session
+from agents.live import wake_now
+from agents.models import AgentVersion, Event, Run, RunStatus, Session
 from agents.payloads import (
     Approved,
     DeniedByHook,
@@ -358,56 +359,73 @@ def _open(
     return pending
 
 
-def record_passed_call(
-    membership: Membership,
-    user: Any,
-    version: AgentVersion,
-    session_key: str,
-    call: tuple[str, str, dict[str, Any]],
-    outcome: tuple[bool, Any, str | None],
-) -> None:
-    """A gateway's call of a tool in approval mode `never` under no policies (SPEC section 15), recorded after it
-    ran: as a hosted turn's such call, no request and no receipt, only its run's events (`run.started`,
-    `tool.execution_start`/`complete`, `run.completed`) in the MCP session's Airlock session. `call`: the tool's name
-    as the gateway offers it, the call id, the arguments; `outcome`: success, the result, the error."""
+@dataclass(frozen=True)
+class PassedCall:
+    """A gateway's call of a tool in approval mode `never` under no policies (SPEC section 15), after it ran: who
+    called (`membership`) through which gateway version, in which Airlock session (`session_key`), the tool's name as
+    the gateway offers it, the call id, the arguments, and what became of it (success, the result, the error)."""
+
+    membership: Membership
+    version: AgentVersion
+    session_key: str
+    call: tuple[str, str, dict[str, Any]]
+    outcome: tuple[bool, Any, str | None]
+    at: datetime
+
+
+def record_passed_calls(calls: list[PassedCall]) -> None:
+    """Record gateway calls nobody was asked about, together: as a hosted turn's such calls, no request and no
+    receipt, each a run of its session with its events (`run.started`, `tool.execution_start`/`complete`,
+    `run.completed`). One transaction, a session read once, its streams woken once, whatever the number of calls."""
     try:
-        _record_passed(membership, user, version, session_key, call, outcome)
-    except IntegrityError:  # the session made meanwhile by another call of the same MCP session: found now
-        _record_passed(membership, user, version, session_key, call, outcome)
+        _record_passed(calls)
+    except IntegrityError:  # a session made meanwhile by another process for the same MCP session: found now
+        _record_passed(calls)
 
 
-def _record_passed(
-    membership: Membership,
-    user: Any,
-    version: AgentVersion,
-    session_key: str,
-    call: tuple[str, str, dict[str, Any]],
-    outcome: tuple[bool, Any, str | None],
-) -> None:
-    (tool_name, call_id, arguments), (success, result, error) = call, outcome
-    now = timezone.now()
+def _record_passed(calls: list[PassedCall]) -> None:
+    runs: list[Run] = []
+    events: list[Event] = []
+    sessions: dict[tuple[Any, str], tuple[Session, uuid.UUID | None]] = {}
     with transaction.atomic():
-        session = _session_of(version, session_key, now)
-        run = new_run(
-            membership.tenant,
-            version.agent,
-            version,
-            session,
-            user,
-            status=RunStatus.COMPLETED,
-            previous_run=session.last_run,
-            created_at=now,
-            finished_at=now,
-        )
-        run.save(force_insert=True)
-        log = EventLog(run)
-        log.record(run_started(run, version.agent.name, version.number, session.key))
-        log.record(ToolExecutionStart(toolCallId=call_id, toolName=tool_name, arguments=arguments))
-        log.record(ToolExecutionComplete.of(call_id, value=result, error=None if success else (error or "failed")))
-        log.record(RunCompleted(output=None))
-        session.last_run, session.updated_at = run, now
-        session.save(update_fields=["last_run", "updated_at"])
-        log.flush()
+        for passed in calls:
+            version, (tool_name, call_id, arguments) = passed.version, passed.call
+            success, result, error = passed.outcome
+            key = (version.agent_id, passed.session_key)
+            if key not in sessions:
+                session = _session_of(version, passed.session_key, passed.at)
+                sessions[key] = (session, None)
+            session, parent = sessions[key]
+            run = new_run(
+                passed.membership.tenant,
+                version.agent,
+                version,
+                session,
+                passed.membership.user,
+                status=RunStatus.COMPLETED,
+                previous_run_id=session.last_run_id,
+                created_at=passed.at,
+                finished_at=passed.at,
+            )
+            # The session's chain: after its last stored event, read once; then after the run recorded before.
+            log = EventLog(run, look_back=parent is None)
+            if parent is not None:
+                log.parent = parent
+            log.record(run_started(run, version.agent.name, version.number, session.key))
+            log.record(ToolExecutionStart(toolCallId=call_id, toolName=tool_name, arguments=arguments))
+            failure = None if success else (error or "failed")
+            log.record(ToolExecutionComplete.of(call_id, value=result, error=failure))
+            log.record(RunCompleted(output=None))
+            runs.append(run)
+            events += log.stored
+            session.last_run_id, session.updated_at = run.pk, passed.at
+            sessions[key] = (session, log.stored[-1].id)
+        Run.objects.bulk_create(runs)
+        Event.objects.bulk_create(events)
+        for session, _ in sessions.values():
+            Session.objects.filter(pk=session.pk).update(last_run_id=session.last_run_id, updated_at=session.updated_at)
+        for session, _ in sessions.values():
+            transaction.on_commit(partial(wake_now, session.pk), robust=True)
 
 
 def _decided(

@@ -271,11 +271,6 @@ def test_a_server_not_granted_is_refused_beside_its_select(admin, outsider):
     assert "No connection named 'theirs' is granted to this tenant" in page.texts["gateway_servers-00000000"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DefinitionContent.approver_groups (agents/definitions.py) leaves out a gateway's tools' routing: a tool "
-    "naming a group the tenant does not have is saved (the API takes it too)",
-)
 def test_a_tool_routed_to_an_unknown_group_is_refused_on_its_row(admin, groups):
     data = gateway_post(**rows("gateway_tools", {"server": "00000000", "name": "ping", "approvers": "nobody"}))
 
