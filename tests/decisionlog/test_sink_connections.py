@@ -6,10 +6,13 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from console.connections import ConnectionSpec, split_address
 from console.models import Connection
+from decisionlog.models import SinkCursor
 
 pytestmark = pytest.mark.django_db
 
@@ -94,3 +97,14 @@ def test_tenants_see_a_sink_by_name_and_kind_and_cannot_use_it_as_a_model_or_mcp
         refused = admin.api("POST", "/api/agents", {"name": "sneaky", "instructions": "hi", **field})
         assert refused.status_code == 400, refused.content
         assert "is of kind" in refused.json()["errors"][0]["message"]
+
+
+def test_superusers_see_where_each_sink_stands_in_the_admin_and_no_one_else(admin, acme):
+    sink = Connection.objects.create(name="siem", kind="otlp", url="https://o.example", all_tenants=True)
+    SinkCursor.objects.create(tenant=acme, connection=sink, sequence=41, attempts=3, last_error="HTTP 503")
+    root = Client()
+    root.force_login(User.objects.create_superuser("root", password="x-7f3a-long-enough"))
+    page = root.get("/admin/decisionlog/sinkcursor/")
+    assert page.status_code == 200 and "HTTP 503" in page.text and "41" in page.text
+    assert root.post("/admin/decisionlog/sinkcursor/add/").status_code == 403
+    assert admin.client.get("/admin/decisionlog/sinkcursor/").status_code == 302  # to the admin's login
