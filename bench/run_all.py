@@ -49,6 +49,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     # The full measurement (a million receipts, ~2.5 min to build) is `bench/verify_receipts.py --receipts 1000000`.
     ("verify_receipts", ["bench/verify_receipts.py", "--sizes", "20000,100000"]),
     ("scale", ["bench/scale.py", "--requests", "60", "--runs", "40"]),
+    ("tracing_overhead", ["bench/tracing_overhead.py", "--turns", "200"]),
 ]
 
 
