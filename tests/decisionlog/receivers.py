@@ -95,7 +95,7 @@ class OtlpReceiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @staticmethod
     def decode(body: bytes) -> list[Record]:
@@ -200,7 +200,7 @@ class SyslogReceiver:
         self.server = Server(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.address = f"127.0.0.1:{self.port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
     def records(self) -> list[Record]:
