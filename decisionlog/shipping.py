@@ -21,8 +21,10 @@ import logging
 import os
 import socket
 import threading
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.db.models import F, OuterRef, PositiveBigIntegerField, Q, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -126,6 +128,10 @@ def ship_pair(sink: Connection, tenant_id: int, slug: str, now: datetime, batch:
             _failed(sink, cursor, slug, lease, now, failure)
             done.failed += 1
             return done
+        except Exception as error:  # a fault of ours (a header the HTTP client refuses): backed off alike
+            _failed(sink, cursor, slug, lease, now, SinkFailed(f"could not be sent: {_where(error)}"))
+            done.failed += 1
+            return done
         sequence = receipts[-1].sequence
         renewed = timezone.now() + LEASE
         moved = SinkCursor.objects.filter(pk=cursor.pk, leased_until=lease).update(
@@ -141,6 +147,13 @@ def ship_pair(sink: Connection, tenant_id: int, slug: str, now: datetime, batch:
         done.more = Receipt.objects.filter(tenant_id=tenant_id, sequence__gt=sequence).exists()
     SinkCursor.objects.filter(pk=cursor.pk, leased_until=lease).update(leased_until=None)
     return done
+
+
+def _where(error: Exception) -> str:
+    """An unexpected error's type and where it was raised, without its message: the message of a refused header
+    would repeat the header's value, a secret."""
+    last = traceback.extract_tb(error.__traceback__)[-1]
+    return f"{type(error).__name__} at {Path(last.filename).name}:{last.lineno}"
 
 
 def _failed(

@@ -41,7 +41,8 @@ def otlp_headers(variable: str) -> dict[str, str]:
     for pair in filter(None, (part.strip() for part in text.split(","))):
         key, equals, value = pair.partition("=")
         key, value = key.strip(), urllib.parse.unquote(value.strip())
-        if not equals or not key or not key.isascii() or any(char in key for char in ' :\t"'):
+        bad_key = not key or not key.isascii() or any(char in key for char in ' :\t"')
+        if not equals or bad_key or any(ord(char) < 32 or ord(char) == 127 for char in key + value):
             raise SinkFailed(f"the variable {variable} does not hold headers as k=v,k2=v2")
         headers[key] = value
     return headers

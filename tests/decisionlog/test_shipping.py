@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from console.models import Connection
 from decisionlog.models import SinkCursor
 from decisionlog.records import PRIORITY, SD_ID
 from decisionlog.shipping import ship
@@ -222,3 +223,26 @@ def self_signed(folder: Any) -> tuple[Any, Any]:
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return certificate_file, key_file
+
+
+def test_a_header_value_with_a_line_break_fails_the_batch_without_logging_its_value(acme, otlp, monkeypatch, caplog):
+    monkeypatch.setenv("SIEM_HEADERS", "X-Token=hunter2%0D%0AX-Evil: 1")
+    connection = sink("siem", "otlp", [acme], url=otlp.url, secret_env="SIEM_HEADERS")
+    write_receipts(acme, 1)
+    assert ship().failed == 1 and otlp.exports == []
+    assert cursor(connection, acme).last_error == "the variable SIEM_HEADERS does not hold headers as k=v,k2=v2"
+    assert "hunter2" not in caplog.text
+    monkeypatch.setenv("SIEM_HEADERS", "X-Token=hunter2")
+    assert ship(now=timezone.now() + timedelta(seconds=2)).shipped == 1
+
+
+def test_a_fault_of_ours_backs_the_pair_off_and_the_pass_goes_on(acme, globex, syslog, otlp):
+    broken = sink("broken", "syslog", [acme], address=syslog.address)
+    Connection.objects.filter(pk=broken.pk).update(address="no port here")  # past clean(), as a hand edit would
+    sink("siem", "otlp", [acme, globex], url=otlp.url)
+    write_receipts(acme, 1)
+    write_receipts(globex, 1)
+    done = ship()
+    assert (done.shipped, done.failed) == (2, 1)
+    assert cursor(broken, acme).last_error.startswith("could not be sent: ValueError at connections.py:")
+    assert cursor(broken, acme).leased_until is None
