@@ -1,17 +1,18 @@
 """One way a run is built (issue 49 item 2): `agents.run_lifecycle.new_run` makes every `Run`, whoever starts it (an
-API or console start, a replay, a continuation, an external agent's request). A search over the three apps' code
-fails on a `Run(...)` or `Run.objects.create(...)` anywhere else."""
+API or console start, a replay, a continuation, an external agent's request, a gateway's call). A search over the
+apps' code fails on a `Run(...)` or `Run.objects.create(...)` anywhere else (`bulk_create` saves runs `new_run`
+built: the gateway's passed calls are saved together)."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("agents", "approvals", "console")
+APPS = ("agents", "approvals", "console", "gateway", "protocols", "slackapp", "decisionlog")
 BUILDER = (Path("agents/run_lifecycle.py"), "new_run")
 
 
 def builds_of_a_run(path: Path, source: str) -> list[str]:
-    """`path:line in <function>` for each `Run(...)` or `Run.objects.create(...)` / `bulk_create` in `source`."""
+    """`path:line in <function>` for each `Run(...)` or `Run.objects.create(...)` / `get_or_create` in `source`."""
     found = []
     for function in [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
         for node in ast.walk(function):
@@ -21,7 +22,7 @@ def builds_of_a_run(path: Path, source: str) -> list[str]:
             direct = isinstance(func, ast.Name) and func.id == "Run"
             managed = (
                 isinstance(func, ast.Attribute)
-                and func.attr in ("create", "bulk_create", "get_or_create")
+                and func.attr in ("create", "get_or_create")
                 and isinstance(func.value, ast.Attribute)
                 and isinstance(func.value.value, ast.Name)
                 and func.value.value.id == "Run"
