@@ -26,6 +26,7 @@ from django.utils import timezone
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from agents import live
 from agents.definitions import McpServer
 from agents.models import AgentVersion
 from agents.policies.declarations import denied_tools
@@ -195,12 +196,19 @@ class Recorder:
             self.writing = loop.create_task(self._write_all())
 
     async def _write_all(self) -> None:
+        # The calls of the next RECORD_GATHER seconds go in the same write: calls made one after another (a client
+        # that waits for each result) share a transaction too.
+        await asyncio.sleep(RECORD_GATHER)
         while self.waiting:
             batch, self.waiting = self.waiting[:RECORD_BATCH], self.waiting[RECORD_BATCH:]
             try:
-                await on_thread(record_passed_calls, batch)
+                written = await on_thread(record_passed_calls, batch)
             except Exception:
                 logger.exception("The gateway could not record %d calls", len(batch))
+                continue
+            for session_pk in written:
+                with contextlib.suppress(Exception):  # the streams' own recheck finds the runs all the same
+                    await live.wake_session(session_pk)
 
     async def drained(self) -> None:
         """Once every call recorded so far is written (tests, and a process about to stop)."""
@@ -209,8 +217,9 @@ class Recorder:
 
 
 RECORDER = Recorder()
-# The most passed calls written in one transaction.
+# The most passed calls written in one transaction, and how long a first call waits for others to join it.
 RECORD_BATCH = 200
+RECORD_GATHER = 0.1
 
 
 def _record_later(gate: Gate, call: tuple[str, str, dict[str, Any]], outcome: tuple[bool, Any, str | None]) -> None:

@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from agents.definitions import ExternalTool, object_schema
 from agents.events import EventLog
-from agents.live import wake_now
 from agents.models import AgentVersion, Event, Run, RunStatus, Session
 from agents.payloads import (
     Approved,
@@ -373,17 +372,18 @@ class PassedCall:
     at: datetime
 
 
-def record_passed_calls(calls: list[PassedCall]) -> None:
+def record_passed_calls(calls: list[PassedCall]) -> list[int]:
     """Record gateway calls nobody was asked about, together: as a hosted turn's such calls, no request and no
     receipt, each a run of its session with its events (`run.started`, `tool.execution_start`/`complete`,
-    `run.completed`). One transaction, a session read once, its streams woken once, whatever the number of calls."""
+    `run.completed`). One transaction and a session read once, whatever the number of calls. The sessions written
+    to, whose streams the caller wakes (`agents.live.wake_session`) from its event loop."""
     try:
-        _record_passed(calls)
+        return _record_passed(calls)
     except IntegrityError:  # a session made meanwhile by another process for the same MCP session: found now
-        _record_passed(calls)
+        return _record_passed(calls)
 
 
-def _record_passed(calls: list[PassedCall]) -> None:
+def _record_passed(calls: list[PassedCall]) -> list[int]:
     runs: list[Run] = []
     events: list[Event] = []
     sessions: dict[tuple[Any, str], tuple[Session, uuid.UUID | None]] = {}
@@ -394,7 +394,13 @@ def _record_passed(calls: list[PassedCall]) -> None:
             key = (version.agent_id, passed.session_key)
             if key not in sessions:
                 session = _session_of(version, passed.session_key, passed.at)
-                sessions[key] = (session, None)
+                # The session's chain goes on after its last run's last event (indexed), not a search of all its
+                # events (`session_last_event`), which grew with a long MCP session.
+                last = None
+                if session.last_run_id is not None:
+                    events_of_last = Event.objects.filter(run_id=session.last_run_id).order_by("-sequence")
+                    last = events_of_last.values_list("id", flat=True).first()
+                sessions[key] = (session, last)
             session, parent = sessions[key]
             run = new_run(
                 passed.membership.tenant,
@@ -408,9 +414,8 @@ def _record_passed(calls: list[PassedCall]) -> None:
                 finished_at=passed.at,
             )
             # The session's chain: after its last stored event, read once; then after the run recorded before.
-            log = EventLog(run, look_back=parent is None)
-            if parent is not None:
-                log.parent = parent
+            log = EventLog(run, look_back=False)
+            log.parent = parent
             log.record(run_started(run, version.agent.name, version.number, session.key))
             log.record(ToolExecutionStart(toolCallId=call_id, toolName=tool_name, arguments=arguments))
             failure = None if success else (error or "failed")
@@ -424,8 +429,7 @@ def _record_passed(calls: list[PassedCall]) -> None:
         Event.objects.bulk_create(events)
         for session, _ in sessions.values():
             Session.objects.filter(pk=session.pk).update(last_run_id=session.last_run_id, updated_at=session.updated_at)
-        for session, _ in sessions.values():
-            transaction.on_commit(partial(wake_now, session.pk), robust=True)
+    return [session.pk for session, _ in sessions.values()]
 
 
 def _decided(
