@@ -50,6 +50,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("verify_receipts", ["bench/verify_receipts.py", "--sizes", "20000,100000"]),
     ("scale", ["bench/scale.py", "--requests", "60", "--runs", "40"]),
     ("tracing_overhead", ["bench/tracing_overhead.py", "--turns", "200"]),
+    ("decision_log", ["bench/decision_log.py"]),
 ]
 
 
