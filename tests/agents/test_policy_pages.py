@@ -130,7 +130,8 @@ def test_the_starter_button_fills_the_field_with_the_starter_policy(admin):
     enforced = admin.client.get("/agents/policies/starter/?mode=enforce", HTTP_HX_REQUEST="true")
     assert json.loads(dict(read(enforced).fields)["hooks"]) == starter_hooks("enforce")
     # The form's tool rows come along (hx-include): the manifest names them, so none of them is denied unnamed.
-    assert 'hx-include="[name=runtime], #tools-rows, #client_tools-rows, #external_tools-rows, #gateway_servers-rows"' in editor
+    rows = "#tools-rows, #client_tools-rows, #external_tools-rows, #gateway_servers-rows"
+    assert f'hx-include="[name=runtime], {rows}"' in editor
     query = "mode=enforce&tools-0-name=get_time&client_tools-x1-name=locate&tools-1-name="
     with_tools = admin.client.get(f"/agents/policies/starter/?{query}", HTTP_HX_REQUEST="true")
     assert json.loads(dict(read(with_tools).fields)["hooks"]) == starter_hooks("enforce", ["get_time", "locate"])
