@@ -16,6 +16,15 @@ from tests.helpers import EMAIL, call_line, make_agent, run_ok
 # every other view of the console is a page and is visited below.
 NOT_PAGES = {
     "logout",
+    # Slack's requests (signature-verified, no page) and the Slack sections' forms (POST, then back to their page).
+    "slack_interactions",
+    "slack_commands",
+    "slack_channel_add",
+    "slack_channel_delete",
+    "slack_link_code",
+    "slack_unlink",
+    # Prometheus's scrape (SPEC section 18): text for a scraper, 403 to anyone else, signed-in admins included.
+    "metrics",
     "switch_tenant",
     "tenant_webhook",
     "tenant_group_create",
