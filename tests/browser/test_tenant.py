@@ -29,7 +29,7 @@ def test_an_admin_manages_a_group_on_a_phone(
 
     group = page.get_by_role("region", name=name, exact=True)
     group.get_by_label("Add a member").select_option(label="otto")
-    group.get_by_role("button", name="Add").click()
+    group.get_by_role("button", name=f"Add to {name}", exact=True).click()
     expect(page.get_by_text(f"otto added to {name}.")).to_be_visible()
     expect(group.get_by_role("button", name=f"Remove otto from {name}")).to_be_visible()
 
