@@ -47,7 +47,8 @@ test: setup browser test-sqlite test-postgres
 # pytest-xdist: a worker per core, each with its own test database (and, for the browser and process tests,
 # its own servers). PYTEST_WORKERS=0 runs the suite in this one process.
 PYTEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS)
+# `loadgroup`: a module marked `xdist_group` runs on one worker, so its module-scoped served console starts once.
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test-sqlite:
 	$(PYTEST)

@@ -18,7 +18,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from tests.gateway.conftest import Installation, mcp_client
 from tests.gateway.http_upstream import SECRET
 
-pytestmark = pytest.mark.processes
+# One worker takes the whole module (`--dist loadgroup`): its served console and upstreams start once, not per worker.
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("gateway-mcp-client")]
 
 BOOKING = {"city": "Oslo", "nights": 2}
 # A single HTTP exchange, as a client would send it before it has a session.

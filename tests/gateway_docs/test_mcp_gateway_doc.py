@@ -186,6 +186,7 @@ def run_client(url: str, token: str, folder: Path) -> subprocess.CompletedProces
 
 
 @pytest.mark.processes
+@pytest.mark.xdist_group("gateway-docs")  # the served console starts once (`--dist loadgroup`)
 @pytest.mark.parametrize(
     ("answer", "said"),
     [
@@ -227,6 +228,7 @@ def post(url: str, token: str | None, body: bytes) -> tuple[int, dict[str, str],
 
 
 @pytest.mark.processes
+@pytest.mark.xdist_group("gateway-docs")
 def test_its_http_refusals_are_the_gateways(served):
     _, url, tokens = served
     listing = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}).encode()

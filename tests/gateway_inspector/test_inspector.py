@@ -22,7 +22,8 @@ import pytest
 
 from tests.processes.cluster import Api, Cluster, manage_all, new_cluster, wait_for
 
-pytestmark = pytest.mark.processes
+# One worker takes the whole module (`--dist loadgroup`): its served console starts once, not per worker.
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("gateway-inspector")]
 
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 EVERYTHING = "@modelcontextprotocol/server-everything"
