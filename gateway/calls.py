@@ -122,7 +122,10 @@ def always_denied(version: AgentVersion, names: list[str]) -> set[str]:
 
 
 async def call(gate: Gate, ctx: ServerRequestContext[Any, Any], exposed: str, arguments: dict[str, Any]) -> Any:
-    server, tool = await fronted_tool(gate, exposed)
+    try:
+        server, tool = await fronted_tool(gate, exposed)
+    except UpstreamFailed as error:  # its server cannot say what the tool is: nothing is asked or run
+        return failed(f"{error} Nothing was asked or run.")
     try:
         check_size(arguments, "arguments", ARGUMENTS_LIMIT)
     except TooLarge as over:
@@ -162,7 +165,7 @@ async def _pass_through(
 ) -> types.CallToolResult:
     """A tool in approval mode `never` under no policies: nobody is asked, and nothing decides (as in a hosted
     turn: no request, no receipt). Its arguments must fit its schema; it goes upstream at once, and its run is
-    recorded after the client has its result (`PASSED_RECORDS`)."""
+    recorded after the client has its result (`RECORDER`)."""
     problems = schema_problems(asked.parameters, arguments, root="arguments")
     if problems:
         return failed(f"Refused: the arguments do not fit the parameters of {asked.name}: {problems}. Nothing was run.")
