@@ -381,11 +381,9 @@ class Sandbox:
     async def evaluate(
         self, key: str, manifest: str, bundles: dict[str, Any], point: str, context: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The verdict (wire) of the policy `key` at `point`, and the cause when the policy failed there (found
-        within the compile budget, agents.policy_probe; else None); BudgetExceeded past the budget (plus the
-        compile budget when this worker has not compiled it yet) or when its tenant's turn did not come within
-        the budget, WorkerFailed when the worker died, PolicyInvalid with the compiler's words when it does not
-        compile."""
+        """The verdict (wire) of the policy `key` at `point`, and the cause when it failed there (agents.policy_probe,
+        within the compile budget; else None). BudgetExceeded past the budget (plus the compile budget on a worker
+        yet to compile it) or when the tenant's turn did not come within it; WorkerFailed; PolicyInvalid."""
         tenant, began = _TENANT.get(), time.monotonic()
         await self._wait_turn_async(tenant, self.eval_budget)
         try:

@@ -244,7 +244,7 @@ def record_cost(persona: dict[str, Any], count: int) -> tuple[float, float]:
     from django.utils import timezone
 
     from agents.models import AgentVersion
-    from approvals.actions.external import PassedCall, record_passed_calls
+    from approvals.actions.passed_calls import PassedCall, record_passed_calls
 
     version = AgentVersion.objects.select_related("agent", "agent__tenant").get(agent__name=GATEWAY["name"])
     result = {"content": [{"type": "text", "text": "pong"}], "structuredContent": {"result": "pong"}}

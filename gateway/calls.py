@@ -31,8 +31,9 @@ from agents.definitions import McpServer
 from agents.models import AgentVersion
 from agents.policies.declarations import denied_tools
 from approvals import waiting
-from approvals.actions.external import AskedTool, PassedCall, RequestRefused, open_request, record_passed_calls
+from approvals.actions.external import AskedTool, RequestRefused, open_request
 from approvals.actions.interceptions import PoliciesUnavailable, post_tool_call_check
+from approvals.actions.passed_calls import PassedCall, record_passed_calls
 from approvals.actions.settling import cancel_request, record_call
 from approvals.external_wire import ARGUMENTS_LIMIT, OpenRequest, TooLarge, check_size, stored_request_id
 from approvals.kinds.base import schema_problems

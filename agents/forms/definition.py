@@ -14,8 +14,6 @@ only hides the other runtimes', so switching back loses nothing) and the form re
 """
 
 import json
-import re
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +21,8 @@ from django.http import QueryDict
 from pydantic import ValidationError
 
 from agents.definition_checks import error_map
-from agents.definitions import CULTURE, GATEWAY_SEPARATOR, MCP_TOOL_NAME, DefinitionContent
+from agents.definitions import CULTURE, DefinitionContent
+from agents.forms import gateway_rows
 from agents.forms.definition_fields import (
     FIELD_BY_PATH,
     HOSTED_KEPT,
@@ -40,7 +39,7 @@ from agents.forms.definition_fields import (
     typed_default,
 )
 from agents.forms.hooks import PolicyEditor
-from agents.forms.requirement_text import read_escalation, read_require
+from agents.forms.requirement_text import routed, said_requirements, with_requirements
 from agents.request_kinds import KIND_NAMES
 from console.connections import ConnectionSpec
 from console.rows import Row, clean_text
@@ -112,27 +111,12 @@ class DefinitionForm:
     @property
     def gateway_servers(self) -> list[tuple[Row, list[Row]]]:
         """A gateway's server rows, each with the rows of the tools it sets apart, as the page nests them."""
-        tools = self._tool_rows()
-        return [(row, tools.get(row.key, [])) for row in self.rows["gateway_servers"]]
+        return gateway_rows.nested(self.rows["gateway_servers"], self.rows["gateway_tools"])
 
     @property
     def gateway_tool_names(self) -> list[str]:
         """What clients call the tools the gateway's rows set apart (`DefinitionContent.exposed_name`)."""
-        servers = self.gateway_servers
-        return [
-            f"{row.values['connection']}{GATEWAY_SEPARATOR}{name}" if len(servers) > 1 else name
-            for row, tools in servers
-            for name in (tool.values["name"] for tool in tools)
-            if name
-        ]
-
-    def _tool_rows(self) -> dict[str, list[Row]]:
-        """The gateway's tool rows by the key of their server's row (a row naming no server row is dropped: its
-        server's row was removed with it)."""
-        by_server: dict[str, list[Row]] = defaultdict(list)
-        for row in self.rows["gateway_tools"]:
-            by_server[row.values["server"]].append(row)
-        return by_server
+        return gateway_rows.exposed_names(self.gateway_servers)
 
     @property
     def has_row_errors(self) -> bool:
@@ -194,7 +178,7 @@ class DefinitionForm:
                 "displayName": v["display_name"],
                 "description": v["description"],
                 "requestDeadlineSeconds": self._whole_number("request_deadline_seconds"),
-                "mcpServers": [self._gateway_server(row, tools) for row, tools in self.gateway_servers],
+                "mcpServers": [gateway_rows.server_wire(row, tools) for row, tools in self.gateway_servers],
                 "hooks": self._hooks(),
             } | self._routing()
         if v["runtime"] != "hosted":  # external, or a runtime typed by hand, which pydantic refuses by name
@@ -219,10 +203,10 @@ class DefinitionForm:
             },
             "instructionsByCulture": self._cultures(),
             "tools": [
-                _routed({"name": row.values["name"], "approval": row.values["approval"]}, row)
+                routed({"name": row.values["name"], "approval": row.values["approval"]}, row)
                 for row in self.rows["tools"]
             ],
-            "clientTools": [_routed(self._client_tool(row), row) for row in self.rows["client_tools"]],
+            "clientTools": [routed(self._client_tool(row), row) for row in self.rows["client_tools"]],
             "mcpServers": [_mcp_server(row) for row in self.rows["mcp_servers"]],
             "parameters": [self._parameter(row) for row in self.rows["parameters"]],
             "hooks": self._hooks(),
@@ -271,11 +255,11 @@ class DefinitionForm:
                 self.errors[field] = "Choose the group that answers these requests: what it takes is theirs."
         return {
             "escalations": [
-                _requirements({"binding": row.values["binding"] or None, "approvers": row.values["approvers"]}, row)
+                with_requirements({"binding": row.values["binding"] or None, "approvers": row.values["approvers"]}, row)
                 for row in self.rows["escalations"]
             ],
             "requestKinds": [
-                _said(
+                said_requirements(
                     {"kind": KIND_FIELDS[field], "approvers": self.values[field]},
                     self.values,
                     self.errors,
@@ -360,24 +344,7 @@ class DefinitionForm:
         return tool
 
     def _external_tool(self, row: Row) -> dict[str, Any]:
-        return _routed(self._client_tool(row) | {"approval": row.values["approval"]}, row)
-
-    def _gateway_server(self, row: Row, tool_rows: list[Row]) -> dict[str, Any]:
-        """A gateway's server with the tools its rows set apart (`tools`, by name); a tool row without a name, with
-        a name no MCP tool has, or naming a tool another row of the server names, is an error at its name."""
-        server = _routed({"connection": row.values["connection"], "approval": row.values["approval"]}, row)
-        tools: dict[str, Any] = {}
-        for tool_row in tool_rows:
-            name, approval = tool_row.values["name"], tool_row.values["approval"]
-            if not name:
-                tool_row.errors["name"] = "Give the tool's name, as its server lists it."
-            elif not re.fullmatch(MCP_TOOL_NAME, name):
-                tool_row.errors["name"] = in_words(f"String should match pattern '{MCP_TOOL_NAME}'")
-            elif name in tools:
-                tool_row.errors["name"] = f"Another row of this server sets “{name}” apart."
-            else:
-                tools[name] = _routed({"approval": approval} if approval else {}, tool_row)
-        return server | ({"tools": tools} if tools else {})
+        return routed(self._client_tool(row) | {"approval": row.values["approval"]}, row)
 
     def _parameter(self, row: Row) -> dict[str, Any]:
         v = row.values
@@ -432,7 +399,7 @@ class DefinitionForm:
             self.errors.setdefault(FIELD_BY_PATH[path], message)
             return
         parts = path.split(".")
-        if self.gateway and parts[0] == "mcpServers" and self._place_gateway(parts, message):
+        if self.gateway and parts[0] == "mcpServers" and gateway_rows.place(self, parts, message):
             return
         if (
             parts[0] == "requestKinds"
@@ -445,31 +412,6 @@ class DefinitionForm:
         if not any(SECTIONS[name].place(self.rows[name], path, message) for name in self.sections):
             self.errors.setdefault("__all__", message)
 
-    def _place_gateway(self, parts: list[str], message: str) -> bool:
-        """Put an error about a gateway's servers beside its input: about them all (none given) at the section, about
-        one of a server's tools (`mcpServers.0.tools.<name>.<field>`) on that tool's row; False for the others (the
-        server rows' own, `RowKind.place`)."""
-        if len(parts) == 1:
-            self.errors.setdefault("gateway_servers", message)
-            return True
-        if len(parts) < 4 or parts[2] != "tools" or not parts[1].isdigit():
-            return False
-        servers = self.gateway_servers
-        if int(parts[1]) >= len(servers):
-            return False
-        server, tools = servers[int(parts[1])]
-        # A tool's name may hold dots (`cancel.meeting`), as the path does between its parts.
-        rest = ".".join(parts[3:])
-        named = [tool for tool in tools if rest == tool.values["name"] or rest.startswith(tool.values["name"] + ".")]
-        row = max(named, key=lambda tool: len(tool.values["name"]), default=None)
-        if row is None:
-            server.errors.setdefault("connection", message)
-            return True
-        inside = rest[len(row.values["name"]) + 1 :].split(".")[0]
-        field = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", inside).lower() if inside else "name"
-        row.errors.setdefault(field if field in SECTIONS["gateway_tools"].fields else "name", message)
-        return True
-
 
 # The wire's routed sections.
 ROUTED_KEYS = ("tools", "clientTools", "mcpServers", "escalations", "requestKinds")
@@ -477,31 +419,6 @@ ROUTED_KEYS = ("tools", "clientTools", "mcpServers", "escalations", "requestKind
 
 def _mcp_server(row: Row) -> dict[str, Any]:
     v = row.values
-    return _routed(
+    return routed(
         {"connection": v["connection"], "approval": v["approval"], "toolPrefix": v["tool_prefix"] or None}, row
     )
-
-
-def _routed(item: dict[str, Any], row: Row) -> dict[str, Any]:
-    """A tool's or server's wire item with the row's approver group, when one is chosen, and its requirement and
-    escalation."""
-    return _requirements(item | {"approvers": row.values["approvers"]} if row.values["approvers"] else item, row)
-
-
-def _requirements(item: dict[str, Any], row: Row) -> dict[str, Any]:
-    """`item` with the row's `require` and `escalation` as its two inputs say them (SPEC section 14)."""
-    return _said(item, row.values, row.errors, "")
-
-
-def _said(item: dict[str, Any], values: dict[str, str], errors: dict[str, str], prefix: str) -> dict[str, Any]:
-    """`item` with `require` and `escalation` as the inputs `<prefix>require` and `<prefix>escalation` of `values`
-    say them; an input that does not read is an error beside it (in `errors`)."""
-    for name, read in (("require", read_require), ("escalation", read_escalation)):
-        try:
-            said = read(values[prefix + name])
-        except ValueError as error:
-            errors[prefix + name] = str(error)
-            continue
-        if said is not None:
-            item[name] = said
-    return item

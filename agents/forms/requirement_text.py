@@ -4,6 +4,8 @@ them: "2 from sre, security" (and ", requester may approve") and "15m to sre-lea
 import re
 from typing import Any
 
+from console.rows import Row
+
 _REQUIRE = re.compile(
     r"^(?P<n>\d{1,2})(?:\s+from\s+(?P<groups>[a-z0-9][a-z0-9_, -]*?))?(?P<self>\s*,\s*requester may approve)?$"
 )
@@ -58,3 +60,30 @@ def read_escalation(text: str) -> list[dict[str, Any]] | None:
         step = {"after": found["after"]}
         steps.append(step | ({"to": _groups(found["to"])} if found["to"] else {"then": found["then"]}))
     return steps or None
+
+
+def routed(item: dict[str, Any], row: Row) -> dict[str, Any]:
+    """A tool's or server's wire item with the row's approver group, when one is chosen, and its requirement and
+    escalation."""
+    return with_requirements(item | {"approvers": row.values["approvers"]} if row.values["approvers"] else item, row)
+
+
+def with_requirements(item: dict[str, Any], row: Row) -> dict[str, Any]:
+    """`item` with the row's `require` and `escalation` as its two inputs say them (SPEC section 14)."""
+    return said_requirements(item, row.values, row.errors, "")
+
+
+def said_requirements(
+    item: dict[str, Any], values: dict[str, str], errors: dict[str, str], prefix: str
+) -> dict[str, Any]:
+    """`item` with `require` and `escalation` as the inputs `<prefix>require` and `<prefix>escalation` of `values`
+    say them; an input that does not read is an error beside it (in `errors`)."""
+    for name, read in (("require", read_require), ("escalation", read_escalation)):
+        try:
+            said = read(values[prefix + name])
+        except ValueError as error:
+            errors[prefix + name] = str(error)
+            continue
+        if said is not None:
+            item[name] = said
+    return item

@@ -31,8 +31,8 @@ APPS = tuple(str(ROOT / app) + "/" for app in ("agents", "approvals", "console")
 # 28 on PostgreSQL. The ceilings leave room for what the database and warm caches change; lower them as the walks get
 # shorter, never raise them silently. The issue's goal is 12 files and 2 re-entries for the first, 8 and 2 for the
 # second. Raised once, by three, for SPEC 18 (issue 55): a decision is now also observed, its metrics
-# (console/metrics.py), its span (approvals/request_spans.py) and the check whether tracing is on (console/telemetry.py);
-# measured then 59 files and 185 re-entries, 27 and (within) 32.
+# (console/metrics.py), its span (approvals/request_spans.py) and the check whether tracing is on
+# (console/telemetry.py); measured then 59 files and 185 re-entries, 27 and 31.
 INBOX_APPROVE_FILES, INBOX_APPROVE_REENTRIES = 61, 200
 EXTERNAL_RULE_FILES, EXTERNAL_RULE_REENTRIES = 29, 34
 
