@@ -289,7 +289,8 @@ def report(
         )
     print(
         f"\nOf the gateway's CPU per call, recording the call's run after the client has its result "
-        f"(`record_passed_calls`, one call a batch: the session, a run, four events; timed alone in process, {RECORDS} times): "
+        f"(`record_passed_calls`, one call a batch: the session, a run, four events; "
+        f"timed alone in process, {RECORDS} times): "
         f"{recording[1]:.2f} ms CPU, {recording[0]:.2f} ms wall (medians)."
     )
     x50 = median(gateway.seconds) / median(proxy.seconds)
