@@ -14,7 +14,9 @@ import redis
 
 from tests.processes.cluster import Api, Cluster, manage_all, new_cluster, scratch_database, unreachable, wait_for
 
-pytestmark = pytest.mark.processes
+# One worker runs every test of this module (`--dist loadgroup`): each flushes its Redis DB as it starts, which
+# would drop the groups and messages of one running beside it on another worker (a waiter never woken).
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("long-poll-cluster-redis-6")]
 
 # Its own Redis DB (test_scaleout flushes 5, the benchmarks use 7 and 8).
 REDIS_URL = os.environ.get("AIRLOCK_TEST_REDIS_LONG_POLL", "redis://127.0.0.1:6379/6")

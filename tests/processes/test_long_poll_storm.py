@@ -20,7 +20,9 @@ import redis
 
 from tests.processes.cluster import PYTHON, ROOT, Api, Process, new_cluster, scratch_database, unreachable
 
-pytestmark = pytest.mark.processes
+# One worker runs every test of this module (`--dist loadgroup`): each flushes its Redis DB as it starts, which
+# would drop the groups and messages of one running beside it on another worker (a waiter never woken).
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("long-poll-storm-redis-10")]
 
 POLLS = 1000
 # The requests they wait on, each by as many agents (opening a thousand takes the console a minute).
