@@ -11,6 +11,10 @@ import hmac
 import os
 import sys
 from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic.alias_generators import to_camel
 
 ENV_NAME = r"^[A-Z_][A-Z0-9_]{0,127}$"
 
@@ -29,6 +33,41 @@ SLACK_WIRE_FIELDS = {"botTokenEnv": "api_key_env", "signingSecretEnv": "secret_e
 # `k=v,k2=v2`, kept in `secret_env` and called `headersEnv` in a file) or a syslog server (`address` host:port, `tls`).
 SINK_KINDS = frozenset({"otlp", "syslog"})
 OTLP_WIRE_FIELDS = {"headersEnv": "secret_env"}
+
+# An OpenID Connect provider (SPEC section 19) people sign in with: its issuer in `url`, the variable holding the
+# client secret in `secret_env`; the rest, the client and how claims map to tenants, roles and approver groups,
+# in the connection's `oidc` (`OidcSettings`, as the file writes it).
+OIDC_WIRE_FIELDS = {"issuer": "url", "clientSecretEnv": "secret_env"}
+OIDC_SETTINGS = ("clientId", "scopes", "displayName", "groupsClaim", "tenants")
+SLUG = r"^[-a-zA-Z0-9_]+$"
+
+
+class OidcTenant(BaseModel):
+    """What a tenant gives for values of the groups claim: a role (the highest of those matched), approver groups."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    roles: dict[str, Literal["admin", "operator", "reader"]] = {}
+    groups: dict[str, Annotated[str, StringConstraints(pattern=SLUG, max_length=63)]] = {}
+
+
+class OidcSettings(BaseModel):
+    """An OpenID Connect connection's client and claim mapping (`Connection.oidc`, camelCase as in the file)."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, validate_by_name=True)
+
+    client_id: Annotated[str, StringConstraints(min_length=1, max_length=255)]
+    scopes: str = "openid email profile"
+    display_name: Annotated[str, StringConstraints(max_length=100)] = ""
+    groups_claim: Annotated[str, StringConstraints(min_length=1, max_length=100)] = "groups"
+    tenants: dict[Annotated[str, StringConstraints(pattern=SLUG, max_length=63)], OidcTenant] = Field(min_length=1)
+
+    @field_validator("scopes")
+    @classmethod
+    def _openid(cls, scopes: str) -> str:
+        if "openid" not in scopes.split():
+            raise ValueError('the scopes must include "openid"')
+        return " ".join(scopes.split())
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
@@ -146,3 +147,8 @@ class ThrottledModelBackend(ModelBackend):
         self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
     ) -> User | None:
         return await sync_to_async(self.authenticate)(request, username, password, **kwargs)
+
+    def user_can_authenticate(self, user: Any) -> bool:
+        """Active, and with PASSWORD_LOGIN=0 (SPEC section 19) a superuser: everyone else signs in through the
+        company's identity provider (their password sessions end too)."""
+        return super().user_can_authenticate(user) and (settings.PASSWORD_LOGIN or user.is_superuser)

@@ -10,8 +10,9 @@ from django.core.validators import RegexValidator, validate_slug
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from pydantic import ValidationError as PydanticError
 
-from console.connections import BUILTIN, ENV_NAME, SLACK_API_BASE_URL, ConnectionSpec, split_address
+from console.connections import BUILTIN, ENV_NAME, SLACK_API_BASE_URL, ConnectionSpec, OidcSettings, split_address
 
 
 class Tenant(models.Model):
@@ -41,6 +42,9 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices)
+    # The sign-in that keeps this membership in step with its claims at every sign-in ("oidc:<connection name>",
+    # SPEC section 19), or empty: kept by hand.
+    managed_by = models.CharField(max_length=80, blank=True)
     # When the member hid the dashboard's first-steps panel (console/views/dashboard_pages.py); null: shown.
     first_steps_hidden_at = models.DateTimeField(null=True, blank=True)
 
@@ -140,6 +144,7 @@ class ConnectionKind(models.TextChoices):
     SLACK = "slack", "Slack app (approvals in channels)"
     OTLP = "otlp", "OTLP/HTTP logs endpoint (the decision log)"
     SYSLOG = "syslog", "Syslog server, RFC 5424 over TCP (the decision log)"
+    OIDC = "oidc", "OpenID Connect provider (sign-in)"
 
 
 _env_name = RegexValidator(ENV_NAME, "the name of an environment variable: capitals, digits and _")
@@ -219,6 +224,12 @@ class Connection(models.Model):
     )
     address = models.CharField(max_length=300, blank=True, help_text="Syslog: the server's host:port.")
     tls = models.BooleanField("TLS", default=False, help_text="Syslog: over TLS.")
+    oidc = models.JSONField(
+        "OpenID Connect settings",
+        default=dict,
+        blank=True,
+        help_text='OpenID Connect: {"clientId", "scopes", "displayName", "groupsClaim", "tenants"} (SPEC section 19).',
+    )
     all_tenants = models.BooleanField(default=False, help_text="Granted to every tenant, present and future.")
     tenants = models.ManyToManyField(Tenant, blank=True, related_name="connections")
     created_at = models.DateTimeField(default=timezone.now)
@@ -235,8 +246,9 @@ class Connection(models.Model):
         ConnectionKind.SLACK: {"base_url", "api_key_env", "secret_env"},
         ConnectionKind.OTLP: {"url", "secret_env"},
         ConnectionKind.SYSLOG: {"address", "tls"},
+        ConnectionKind.OIDC: {"url", "secret_env", "oidc"},
     }
-    SETTINGS = ("base_url", "api_key_env", "command", "args", "env", "url", "secret_env", "address", "tls")
+    SETTINGS = ("base_url", "api_key_env", "command", "args", "env", "url", "secret_env", "address", "tls", "oidc")
 
     def __str__(self) -> str:
         return f"{self.name} ({self.kind})"
@@ -266,8 +278,33 @@ class Connection(models.Model):
                 split_address(self.address)
             except ValueError as error:
                 errors["address"] = f"A syslog sink's address: {error}."
+        if self.kind == ConnectionKind.OIDC:
+            errors |= self._oidc_problems()
         if errors:
             raise ValidationError(errors)
+
+    def _oidc_problems(self) -> dict[str, str]:
+        """What an OpenID Connect connection lacks: its issuer, its secret's variable, settings that parse and name
+        tenants that exist."""
+        errors = {}
+        if not self.url:
+            errors["url"] = "An OpenID Connect provider needs its issuer (https://login.example.com/...)."
+        if not self.secret_env:
+            errors["secret_env"] = "An OpenID Connect provider needs the variable holding its client secret."
+        try:
+            found = OidcSettings.model_validate(self.oidc, strict=True)
+        except PydanticError as error:
+            said = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in error.errors())
+            return errors | {"oidc": said}
+        missing = set(found.tenants) - set(Tenant.objects.filter(slug__in=found.tenants).values_list("slug", flat=True))
+        if missing:
+            errors["oidc"] = f"tenants: no tenant {', '.join(sorted(missing))}."
+        return errors
+
+    @property
+    def oidc_settings(self) -> OidcSettings:
+        """The OpenID Connect settings of this connection (checked at save: `clean`)."""
+        return OidcSettings.model_validate(self.oidc)
 
     @property
     def spec(self) -> ConnectionSpec:

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "approvals",
     "slackapp",
     "decisionlog",
+    "identity",
 ]
 
 MIDDLEWARE = [
@@ -174,8 +175,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Password checks go through the login throttle (console/login.py), the Django admin's included.
-AUTHENTICATION_BACKENDS = ["console.login.ThrottledModelBackend"]
+# Password checks go through the login throttle (console/login.py), the Django admin's included; sign-ins through
+# an OpenID Connect connection through its backend (SPEC section 19, identity/backend.py).
+AUTHENTICATION_BACKENDS = ["console.login.ThrottledModelBackend", "identity.backend.OidcBackend"]
+# PASSWORD_LOGIN=0: only superusers sign in with a password; everyone else through an identity provider.
+PASSWORD_LOGIN = env_bool("PASSWORD_LOGIN", True)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"

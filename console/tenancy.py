@@ -4,7 +4,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from functools import wraps
 from typing import Any, cast
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -23,6 +23,13 @@ SESSION_KEY = "tenant_id"
 # How the person acting in this request signed in: "session" (a console page, or the API with a browser session)
 # or "token:<token id>" (the API's bearer token); None outside a request. Their receipts say it (SPEC section 13).
 AUTH_METHOD: ContextVar[str | None] = ContextVar("airlock_auth_method", default=None)
+
+# What a sign-in through an identity provider (SPEC section 19, identity/oidc_pages.py) keeps in the session: how it
+# signed in, "oidc:<connection name>", which is the session's AUTH_METHOD (a password sign-in keeps none: "session");
+# and where signing out sends the browser after (the provider's end-session URL), whose origin the session's pages
+# allow as a form target (the logout form's redirect).
+SIGNED_IN_WITH = "airlock_signed_in_with"
+SIGN_OUT_AT = "airlock_sign_out_at"
 
 
 class ConsoleRequest(HttpRequest):
@@ -68,11 +75,21 @@ class TenantMiddleware:
         # Read through `membership` when first used, so the API's auth, which replaces it, is seen.
         console_request.tenant = cast("Tenant", SimpleLazyObject(lambda: console_request.membership.tenant))
         # How a person deciding in this request signed in, for their receipts (the API's token auth says "token").
-        signed_in = AUTH_METHOD.set("session" if request.user.is_authenticated else None)
+        signed_in = AUTH_METHOD.set(
+            request.session.get(SIGNED_IN_WITH, "session") if request.user.is_authenticated else None
+        )
         try:
-            return self.get_response(request)
+            response = self.get_response(request)
         finally:
             AUTH_METHOD.reset(signed_in)
+        sign_out_at = request.session.get(SIGN_OUT_AT) if request.user.is_authenticated else None
+        if sign_out_at and not hasattr(response, "_csp_config"):
+            provider = "{0.scheme}://{0.netloc}".format(urlsplit(sign_out_at))
+            response._csp_config = {  # type: ignore[attr-defined]
+                **settings.SECURE_CSP,
+                "form-action": [*settings.SECURE_CSP["form-action"], provider],
+            }
+        return response
 
 
 def membership_of(request: HttpRequest) -> Membership | None:

@@ -1,10 +1,9 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from console.api import api
 from console.views import dashboard_pages, health_pages, metrics_pages, tenant_pages, token_pages
-from console.views.login_pages import LoginView
+from console.views.login_pages import LoginView, LogoutView
 
 # What reaches Django's own handlers gets the console's pages too (most never do: console.errors).
 handler403 = "console.errors.permission_denied"
@@ -14,7 +13,7 @@ urlpatterns = [
     path("", dashboard_pages.dashboard, name="dashboard"),
     path("first-steps/hide/", dashboard_pages.hide_first_steps, name="hide_first_steps"),
     path("login/", LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", LogoutView.as_view(), name="logout"),
     path("tenant/", tenant_pages.tenant_page, name="tenant"),
     path("tenant/switch/", tenant_pages.switch_tenant, name="switch_tenant"),
     path("tenant/webhook/", tenant_pages.choose_webhook, name="tenant_webhook"),
@@ -37,4 +36,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("approvals.urls")),
     path("", include("slackapp.urls")),
+    path("", include("identity.urls")),
 ]

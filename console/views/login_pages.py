@@ -8,12 +8,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils import timezone
 
 from console.login import client_address, held_until
 from console.management.commands.seed_demo import DEMO_USERS
-from console.models import Membership
+from console.models import Connection, ConnectionKind, Membership
+from console.tenancy import SIGN_OUT_AT
 
 
 def demo_logins() -> dict[str, Any] | None:
@@ -33,13 +34,23 @@ def demo_logins() -> dict[str, Any] | None:
     return {"users": [name for name in DEMO_USERS if name in users], "password_file": where if kept.exists() else None}
 
 
+def sign_in_providers() -> list[dict[str, str]]:
+    """The installation's OpenID Connect connections, as the login page offers them (SPEC section 19)."""
+    found = Connection.objects.filter(kind=ConnectionKind.OIDC).order_by("name").values_list("name", "oidc")
+    return [{"name": name, "display_name": (oidc or {}).get("displayName") or name} for name, oidc in found]
+
+
 class LoginView(auth_views.LoginView):
     """The login page; a locked username and address get 429 and when to try again."""
 
     redirect_authenticated_user = True
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return super().get_context_data(**kwargs) | {"demo": demo_logins()}
+        return super().get_context_data(**kwargs) | {
+            "demo": demo_logins(),
+            "providers": sign_in_providers(),
+            "password_login": settings.PASSWORD_LOGIN,
+        }
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         username = form.cleaned_data.get("username")
@@ -57,3 +68,14 @@ class LoginView(auth_views.LoginView):
         response = self.render_to_response(self.get_context_data(form=form), status=429)
         response["Retry-After"] = str(seconds)
         return response
+
+
+class LogoutView(auth_views.LogoutView):
+    """Signing out: the console session ends, then a session signed in through an identity provider that offers
+    RP-initiated logout goes on to the provider's end-session endpoint (SPEC section 19), which returns to the login
+    page."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        provider_sign_out = request.session.get(SIGN_OUT_AT)
+        response = super().post(request, *args, **kwargs)
+        return HttpResponseRedirect(provider_sign_out) if provider_sign_out else response

@@ -25,6 +25,10 @@ NOT_PAGES = {
     "slack_unlink",
     # Prometheus's scrape (SPEC section 18): text for a scraper, 403 to anyone else, signed-in admins included.
     "metrics",
+    # Signing in through an identity provider (SPEC section 19): a redirect to the provider, and its redirect back,
+    # whose only page, the failure's, the anonymous visitors' test below checks.
+    "oidc_login",
+    "oidc_callback",
     "switch_tenant",
     "tenant_webhook",
     "tenant_group_create",
@@ -180,7 +184,7 @@ def test_it_sends_a_strict_policy_with_every_console_page(admin, pages):
 
 
 def test_it_sends_the_policy_with_pages_of_anonymous_visitors_and_errors(db):
-    for path, status in (("/login/", 200), ("/no-such-page/", 404), ("/api/docs", 200)):
+    for path, status in (("/login/", 200), ("/no-such-page/", 404), ("/api/docs", 200), ("/oidc/callback/", 400)):
         response = Client().get(path)
         assert response.status_code == status, path
         assert_strict(response)

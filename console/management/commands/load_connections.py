@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from console.connections import OTLP_WIRE_FIELDS, SLACK_WIRE_FIELDS
+from console.connections import OIDC_SETTINGS, OIDC_WIRE_FIELDS, OTLP_WIRE_FIELDS, SLACK_WIRE_FIELDS
 from console.models import Connection, ConnectionKind, Tenant
 
 # Wire name in the file -> model field.
@@ -28,6 +28,7 @@ FIELDS = {
 WIRE_FIELDS_BY_KIND: dict[str, dict[str, str]] = {
     ConnectionKind.SLACK: SLACK_WIRE_FIELDS,
     ConnectionKind.OTLP: OTLP_WIRE_FIELDS,
+    ConnectionKind.OIDC: OIDC_WIRE_FIELDS,
 }
 
 
@@ -65,6 +66,11 @@ class Command(BaseCommand):
             # The kind's words for its settings (Slack's, SPEC section 17; OTLP's), kept in the connection's fields.
             named = {attribute: key for key, attribute in FIELDS.items()}
             entry = {named[words[key]] if key in words else key: v for key, v in entry.items()}
+        oidc: dict[str, Any] = {}
+        if entry.get("kind") == ConnectionKind.OIDC:
+            # Its client and claim mapping (SPEC section 19); its `tenants` map claims, they grant nothing.
+            oidc = {key: entry[key] for key in OIDC_SETTINGS if key in entry}
+            entry = {key: value for key, value in entry.items() if key not in OIDC_SETTINGS}
         if not isinstance(entry.get("tls", False), bool):
             raise CommandError(f"{where}: tls is true or false.")
         name = entry.get("name")
@@ -77,6 +83,7 @@ class Command(BaseCommand):
         for wire, attribute in FIELDS.items():
             default: Any = [] if attribute in ("args", "env") else False if attribute == "tls" else ""
             setattr(connection, attribute, entry.get(wire, default) if entry.get(wire) is not None else default)
+        connection.oidc = oidc
         tenants = entry.get("tenants", [])
         connection.all_tenants = tenants == "*"
         granted = self._tenants(where, tenants)
