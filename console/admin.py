@@ -20,6 +20,7 @@ class ConnectionAdmin(admin.ModelAdmin[Connection]):
         ("MCP server", {"fields": ("command", "args", "env", "url")}),
         ("Policy webhook", {"fields": ("secret_env",)}),
         ("Decision log sink (OTLP: url and secret variable; syslog)", {"fields": ("address", "tls")}),
+        ("OpenID Connect sign-in (the issuer in URL, the client secret's variable above)", {"fields": ("oidc",)}),
         ("Granted to", {"fields": ("all_tenants", "tenants")}),
     )
 

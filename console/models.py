@@ -216,11 +216,12 @@ class Connection(models.Model):
         "URL",
         max_length=500,
         blank=True,
-        help_text="MCP over streamable HTTP, the webhook, or the OTLP/HTTP endpoint's base.",
+        help_text="MCP over streamable HTTP, the webhook, the OTLP/HTTP endpoint's base, or the OpenID issuer.",
     )
     secret_env = _variable_field(
         "secret variable",
-        "Webhooks: the variable holding the secret. Slack: the app's signing secret's. OTLP: the headers' (k=v,k2=v2).",
+        "Webhooks: the variable holding the secret. Slack: the app's signing secret's. OTLP: the headers' (k=v,k2=v2). "
+        "OpenID Connect: the client secret's.",
     )
     address = models.CharField(max_length=300, blank=True, help_text="Syslog: the server's host:port.")
     tls = models.BooleanField("TLS", default=False, help_text="Syslog: over TLS.")
