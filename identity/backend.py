@@ -47,6 +47,11 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         self.OIDC_RP_IDP_SIGN_KEY = None
         return super().authenticate(request, **kwargs)
 
+    def get_user(self, user_id: Any) -> Any:
+        """The session's user while active (the library's would keep a deactivated one signed in)."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
     def _verify_jws(self, payload: str, key: Any) -> dict[str, Any]:
         """The ID token's claims once its signature, issuer, audience and times check out; else what failed."""
         assert self.provider is not None

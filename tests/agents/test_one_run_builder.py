@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("agents", "approvals", "console", "gateway", "protocols", "slackapp", "decisionlog")
+APPS = ("agents", "approvals", "console", "gateway", "protocols", "slackapp", "decisionlog", "identity")
 BUILDER = (Path("agents/run_lifecycle.py"), "new_run")
 
 
