@@ -70,24 +70,28 @@ class Callback(OIDCAuthenticationCallbackView):  # type: ignore[misc]
     reason = "The identity provider did not sign you in."
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        if request.GET.get("error"):
-            said = request.GET.get("error_description") or request.GET["error"]
-            self.reason = f"The identity provider refused the sign-in: {said}"
-            return super().get(request)  # forgets the state (no replay)
         started = request.session.get(STATES, {}).get(request.GET.get("state", ""))
         if not isinstance(started, dict) or "connection" not in started:
+            # Neither an answer nor a refusal of a sign-in this browser started (a link anyone could send): the
+            # session, signed in or not, stays as it is, and no words of the link's are shown.
             return failed(
                 request,
                 "This sign-in was not started in this browser, or its state was changed on the way: nobody was "
                 "signed in. Start again from the login page.",
             )
+        if request.GET.get("error"):
+            said = request.GET.get("error_description") or request.GET["error"]
+            self.reason = f"The identity provider refused the sign-in: {said}"
+            return super().get(request)  # forgets the state (no replay)
         name = started["connection"]
         if time.time() - started.get("added_on", 0) > STATE_SECONDS:
             return failed(request, "This sign-in took too long. Start again from the login page.", provider=name)
         try:
-            self.provider = request.oidc_provider = provider_or_404(name)  # type: ignore[attr-defined]
+            self.provider = request.oidc_provider = load_provider(name)  # type: ignore[attr-defined]
             response: HttpResponse = super().get(request)
             return response
+        except Connection.DoesNotExist:
+            return failed(request, "This identity provider was removed while you were signing in.", 410, name)
         except SignInRefused as refused:
             return failed(request, refused.reason, refused.status, name)
         except SuspiciousOperation as error:

@@ -188,6 +188,17 @@ def test_it_refuses_a_callback_nobody_started_and_signs_nobody_in(operator: Pers
     assert not signed_in(client)
 
 
+def test_it_keeps_the_session_and_shows_none_of_its_words_for_an_error_link_nobody_started(operator: Persona) -> None:
+    said = "Call 555-0100 to restore access"
+
+    response = operator.client.get("/oidc/callback/", {"error": "access_denied", "error_description": said})
+
+    assert response.status_code == 400
+    assert reason(response).startswith("This sign-in was not started in this browser")
+    assert said not in response.content.decode()
+    assert signed_in(operator.client)
+
+
 @pytest.mark.processes
 def test_it_shows_the_providers_refusal_escaped_and_forgets_the_state(
     acme: Tenant, secret: str, provider: Provider
