@@ -51,6 +51,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("scale", ["bench/scale.py", "--requests", "60", "--runs", "40"]),
     ("tracing_overhead", ["bench/tracing_overhead.py", "--turns", "200"]),
     ("decision_log", ["bench/decision_log.py"]),
+    ("interceptions", ["bench/interceptions.py", "--calls", "200"]),
 ]
 
 
