@@ -14,6 +14,9 @@ _LOCK = threading.Lock()
 # Sent by `manage.py serve` before it serves: an app above console starts its own periodic work on it (slackapp's
 # outbox), as console imports no app above it.
 serving = Signal()
+# Sent by `manage.py serve` as daphne stops (SIGTERM, SIGINT), on its event loop before the loop ends: a receiver may
+# return an awaitable, its app's last writes, which the stop waits for (the gateway's passed calls not yet written).
+stopping = Signal()
 
 
 def start_periodic(name: str, every_seconds: float, step: Callable[[], object]) -> bool:

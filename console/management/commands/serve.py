@@ -1,4 +1,7 @@
+import asyncio
 import gc
+import inspect
+from collections.abc import Awaitable
 from typing import Any
 
 from daphne.cli import CommandLineInterface
@@ -10,8 +13,20 @@ from agents.keeper import start_keeper
 from agents.workers import WorkerPool
 from approvals.deadlines import start_digests, start_signer, start_sweeper
 from console.metric_files import share_metrics
-from console.periodic import serving
+from console.periodic import serving, stopping
 from console.telemetry import configure
+
+
+def last_writes() -> Any:
+    """What the apps still have to write as daphne stops (`console.periodic.stopping`), as a Deferred the reactor
+    waits for before it shuts down; None when nothing waits."""
+    from twisted.internet import defer
+
+    answers: list[Any] = [answer for _, answer in stopping.send(sender=Command)]
+    waits: list[Awaitable[Any]] = [answer for answer in answers if inspect.isawaitable(answer)]
+    if not waits:
+        return None
+    return defer.Deferred.fromFuture(asyncio.ensure_future(asyncio.gather(*waits, return_exceptions=True)))
 
 
 def tune_collector() -> None:
@@ -47,5 +62,9 @@ class Command(BaseCommand):
         if settings.WORKER_THREADS:
             WorkerPool(settings.WORKER_THREADS).start()
         serving.send(sender=self.__class__)  # the apps' own loops (slackapp's outbox)
+        # daphne.cli's import installed its asyncio reactor: this is the one it runs.
+        from twisted.internet import reactor
+
+        reactor.addSystemEventTrigger("before", "shutdown", last_writes)  # type: ignore[attr-defined,arg-type]
         tune_collector()
         CommandLineInterface().run(["-b", host, "-p", str(port), "console.asgi:application"])
