@@ -152,12 +152,16 @@ def _tenant_page(
     tenant = request.tenant
     routes = routes_by_group(tenant)
     readers = set(Membership.objects.filter(tenant=tenant, role=Role.READER).values_list("user_id", flat=True))
+    kept = kept_by_sign_in(tenant)
     groups = []
     for group in ApproverGroup.objects.filter(tenant=tenant).prefetch_related("members"):
         mine = isinstance(refused, MemberForm) and refused.prefix == f"group-{group.pk}"
         form = refused if mine else MemberForm(group)
         members = [(member, member.pk in readers) for member in group.members.all()]
-        groups.append({"group": group, "members": members, "routed_by": routes.get(group.name, []), "form": form})
+        routed_by = routes.get(group.name, [])
+        groups.append(
+            {"group": group, "members": members, "routed_by": routed_by, "form": form, "kept_by": kept.get(group.name)}
+        )
     initial = {"connection": tenant.request_webhook_id}
     context = {
         "webhook_form": refused if isinstance(refused, WebhookForm) else WebhookForm(tenant, initial=initial),
@@ -168,6 +172,17 @@ def _tenant_page(
         **(others or {}),
     }
     return render(request, "console/tenant.html", context, status=200 if refused is None and not others else 400)
+
+
+def kept_by_sign_in(tenant: Tenant) -> dict[str, list[str]]:
+    """The tenant's approver groups an identity provider's claims keep (SPEC section 19): group name -> the display
+    names of the OpenID Connect connections whose mapping names it for this tenant."""
+    kept: dict[str, list[str]] = {}
+    for name, settings in Connection.objects.filter(kind=ConnectionKind.OIDC).values_list("name", "oidc"):
+        mapping = (settings or {}).get("tenants", {}).get(tenant.slug, {})
+        for group in sorted(set(mapping.get("groups", {}).values())):
+            kept.setdefault(group, []).append((settings or {}).get("displayName") or name)
+    return kept
 
 
 def render_tenant_page(request: ConsoleRequest, **refused: Any) -> HttpResponse:

@@ -16,6 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
+from approvals.answerers import ApproverGroup
 from approvals.models import Receipt
 from console.models import Connection, Tenant
 from console.tenancy import SIGNED_IN_WITH
@@ -308,3 +309,19 @@ def test_it_says_session_in_the_receipt_of_a_password_session(operator: Persona,
     assert answer(operator, rid, {"decision": "approve"}).status_code == 302
 
     assert Receipt.objects.get(request_id=rid).wire()["authMethod"] == "session"
+
+
+def test_it_tells_admins_which_approver_groups_a_providers_claims_keep(admin: Persona) -> None:
+    for name in ("finance", "oncall"):
+        ApproverGroup.objects.create(tenant=admin.tenant, name=name)
+    mapping = {"acme": {"roles": {"sre": "operator"}, "groups": {"finance-approvers": "finance"}}}
+    oidc_connection("corp", "https://login.example.com", displayName="Corp SSO", tenants=mapping)
+
+    page = admin.client.get("/tenant/").content.decode()
+
+    sections = {
+        name: re.search(rf'id="group-\d+-title">{name}</h3>(.*?)</section>', page, re.S)
+        for name in ("finance", "oncall")
+    }
+    assert "Kept in step with Corp SSO" in sections["finance"][1]  # type: ignore[index]
+    assert "Kept in step" not in sections["oncall"][1]  # type: ignore[index]
