@@ -48,7 +48,8 @@ test: setup browser test-sqlite test-postgres
 # its own servers). PYTEST_WORKERS=0 runs the suite in this one process.
 PYTEST_WORKERS ?= auto
 # `loadgroup`: a module marked `xdist_group` runs on one worker, so its module-scoped served console starts once.
-PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+# `--durations`: the slowest tests, printed after each pass, tell where the suite's time goes (issue 56).
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 test-sqlite:
 	$(PYTEST)
