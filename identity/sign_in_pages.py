@@ -9,6 +9,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import jwt
 import requests
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
@@ -103,6 +104,10 @@ class Callback(OIDCAuthenticationCallbackView):  # type: ignore[misc]
         except requests.RequestException as error:
             logger.warning("OpenID Connect sign-in through %s: the provider could not be reached: %s", name, error)
             return failed(request, "The identity provider could not be reached. Try again later.", 502, name)
+        except (jwt.PyJWTError, KeyError, TypeError, ValueError):
+            # A token endpoint's answer with no ID token, or one that is no JWT, or a key set without key ids.
+            logger.exception("OpenID Connect sign-in through %s: the provider's answer could not be read", name)
+            return failed(request, "The identity provider's answer could not be read: nobody was signed in.", 502, name)
 
     def login_failure(self) -> HttpResponse:
         name = self.provider.name if self.provider else ""

@@ -23,7 +23,7 @@ from tests.processes.cluster import ROOT, free_port
 
 HERE = Path(__file__).parent / "provider"
 INSTALLED = ROOT / ".tools" / "oidc-provider"
-MODES = ("normal", "wrong-nonce", "expired", "wrong-key", "wrong-audience", "wrong-issuer")
+MODES = ("normal", "wrong-nonce", "expired", "wrong-key", "wrong-audience", "wrong-issuer", "garbled")
 
 
 def install() -> Path:

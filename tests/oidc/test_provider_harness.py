@@ -228,6 +228,10 @@ def test_each_mode_spoils_the_id_token_in_its_one_way(provider: Provider):
         header = jwt.get_unverified_header(tokens["id_token"])
         assert header["alg"] == "RS256" and header["kid"] == discovery_kid(provider), mode
 
+    provider.set_mode("garbled")
+    _, tokens = redeem(provider, *sign_in(provider, browser, nonce="nonce-3"))
+    assert tokens["id_token"] == "not-a-jwt"
+
     provider.set_mode("normal")
     _, tokens = redeem(provider, *sign_in(provider, browser, nonce="nonce-4"))
     assert id_token_claims(provider, tokens["id_token"])["nonce"] == "nonce-4"

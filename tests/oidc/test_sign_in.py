@@ -314,6 +314,19 @@ def test_it_refuses_a_bad_id_token_saying_what_failed(
     expect_nobody_signed_in(page, installation.url)
 
 
+def test_it_refuses_an_id_token_it_cannot_read_saying_so(
+    installation: Installation, window: Callable[..., Page]
+) -> None:
+    login = installation.person("sre")
+    installation.provider.set_mode("garbled")
+    page = window()
+
+    assert sign_in(page, login) == 502
+
+    expect_refused(page, "The identity provider's answer could not be read: nobody was signed in.")
+    expect_nobody_signed_in(page, installation.url)
+
+
 def test_it_logs_out_through_the_providers_end_session_page(
     installation: Installation, window: Callable[..., Page]
 ) -> None:

@@ -31,7 +31,7 @@ const KID = 'airlock-test-rs256';
 const signing = await generateKeyPair('RS256', { extractable: true });
 const other = await generateKeyPair('RS256'); // the wrong-key mode signs with it under the real kid
 
-const MODES = new Set(['normal', 'wrong-nonce', 'expired', 'wrong-key', 'wrong-audience', 'wrong-issuer']);
+const MODES = new Set(['normal', 'wrong-nonce', 'expired', 'wrong-key', 'wrong-audience', 'wrong-issuer', 'garbled']);
 let mode = 'normal';
 let logouts = 0;
 
@@ -168,6 +168,7 @@ provider.use(async (ctx, next) => {
 
 // The ID token made bad the way the mode says, signed again (with the real key but for wrong-key).
 async function spoil(idToken) {
+  if (mode === 'garbled') return 'not-a-jwt'; // an answer no relying party can read
   const header = decodeProtectedHeader(idToken);
   const claims = decodeJwt(idToken);
   const now = Math.floor(Date.now() / 1000);
