@@ -55,10 +55,12 @@ test-sqlite:
 	$(PYTEST)
 
 # The same suite on PostgreSQL (browser tests run on SQLite only: they prove the UI, not the database).
+# Each test worker's pool gets 30 connections, not the default 20: a test that answers twenty requests from twenty
+# threads at once takes 21, and a connection a previous test's thread still held emptied the pool (CI, 2026-12-06).
 # Under CI the pass is never skipped: PostgreSQL down is a failure that names it.
 test-postgres:
 	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then \
-		DATABASE_URL=$(PG_TEST_URL) $(PYTEST) -m "not browser and not processes"; \
+		DATABASE_URL=$(PG_TEST_URL) DATABASE_POOL_SIZE=30 $(PYTEST) -m "not browser and not processes"; \
 	elif [ -n "$$CI" ]; then echo "PostgreSQL is not running on 127.0.0.1:5432: the PostgreSQL pass cannot run (CI)"; exit 1; \
 	else echo "PostgreSQL is not running on 127.0.0.1:5432: skipped the PostgreSQL pass"; fi
 
