@@ -308,6 +308,11 @@ class Connection(models.Model):
         return OidcSettings.model_validate(self.oidc)
 
     @property
+    def sign_in_name(self) -> str:
+        """What the login page calls an OpenID Connect connection: "Sign in with <this>"."""
+        return self.oidc_settings.display_name or self.name
+
+    @property
     def spec(self) -> ConnectionSpec:
         return ConnectionSpec(
             name=self.name,

@@ -103,11 +103,6 @@ def settings_for(provider: Provider) -> dict[str, Any]:
     }
 
 
-def providers() -> list[Connection]:
-    """The installation's OpenID Connect connections, in name order (the login page offers each)."""
-    return list(Connection.objects.filter(kind=ConnectionKind.OIDC).order_by("name"))
-
-
 def load_provider(name: str) -> Provider:
     """The provider of the OpenID Connect connection `name`; Connection.DoesNotExist when there is none, or
     SignInRefused when it cannot be used now (its secret unset, its issuer unreachable or inconsistent)."""

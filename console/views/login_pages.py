@@ -36,8 +36,8 @@ def demo_logins() -> dict[str, Any] | None:
 
 def sign_in_providers() -> list[dict[str, str]]:
     """The installation's OpenID Connect connections, as the login page offers them (SPEC section 19)."""
-    found = Connection.objects.filter(kind=ConnectionKind.OIDC).order_by("name").values_list("name", "oidc")
-    return [{"name": name, "display_name": (oidc or {}).get("displayName") or name} for name, oidc in found]
+    found = Connection.objects.filter(kind=ConnectionKind.OIDC).order_by("name")
+    return [{"name": connection.name, "display_name": connection.sign_in_name} for connection in found]
 
 
 class LoginView(auth_views.LoginView):

@@ -178,10 +178,10 @@ def kept_by_sign_in(tenant: Tenant) -> dict[str, list[str]]:
     """The tenant's approver groups an identity provider's claims keep (SPEC section 19): group name -> the display
     names of the OpenID Connect connections whose mapping names it for this tenant."""
     kept: dict[str, list[str]] = {}
-    for name, settings in Connection.objects.filter(kind=ConnectionKind.OIDC).values_list("name", "oidc"):
-        mapping = (settings or {}).get("tenants", {}).get(tenant.slug, {})
-        for group in sorted(set(mapping.get("groups", {}).values())):
-            kept.setdefault(group, []).append((settings or {}).get("displayName") or name)
+    for connection in Connection.objects.filter(kind=ConnectionKind.OIDC).order_by("name"):
+        mapping = connection.oidc_settings.tenants.get(tenant.slug)
+        for group in sorted(set(mapping.groups.values()) if mapping else ()):
+            kept.setdefault(group, []).append(connection.sign_in_name)
     return kept
 
 
