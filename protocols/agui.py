@@ -351,19 +351,24 @@ def _open_in(session: Session) -> list[PendingRequest]:
 
 
 async def _translated(frames: AsyncIterator[str], translator: AguiTranslator) -> AsyncIterator[str]:
-    """Airlock's run stream `frames` as AG-UI events, ending with the run's end; RUN_ERROR if the stream breaks."""
+    """Airlock's run stream `frames` as AG-UI events, ending with the run's end; RUN_ERROR if the stream breaks.
+
+    `frames` is read to its own end after its `done`: closed while it waits there, a live turn's stream takes the
+    client for gone and hands the turn it has finished to a detached finish, which stores it a second time."""
+    done = False
     try:
         async for frame in frames:
             name, data = _frame(frame)
             if name == "done":
                 waiting = await sync_to_async(_waiting)(data)
+                done = True
                 yield _encoded(translator.finished(data, waiting))
-                return
-            if isinstance(data, dict):
+            elif isinstance(data, dict) and not done:
                 yield _encoded(translator.envelope(data))
-        yield _encoded(
-            [*translator.close_open(), RunErrorEvent(message="The run's stream ended early.", code="stream_ended")]
-        )
+        if not done:
+            yield _encoded(
+                [*translator.close_open(), RunErrorEvent(message="The run's stream ended early.", code="stream_ended")]
+            )
     except (asyncio.CancelledError, GeneratorExit):
         raise
     except Exception as error:  # a defect: the client gets the protocol's end, the log the traceback

@@ -106,7 +106,9 @@ def response_schema(pending: PendingRequest) -> dict[str, Any]:
 
 
 def interrupt_of(pending: PendingRequest) -> Interrupt:
-    """`pending` as an AG-UI interrupt: its id is the request's, answered by a resume entry of the next run."""
+    """`pending` as an AG-UI interrupt: its id is the request's, answered by a resume entry of the next run. Its
+    `toolCallId` is the call it is about; a continuation is about no call (its `call_id` is an id of Airlock's own,
+    which no TOOL_CALL_START named), so it has none."""
     template = DEFAULT_MESSAGES[pending.kind]
     message = pending.message or template.format(agent=pending.agent.name, tool=pending.tool_name or "a tool")
     facts: dict[str, Any] = {"kind": pending.kind, "runId": str(pending.run_id), "toolName": pending.tool_name or None}
@@ -118,7 +120,7 @@ def interrupt_of(pending: PendingRequest) -> Interrupt:
         id=str(pending.id),
         reason=REASONS[pending.kind],
         message=message,
-        tool_call_id=pending.call_id or None,
+        tool_call_id=(pending.call_id or None) if pending.kind != RequestKind.CONTINUATION else None,
         response_schema=response_schema(pending),
         expires_at=pending.expires_at.isoformat() if pending.expires_at else None,
         metadata={METADATA_KEY: facts},

@@ -14,7 +14,7 @@ from agents.claiming import drain, task_runner
 from agents.definitions import DefinitionContent
 from agents.models import Agent, AgentVersion, Attachment, Checkpoint, Event, Run, RunStatus, Session
 from agents.workers import WorkerPool
-from approvals.models import HeldAnswer, PendingRequest, RequestKind, Rule
+from approvals.models import Approval, HeldAnswer, PendingRequest, Receipt, RequestKind, Rule
 from approvals.push import notify_requests_closed
 from tests.conftest import Persona
 
@@ -72,8 +72,8 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
 def snapshot() -> dict[str, Any]:
     """Every row a request may write, every field of it: agents and their versions, runs (output, error,
     queued input, lease, cancel flag), sessions (with the conversation), pending requests (answer, who,
-    when, how, closing), rules, events (their data), attachments and queued tasks. Compare two to check
-    that a refused request changed nothing at all."""
+    when, how, closing), approvals (a quorum's votes), receipts, held answers, rules, events (their data),
+    attachments and queued tasks. Compare two to check that a refused request changed nothing at all."""
     return {
         model._meta.label: list(model.objects.order_by("pk").values())
         for model in (
@@ -83,6 +83,9 @@ def snapshot() -> dict[str, Any]:
             Session,
             Checkpoint,
             PendingRequest,
+            Approval,
+            Receipt,
+            HeldAnswer,
             Rule,
             Event,
             Attachment,
