@@ -1,14 +1,17 @@
 """What Slack sends (SPEC section 17): `POST /slack/interactions` (a button clicked, the deny modal submitted) and
 `POST /slack/commands` (`/airlock link CODE`). Each is verified first (signed with a Slack app connection's secret,
 v0, within 5 minutes: else 401 and nothing done) and handled once (a retry, `X-Slack-Retry-Num`, or a replay of the
-same body finds its digest and changes nothing), then answered at once: what Slack must show goes through the outbox
-(the updated message, an ephemeral notice), except the modal, whose trigger lasts 3 s."""
+same body finds its digest and changes nothing; the digest is written in the transaction of the handling, so a retry
+after a handling that failed handles it anew), then answered at once: what Slack must show goes through the outbox
+(the updated message, an ephemeral notice), except the modal, whose trigger lasts 3 s: it is opened once the
+handling is committed."""
 
 import hashlib
 import json
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -21,6 +24,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from approvals.models import PendingRequest
 from console.models import Connection
 from console.problems import problem
 from slackapp import outbox
@@ -86,15 +90,15 @@ class ModalMetadata(_Slack):
 
 
 class Received:
-    """A request from Slack: its form fields, and the connection whose secret signed it."""
+    """A request from Slack: its form fields, the connection whose secret signed it, and the digest that tells a
+    retry of it (`SlackDelivery.key`)."""
 
-    def __init__(self, connection: Connection, fields: dict[str, str]) -> None:
-        self.connection, self.fields = connection, fields
+    def __init__(self, connection: Connection, fields: dict[str, str], key: str) -> None:
+        self.connection, self.fields, self.key = connection, fields, key
 
 
 def _received(request: HttpRequest) -> Received | HttpResponse:
-    """The verified request, or the answer that refuses it (401 unsigned or stale, 400 unreadable, 200 and nothing
-    done for one handled before)."""
+    """The verified request, or the answer that refuses it (401 unsigned or stale, 400 unreadable)."""
     try:
         body = request.body
     except RequestDataTooBig:
@@ -108,13 +112,24 @@ def _received(request: HttpRequest) -> Received | HttpResponse:
     except (UnicodeDecodeError, ValueError):
         return problem(400, "invalid_request", "The body is not a form Slack sends.")
     key = hashlib.sha256(f"{connection.pk}:".encode() + body).hexdigest()
-    try:
-        with transaction.atomic():
-            SlackDelivery.objects.create(key=key)
-    except IntegrityError:
-        logger.info("Slack sent a request again (retry %s): handled before", request.headers.get("X-Slack-Retry-Num"))
-        return HttpResponse(status=200)
-    return Received(connection, {name: values[-1] for name, values in parsed.items()})
+    return Received(connection, {name: values[-1] for name, values in parsed.items()}, key)
+
+
+def _once(request: HttpRequest, handle: Callable[[Received], HttpResponse]) -> HttpResponse:
+    """`handle` the verified request and record that it was handled, in one transaction: a retry or a replay of it
+    after that changes nothing (200), one after a handling that failed (rolled back with its record) handles it."""
+    received = _received(request)
+    if isinstance(received, HttpResponse):
+        return received
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                SlackDelivery.objects.create(key=received.key)
+        except IntegrityError:
+            retry = request.headers.get("X-Slack-Retry-Num")
+            logger.info("Slack sent a request again (retry %s): handled before", retry)
+            return HttpResponse(status=200)
+        return handle(received)
 
 
 def _tell(connection: Connection, channel: str, user: str, text: str) -> None:
@@ -136,9 +151,10 @@ def _refresh(request_id: uuid.UUID) -> None:
 @require_POST
 def interactions(request: HttpRequest) -> HttpResponse:
     """A button clicked (`block_actions`) or the deny modal submitted (`view_submission`)."""
-    received = _received(request)
-    if isinstance(received, HttpResponse):
-        return received
+    return _once(request, _interaction)
+
+
+def _interaction(received: Received) -> HttpResponse:
     try:
         data = json.loads(received.fields.get("payload", ""))
         kind = data.get("type") if isinstance(data, dict) else None
@@ -178,13 +194,21 @@ def _clicked(connection: Connection, payload: BlockActions) -> HttpResponse:
         tell(answer(member, team, user, pending.id, approved=True).told)
         _refresh(pending.id)
         return HttpResponse(status=200)
+    # Not while the handling's transaction is open: Slack may take up to 2 s to answer.
+    transaction.on_commit(partial(_open_modal, connection, payload.trigger_id, pending, channel, user))
+    return HttpResponse(status=200)
+
+
+def _open_modal(connection: Connection, trigger_id: str, pending: PendingRequest, channel: str, user: str) -> None:
+    """The deny modal for `pending`, on the click's trigger (valid 3 s); when Slack does not open it, the one who
+    clicked is told to click again."""
     try:
         client = client_for(connection, timeout=MODAL_TIMEOUT_SECONDS)
-        client.views_open(trigger_id=payload.trigger_id, view=deny_modal(pending, channel))
+        client.views_open(trigger_id=trigger_id, view=deny_modal(pending, channel))
     except Exception:
         logger.warning("Slack did not open the deny modal for request %s", pending.id, exc_info=True)
-        tell("Slack did not open the form for the reason: click Deny again, or deny it in Airlock.")
-    return HttpResponse(status=200)
+        again = "Slack did not open the form for the reason: click Deny again, or deny it in Airlock."
+        _tell(connection, channel, user, again)
 
 
 def _posted(connection: Connection, value: str) -> SlackMessage | None:
@@ -227,9 +251,10 @@ def _submitted(connection: Connection, payload: ViewSubmission) -> HttpResponse:
 @require_POST
 def commands(request: HttpRequest) -> HttpResponse:
     """`/airlock link CODE`: link the sender's Slack user to the member whose code it is; anything else: how to."""
-    received = _received(request)
-    if isinstance(received, HttpResponse):
-        return received
+    return _once(request, _command)
+
+
+def _command(received: Received) -> HttpResponse:
     user, team = received.fields.get("user_id", ""), received.fields.get("team_id", "")
     if not SLACK_ID.fullmatch(user) or not SLACK_ID.fullmatch(team):
         return problem(400, "invalid_request", "The command names no Slack user and team.")

@@ -1,30 +1,37 @@
-"""The outbox to Slack (SPEC section 17): every message Slack must show is a row, sent by a loop with retries and
-backoff, so a Slack outage never blocks or loses an answer and every message is eventually right.
+"""The outbox to Slack (SPEC section 17): every message Slack must show is a row, sent by a loop with retries, so a
+Slack outage never blocks or loses an answer and every message is right as soon as Slack is back.
 
 `sync` reads what Slack must show from the requests themselves, whoever changed them (the inbox, the API, Slack,
-a rule, the deadline sweep, an escalation): an open request of a mapped agent or group gets a `SlackMessage` in each
-of its channels (`slackapp.channels.channels_for`, again when an escalation adds groups); a message whose request
-moved on (an approval toward its quorum, its end) since Slack last showed it (`shown`) is due again. Nothing below
-this app tells it anything: it reads committed state, so a process that dies between a decision and its announcement
-loses nothing either. `send_due` sends what is due, each row rendered from its request as it is at that moment
-(chat.postMessage once, chat.update after), and the ephemeral notices (chat.postEphemeral); a failure leaves the
-row due later (2, 4, 8 … at most 300 s; Slack's Retry-After on a 429), a connection that fails to answer is left
-alone for the rest of that pass. Several processes may run the loop: a row is sent under a lease taken by a
-conditional update, and placing a request twice finds its rows (unique per request and channel).
+a rule, the deadline sweep, an escalation): a request of a mapped agent or group gets a `SlackMessage` in each of its
+channels (`slackapp.channels.channels_for`, again when an escalation adds groups), posted as it ended when it ended
+before a pass saw it open; a message whose request moved on (an approval toward its quorum, its end) since Slack last
+showed it (`shown`) is due again. Nothing below this app tells it anything: it reads committed state, so a process
+that dies between a decision and its announcement loses nothing either. `send_due` sends what is due, each row
+rendered from its request as it is at that moment (chat.postMessage once, chat.update after), and the ephemeral
+notices (chat.postEphemeral).
+
+A failure of the connection (Slack did not answer, answered 5xx or 429) leaves the row due and the connection alone
+for the rest of the pass: each pass asks a down Slack once, with the row due first, and the pass after it is back
+sends everything (Slack's Retry-After holds all the connection's rows that long). A failure of the row (Slack
+answered with an error of its own, or a 5xx after another call of the pass went through) leaves it due later, 2, 4,
+8 … at most 300 s. Several processes may run the loop: a row is sent under a lease taken by a conditional update,
+and placing a request twice finds its rows (unique per request and channel).
 """
 
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections, transaction
-from django.db.models import Case, Count, Exists, OuterRef, Q, Subquery, Value, When
+from django.db.models import Case, Count, Exists, F, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from slack_sdk.errors import SlackApiError
 
-from approvals.models import Approval, PendingRequest
+from approvals.models import OPEN, Approval, PendingRequest
 from approvals.quorum import standing
 from console.models import Connection, ConnectionKind, Tenant
 from slackapp.blocks import message, state_key, state_of
@@ -39,6 +46,9 @@ LEASE = timedelta(seconds=60)
 MOST_BACKOFF_SECONDS = 300
 # An ephemeral notice not sent by then is dropped: it answered a click nobody remembers.
 NOTICE_LIFETIME = timedelta(minutes=10)
+# A request that opened and ended before a pass saw it open (between two passes, or while no process ran the outbox)
+# is posted as it ended when it opened this recently; older ones are history nobody waits to see in Slack.
+ENDED_UNSEEN_WITHIN = timedelta(hours=1)
 # Slack's signature is valid 5 minutes: a delivery's digest is kept longer than that (slackapp.models.SlackDelivery).
 DELIVERIES_KEPT = timedelta(minutes=10)
 
@@ -53,7 +63,8 @@ def wake() -> None:
 
 
 def place(now: datetime) -> int:
-    """Give each open request of a mapped agent or group its messages (due now); how many requests were placed."""
+    """Give each request of a mapped agent or group its messages (due now): the open ones, and those that ended
+    before a pass saw them open; how many requests were placed."""
     mappings = list(SlackChannel.objects.select_related("group").order_by("created_at"))
     if not mappings:
         return 0
@@ -65,19 +76,25 @@ def place(now: datetime) -> int:
         allowed = set(granted.values_list("pk", flat=True))
         by_tenant[tenant_id] = [mapping for mapping in theirs if mapping.connection_id in allowed]
     placed = SlackPlaced.objects.filter(request=OuterRef("pk"), approvers=OuterRef("approvers"))
-    waiting = PendingRequest.objects.open().filter(tenant_id__in=by_tenant, opened_at__gte=mappings[0].created_at)
+    unplaced = PendingRequest.objects.filter(tenant_id__in=by_tenant, opened_at__gte=mappings[0].created_at).exclude(
+        Exists(placed)
+    )
+    # Decided after it opened: someone could have seen it open (decided as it opened, nobody was asked).
+    asked = Q(answered_at__gt=F("opened_at")) | Q(answered_at__isnull=True, closed_at__gt=F("opened_at"))
+    ended = unplaced.exclude(OPEN).filter(asked, opened_at__gte=now - ENDED_UNSEEN_WITHIN)
     count = 0
-    for request in waiting.exclude(Exists(placed)).order_by("opened_at")[: BATCH * 4]:
-        with transaction.atomic():
-            for mapping in channels_for(request, by_tenant[request.tenant_id]):
-                SlackMessage.objects.get_or_create(
-                    request=request,
-                    connection_id=mapping.connection_id,
-                    channel=mapping.channel,
-                    defaults={"tenant_id": request.tenant_id, "due_at": now},
-                )
-            SlackPlaced.objects.update_or_create(request=request, defaults={"approvers": request.approvers})
-        count += 1
+    for requests in (unplaced.filter(OPEN), ended):
+        for request in requests.order_by("opened_at")[: BATCH * 4]:
+            with transaction.atomic():
+                for mapping in channels_for(request, by_tenant[request.tenant_id]):
+                    SlackMessage.objects.get_or_create(
+                        request=request,
+                        connection_id=mapping.connection_id,
+                        channel=mapping.channel,
+                        defaults={"tenant_id": request.tenant_id, "due_at": now},
+                    )
+                SlackPlaced.objects.update_or_create(request=request, defaults={"approvers": request.approvers})
+            count += 1
     return count
 
 
@@ -106,65 +123,60 @@ def _lease_free(now: datetime) -> Q:
     return Q(leased_until__isnull=True) | Q(leased_until__lt=now)
 
 
-def _backoff(attempts: int, error: Exception) -> timedelta:
-    """How long a row waits after its `attempts`-th failure: doubling from 2 s up to 300 s; a 429's Retry-After."""
-    if isinstance(error, SlackApiError) and error.response.status_code == 429:
-        retry_after = str(error.response.headers.get("Retry-After", "") or "")
-        if retry_after.isdigit():
-            return timedelta(seconds=min(int(retry_after), MOST_BACKOFF_SECONDS))
-    return timedelta(seconds=min(2**attempts, MOST_BACKOFF_SECONDS))
-
-
 def _why(error: Exception) -> str:
     if isinstance(error, SlackApiError):
         return f"Slack answered {error.response.status_code}: {error.response.get('error') or 'error'}"[:500]
     return f"{type(error).__name__}: {error}"[:500]
 
 
-def _unreachable(error: Exception) -> bool:
-    """Whether Slack did not answer at all (the rest of this pass would wait on it too)."""
-    return not isinstance(error, SlackApiError)
+def _retry_after(error: Exception) -> timedelta | None:
+    """How long Slack said to wait (`Retry-After`, in seconds; at most 300), if it said."""
+    if not isinstance(error, SlackApiError):
+        return None
+    headers = {str(name).lower(): value for name, value in (error.response.headers or {}).items()}
+    said = str(headers.get("retry-after") or "").strip()
+    return timedelta(seconds=min(int(said), MOST_BACKOFF_SECONDS)) if said.isdigit() else None
+
+
+@dataclass
+class _Pass:
+    """What a pass of `send_due` learnt of the connections: which answered, which are down until the next pass."""
+
+    now: datetime
+    answered: set[int] = field(default_factory=set)
+    down: set[int] = field(default_factory=set)
 
 
 def send_due(now: datetime | None = None) -> int:
     """Send the messages and notices that are due; how many went out."""
-    now = now or timezone.now()
-    down: set[int] = set()
+    this = _Pass(now or timezone.now())
+    SlackNotice.objects.filter(created_at__lt=this.now - NOTICE_LIFETIME).delete()
+    return _send_rows(SlackMessage, this, _send_message) + _send_rows(SlackNotice, this, _send_notice)
+
+
+def _send_rows(model: Any, this: _Pass, send: Callable[[Any, datetime, datetime], Exception | None]) -> int:
+    """Send `model`'s due rows, oldest first, `BATCH` at a time, none through a connection down in this pass; how
+    many went out. A connection that goes down in a batch leaves room for others' rows: they are read again."""
     sent = 0
-    due = SlackMessage.objects.filter(_lease_free(now), due_at__lte=now).select_related("connection")
-    for row in due.order_by("due_at")[:BATCH]:
-        if row.connection_id in down:
-            continue
-        lease = now + LEASE
-        if not SlackMessage.objects.filter(_lease_free(now), pk=row.pk).update(leased_until=lease):
-            continue  # another process sends it
-        error = _send_message(row, lease, now)
-        if error is None:
-            sent += 1
-        elif _unreachable(error):
-            down.add(row.connection_id)
-    notices = SlackNotice.objects.filter(_lease_free(now), due_at__lte=now).select_related("connection")
-    for notice in notices.order_by("due_at")[:BATCH]:
-        if notice.created_at < now - NOTICE_LIFETIME:
-            notice.delete()
-            continue
-        if notice.connection_id in down:
-            continue
-        lease = now + LEASE
-        if not SlackNotice.objects.filter(_lease_free(now), pk=notice.pk).update(leased_until=lease):
-            continue
-        try:
-            client_for(notice.connection).chat_postEphemeral(
-                channel=notice.channel, user=notice.user_id, text=notice.text
-            )
-        except Exception as error:
-            _failed(SlackNotice, notice, lease, now, error)
-            if _unreachable(error):
-                down.add(notice.connection_id)
-        else:
-            notice.delete()
-            sent += 1
-    return sent
+    while True:
+        due = model.objects.filter(_lease_free(this.now), due_at__lte=this.now).exclude(connection_id__in=this.down)
+        rows = list(due.select_related("connection").order_by("due_at", "pk")[:BATCH])
+        skipped = False
+        for row in rows:
+            if row.connection_id in this.down:
+                skipped = True
+                continue
+            lease = this.now + LEASE
+            if not model.objects.filter(_lease_free(this.now), pk=row.pk).update(leased_until=lease):
+                continue  # another process sends it
+            error = send(row, lease, this.now)
+            if error is None:
+                this.answered.add(row.connection_id)
+                sent += 1
+            else:
+                _failed(model, row, lease, this, error)
+        if not skipped or len(rows) < BATCH:
+            return sent
 
 
 def _send_message(row: SlackMessage, lease: datetime, now: datetime) -> Exception | None:
@@ -187,18 +199,44 @@ def _send_message(row: SlackMessage, lease: datetime, now: datetime) -> Exceptio
         if isinstance(error, SlackApiError) and error.response.get("error") == "message_not_found":
             posted = {"ts": "", "channel_id": ""}  # deleted in Slack: posted anew next time
             SlackMessage.objects.filter(pk=row.pk, leased_until=lease).update(**posted)
-        _failed(SlackMessage, row, lease, now, error)
         return error
     done = {"shown": state.key, "final": state.decided, "due_at": None, "attempts": 0, "last_error": ""}
     SlackMessage.objects.filter(pk=row.pk, leased_until=lease).update(**posted, **done, leased_until=None)
     return None
 
 
-def _failed(model: Any, row: Any, lease: datetime, now: datetime, error: Exception) -> None:
-    attempts = row.attempts + 1
-    logger.warning("Slack %s %s failed (attempt %s): %s", model.__name__, row.pk, attempts, _why(error))
+def _send_notice(notice: SlackNotice, lease: datetime, now: datetime) -> Exception | None:
+    """Send one ephemeral notice; the error when Slack refused it or did not answer."""
+    try:
+        client_for(notice.connection).chat_postEphemeral(channel=notice.channel, user=notice.user_id, text=notice.text)
+    except Exception as error:
+        return error
+    notice.delete()
+    return None
+
+
+def _failed(model: Any, row: Any, lease: datetime, this: _Pass, error: Exception) -> None:
+    """Leave `row` due again: after Slack's Retry-After, with every row of its connection; at the next pass when its
+    connection is down (one row per pass asks it); else after its own backoff."""
+    now, attempts = this.now, row.attempts + 1
+    wait = _retry_after(error)
+    status = error.response.status_code if isinstance(error, SlackApiError) else None
+    if wait is not None:
+        due = now + wait
+        for held in (SlackMessage, SlackNotice):
+            waiting = held.objects.filter(_lease_free(now), connection_id=row.connection_id, due_at__lt=due)
+            waiting.update(due_at=due)
+        this.down.add(row.connection_id)
+    elif status is None or status == 429 or (status >= 500 and row.connection_id not in this.answered):
+        due = now
+        this.down.add(row.connection_id)
+    else:
+        due = now + timedelta(seconds=min(2**attempts, MOST_BACKOFF_SECONDS))
+    # A row's 1st, 2nd, 4th, 8th … failure is logged: a long outage says a few lines, not one each pass.
+    log = logger.warning if attempts & (attempts - 1) == 0 else logger.debug
+    log("Slack %s %s failed (attempt %s): %s", model.__name__, row.pk, attempts, _why(error))
     model.objects.filter(pk=row.pk, leased_until=lease).update(
-        attempts=attempts, due_at=now + _backoff(attempts, error), last_error=_why(error), leased_until=None
+        attempts=attempts, due_at=due, last_error=_why(error), leased_until=None
     )
 
 

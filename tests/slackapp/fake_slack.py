@@ -1,5 +1,7 @@
 """A loopback stand-in of Slack's Web API: a real HTTP server on 127.0.0.1 in the test process that records each call
-and holds every Block Kit payload to slack_sdk's models (a block or view they refuse is recorded in `invalid`)."""
+and holds every Block Kit payload to slack_sdk's models (a block or view they refuse is recorded in `invalid`). It can
+be `down` (503 to everything, counted in `refused`), rate-limited (`limited`: 429 with that Retry-After, "" for none)
+or refuse posts to some channels (`failing`: channel → Slack's error)."""
 
 import json
 import threading
@@ -25,6 +27,11 @@ class FakeSlack:
     calls: list[Call] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
     down: bool = False
+    refused: int = 0
+    # What each message shows now, by its ts: the blocks of its post, then of its last update.
+    messages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    limited: str | None = None
+    failing: dict[str, str] = field(default_factory=dict)
     _ts: int = 0
     server: ThreadingHTTPServer | None = None
 
@@ -54,10 +61,17 @@ class FakeSlack:
             self.check_blocks(body.get("blocks"))
             if not isinstance(body.get("text"), str) or not body["text"]:
                 self.invalid.append(f"{method} without fallback text")
+        if method == "chat.postMessage" and body.get("channel") in self.failing:
+            return {"ok": False, "error": self.failing[body["channel"]]}
         if method == "chat.postMessage":
             self._ts += 1
-            return {"ok": True, "channel": "C0CHANNEL", "ts": f"1700000000.{self._ts:06d}"}
+            ts = f"1700000000.{self._ts:06d}"
+            self.messages[ts] = body.get("blocks") or []
+            return {"ok": True, "channel": "C0CHANNEL", "ts": ts}
         if method == "chat.update":
+            if body.get("ts") not in self.messages:
+                return {"ok": False, "error": "message_not_found"}
+            self.messages[body["ts"]] = body.get("blocks") or []
             return {"ok": True, "channel": body["channel"], "ts": body["ts"]}
         if method == "chat.postEphemeral":
             return {"ok": True, "message_ts": "1700000001.000001"}
@@ -78,10 +92,13 @@ def start() -> FakeSlack:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if slack.down:
-                self.send_response(503)
+            if slack.down or slack.limited is not None:
+                slack.refused += 1
+                self.send_response(503 if slack.down else 429)
+                if slack.limited:
+                    self.send_header("Retry-After", slack.limited)
                 self.end_headers()
-                self.wfile.write(b"Slack is down")
+                self.wfile.write(b"Slack is down" if slack.down else b"ratelimited")
                 return
             if self.headers.get("Content-Type", "").startswith("application/json"):
                 body = json.loads(raw or b"{}")

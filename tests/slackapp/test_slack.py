@@ -1,180 +1,43 @@
 """Approvals in Slack (SPEC section 17), against a loopback stand-in of Slack's Web API (tests/slackapp/fake_slack.py)
-and requests signed as Slack signs them."""
+and requests signed as Slack signs them: posting, clicks, the deny modal, signatures, retries, channels and links.
+The outbox through outages and every way a request ends: test_slack_outbox.py."""
 
-import hashlib
-import hmac
 import json
+import re
 import time
-from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+import yaml
 from django.core.exceptions import ValidationError
+from django.db import OperationalError
 from django.test import Client
-from django.utils import timezone
+from django.urls import reverse
 
-from agents.definitions import DefinitionContent
-from agents.models import Agent
 from approvals.models import Approval, ApproverGroup, PendingRequest, Receipt, RequestStatus
+from slackapp import inbound
+from slackapp.answering import answer
 from slackapp.models import SlackChannel, SlackLink, SlackMessage, SlackNotice
-from slackapp.outbox import send_due, sync
-from tests.conftest import Persona, grant, make_persona
+from tests.conftest import grant, make_persona
 from tests.helpers import assert_problem
-from tests.slackapp import fake_slack
-from tests.slackapp.fake_slack import FakeSlack
+from tests.slackapp.helpers import (
+    ADA,
+    TEAM,
+    TOKEN,
+    buttons,
+    click,
+    clicked,
+    deliver,
+    open_request,
+    post,
+    receipt,
+    signed,
+    submitted,
+    text_of,
+)
 
 pytestmark = pytest.mark.django_db
-
-SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-TOKEN = "xoxb-airlock-tests"
-TEAM = "T0ACME"
-ADA = "U0ADA"
-SEND = {
-    "name": "send_email",
-    "description": "Send an e-mail",
-    "approval": "always",
-    "parameters": {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}}},
-}
-DEPLOY = {
-    "name": "deploy",
-    "approval": "always",
-    "approvers": ["sre", "security"],
-    "require": {"approvals": 2, "fromEach": ["sre", "security"]},
-}
-
-
-@pytest.fixture
-def slack(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSlack]:
-    fake = fake_slack.start()
-    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
-    monkeypatch.setenv("SLACK_SIGNING_SECRET", SECRET)
-    yield fake
-    assert fake.server is not None
-    fake.server.shutdown()
-    fake.server.server_close()
-    assert fake.invalid == [], "a payload slack_sdk's Block Kit models refuse"
-
-
-@pytest.fixture
-def mailer(slack: FakeSlack, admin: Persona) -> Agent:
-    """An external agent asking to send e-mail, posted to #approvals of the tenant's Slack app; ada linked."""
-    grant(
-        "acme-slack",
-        "slack",
-        admin.tenant,
-        api_key_env="SLACK_BOT_TOKEN",
-        secret_env="SLACK_SIGNING_SECRET",
-        base_url=slack.base_url,
-    )
-    for group in ("sre", "security"):
-        ApproverGroup.objects.create(tenant=admin.tenant, name=group)
-    content = DefinitionContent.model_validate({"name": "mailer", "runtime": "external", "tools": [SEND, DEPLOY]})
-    agent = Agent.create(admin.tenant, content, admin.user)
-    mapped = admin.api(
-        "post", "/api/slack/channels", {"connection": "acme-slack", "channel": "approvals", "agent": "mailer"}
-    )
-    assert mapped.status_code == 201, mapped.content
-    linked = admin.api("put", "/api/slack/links/ada", {"slackUserId": ADA, "slackTeamId": TEAM})
-    assert linked.status_code == 200, linked.content
-    return agent
-
-
-def open_request(persona: Persona, tool: str = "send_email", **arguments: Any) -> str:
-    body = {"kind": "approval", "toolName": tool, "arguments": arguments or {"to": "bob@example.com", "body": "hi"}}
-    opened = persona.api("post", "/api/agents/mailer/requests", body)
-    assert opened.status_code == 201, opened.content
-    return str(opened.json()["requestId"])
-
-
-def deliver(now: Any = None) -> None:
-    """What the outbox loop of `manage.py serve` does at each tick."""
-    sync(now)
-    send_due(now)
-
-
-def signed(body: str, at: int | None = None, secret: str = SECRET) -> dict[str, str]:
-    """The headers Slack sends with `body`: v0, HMAC-SHA256 over `v0:timestamp:body`."""
-    timestamp = str(int(time.time()) if at is None else at)
-    digest = hmac.new(secret.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256).hexdigest()
-    return {"HTTP_X_SLACK_REQUEST_TIMESTAMP": timestamp, "HTTP_X_SLACK_SIGNATURE": f"v0={digest}"}
-
-
-def post(path: str, body: str, **headers: str) -> Any:
-    return Client().post(path, data=body, content_type="application/x-www-form-urlencoded", **headers)
-
-
-def clicked(action: str, rid: str, user: str = ADA) -> str:
-    """A `block_actions` payload as Slack sends it when `user` clicks a button of the message."""
-    payload = {
-        "type": "block_actions",
-        "user": {"id": user, "username": "someone", "name": "someone", "team_id": TEAM},
-        "api_app_id": "A0AIRLOCK",
-        "token": "verification-token",
-        "container": {"type": "message", "message_ts": "1700000000.000001", "channel_id": "C0CHANNEL"},
-        "trigger_id": f"1234.5678.{action}{user}",
-        "team": {"id": TEAM, "domain": "acme"},
-        "enterprise": None,
-        "is_enterprise_install": False,
-        "channel": {"id": "C0CHANNEL", "name": "approvals"},
-        "message": {"type": "message", "ts": "1700000000.000001", "text": "…"},
-        "state": {"values": {}},
-        "response_url": "https://hooks.slack.com/actions/T0ACME/1/abc",
-        "actions": [
-            {
-                "action_id": action,
-                "block_id": "b1",
-                "text": {"type": "plain_text", "text": "Approve", "emoji": True},
-                "value": rid,
-                "type": "button",
-                "action_ts": str(time.time()),
-            }
-        ],
-    }
-    return urlencode({"payload": json.dumps(payload)})
-
-
-def click(action: str, rid: str, user: str = ADA, **headers: str) -> Any:
-    body = clicked(action, rid, user)
-    return post("/slack/interactions", body, **signed(body), **headers)
-
-
-def submitted(view: dict[str, Any], reason: str, user: str = ADA) -> str:
-    """The `view_submission` Slack sends when `user` submits the modal Airlock opened (`view`, as views.open got it)."""
-    payload = {
-        "type": "view_submission",
-        "team": {"id": TEAM, "domain": "acme"},
-        "user": {"id": user, "username": "ada", "name": "ada", "team_id": TEAM},
-        "api_app_id": "A0AIRLOCK",
-        "token": "verification-token",
-        "trigger_id": "1234.5678.submit",
-        "view": {
-            **view,
-            "id": "V0VIEW",
-            "team_id": TEAM,
-            "state": {"values": {"reason": {"reason": {"type": "plain_text_input", "value": reason}}}},
-            "hash": "1700000000.abc",
-        },
-        "response_urls": [],
-        "is_enterprise_install": False,
-        "enterprise": None,
-    }
-    return urlencode({"payload": json.dumps(payload)})
-
-
-def buttons(blocks: list[dict[str, Any]]) -> list[str]:
-    return [e["text"]["text"] for b in blocks if b["type"] == "actions" for e in b["elements"]]
-
-
-def text_of(blocks: list[dict[str, Any]]) -> str:
-    return json.dumps(blocks)
-
-
-def receipt(persona: Persona, rid: str) -> dict[str, Any]:
-    got = persona.api("get", f"/api/requests/{rid}/receipt")
-    assert got.status_code == 200, got.content
-    return dict(got.json())
 
 
 def test_it_posts_an_opened_request_and_an_approval_in_slack_decides_it(mailer, slack, operator, admin):
@@ -280,31 +143,6 @@ def test_a_request_decided_elsewhere_has_its_message_updated(mailer, slack, oper
     assert buttons(updated["blocks"]) == ["Open in Airlock"]
 
 
-def test_while_slack_is_down_nothing_is_lost_and_every_message_is_right_once_it_is_back(mailer, slack, operator, admin):
-    first = open_request(operator)
-    deliver()
-    slack.down = True
-    second = open_request(operator)
-    deliver()  # the second's post fails
-    # Answers go on while Slack is down.
-    for rid in (first, second):
-        answered = admin.api("post", f"/api/requests/{rid}/responses", {"approved": True})
-        assert answered.json()["status"] == "accepted"
-    deliver()
-    assert SlackMessage.objects.filter(due_at__isnull=False).count() == 2
-    assert SlackMessage.objects.filter(attempts__gt=0).exists()
-    later = timezone.now() + timedelta(minutes=1)
-    deliver(later)  # still down a minute on
-    slack.down = False
-    deliver(timezone.now() + timedelta(minutes=10))
-    assert not SlackMessage.objects.filter(due_at__isnull=False).exists()
-    by_ts = {body["ts"]: body for body in slack.of("chat.update")}
-    [late_post] = [body for body in slack.of("chat.postMessage") if "Approved by ada" in text_of(body["blocks"])]
-    assert buttons(late_post["blocks"]) == ["Open in Airlock"]
-    assert "Approved by ada through the API" in text_of(by_ts["1700000000.000001"]["blocks"])
-    assert SlackMessage.objects.filter(final=True).count() == 2
-
-
 def test_a_quorum_shows_its_progress_in_the_message(mailer, slack, operator, admin):
     people = {name: make_persona(name, admin.tenant, "operator") for name in ("sam", "sue")}
     ApproverGroup.objects.get(tenant=admin.tenant, name="sre").members.add(people["sam"].user)
@@ -359,6 +197,10 @@ def test_a_member_links_their_slack_user_with_a_one_time_code(slack, admin, oper
     linked = post("/slack/commands", body, **signed(body))
     assert linked.status_code == 200 and linked.json()["response_type"] == "ephemeral"
     assert "otto" in linked.json()["text"]
+    assert SlackLink.objects.get(team_id=TEAM, user_id="U0OTTO").membership == operator.membership
+    # Slack's retry of the command changes nothing (the code is spent: it is not told "unknown or expired").
+    retried = post("/slack/commands", body, HTTP_X_SLACK_RETRY_NUM="1", **signed(body))
+    assert retried.status_code == 200 and retried.content == b""
     assert SlackLink.objects.get(team_id=TEAM, user_id="U0OTTO").membership == operator.membership
     # One time only.
     again = urlencode({"command": "/airlock", "text": f"link {code}", "user_id": "U0EVE", "team_id": TEAM})
@@ -445,3 +287,65 @@ def test_many_arguments_are_cut_to_ten_fields(mailer, slack, operator):
     [posted] = slack.of("chat.postMessage")
     [fields] = [b["fields"] for b in posted["blocks"] if b["type"] == "section" and "fields" in b]
     assert len(fields) == 10 and "and 5 more arguments" in fields[-1]["text"]
+
+
+def test_a_retry_after_a_click_that_failed_is_answered(mailer, slack, operator, admin, monkeypatch):
+    rid = open_request(operator)
+    deliver()
+    failures = [OperationalError("the database went away")]
+
+    def answer_after_a_failure(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return answer(*args, **kwargs)
+
+    monkeypatch.setattr(inbound, "answer", answer_after_a_failure)
+    body = clicked("airlock_approve", rid)
+    headers = signed(body)
+    failed = post("/slack/interactions", body, Client(raise_request_exception=False), **headers)
+    assert failed.status_code == 500 and PendingRequest.objects.get(pk=rid).answer is None
+    retried = post("/slack/interactions", body, HTTP_X_SLACK_RETRY_NUM="1", **headers)
+    assert retried.status_code == 200
+    request = PendingRequest.objects.get(pk=rid)
+    assert request.answer["approved"] is True and request.answered_by == admin.user
+    assert receipt(admin, rid)["authMethod"] == f"slack:{TEAM}/{ADA}"
+
+
+def test_deny_from_an_unlinked_slack_user_opens_nothing_and_changes_nothing(mailer, slack, operator):
+    rid = open_request(operator)
+    deliver()
+    assert click("airlock_deny", rid, user="U0STRANGER").status_code == 200
+    deliver()
+    [told] = slack.of("chat.postEphemeral")
+    assert told["user"] == "U0STRANGER" and "/airlock link" in told["text"]
+    assert not slack.of("views.open")
+    # A modal's submission from them (a form opened for someone else, replayed) is refused in the modal.
+    view = {"type": "modal", "callback_id": "airlock_deny_reason", "private_metadata": json.dumps({"request": rid})}
+    body = submitted(view, "no", user="U0STRANGER")
+    refused = post("/slack/interactions", body, **signed(body))
+    assert refused.json()["response_action"] == "errors" and "/airlock link" in refused.json()["errors"]["reason"]
+    assert PendingRequest.objects.get(pk=rid).answer is None and not slack.of("chat.update")
+
+
+def test_the_manifest_in_the_docs_is_what_slack_needs(settings):
+    """docs/slack.md's manifest, pasted into Slack: its addresses are Airlock's routes, its scopes cover every
+    method the app calls."""
+    doc = (settings.BASE_DIR / "docs" / "slack.md").read_text()
+    manifest = yaml.safe_load(doc.split("```yaml\n", 1)[1].split("```", 1)[0])
+    assert manifest["display_information"]["name"] and manifest["features"]["bot_user"]["display_name"]
+    [command] = manifest["features"]["slash_commands"]
+    base = "https://airlock.example.com"
+    assert command["command"] == "/airlock" and command["url"] == base + reverse("slack_commands")
+    assert command["description"] and command["usage_hint"].startswith("link")
+    interactivity = manifest["settings"]["interactivity"]
+    assert interactivity == {"is_enabled": True, "request_url": base + reverse("slack_interactions")}
+    assert manifest["settings"]["socket_mode_enabled"] is False  # Slack posts to the request URLs
+    # The Web API methods slackapp calls (docs.slack.dev: each method's required scope; views.open needs none).
+    needs = {"chat_postMessage": "chat:write", "chat_update": "chat:write", "chat_postEphemeral": "chat:write"}
+    needs |= {"views_open": None}
+    called = set()
+    for module in (settings.BASE_DIR / "slackapp").glob("*.py"):
+        called |= set(re.findall(r"\.((?:chat|views|users|conversations)_[A-Za-z]+)\(", module.read_text()))
+    assert called == set(needs), "a method this test does not know the scope of"
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    assert {scope for scope in needs.values() if scope} | {"commands"} <= scopes
