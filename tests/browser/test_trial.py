@@ -8,6 +8,7 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Page, expect
 
+from agents.starter_policy import starter_hooks
 from tests.browser.axe import violations
 
 pytestmark = pytest.mark.browser
@@ -195,6 +196,27 @@ def test_the_trial_page_follows_a_run_cancelled_in_the_inbox(logged_in: Page, si
 
     expect(page.locator(".request-widget")).to_have_count(0)
     expect(page.locator(".turn").last).to_contain_text("Cancelled", timeout=15000)
+
+
+def test_a_policy_verdict_reads_as_a_sentence(logged_in: Page, axe_source: str) -> None:
+    """The line a turn gets for a policy's verdict is a sentence, in the reply's own type: not the timeline's
+    badge (bold, upper case, monospace) it once borrowed the class of."""
+    page, name = logged_in, f"shadowed-{uuid4().hex[:6]}"
+    tools = [{"name": "send_email", "approval": "never"}, {"name": "get_time", "approval": "never"}]
+    create_agent(page, name, tools=tools, hooks=starter_hooks("evaluate_only"))
+    page.goto(f"/trial/?agent={name}")
+
+    send(page, SEND.replace("ops@example.com", "someone@outside.test"))
+    expect(page.locator(".turn").last).to_contain_text("Completed", timeout=15000)
+    page.reload()  # the turn as the page renders it
+    line = page.locator(".turn").last.locator(".policy-verdict")
+    expect(line).to_contain_text("would have given escalate (shadow mode: not enforced) on send_email")
+    style = line.evaluate(
+        "e => { const s = getComputedStyle(e), body = getComputedStyle(document.body);"
+        " return [s.textTransform, s.fontWeight, s.fontFamily === body.fontFamily]; }"
+    )
+    assert style == ["none", "400", True], style
+    assert violations(page, axe_source) == []
 
 
 @pytest.mark.parametrize("width", [1366, 390])
