@@ -8,7 +8,7 @@ import copy
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent_hooks import DeclarationError
 from django.http import Http404, HttpResponse
@@ -195,11 +195,20 @@ def policy_preview(request: ConsoleRequest, name: str) -> HttpResponse:
 _NO_ARGUMENTS: dict[str, Any] = {}
 
 
-def blocked_tools(tenant: str, agent: str, hooks: Any, tools: list[str]) -> list[tuple[str, str]]:
-    """(tool, why) for each of `tools` a call of which `hooks` would deny at `pre_tool_call` (a manifest that
-    governs tool calls denies a tool it does not name), found by evaluating its `airlock.acs` bindings in the
-    policy sandbox: no tool runs, no webhook is called, nothing is stored. Empty for a declaration that does
-    not load or compile."""
+class Blocked(NamedTuple):
+    """A tool the declaration would deny: `every` call of it (its manifest does not name it: whatever the
+    arguments or the time), or the one call tried, made now with no arguments (a policy reading the time or the
+    arguments may allow others); `why` is a sentence."""
+
+    tool: str
+    every: bool
+    why: str
+
+
+def blocked_tools(tenant: str, agent: str, hooks: Any, tools: list[str]) -> list[Blocked]:
+    """Each of `tools` a call of which `hooks` would deny at `pre_tool_call`, found by evaluating its
+    `airlock.acs` bindings in the policy sandbox at one call per tool, made now with no arguments: no tool
+    runs, no webhook is called, nothing is stored. Empty for a declaration that does not load or compile."""
     if not isinstance(hooks, dict) or not tools or declaration_problems(hooks):
         return []
     try:  # compiled as saving compiles (once per text, the tenant's compiles rate-limited), or not evaluated
@@ -243,15 +252,21 @@ def blocked_tools(tenant: str, agent: str, hooks: Any, tools: list[str]) -> list
         except PolicyBlocked:
             verdict = verdicts[-1] if verdicts else {}
             if verdict.get("decision") == "deny":
-                blocked.append((tool, _why_blocked(verdict)))
+                blocked.append(_blocked(tool, verdict))
     return blocked
 
 
-def _why_blocked(verdict: dict[str, Any]) -> str:
+def _blocked(tool: str, verdict: dict[str, Any]) -> Blocked:
     reason = str(verdict.get("reason") or "")
     if reason.endswith("tool_unknown"):
-        return "its manifest does not name it under tools:"
-    return str(verdict.get("message") or reason or "a policy denies it")
+        return Blocked(
+            tool,
+            True,
+            "its manifest does not name it under tools: (a manifest that governs tool calls "
+            "denies the tools it does not name).",
+        )
+    said = str(verdict.get("message") or "").strip() or f"A policy denies it ({reason or 'no reason given'})"
+    return Blocked(tool, False, said if said.endswith((".", "!", "?")) else f"{said}.")
 
 
 def seen_mcp_tools(agent: Agent | None) -> list[str]:

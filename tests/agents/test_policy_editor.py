@@ -4,6 +4,7 @@ its policies would deny."""
 
 from typing import Any
 
+import agent_hooks.context
 import pytest
 from django.http import QueryDict
 
@@ -15,6 +16,7 @@ from agents.starter_policy import starter_hooks
 from agents.views.policy_pages import blocked_tools
 from tests.agents.test_pages import browser_post, read
 from tests.helpers import make_agent, run_ok, snapshot
+from tests.policies.test_recipes import recipe_hooks
 
 TOOLS = [{"name": "send_email", "approval": "never"}, {"name": "get_time", "approval": "never"}]
 BROKEN_LINE = 5  # `default verdict := {"decision": "allow"}` in the starter's Rego
@@ -243,8 +245,9 @@ def test_it_warns_of_the_mcp_tools_the_agents_runs_called_that_the_manifest_does
 
     page = admin.client.get("/agents/assistant/edit/")
 
-    warning = read(page).texts["policy-blocked-tools"]
-    assert "would deny every call of book_meeting" in " ".join(warning.split())
+    warning = " ".join(read(page).texts["policy-blocked-tools"].split())
+    assert "would deny calls of book_meeting:" in warning
+    assert "book_meeting, every call of it: its manifest does not name it under tools:" in warning
     assert "send_email" not in warning
     # The starter, asked for from this agent's editor, names it.
     starter = admin.client.get(f"/agents/policies/starter/?mode=enforce&agent={agent.name}", HTTP_HX_REQUEST="true")
@@ -260,12 +263,28 @@ def test_the_starter_of_another_tenants_agent_is_not_found(admin, outsider):
 def test_blocked_tools_evaluates_each_tool_in_the_sandbox(admin):
     tenant = str(admin.tenant.pk)
 
-    assert blocked_tools(tenant, "a", starter_hooks(), ["send_email", "book_meeting"]) == [
-        ("book_meeting", "its manifest does not name it under tools:")
-    ]
+    [unnamed] = blocked_tools(tenant, "a", starter_hooks(), ["send_email", "book_meeting"])
+    assert unnamed.tool == "book_meeting" and unnamed.every, unnamed
+    assert unnamed.why.startswith("its manifest does not name it under tools:"), unnamed
     assert blocked_tools(tenant, "a", starter_hooks("enforce", ["book_meeting"]), ["book_meeting"]) == []
     assert blocked_tools(tenant, "a", {"declaration": "nope"}, ["book_meeting"]) == []
     assert blocked_tools(tenant, "a", broken_starter(), ["book_meeting"]) == []  # what does not compile is not run
+
+
+def test_a_policy_that_reads_the_time_is_said_to_deny_the_call_tried_now_not_every_call(admin, monkeypatch):
+    """docs/policies.md's office hours on a Sunday: the one call the warning tries (now, no arguments) is denied,
+    which says nothing of a Tuesday's; the policy's message, a sentence, is not given a second period."""
+    monkeypatch.setattr(agent_hooks.context, "_now", lambda: "2026-12-06T12:00:00.000000Z")  # a Sunday
+    make_agent(admin, tools=TOOLS, clientTools=[], hooks=recipe_hooks("Block a tool after hours"))
+
+    page = admin.client.get("/agents/assistant/edit/")
+
+    warning = " ".join(read(page).texts["policy-blocked-tools"].split())
+    assert "every call" not in warning, warning
+    assert "would deny calls of send_email: send_email, called now with no arguments (another time or other " in warning
+    assert warning.endswith("(Monday to Friday, 8:00 to 18:00, Berlin time)."), warning
+    monkeypatch.setattr(agent_hooks.context, "_now", lambda: "2026-12-08T12:00:00.000000Z")  # a Tuesday, at noon
+    assert "policy-blocked-tools" not in admin.client.get("/agents/assistant/edit/").content.decode()
 
 
 def test_the_editor_rows_are_for_admins(admin, operator):
