@@ -244,10 +244,10 @@ def refuse_self_approvals(membership: Membership, answered: Iterable[tuple[Pendi
     """A turn's input approving a request its member asked for (or, answering as their stand-in, the away member
     did), where the request's requirement separates duties (SPEC section 14): 403 `not_an_approver`,
     `reason: "self_approval"`; as the inbox refuses it (`approvals.actions.answers.acting`)."""
-    approving = [pending for pending, payload in answered if pending.require and payload.get("approved") is not False]
+    approving = [pending for pending, payload in answered if pending.require and payload.get("approved") is True]
     rights = rights_of(membership) if approving else None
     for pending in approving:
-        away = rights.on_behalf_of(pending.groups)[1] if rights is not None and pending.approvers else None
+        away = rights.on_behalf_of(pending.groups, pending.separated_from)[1] if rights and pending.approvers else None
         if self_approval(pending.require, pending.requested_by_id, membership.user_id, getattr(away, "pk", None)):
             detail = f"You asked for the request {pending.id} (you started its run): someone else must approve it."
             raise RunRejected(403, "not_an_approver", detail, reason="self_approval")

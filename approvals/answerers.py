@@ -79,7 +79,8 @@ def stood_in_for(membership: Membership, now: datetime | None = None) -> list[Me
     found = Away.objects.filter(
         delegate=membership, starts_at__lte=now, ends_at__gt=now, membership__user__is_active=True
     ).select_related("membership__user")
-    return [away.membership for away in found]
+    # In one order, so that a delegate of several answers for the same one of them every time (`Rights`).
+    return [away.membership for away in found.order_by("membership__user__username")]
 
 
 @dataclass
@@ -92,17 +93,19 @@ class Rights:
     groups: set[str]
     standing: list[tuple[Any, bool, set[str]]] = field(default_factory=list)
 
-    def on_behalf_of(self, groups: list[str]) -> tuple[bool, Any]:
+    def on_behalf_of(self, groups: list[str], not_for: Any = None) -> tuple[bool, Any]:
         """Whether a request routed to `groups` (none: anyone) may be answered, and for whom: None in one's own
-        right, else the away member's user."""
+        right, else the away member's user, the first by username who may answer it. `not_for`: the id of a user
+        to stand in for only when no other will do (the requester, where the request's requirement separates
+        duties: their delegate may approve it for another away member, SPEC section 14)."""
         if not self.operator:
             return False, None
         if not groups or self.admin or not self.groups.isdisjoint(groups):
             return True, None
-        for user, admin, theirs in self.standing:
-            if admin or not theirs.isdisjoint(groups):
-                return True, user
-        return False, None
+        able = [user for user, admin, theirs in self.standing if admin or not theirs.isdisjoint(groups)]
+        if not able:
+            return False, None
+        return True, next((user for user in able if user.pk != not_for), able[0])
 
 
 class ApproverGroup(models.Model):

@@ -2,10 +2,10 @@
 
 A card takes ~1 ms to render (templates/approvals/request.html: its answer, claim and cancel forms, the tool's
 description, the arguments' rows), so a page of 25 was three quarters of the inbox page's time; what a card
-shows changes only when it is claimed or released, with who may answer it, and with the minute ("opened 3
-minutes ago"). So the list keeps each card's HTML under a key of exactly those, in this process, with a
-placeholder where the form's CSRF token goes (a token is per response; the placeholder is random per process,
-so no text a request carries can name it).
+shows changes only when it is claimed or released, with who may answer it, with its quorum's approvals and its
+escalation (`_decided_so_far`), and with the minute ("opened 3 minutes ago"). So the list keeps each card's HTML
+under a key of exactly those, in this process, with a placeholder where the form's CSRF token goes (a token is per
+response; the placeholder is random per process, so no text a request carries can name it).
 
 A card shows a request's arguments cut (`card_arguments`, the templates' `shown_arguments` filter): a page of cards
 stays small whatever the agents sent, and a cut card links to the request's JSON, which has them whole.
@@ -22,6 +22,7 @@ from typing import Any
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
+from agents.requirements import needs_several
 from approvals.models import PendingRequest
 
 KEPT = 1024
@@ -37,7 +38,7 @@ def listed_card(pending: PendingRequest, *, can_answer: bool, user: Any, csrf_to
         return mark_safe(render_to_string("approvals/request.html", {"r": pending, "can_answer": can_answer}))
     claimer = pending.claimed_by_id
     mine = claimer is not None and claimer == getattr(user, "pk", None)
-    key = (pending.pk, can_answer, claimer, pending.claimed_at, mine, int(time.time() // 60))
+    key = (pending.pk, can_answer, claimer, pending.claimed_at, mine, *_decided_so_far(pending), int(time.time() // 60))
     with _LOCK:
         html = _CARDS.get(key)
         if html is not None:
@@ -50,6 +51,14 @@ def listed_card(pending: PendingRequest, *, can_answer: bool, user: Any, csrf_to
             while len(_CARDS) > KEPT:
                 _CARDS.popitem(last=False)
     return mark_safe(html.replace(_CSRF_SLOT, token))
+
+
+def _decided_so_far(pending: PendingRequest) -> tuple[Any, ...]:
+    """What the card shows of the request's way to a decision (SPEC section 14), which changes while it stays open:
+    the approvals given (read for the page by `with_approvals`), the groups it is routed to and its escalation's
+    next step (a step widens them)."""
+    given = tuple(approval.pk for approval in pending.approvals.all()) if needs_several(pending.require) else ()
+    return given, pending.approvers, pending.escalation_step, pending.escalation_at
 
 
 # How much of a request's arguments its card shows: the first rows, each value's first characters, and the first

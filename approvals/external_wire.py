@@ -16,6 +16,7 @@ from agents.definitions import WireModel
 from agents.server_tools import CHOICE_MAX
 from approvals.models import PendingRequest, Receipt, RequestKind, RequestStatus
 from approvals.receipts import result_kind
+from approvals.tallies import standing
 
 # How long a request of an external agent may wait at most (SPEC section 12).
 MAX_EXPIRES_IN = 30 * 24 * 3600
@@ -185,7 +186,7 @@ def _receipt_id(pending: PendingRequest) -> str | None:
 
 
 # What a request's JSON reads besides the request.
-SHOWN = ("agent", "session", "answered_by", "claimed_by", "closed_by")
+SHOWN = ("agent", "session", "answered_by", "answered_for", "claimed_by", "closed_by")
 
 
 def request_wire(pending: PendingRequest) -> dict[str, Any]:
@@ -201,11 +202,21 @@ def request_wire(pending: PendingRequest) -> dict[str, Any]:
         "closedAt": pending.closed_at.isoformat() if pending.closed_at else None,
         "answer": pending.answer,
         "answeredBy": pending.answered_by.username if pending.answered_by else None,
+        # The away member a delegate answered for (SPEC section 14), as `decision` says it too.
+        "onBehalfOf": pending.answered_for.username if pending.answered_for else None,
         "answeredAt": pending.answered_at.isoformat() if pending.answered_at else None,
         "claimedBy": pending.claimed_by.username if pending.claimed_by else None,
         "claimedAt": pending.claimed_at.isoformat() if pending.claimed_at else None,
         "approvers": pending.approvers_wire,
         "decision": decision(pending),
+        # Where its quorum stands, who is still needed (SPEC section 14); beside `require` and `approvals`.
+        **({"quorum": _quorum(pending)} if pending.require is not None else {}),
         # A gateway's call (SPEC section 15): the MCP server and its tool's own name, apart.
         **({"gateway": {"server": gateway["server"], "tool": gateway["tool"]}} if gateway else {}),
     }
+
+
+def _quorum(pending: PendingRequest) -> dict[str, Any] | None:
+    """`quorum` of a request with a requirement: where its count stands; None when one answer decides it."""
+    tally = standing(pending)
+    return tally.summary() if tally is not None else None

@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
-from django.db.models import prefetch_related_objects
+from django.db.models import Prefetch, prefetch_related_objects
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
@@ -89,7 +89,8 @@ OPEN = models.Q(status=RequestStatus.PENDING, answer__isnull=True)
 def with_approvals(requests: Iterable["PendingRequest"]) -> None:
     """Read the approvals of those of `requests` whose requirement counts them (SPEC section 14), in one query (none
     when no request has one): their cards and JSON say the count."""
-    prefetch_related_objects([pending for pending in requests if pending.require is not None], "approvals")
+    given = Prefetch("approvals", queryset=Approval.objects.select_related("on_behalf_of"))  # "dan for sam"
+    prefetch_related_objects([pending for pending in requests if pending.require is not None], given)
 
 
 def mark_answerable(membership: Membership, requests: Iterable["PendingRequest"]) -> None:
@@ -138,7 +139,7 @@ class Digest(models.Model):
 
     membership = models.OneToOneField(Membership, on_delete=models.CASCADE, related_name="digest")
     after_minutes = models.PositiveIntegerField()
-    # Requests opened up to here were old enough for a digest already sent: none is listed twice.
+    # Requests that reached the member up to here were old enough for a digest already sent: none is listed twice.
     through = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
 
@@ -256,6 +257,10 @@ class PendingRequest(models.Model):
     escalation = models.JSONField(null=True, blank=True)
     escalation_step = models.PositiveSmallIntegerField(default=0)
     escalation_at = models.DateTimeField(null=True, blank=True)
+    # When its escalation's `to` steps added each group ({group: ISO time}; the groups it opened with are not in it)
+    # and the last such time: a digest lists it to a new group's members from then (approvals/digests.py).
+    widened = models.JSONField(null=True, blank=True)
+    widened_at = models.DateTimeField(null=True, blank=True)
     # Who asked: the member who started the turn, or whose token opened the external request (separation of duties).
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -307,6 +312,13 @@ class PendingRequest(models.Model):
     def groups(self) -> list[str]:
         """The groups routed to answer it; none: any operator."""
         return self.approvers.split(",") if self.approvers else []
+
+    @property
+    def separated_from(self) -> Any:
+        """The id of the user the request's requirement keeps from approving it (SPEC section 14, `selfApproval`
+        false): who asked; None when it keeps nobody."""
+        require = self.require
+        return None if require is None or require.get("selfApproval") else self.requested_by_id
 
     @property
     def approvers_wire(self) -> str | list[str] | None:

@@ -1,4 +1,5 @@
-"""Decisions that need more than one person (SPEC section 14): the count of a quorum, and who may not approve.
+"""Decisions that need more than one person (SPEC section 14): approvals counted toward a quorum (where one stands:
+approvals/tallies.py), and who may not approve.
 
 A request whose requirement asks more than one approval keeps each approval as an `Approval` row until the one
 that completes the quorum: that one decides the request through the one door (`approvals.decisions.decide`, which
@@ -8,7 +9,6 @@ the second counts the first. A deny decides at once; approvals of other argument
 kept for the record and not counted.
 """
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -27,35 +27,9 @@ from approvals.models import Approval, ApproverGroup, PendingRequest, RequestSta
 from approvals.push import notify_approvals
 from approvals.receipts import digest
 from approvals.responses import ResponseRefused
+from approvals.tallies import Tally, counting, tallied
+from approvals.tallies import standing as standing  # where the card and the chat messages read it
 from console.models import Membership
-
-
-@dataclass
-class Tally:
-    """Where a request's quorum stands after an approval: `given` of `required` counted (`by` whom), the groups of
-    `fromEach` none of them is from (`missing`); `mine`: the approval to write when it completes the quorum."""
-
-    given: int
-    required: int
-    by: list[str]
-    missing: list[str] = field(default_factory=list)
-    repeated: bool = False
-    mine: Approval | None = None
-    counted: list[Approval] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return self.given >= self.required and not self.missing
-
-    def wire(self) -> dict[str, Any]:
-        return {"given": self.given, "required": self.required, "by": self.by}
-
-    def waiting_for(self) -> str:
-        """Who is still needed, as the card and the respond contract say it."""
-        if self.missing:
-            return "waiting for " + " and ".join(self.missing)
-        more = self.required - self.given
-        return f"waiting for {more} more approval{'s' if more != 1 else ''}"
 
 
 def counts_toward_quorum(pending: PendingRequest, answer: dict[str, Any]) -> bool:
@@ -117,7 +91,7 @@ def approve_toward(
             with transaction.atomic():
                 mine.save(force_insert=True)
         except IntegrityError:  # the same person's second click, committed in between
-            return _tally(tally.counted[:-1], require, from_each, repeated=True)
+            return tallied(tally.counted[:-1], require, from_each, repeated=True)
         _record(pending, tally)
         transaction.on_commit(partial(notify_approvals, pending))
         return tally
@@ -144,46 +118,14 @@ def _record(pending: PendingRequest, tally: Tally) -> None:
 def _with(pending: PendingRequest, mine: Approval, require: dict[str, Any], from_each: list[str]) -> Tally:
     """The quorum as it stands with `mine` (unsaved) counted; `repeated` (without it) when its giver approved these
     arguments before; `mine` set on it when it completes the quorum."""
-    counted = _counting(list(pending.approvals.all()), mine.arguments_digest)
+    counted = counting(list(pending.approvals.all()), mine.arguments_digest)
     if any(given.by_id == mine.by_id for given in counted):
-        return _tally(counted, require, from_each, repeated=True)
-    tally = _tally([*counted, mine], require, from_each)
+        return tallied(counted, require, from_each, repeated=True)
+    tally = tallied([*counted, mine], require, from_each)
     if tally.complete:
         tally.mine = mine
     return tally
 
 
-def _counting(given: list[Approval], arguments_digest: str) -> list[Approval]:
-    """The approvals of `given` (in order) that count toward approving `arguments_digest`: those of these arguments
-    since the last approval of other arguments (an edit starts the count again)."""
-    counted: list[Approval] = []
-    for approval in given:
-        counted = [*counted, approval] if approval.arguments_digest == arguments_digest else []
-    return counted
-
-
-def standing(pending: PendingRequest) -> Tally | None:
-    """Where `pending`'s quorum stands (the card, the API): the count on the arguments last approved; None for a
-    request one answer decides."""
-    require = pending.require or {}
-    if not needs_several(pending.require):
-        return None
-    given = list(pending.approvals.all())
-    counted = _counting(given, given[-1].arguments_digest) if given else []
-    return _tally(counted, require, list(require.get("fromEach") or []))
-
-
 def _groups_of(user: Any, tenant_id: int) -> set[str]:
     return set(ApproverGroup.objects.filter(tenant_id=tenant_id, members=user).values_list("name", flat=True))
-
-
-def _tally(counted: list[Approval], require: dict[str, Any], from_each: list[str], *, repeated: bool = False) -> Tally:
-    covered = {group for given in counted for group in given.groups}
-    return Tally(
-        given=len(counted),
-        required=int(require.get("approvals", 1)),
-        by=[given.username for given in counted],
-        missing=[group for group in from_each if group not in covered],
-        repeated=repeated,
-        counted=counted,
-    )

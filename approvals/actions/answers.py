@@ -174,20 +174,29 @@ def acting(membership: Membership, actor: Actor, pending: PendingRequest) -> Act
         refuse_unless_answerable(membership, [pending], rights)
     except NotAnApprover as refused:
         raise ResponseRefused(refused.code, refused.detail, refused.status) from None
-    away = rights.on_behalf_of(pending.groups)[1] if rights is not None else None
+    away = rights.on_behalf_of(pending.groups, pending.separated_from)[1] if rights is not None else None
     return actor.acting_for(away) if away is not None else actor
 
 
 def refuse_by_requirement(actor: Actor, pending: PendingRequest, response: Response) -> None:
     """What a request's requirement refuses (SPEC section 14): an approval from the one who asked (or their
-    delegate), and a rule remembered from one approval of several."""
+    delegate), and a rule remembered from one approval of several. Only an approval: the one who asked may deny,
+    answer a question, or give a client tool's result."""
     if pending.require is None:
         return
-    if response.approved is not False:
+    if _approves(pending, response):
         refuse_self_approval(pending, actor)
     if response.remember and pending.approvals_required > 1:
         detail = "The request needs several approvals: one person cannot remember a rule that would skip them."
         raise ResponseRefused("remember_not_allowed", detail)
+
+
+def _approves(pending: PendingRequest, response: Response) -> bool:
+    """Whether `response` approves `pending` (`approved: true`, or `json: true` for a kind that reads it so)."""
+    if response.approved is not None or response.json_value is None:
+        return response.approved is True
+    read = KINDS[pending.kind].read_json(response.json_value)
+    return read is not None and read.get("approved") is True
 
 
 def _toward_quorum(

@@ -3,9 +3,10 @@
 A request keeps its steps (`PendingRequest.escalation`), the next one's index and when it is due
 (`escalation_step`, `escalation_at`), so a restart loses no step: whichever sweep finds it due takes it, by a
 conditional update on the step it read (of two sweepers, one takes it). A `to` step adds groups to those who may
-answer; they hear of it as of a new request (push, webhook, and their digests list it). A `then` step ends the
-request through the one door, decided by `escalation:<step>`: `deny` or `approve` as an answer (a request of a
-kind that takes no yes or no closes `expired`), `expire` as a deadline would.
+answer; they hear of it as of a new request (push, webhook, and their digests list it, counting from the step:
+`PendingRequest.widened`). A `then` step ends the request through the one door, decided by `escalation:<step>`:
+`deny` or `approve` as an answer (a request of a kind that takes no yes or no closes `expired`), `expire` as a
+deadline would.
 """
 
 from datetime import datetime
@@ -61,13 +62,15 @@ def _widen(pending: PendingRequest, step: int, now: datetime) -> bool:
     """Add the step's groups to those who may answer, and move to the next step; False when another sweep took it
     (or the request was decided) meanwhile."""
     steps = pending.escalation or []
-    groups = [*pending.groups, *(g for g in steps[step].get("to") or [] if g not in pending.groups)]
+    added = [g for g in steps[step].get("to") or [] if g not in pending.groups] if pending.approvers else []
     # A request routed to anyone who can answer stays so: groups added to "anyone" change nothing.
     changes = {
-        "approvers": joined(groups) if pending.approvers else "",
+        "approvers": joined([*pending.groups, *added]),
         "escalation_step": step + 1,
         "escalation_at": next_step_at(steps, pending.opened_at, step + 1),
     }
+    if added:  # when they got it: their members' digests list it from then (approvals/digests.py)
+        changes |= {"widened": {**(pending.widened or {}), **dict.fromkeys(added, now.isoformat())}, "widened_at": now}
     with transaction.atomic():
         if not PendingRequest.objects.open().filter(pk=pending.pk, escalation_step=step).update(**changes):
             return False

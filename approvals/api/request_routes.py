@@ -68,7 +68,8 @@ def list_requests(request: ConsoleRequest, filters: Query[RequestFilters]) -> di
     )
     if filters.for_ == "me":
         requests = requests.answerable_by(request.membership)
-    listed = with_receipt_ids(requests.order_by("opened_at", "id"))
+    # The approvals of a page's requests in one query (their `approvals` and `quorum`), with whom a delegate stood for.
+    listed = with_receipt_ids(requests.order_by("opened_at", "id")).prefetch_related("approvals__on_behalf_of")
     return page_of(listed, filters.limit, filters.offset, request_wire)
 
 

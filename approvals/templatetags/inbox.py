@@ -13,7 +13,7 @@ from agents.schema_forms import SchemaField, schema_fields
 from approvals.cards import listed_card
 from approvals.kinds import KINDS, Kind, parameters_schema
 from approvals.models import PendingRequest
-from approvals.quorum import Tally, standing
+from approvals.tallies import Tally, standing
 
 register = template.Library()
 

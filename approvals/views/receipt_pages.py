@@ -1,7 +1,9 @@
 """The receipts pages (SPEC section 13): the list an auditor filters and exports, and one receipt whole."""
 
+import json
 import re
 import uuid
+from typing import Any
 
 from django import forms
 from django.http import Http404, HttpResponse, StreamingHttpResponse
@@ -75,8 +77,16 @@ def receipt_detail(request: ConsoleRequest, receipt_id: uuid.UUID) -> HttpRespon
     if receipt is None:
         raise Http404("No such receipt in this tenant.")
     fields = receipt.wire()
-    said = [(_words(name), name, value) for name, value in fields.items()]
+    said = [(_words(name), name, _shown(value), isinstance(value, (list, dict))) for name, value in fields.items()]
     return render(request, "approvals/receipt.html", {"receipt": receipt, "fields": fields, "said": said})
+
+
+def _shown(value: Any) -> Any:
+    """A receipt field's value as the page shows it: text as it is, anything else as its JSON (`approvals`, a list
+    of objects, indented), null left to the page."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2 if isinstance(value, (list, dict)) else None, ensure_ascii=False)
 
 
 def _words(name: str) -> str:

@@ -11,11 +11,12 @@ from agents.models import Agent
 from approvals.models import ApproverGroup, Away, PendingRequest, Receipt
 from tests.approvals.test_audit import exported_csv, exported_json
 from tests.conftest import Persona, make_persona
-from tests.helpers import assert_problem, stored_events
+from tests.helpers import EMAIL, assert_problem, call_line, make_agent, run_ok, stored_events
 
 pytestmark = pytest.mark.django_db
 
 DEPLOY = {"name": "deploy", "approval": "always", "approvers": "sre"}
+TWO = {"require": {"approvals": 2}}
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def team(admin: Persona, operator: Persona, reader: Persona) -> dict[str, Person
     tenant = admin.tenant
     people = {name: make_persona(name, tenant, "operator") for name in ("sam", "dan", "eve")}
     ApproverGroup.objects.create(tenant=tenant, name="sre").members.add(people["sam"].user, operator.user)
-    tools = [DEPLOY, {**DEPLOY, "name": "wipe", "require": {"approvals": 1}}]
+    tools = [DEPLOY, {**DEPLOY, "name": "wipe", "require": {"approvals": 1}}, {**DEPLOY, "name": "ship", **TWO}]
     content = DefinitionContent.model_validate({"name": "releaser", "runtime": "external", "tools": tools})
     Agent.create(tenant, content, admin.user)
     return people | {"otto": operator, "ada": admin, "rita": reader}
@@ -52,7 +53,9 @@ def test_the_delegate_answers_for_the_away_member_and_the_record_names_both(team
     assert [r["requestId"] for r in listed] == [rid]
     answered = dan.api("post", f"/api/requests/{rid}/responses", {"approved": True, "reason": "for sam"})
     assert answered.json()["status"] == "accepted", answered.content
-    decision = team["ada"].api("get", f"/api/requests/{rid}").json()["decision"]
+    got = team["ada"].api("get", f"/api/requests/{rid}").json()
+    assert (got["answeredBy"], got["onBehalfOf"]) == ("dan", "sam")
+    decision = got["decision"]
     assert (decision["answeredBy"], decision["onBehalfOf"]) == ("dan", "sam")
     receipt = Receipt.objects.get(request_id=rid).body
     assert (receipt["answeredBy"], receipt["onBehalfOf"]) == ("dan", "sam")
@@ -69,6 +72,7 @@ def test_the_delegate_answers_for_the_away_member_and_the_record_names_both(team
     own = open_request(team["otto"])
     team["ada"].api("post", f"/api/requests/{own}/responses", {"approved": True})
     assert "onBehalfOf" not in Receipt.objects.get(request_id=own).body
+    assert team["ada"].api("get", f"/api/requests/{own}").json()["onBehalfOf"] is None
 
 
 def test_back_ends_it_and_chains_are_not_followed(team):
@@ -127,3 +131,55 @@ def test_the_notifications_page_marks_one_away_and_back(team):
     assert "Away now" in page and "I am back" in page
     client.post("/notifications/away/", {"back": "1"})
     assert not Away.objects.exists()
+
+
+def test_a_delegate_of_the_requester_and_of_another_approves_for_the_other(team):
+    """dan stands in for otto, who asked, and for sam (both of sre): where the requirement separates duties he
+    approves for sam, not for otto (SPEC section 14), whichever absence was set first."""
+    rid = open_request(team["otto"], "wipe")
+    away(team["otto"], "dan")
+    away(team["sam"], "dan")
+    answered = team["dan"].api("post", f"/api/requests/{rid}/responses", {"approved": True})
+    assert answered.json()["status"] == "accepted", answered.content
+    assert Receipt.objects.get(request_id=rid).body["onBehalfOf"] == "sam"
+
+
+def test_a_delegate_of_the_requester_and_of_another_approves_for_the_other_in_a_turns_input_too(team):
+    tools = [{"name": "send_email", "approval": "always", "approvers": "sre", "require": {"approvals": 1}}]
+    make_agent(team["ada"], name="mailer", tools=tools)
+    asked = run_ok(team["otto"], {"message": call_line("send_email", EMAIL), "sessionId": "d1"}, agent="mailer")
+    rid = asked["pendingRequests"][0]["requestId"]
+    away(team["otto"], "dan")
+    away(team["sam"], "dan")
+    body = {"sessionId": "d1", "approvals": [{"requestId": rid, "approved": True}]}
+    assert run_ok(team["dan"], body, agent="mailer")["status"] == "completed"
+    assert Receipt.objects.get(request_id=rid).body["answeredBy"] == "dan"
+
+
+def test_a_delegate_of_several_answers_for_the_first_of_them_by_name(team):
+    """eve joins sre: dan stands in for sam (set first) and eve, and answers for eve every time."""
+    ApproverGroup.objects.get(name="sre").members.add(team["eve"].user)
+    away(team["sam"], "dan")
+    away(team["eve"], "dan")
+    for _ in range(2):
+        rid = open_request(team["otto"])
+        team["dan"].api("post", f"/api/requests/{rid}/responses", {"approved": True})
+        assert Receipt.objects.get(request_id=rid).body["onBehalfOf"] == "eve"
+
+
+def test_a_delegates_approval_toward_a_quorum_names_whom_they_stood_in_for(team):
+    """SPEC section 14: the card says "dan for sam"; the request's JSON lists the approval with both and says where
+    the quorum stands; the respond contract's `by` names who gave each approval."""
+    rid = open_request(team["otto"], "ship")
+    away(team["sam"], "dan")
+    recorded = team["dan"].api("post", f"/api/requests/{rid}/responses", {"approved": True}).json()
+    assert (recorded["status"], recorded["approvals"]) == ("recorded", {"given": 1, "required": 2, "by": ["dan"]})
+    card = " ".join(team["ada"].client.get("/inbox/").content.decode().split())
+    assert "<strong>1 of 2</strong> · dan for sam · waiting for 1 more approval" in card
+    got = team["ada"].api("get", f"/api/requests/{rid}").json()
+    assert [(a["by"], a.get("onBehalfOf")) for a in got["approvals"]] == [("dan", "sam")]
+    assert got["quorum"] == {"given": 1, "required": 2, "by": ["dan"], "waitingFor": []}
+    assert team["ada"].api("post", f"/api/requests/{rid}/responses", {"approved": True}).json()["status"] == "accepted"
+    got = team["ada"].api("get", f"/api/requests/{rid}").json()
+    assert (got["answeredBy"], got["onBehalfOf"]) == ("ada", None)
+    assert got["quorum"] == {"given": 2, "required": 2, "by": ["dan", "ada"], "waitingFor": []}

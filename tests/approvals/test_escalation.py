@@ -49,6 +49,10 @@ def test_a_step_adds_groups_then_the_last_denies(admin, groups):
     assert pending.groups == ["sre", "sre-leads"] and pending.escalation_step == 1
     assert pending.escalation_at == pending.opened_at + timedelta(hours=1)
     assert pending.status == RequestStatus.PENDING
+    # The inbox read again in the same minute shows the card as it is now (approvals/cards.py keeps cards a minute).
+    page = " ".join(admin.client.get("/inbox/").content.decode().split())
+    assert '<span class="row-group">for sre or sre-leads</span>' in page
+    assert "Nobody decided yet: denied unless decided before" in page and "escalates to sre-leads" not in page
     listed = lena.api("get", "/api/requests?for=me").json()["items"]
     assert [r["requestId"] for r in listed] == [str(pending.id)]
     # The same step is not taken twice.

@@ -20,10 +20,11 @@ from django.core import mail
 from django.core.management import call_command
 from django.utils import timezone
 
-from agents.models import Run
+from agents.definitions import DefinitionContent
+from agents.models import Agent, Run
 from agents.queue import cancel
-from approvals import webhooks
-from approvals.actions import expire_due
+from approvals import digests, webhooks
+from approvals.actions import escalate_due, expire_due
 from approvals.digests import send_digests
 from approvals.models import ApproverGroup, Digest, PendingRequest
 from tests.conftest import grant, make_persona
@@ -335,3 +336,91 @@ def test_send_digests_sends_what_is_due(admin, operator):
     opt_in(operator)
     call_command("send_digests")
     assert len(mail.outbox) == 1
+
+
+# --- escalation (SPEC section 14): the groups a step adds hear of the request as of a new one -----------------
+
+
+ESCALATED = {
+    "name": "deploy",
+    "approval": "always",
+    "approvers": "sre",
+    "escalation": [{"after": "15m", "to": ["leads"]}],
+}
+
+
+def escalating(admin, operator) -> dict[str, Any]:
+    """otto of sre, lena of leads; an external agent whose `deploy` escalates from sre to leads after 15 minutes
+    and whose `page` is for leads from the start."""
+    lena = make_persona("lena", admin.tenant, "operator")
+    ApproverGroup.objects.create(tenant=admin.tenant, name="sre").members.add(operator.user)
+    ApproverGroup.objects.create(tenant=admin.tenant, name="leads").members.add(lena.user)
+    tools = [ESCALATED, {"name": "page", "approval": "always", "approvers": "leads"}]
+    content = DefinitionContent.model_validate({"name": "releaser", "runtime": "external", "tools": tools})
+    Agent.create(admin.tenant, content, admin.user)
+    return {"lena": lena, "otto": operator}
+
+
+def open_external(persona, tool: str) -> PendingRequest:
+    opened = persona.api("post", "/api/agents/releaser/requests", {"toolName": tool, "arguments": {}})
+    assert opened.status_code == 201, opened.content
+    return PendingRequest.objects.get(id=opened.json()["requestId"])
+
+
+def test_an_escalation_step_announces_the_request_to_the_webhook_again_with_its_groups(
+    admin, operator, receiver, django_capture_on_commit_callbacks
+):
+    escalating(admin, operator)
+    with django_capture_on_commit_callbacks(execute=True):
+        deploy = open_external(admin, "deploy")
+    first = receiver.next_event()
+    assert (first["type"], first["request"]["approvers"]) == ("request.opened", "sre")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert escalate_due(deploy.opened_at + timedelta(minutes=15)) == [deploy]
+    again = receiver.next_event()
+    assert again["type"] == "request.opened" and again["id"] != first["id"]
+    assert again["request"]["requestId"] == str(deploy.id)
+    assert (again["request"]["approvers"], again["request"]["status"]) == (["sre", "leads"], "pending")
+
+
+def test_a_request_escalated_to_a_group_is_in_its_members_next_digest_once(admin, operator):
+    """lena's digest went out after `deploy` opened (it listed `page`, opened later); `deploy` reaches her group 15
+    minutes after its opening: her digest lists it once it has waited her minute from then. otto of sre had it in his
+    digest already: not again."""
+    people = escalating(admin, operator)
+    deploy = open_external(admin, "deploy")
+    page = open_external(admin, "page")
+    opened = deploy.opened_at
+    opt_in(people["lena"], minutes=1)
+    opt_in(people["otto"], minutes=1)
+
+    assert send_digests(opened + timedelta(minutes=5)) == 2
+    said = {message.to[0]: message.body for message in mail.outbox}
+    assert f"#request-{page.id}" in said["lena@example.com"] and f"#request-{deploy.id}" not in said["lena@example.com"]
+    assert f"#request-{deploy.id}" in said["otto@example.com"]
+
+    escalate_due(opened + timedelta(minutes=15))
+    assert send_digests(opened + timedelta(minutes=15, seconds=30)) == 0  # it reached lena less than a minute ago
+    assert send_digests(opened + timedelta(minutes=16, seconds=30)) == 1
+    [escalated] = mail.outbox[2:]
+    assert escalated.to == ["lena@example.com"]
+    assert f"#request-{deploy.id}" in escalated.body and f"#request-{page.id}" not in escalated.body
+    assert send_digests(opened + timedelta(minutes=30)) == 0  # in one digest of each only
+
+
+def test_a_full_digest_and_an_escalated_request_each_list_the_rest_later(admin, operator, monkeypatch):
+    """Two requests a digest at most: lena's first lists the first two `page`s; after `deploy` escalates to her group
+    her next lists the third and `deploy`, and nothing is listed twice."""
+    monkeypatch.setattr(digests, "MOST_LISTED", 2)
+    people = escalating(admin, operator)
+    deploy = open_external(admin, "deploy")
+    pages = [open_external(admin, "page") for _ in range(3)]
+    opened = deploy.opened_at
+    opt_in(people["lena"], minutes=1)
+
+    assert send_digests(opened + timedelta(minutes=5)) == 1
+    escalate_due(opened + timedelta(minutes=15))
+    assert send_digests(opened + timedelta(minutes=17)) == 1
+    assert send_digests(opened + timedelta(minutes=30)) == 0
+    listed = [[r for r in [*pages, deploy] if f"#request-{r.id}" in message.body] for message in mail.outbox]
+    assert listed == [pages[:2], [pages[2], deploy]]

@@ -18,14 +18,15 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals import push
-from approvals.actions import expire_due
-from approvals.models import ApproverGroup
+from approvals.actions import escalate_due, expire_due
+from approvals.models import ApproverGroup, PendingRequest
 from approvals.push import tenant_group
 from console.asgi import application
 from console.models import Membership
-from tests.conftest import PASSWORD, Persona
+from tests.conftest import PASSWORD, Persona, make_persona
 from tests.helpers import assert_nothing_pushed, make_agent, run_ok
 
 pytestmark = [
@@ -259,6 +260,45 @@ async def test_it_pushes_an_expired_request_as_closed(operator, admin):
     await sync_to_async(expire_due)(timezone.now() + timedelta(seconds=61))
 
     assert await closed(ws) == {"type": "requests_closed", "ids": [request_id(asked)], "pending": 0}
+    await assert_nothing_pushed(operator.tenant.pk, ws)
+    await close_all(ws)
+
+
+def escalating(admin: Persona, operator: Persona) -> Persona:
+    """lena of leads, otto of sre, and an external agent whose `deploy` is for sre and escalates to leads after 15
+    minutes."""
+    lena = make_persona("lena", admin.tenant, "operator")
+    ApproverGroup.objects.create(tenant=admin.tenant, name="sre").members.add(operator.user)
+    ApproverGroup.objects.create(tenant=admin.tenant, name="leads").members.add(lena.user)
+    deploy = {"name": "deploy", "approval": "always", "approvers": "sre"}
+    deploy["escalation"] = [{"after": "15m", "to": ["leads"]}]
+    content = DefinitionContent.model_validate({"name": "releaser", "runtime": "external", "tools": [deploy]})
+    Agent.create(admin.tenant, content, admin.user)
+    return lena
+
+
+def open_deploy(persona: Persona) -> PendingRequest:
+    opened = persona.api("post", "/api/agents/releaser/requests", {"toolName": "deploy", "arguments": {}})
+    assert opened.status_code == 201, opened.content
+    return PendingRequest.objects.get(id=opened.json()["requestId"])
+
+
+async def test_an_escalation_step_pushes_the_card_with_its_forms_to_the_group_it_adds(operator, admin):
+    """SPEC section 14: lena of leads watches sre's request without its forms; the step that adds leads shows it to
+    her anew, with them, as a new request (its title for a browser notification)."""
+    lena = await sync_to_async(escalating)(admin, operator)
+    ws = await connect(lena)
+    pending = await sync_to_async(open_deploy)(admin)
+    rid = str(pending.id)
+    watched = await opened(ws)
+    assert watched["ids"] == [rid] and APPROVE_BUTTON not in watched["html"]
+
+    await sync_to_async(escalate_due)(pending.opened_at + timedelta(minutes=15))
+
+    assert await closed(ws) == {"type": "requests_closed", "ids": [rid], "pending": 1}  # out first, then anew
+    shown = await opened(ws)
+    assert (shown["ids"], shown["titles"], shown["pending"]) == ([rid], ["releaser: deploy"], 1)
+    assert APPROVE_BUTTON in shown["html"] and "for sre or leads" in shown["html"]
     await assert_nothing_pushed(operator.tenant.pk, ws)
     await close_all(ws)
 

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 
 from agents.definitions import DefinitionContent
@@ -312,3 +313,48 @@ def test_the_requesters_stand_in_cannot_approve_for_them_in_a_turns_input_either
     inbox = respond(people["sue"], rid)
     assert assert_problem(inbox, 403, "not_an_approver")["reason"] == "self_approval"
     assert people["sam"].api("post", "/api/agents/not-mine/runs", body).json()["status"] == "completed"
+
+
+def test_an_inbox_read_again_after_an_approval_says_the_new_count(people):
+    """The inbox keeps each card's HTML for the minute (approvals/cards.py): an approval given meanwhile (here by the
+    API, so no push redraws the card) must show at the next read, on the card and its row, with who gave it."""
+    rid = open_deploy(people["otto"])
+    before = people["sue"].client.get("/inbox/").content.decode()
+    assert '<span class="row-quorum">0 of 2</span>' in before and "<strong>0 of 2</strong>" in before
+    assert respond(people["sam"], rid).json()["status"] == "recorded"
+    after = people["sue"].client.get("/inbox/").content.decode()
+    assert '<span class="row-quorum">1 of 2</span>' in after
+    assert "<strong>1 of 2</strong> · sam · waiting for security" in after
+
+
+def test_the_receipt_page_shows_the_approvals_as_json(people):
+    rid = open_deploy(people["otto"])
+    respond(people["sam"], rid)
+    assert respond(people["sue"], rid).json()["status"] == "accepted"
+    page = people["ada"].client.get(reverse("request_receipt", args=[rid]), follow=True).content.decode()
+    shown = page.split('<pre class="json">', 1)[1].split("</pre>", 1)[0]
+    assert shown.startswith("[\n  {\n    &quot;") and "&quot;by&quot;: &quot;sam&quot;" in shown  # indented JSON
+    assert "&#x27;by&#x27;" not in page and "{'by'" not in page
+
+
+def test_separating_duties_refuses_the_requester_approvals_only(admin, operator, people):
+    """SPEC section 14: the one who asked cannot approve; a client tool's result or a question's answer is no
+    approval, so they may give those (as the one who runs the client, or was asked, usually does)."""
+    located = {"name": "get_user_location", "approvers": "sre", "require": {"approvals": 1}}
+    make_agent(admin, name="locating", clientTools=[located])
+    for session, by_turn in (("c1", False), ("c2", True)):
+        asked = run_ok(operator, {"message": call_line("get_user_location", {}), "sessionId": session}, "locating")
+        pending = asked["pendingRequests"][0]
+        if by_turn:
+            said = {"sessionId": session, "toolResults": [{"callId": pending["callId"], "result": {"city": "Oslo"}}]}
+            assert run_ok(operator, said, "locating")["status"] == "completed"
+        else:
+            answered = respond(operator, pending["requestId"], approved=None, result={"city": "Oslo"})
+            assert answered.json()["status"] == "accepted", answered.content
+    kinds = [{"kind": "question", "approvers": "sre", "require": {"approvals": 1}}]
+    put = {"name": "releaser", "runtime": "external", "tools": [DEPLOY], "requestKinds": kinds}
+    assert people["ada"].api("put", "/api/agents/releaser", put).status_code == 200
+    opened = operator.api("post", "/api/agents/releaser/requests", {"kind": "question", "question": "Which region?"})
+    answered = respond(operator, opened.json()["requestId"], approved=None, text="eu-west")
+    assert answered.json()["status"] == "accepted", answered.content
+    assert assert_problem(respond(operator, open_deploy(operator)), 403, "not_an_approver")["reason"] == "self_approval"

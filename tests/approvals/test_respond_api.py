@@ -632,6 +632,7 @@ def test_it_lists_the_tenants_open_requests(operator, outsider, assistant):
         "closedAt": None,
         "answer": None,
         "answeredBy": None,
+        "onBehalfOf": None,
         "answeredAt": None,
         "claimedBy": None,
         "claimedAt": None,

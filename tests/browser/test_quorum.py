@@ -65,6 +65,10 @@ def test_a_quorum_card_says_how_it_stands(
     Api(origin, team["sam_token"]).ok("POST", f"/api/requests/{team['later']}/responses", {"approved": True})
     expect(later.locator(".row-quorum")).to_have_text("1 of 2")
     expect(later.locator("[data-approvals]")).to_have_text(f"1 of 2 · {team['sam']} · waiting for security")
+    # Read again within the minute the server keeps each card (approvals/cards.py), the page says the same.
+    page.reload()
+    expect(page.locator(f"#request-{team['later']} .row-quorum")).to_have_text("1 of 2")
+    expect(page.locator(f"#request-{team['later']} [data-approvals]")).to_contain_text(team["sam"])
 
 
 def test_a_member_marks_themselves_away_and_the_form_edits_a_requirement(
