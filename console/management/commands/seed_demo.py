@@ -1,7 +1,9 @@
 import json
+import logging
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -284,16 +286,17 @@ class Command(BaseCommand):
         if Session.objects.filter(tenant=tenant, key__startswith=HISTORY_SESSIONS).exists():
             return
         membership = Membership.objects.get(user=operator, tenant=tenant)
-        for number, (agent, message, answer) in enumerate(HISTORY):
-            request = RunRequest(message=message, session_id=f"{HISTORY_SESSIONS}{number + 1}")
-            try:
-                ended = run_to_end(start_run(membership, operator, agent, request))
-                for pending in ended.opened:
-                    response = Response.model_validate({"requestId": pending.id, **answer})
-                    answer_request(membership, Actor.person(operator, Via.INBOX), response, run_id=ended.run.id)
-            except (RunRejected, ResponseRefused) as refused:  # an agent a person changed since: theirs
-                self.stdout.write(f"Demo history: {agent} skipped ({refused})")
-        drain()
+        with _quiet_task_logs():
+            for number, (agent, message, answer) in enumerate(HISTORY):
+                request = RunRequest(message=message, session_id=f"{HISTORY_SESSIONS}{number + 1}")
+                try:
+                    ended = run_to_end(start_run(membership, operator, agent, request))
+                    for pending in ended.opened:
+                        response = Response.model_validate({"requestId": pending.id, **answer})
+                        answer_request(membership, Actor.person(operator, Via.INBOX), response, run_id=ended.run.id)
+                except (RunRejected, ResponseRefused) as refused:  # an agent a person changed since: theirs
+                    self.stdout.write(f"Demo history: {agent} skipped ({refused})")
+            drain()
         _spread_over_a_week(tenant)
         self.stdout.write(f"Demo history: {len(HISTORY)} conversations with their answers.")
 
@@ -315,6 +318,19 @@ class Command(BaseCommand):
         stored.write_text(password + "\n")
         stored.chmod(0o600)
         return password
+
+
+@contextmanager
+def _quiet_task_logs() -> Iterator[None]:
+    """The history's continuations run as tasks, and django.tasks logs two lines (RUNNING, SUCCESSFUL) for each:
+    under the login message `make run` prints, they buried it. Its warnings and failures still show."""
+    logger = logging.getLogger("django.tasks")
+    level = logger.level
+    logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _spread_over_a_week(tenant: Tenant) -> None:
