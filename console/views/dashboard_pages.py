@@ -75,7 +75,8 @@ def hide_first_steps(request: ConsoleRequest) -> HttpResponse:
 @dataclass(frozen=True)
 class Step:
     """One of a newcomer's first steps: what to do, where it is done (`action` names the link), and whether the
-    tenant has done it; `next` marks the first one not done, the one the panel offers as its button."""
+    tenant has done it; `next` marks the first one not done, the one the panel offers as its button. `guide` is a
+    page of Airlock's source that says more (the console does not serve docs/), `more` other links (label, url)."""
 
     title: str
     how: str
@@ -83,6 +84,8 @@ class Step:
     action: str
     done: bool
     next: bool = False
+    guide: str = ""
+    more: tuple[tuple[str, str], ...] = ()
 
 
 def progress(tenant: Tenant) -> dict[str, bool]:
@@ -132,10 +135,12 @@ def first_steps(done: dict[str, bool]) -> list[Step]:
         ),
         Step(
             "Connect an external agent",
-            "An agent that runs elsewhere asks here with an API token (docs/external-agents.md shows how).",
+            "An agent that runs elsewhere asks here before it acts, with an API token.",
             reverse("tokens"),
             "Create a token",
             done["connected"],
+            guide="docs/external-agents.md",
+            more=(("API reference", reverse("api:openapi-view")),),
         ),
     ]
     upcoming = next((n for n, step in enumerate(steps) if not step.done), None)

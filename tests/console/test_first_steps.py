@@ -6,6 +6,7 @@ one query, scoped to the tenant."""
 import json
 import re
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,3 +211,17 @@ def test_it_reads_the_steps_in_one_query_however_much_the_tenant_did(admin, oper
     with django_assert_num_queries(1):
         progress(admin.tenant)
     assert queries(operator) == few
+
+
+def test_the_external_agent_step_says_where_its_guide_is_and_links_the_api_reference(admin, operator):
+    """The console serves no docs/: the step names the guide as a file of Airlock's source (one it has) and links
+    what the console does serve, the API's reference."""
+    make_agent(admin)
+    [step] = re.findall(
+        r'<li class="first-step[^"]*">((?:(?!</li>).)*Connect an external agent.*?)</li>', page(operator), re.S
+    )
+    guide = re.search(r"How, step by step: <code>([^<]+)</code> in Airlock(?:'|&#x27;)s source\.", step)
+    assert guide is not None, step
+    assert (Path(__file__).resolve().parents[2] / guide[1]).is_file(), guide[1]
+    assert '<a href="/api/docs">API reference</a>' in step, step
+    assert operator.client.get("/api/docs").status_code == 200
