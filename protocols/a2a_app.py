@@ -6,16 +6,21 @@ card at `/a2a/{agent}/.well-known/agent-card.json`.
 Each request is authenticated here first, as the MCP gateway's are: an Airlock API token (`Authorization: Bearer`)
 of the agent's tenant; the card takes any member's, the JSON-RPC endpoint an operator's or more. No token is 401,
 an agent of another tenant (or one that runs elsewhere: external, gateway) 404: on the JSON-RPC endpoint as a
-JSON-RPC error with that HTTP status, on the card as the API's problem+json (A2A gives a card no error shape).
+JSON-RPC error with that HTTP status, in the error shape of the caller's protocol version (0.3's for 0.3's method
+names, as the SDK's own errors), on the card as the API's problem+json (A2A gives a card no error shape).
 Every request runs its database work on one thread of its own (`ThreadSensitiveContext`), its connections closed
 when it ends."""
 
+import json
 import re
 from typing import Any
 
+from a2a.compat.v0_3 import types as types_v03
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
+from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter
+from a2a.utils.constants import VERSION_HEADER
 from a2a.utils.errors import InvalidRequestError
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
@@ -39,6 +44,9 @@ PATH = re.compile(r"^/a2a/([a-z0-9][a-z0-9_-]{0,62})(/|/\.well-known/agent-card\
 CARD_SUFFIX = "/.well-known/agent-card.json"
 # The largest JSON-RPC request a client may send.
 MAX_MESSAGE_BYTES = 1024 * 1024
+# The 0.3 method names the SDK's dispatcher hands to its 0.3 adapter (imported from the dispatcher's module: imported
+# on its own first, the adapter's module is a circular import in the SDK).
+V0_3_METHODS = frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
 
 
 class Refusal(Exception):
@@ -108,7 +116,8 @@ class A2AApp:
         headers = dict(scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
-            await _refuse(send, Refusal(400, "invalid_host", "The request's Host is not this console's."), card=card)
+            refusal = Refusal(400, "invalid_host", "The request's Host is not this console's.")
+            await _refuse(send, refusal, card=card, receive=receive, asked=headers)
             return
         url = f"{scope.get('scheme', 'http')}://{host}{PREFIX}{match.group(1)}"
         authorization = headers.get(b"authorization", b"").decode("latin-1") or None
@@ -117,7 +126,7 @@ class A2AApp:
                 try:
                     caller = await sync_to_async(authenticate)(authorization, match.group(1), url, card=card)
                 except Refusal as refusal:
-                    await _refuse(send, refusal, card=card)
+                    await _refuse(send, refusal, card=card, receive=receive, asked=headers)
                     return
                 # Whoever answers a request here is signed in by this token (the receipts' `authMethod`).
                 AUTH_METHOD.set(f"token:{caller.token_id}")
@@ -143,19 +152,61 @@ def _bounded(receive: Any) -> Any:
     return bounded
 
 
-async def _refuse(send: Any, refusal: Refusal, *, card: bool) -> None:
-    """The refusal as the card's problem+json (console.problems.problem), or as a JSON-RPC error for the endpoint."""
+async def _refuse(
+    send: Any, refusal: Refusal, *, card: bool, receive: Any = None, asked: dict[bytes, bytes] | None = None
+) -> None:
+    """The refusal as the card's problem+json (console.problems.problem), or as a JSON-RPC error for the endpoint
+    (`_jsonrpc_refusal`: the request is read for its method and id)."""
     if card:
         response = problem(refusal.status, refusal.code, refusal.detail)
         body, kind = response.content, b"application/problem+json"
     else:
-        error = InvalidRequestError(message=refusal.detail, data={"code": refusal.code})
-        body, kind = bytes(JSONResponse(build_error_response(None, error)).body), b"application/json"
+        request = await _read_request(receive) if receive is not None else None
+        body, kind = _jsonrpc_refusal(refusal, request, asked or {}), b"application/json"
     headers = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
     if refusal.status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="airlock"'))
     await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _read_request(receive: Any) -> dict[str, Any] | None:
+    """The JSON-RPC request a refused client sent, when it is a JSON object of at most MAX_MESSAGE_BYTES."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if len(body) > MAX_MESSAGE_BYTES:
+            return None
+        if message.get("type") != "http.request" or not message.get("more_body"):
+            break
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    return request if isinstance(request, dict) else None
+
+
+def _jsonrpc_refusal(refusal: Refusal, request: dict[str, Any] | None, headers: dict[bytes, bytes]) -> bytes:
+    """The refusal as a JSON-RPC error (-32600, Airlock's `code` in its data) in the shape of the caller's protocol
+    version, as the SDK answers its own errors: 0.3's (`data` the object) for a 0.3 method name, 1.0's (`data` a
+    list of details, the code in one's `metadata`) for any other; a request whose method cannot be read is 1.0's
+    with an `A2A-Version: 1.x` header and 0.3's without one (the SDK reads no header as 0.3). The request's id is
+    echoed when it is one JSON-RPC allows."""
+    method = request.get("method") if request is not None else None
+    request_id = request.get("id") if request is not None else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        request_id = None
+    data = {"code": refusal.code}
+    if isinstance(method, str) and method:
+        speaks_0_3 = method in V0_3_METHODS
+    else:
+        version = headers.get(VERSION_HEADER.lower().encode(), b"").decode("latin-1").strip()
+        speaks_0_3 = not version.startswith("1.")
+    if speaks_0_3:
+        error = types_v03.InvalidRequestError(message=refusal.detail, data=data).model_dump(by_alias=True)
+        return bytes(JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}).body)
+    return bytes(JSONResponse(build_error_response(request_id, InvalidRequestError(refusal.detail, data=data))).body)
 
 
 __all__ = ["PREFIX", "A2AApp"]

@@ -3,6 +3,7 @@ task sent and run, a pause as `input-required` with its requests as a DataPart, 
 inbox, a cancel, the 0.3 method names, and every refusal (no token, another tenant's agent, bad answers) in the
 protocol's error shape with nothing changed."""
 
+import json
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from a2a.client import A2ACardResolver, A2AClientError, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, A2AClientError, AgentCardResolutionError, ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
@@ -29,10 +30,10 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from agents.claiming import drain
 from agents.models import Run, RunStatus
-from approvals.models import PendingRequest, RequestStatus
+from approvals.models import Approval, PendingRequest, RequestStatus
 from console.asgi import application
-from tests.conftest import Persona
-from tests.helpers import EMAIL, call_line, make_agent, snapshot
+from tests.conftest import Persona, make_persona
+from tests.helpers import EMAIL, ask_for_a_day, call_line, make_agent, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -198,7 +199,23 @@ async def test_another_tenants_agent_is_not_found(assistant, outsider):
     assert card.status_code == 404 and card.headers["content-type"] == "application/problem+json"
     assert card.json()["code"] == "agent_not_found"
     assert rpc.status_code == 404
-    assert rpc.json()["error"]["code"] == -32600 and rpc.json()["id"] is None
+    assert rpc.json()["error"]["code"] == -32600 and rpc.json()["id"] == 1
+
+
+async def test_the_sdk_client_finds_no_agent_of_another_tenant(assistant, operator, outsider):
+    async with http(outsider) as session:
+        with pytest.raises(AgentCardResolutionError) as no_card:
+            await A2ACardResolver(session, ENDPOINT).get_agent_card()
+    # Even with the card in hand (as the agent's own tenant reads it), the outsider's token sends nothing.
+    async with http(operator) as session:
+        card = await A2ACardResolver(session, ENDPOINT).get_agent_card()
+    async with http(outsider) as session:
+        client = ClientFactory(ClientConfig(httpx_client=session, streaming=False)).create(card)
+        with pytest.raises(A2AClientError, match="404"):
+            await sent(client, said("hello"))
+
+    assert no_card.value.status_code == 404
+    assert await sync_to_async(Run.objects.count)() == 0
 
 
 async def test_without_a_token_it_is_401(assistant):
@@ -237,6 +254,28 @@ async def test_a_bad_answer_is_refused_and_changes_nothing(assistant, operator, 
     assert refused.value.data and refused.value.data["code"] == code, refused.value
     assert after == before
     assert waiting_on(still)[0]["requestId"] == request["requestId"]
+
+
+async def test_a_quorum_vote_next_to_a_bad_answer_is_not_recorded(admin, operator):
+    """send_email needs two approvals (SPEC section 14): sam's valid vote rides in one message with an answer the
+    input request refuses, so neither is given and no approval is written."""
+    two_keys = {"name": "send_email", "approval": "always", "require": {"approvals": 2}}
+    await sync_to_async(make_agent)(admin, name="assistant", tools=[two_keys])
+    sam = await sync_to_async(make_persona)("sam", admin.tenant, "operator")
+    async with a2a(operator) as client:
+        asked = await sent(client, said(SEND))
+    [request] = waiting_on(asked)
+    day = await sync_to_async(ask_for_a_day)({"pendingRequests": [request]})
+    vote = {"requestId": request["requestId"], "approved": True}
+    bad = {"requestId": str(day.id), "action": "accept", "content": {"day": 3}}
+    before = await sync_to_async(snapshot)()
+    async with a2a(sam) as client:
+        with pytest.raises(InvalidParamsError) as refused:
+            await sent(client, answering(asked, vote, bad))
+    after = await sync_to_async(snapshot)()
+
+    assert refused.value.data == {"code": "invalid_response", "requestId": str(day.id)}, refused.value
+    assert after == before and await sync_to_async(Approval.objects.count)() == 0
 
 
 def rebuilt(events: list[StreamResponse]) -> str:
@@ -296,6 +335,37 @@ async def test_the_0_3_names_send_get_and_cancel(assistant, operator, worker):
     assert cancelled["status"]["state"] == "canceled"
 
 
+async def streamed_0_3(session: httpx.AsyncClient, text: str) -> list[dict[str, Any]]:
+    """The results of a 0.3 `message/stream` of `text`: each server-sent event's JSON-RPC response."""
+    results = []
+    async with session.stream("POST", "/a2a/assistant", json=rpc("message/stream", v03_message(text))) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                answer = json.loads(line.removeprefix("data: "))
+                assert answer["jsonrpc"] == "2.0" and answer["id"] == 1 and "error" not in answer, answer
+                results.append(answer["result"])
+    return results
+
+
+async def test_the_0_3_name_message_stream_streams_the_reply_and_the_pause(assistant, operator):
+    async with http(operator) as session:
+        reply = await streamed_0_3(session, "stream me")
+        paused = await streamed_0_3(session, SEND)
+
+    assert reply[0]["kind"] == "task" and reply[0]["status"]["state"] == "working"
+    chunks = [r["artifact"] for r in reply if r["kind"] == "artifact-update"]
+    assert len(chunks) > 1 and "".join(chunk["parts"][0]["text"] for chunk in chunks) == "You said: stream me"
+    last = reply[-1]
+    assert (last["kind"], last["final"], last["status"]["state"]) == ("status-update", True, "completed")
+    assert last["status"]["message"]["parts"] == [{"kind": "text", "text": "You said: stream me"}]
+    assert {r.get("taskId", r.get("id")) for r in reply} == {reply[0]["id"]}
+    waiting = paused[-1]  # the stream's last (the SDK's 0.3 conversion marks only ended states `final`)
+    assert (waiting["kind"], waiting["status"]["state"]) == ("status-update", "input-required")
+    [request] = waiting["status"]["message"]["parts"][1]["data"]["pendingRequests"]
+    assert (request["kind"], request["toolName"], request["arguments"]) == ("approval", "send_email", EMAIL)
+
+
 async def test_answering_a_closed_request_is_refused_and_changes_nothing(assistant, operator):
     async with a2a(operator) as client:
         asked = await sent(client, said(SEND))
@@ -338,7 +408,41 @@ async def test_a_reader_may_read_the_card_but_not_send(assistant, reader):
         response = await session.post("/a2a/assistant", json=rpc("message/send", v03_message("hi")))
 
     assert response.status_code == 403
-    assert response.json()["error"]["data"][0]["metadata"]["code"] == "forbidden"
+    assert response.json()["error"]["data"] == {"code": "forbidden"}
+
+
+@pytest.mark.parametrize(
+    ("who", "status", "code"),
+    [(None, 401, "unauthenticated"), ("reader", 403, "forbidden"), ("outsider", 404, "agent_not_found")],
+)
+async def test_a_refusal_speaks_the_callers_protocol_version(assistant, operator, reader, outsider, who, status, code):
+    """A 0.3 client (0.3's method names, no `A2A-Version` header) gets a refusal in 0.3's error shape, `data` an
+    object, as the SDK's own 0.3 errors come; a 1.0 client in 1.0's, `data` a list of error details."""
+    persona = {None: None, "reader": reader, "outsider": outsider}[who]
+    unknown = {"id": "00000000-0000-0000-0000-000000000000"}
+    async with http(operator) as session:
+        sdk_0_3 = (await session.post("/a2a/assistant", json=rpc("tasks/get", unknown))).json()["error"]
+    async with http(persona) as session:
+        refused_0_3 = await session.post("/a2a/assistant", json=rpc("message/send", v03_message("hi"), call=7))
+        unread_0_3 = await session.post("/a2a/assistant", content=b"{not json")
+        refused_1_0 = await session.post(
+            "/a2a/assistant", json=rpc("SendMessage", {}, call="x"), headers={"A2A-Version": "1.0"}
+        )
+
+    assert refused_0_3.status_code == unread_0_3.status_code == refused_1_0.status_code == status
+    assert set(sdk_0_3) == {"code", "message", "data"} and isinstance(sdk_0_3["data"], dict)
+    error = refused_0_3.json()["error"]
+    assert (refused_0_3.json()["id"], set(error), error["code"], error["data"]) == (
+        7,
+        {"code", "message", "data"},
+        -32600,
+        {"code": code},
+    )
+    assert unread_0_3.json()["id"] is None and unread_0_3.json()["error"]["data"] == {"code": code}
+    error = refused_1_0.json()["error"]
+    assert refused_1_0.json()["id"] == "x" and error["code"] == -32600
+    [detail] = error["data"]
+    assert detail["@type"].endswith("google.rpc.ErrorInfo") and detail["metadata"] == {"code": code}
 
 
 async def test_an_agent_that_runs_elsewhere_has_no_card(admin, operator):
