@@ -70,6 +70,8 @@ class PreparedRun:
     subagents: dict[str, SubAgent] = field(default_factory=dict)
     # The client tools offered for the turn besides the definition's (`run_client_tools`), stored on the run.
     client_tools: list[RunClientTool] = field(default_factory=list)
+    # The away members (users) whose delegate gives an answer of `answered`, by request pk (`stand_ins`).
+    on_behalf_of: dict[Any, Any] = field(default_factory=dict)
     # The run this one replays (`agents.actions.do_replay_run`): `replayOf` in its `run.started`.
     replay_of: Run | None = None
     # The ids of the session's open requests the run neither carries nor abandons (None: not known, for a queued
@@ -240,14 +242,24 @@ def refuse_unless_approver_of(membership: Membership, requests: Iterable[Pending
         raise RunRejected(refused.status, refused.code, refused.run_detail) from None
 
 
-def refuse_self_approvals(membership: Membership, answered: Iterable[tuple[PendingRequest, dict[str, Any]]]) -> None:
+def stand_ins(membership: Membership, answered: Iterable[tuple[PendingRequest, dict[str, Any]]]) -> dict[Any, Any]:
+    """For whom the member answers each request of a turn's input that they answer as an away member's delegate
+    (SPEC section 14: both names in the answer), by request pk; as the inbox finds it (`approvals.actions.answers.
+    acting`)."""
+    routed = [pending for pending, _ in answered if pending.approvers]
+    rights = rights_of(membership) if routed else None
+    found = {pending.pk: rights.on_behalf_of(pending.groups, pending.separated_from)[1] for pending in routed if rights}
+    return {pk: away for pk, away in found.items() if away is not None}
+
+
+def refuse_self_approvals(membership: Membership, prepared: PreparedRun) -> None:
     """A turn's input approving a request its member asked for (or, answering as their stand-in, the away member
     did), where the request's requirement separates duties (SPEC section 14): 403 `not_an_approver`,
     `reason: "self_approval"`; as the inbox refuses it (`approvals.actions.answers.acting`)."""
-    approving = [pending for pending, payload in answered if pending.require and payload.get("approved") is True]
-    rights = rights_of(membership) if approving else None
-    for pending in approving:
-        away = rights.on_behalf_of(pending.groups, pending.separated_from)[1] if rights and pending.approvers else None
+    for pending, payload in prepared.answered:
+        if not (pending.require and payload.get("approved") is True):
+            continue
+        away = prepared.on_behalf_of.get(pending.pk)
         if self_approval(pending.require, pending.requested_by_id, membership.user_id, getattr(away, "pk", None)):
             detail = f"You asked for the request {pending.id} (you started its run): someone else must approve it."
             raise RunRejected(403, "not_an_approver", detail, reason="self_approval")

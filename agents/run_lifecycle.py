@@ -127,7 +127,9 @@ def record_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = No
         # or closed since prepare_run found it rejects the whole run, so a call is never answered twice.
         answerer = Actor.person(author(user), Via.RUN)
         for pending, payload in prepared.answered:
-            if not decide(pending, Decision(answerer, payload, carried_in=run), now):
+            away = prepared.on_behalf_of.get(pending.pk)
+            actor = answerer.acting_for(away) if away is not None else answerer
+            if not decide(pending, Decision(actor, payload, carried_in=run), now):
                 detail = f"The request {pending.id} was answered or closed meanwhile."
                 raise RunRejected(409, "already_answered", detail)
         if not carry(prepared.stored_answers, run, now):

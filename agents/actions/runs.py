@@ -20,6 +20,7 @@ from agents.prepare import (
     refuse_self_approvals,
     refuse_ungranted_connections,
     refuse_unless_approver_of,
+    stand_ins,
 )
 from agents.run_lifecycle import ExecutionResult, StartedRun, execute, run_result
 from agents.run_requests import RunRequest
@@ -49,7 +50,8 @@ def start_run(membership: Membership, user: Any, name: str, request: RunRequest,
     prepared = prepare_run(membership.tenant, version, request)
     # What it answers and what it abandons (`abandonPending`) take the right to answer them.
     refuse_unless_approver_of(membership, [*(pending for pending, _ in prepared.answered), *prepared.abandoned])
-    refuse_self_approvals(membership, prepared.answered)
+    prepared.on_behalf_of = stand_ins(membership, prepared.answered)
+    refuse_self_approvals(membership, prepared)
     refuse_ungranted_connections(prepared)
     if queued:
         return queue.start_queued(prepared, user)

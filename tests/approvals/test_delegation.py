@@ -153,7 +153,10 @@ def test_a_delegate_of_the_requester_and_of_another_approves_for_the_other_in_a_
     away(team["sam"], "dan")
     body = {"sessionId": "d1", "approvals": [{"requestId": rid, "approved": True}]}
     assert run_ok(team["dan"], body, agent="mailer")["status"] == "completed"
-    assert Receipt.objects.get(request_id=rid).body["answeredBy"] == "dan"
+    receipt = Receipt.objects.get(request_id=rid).body
+    assert (receipt["answeredBy"], receipt["onBehalfOf"]) == ("dan", "sam")
+    got = team["ada"].api("get", f"/api/requests/{rid}").json()
+    assert (got["answeredBy"], got["onBehalfOf"], got["decision"]["onBehalfOf"]) == ("dan", "sam", "sam")
 
 
 def test_a_delegate_of_several_answers_for_the_first_of_them_by_name(team):
