@@ -100,6 +100,8 @@ class AuditEntry:
     # SPEC section 14: the away member a delegate answered for, and a quorum's approvals that decided it.
     on_behalf_of: str | None = None
     approvals: Any = None
+    # How the person who answered signed in (the receipt's `authMethod`); None for the system, a rule, a policy.
+    auth_method: str | None = None
 
     @property
     def label(self) -> str:
@@ -208,6 +210,7 @@ class AuditEntry:
             "enforced": self.enforced,
             "agentVersion": self.version,
             "onBehalfOf": self.on_behalf_of,
+            "authMethod": self.auth_method,
             "approvals": self.approvals,
             "runId": self.run_id or None,
             "agent": self.agent,

@@ -118,6 +118,7 @@ def _answer_entry(pending: PendingRequest, remembered: dict[uuid.UUID | None, st
         reason=answer.get("reason") or None,
         via=pending.answered_via,
         on_behalf_of=pending.answered_for.username if pending.answered_for else None,
+        auth_method=pending.answered_auth or None,
         approvals=answer.get("approvals"),
         **_policy_of(pending),
         **_base(pending),
@@ -156,6 +157,7 @@ def _undo_entry(held: HeldAnswer) -> AuditEntry:
         who=held.membership.user.username,
         reason=f"{given.capitalize()} and undone before it applied; nothing ran and the request stayed pending.",
         via=held.via,
+        auth_method=held.auth_method or None,
         **_base(pending),
     )
 
@@ -206,6 +208,7 @@ def _approval_entry(event: Event) -> AuditEntry:
         agent=event.run.agent.name,
         session_id=event.run.session.key if event.run.session else None,
         on_behalf_of=latest.get("onBehalfOf"),
+        auth_method=latest.get("authMethod"),
         approvals=given,
     )
 

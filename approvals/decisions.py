@@ -133,6 +133,7 @@ def decide(pending: PendingRequest, decision: Decision, now: datetime, *, announ
             "answered_by": actor.user,
             "answered_at": now,
             "answered_via": actor.via,
+            "answered_auth": actor.decider.auth or "",
             "answered_for": actor.on_behalf_of,
         }
         if decision.carried_in is not None:

@@ -186,12 +186,7 @@ class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
         return self.filter(models.Q(approvers="") | routed_to(groups))
 
     def matching(
-        self,
-        *,
-        status: str | None = None,
-        agent: str | None = None,
-        kind: str | None = None,
-        tool: str | None = None,
+        self, *, status: str | None = None, agent: str | None = None, kind: str | None = None, tool: str | None = None
     ) -> "PendingRequestQuerySet":
         """The requests the filters pick (the inbox's and `GET /api/requests`'); an empty filter picks any.
         `status`: `pending` is the requests still waiting (`open()`), `answered` those with an answer stored,
@@ -231,6 +226,8 @@ class PendingRequest(models.Model):
     answered_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     answered_at = models.DateTimeField(null=True, blank=True)
     answered_via = models.CharField(max_length=16, blank=True, choices=Via.choices)
+    # How the person who answered signed in (the receipt's `authMethod`: session, token:<id>, slack:..., oidc:...).
+    answered_auth = models.CharField(max_length=64, blank=True)
     # The away member a delegate answered for (SPEC section 14); None: in their own right.
     answered_for = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -143,6 +143,7 @@ class RequestAnswered(Payload):
     toolName: str | None = optional()
     answeredBy: str | None = optional(description="the username; absent when a rule or a policy decided")
     onBehalfOf: str | None = optional(description="the away member whose delegate answered (SPEC section 14)")
+    authMethod: str | None = optional(description="how the person who answered signed in, as the receipt says")
     ruleId: str | None = optional(description="the remembered rule that approved the call")
     rememberedRuleId: str | None = optional(description="the rule this answer remembered")
     overrideArguments: dict[str, Any] | None = optional(description="the arguments the operator edited")

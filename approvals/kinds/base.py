@@ -154,6 +154,7 @@ class Kind:
             answeredBy=pending.answered_by.username if pending.answered_by else None,
             approvals=(pending.answer or {}).get("approvals"),
             onBehalfOf=pending.answered_for.username if pending.answered_for else None,
+            authMethod=pending.answered_auth or None,
             **facts,
         )
 

@@ -130,6 +130,7 @@ CSV_COLUMNS = (
     "sessionId",
     "requestId",
     "onBehalfOf",
+    "authMethod",
     "approvals",
 )
 

@@ -7,10 +7,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from agents.models import Event
 from approvals.actions import apply_due
 from approvals.models import Receipt
-from tests.approvals.test_audit import exported_json
+from tests.approvals.test_audit import exported_csv, exported_json
 from tests.approvals.test_inbox_pages import HTMX, answer, ask, mailer, request_id  # noqa: F401
+from tests.helpers import run_queued
 
 LATER = timedelta(seconds=6)
 # The inbox tests' agent with send_email always asked about.
@@ -42,6 +44,9 @@ def test_a_held_card_answer_keeps_the_session_sign_in_and_the_reason(operator):
         "not on a Friday",
     )
     assert receipt["result"] == "denied-interactively-by-user"
+    entry = next(e for e in exported_json(operator) if e["requestId"] == rid)
+    assert (entry["authMethod"], entry["reason"]) == ("session", "not on a Friday")
+    assert next(row for row in exported_csv(operator) if row["requestId"] == rid)["authMethod"] == "session"
 
 
 def test_a_held_bulk_answer_keeps_the_session_sign_in(operator):
@@ -59,9 +64,14 @@ def test_an_api_answer_keeps_the_token_and_the_reason(operator):
 
     response = operator.api("post", f"/api/requests/{rid}/responses", {"approved": False, "reason": "too risky"})
     assert response.status_code == 200, response.content
+    run_queued(response.json()["continuationRunId"])
 
     receipt = receipt_of(rid)
     assert receipt["authMethod"].startswith("token:") and receipt["reason"] == "too risky"
+    # The continuation's `request.answered` and the audit say it too (SPEC section 13: one record, three views).
+    answered = Event.objects.get(type="request.answered", data__requestId=rid).data
+    entry = next(e for e in exported_json(operator) if e["requestId"] == rid)
+    assert answered["authMethod"] == entry["authMethod"] == receipt["authMethod"]
 
 
 def test_an_approval_without_words_has_no_reason(operator):
