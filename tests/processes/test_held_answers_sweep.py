@@ -45,7 +45,7 @@ Agent.create(membership.tenant, content, membership.user)
 body = OpenRequest.model_validate({"toolName": "deploy", "arguments": {"service": "x"}})
 pending = open_request(membership, membership.user, "deployer", body).request
 answer = Response(request_id=pending.id, approved=True, reason="held, then applied by the sweep")
-held = hold_answers(membership, Actor.person(membership.user, Via.INBOX), [(pending, answer)])
+held = hold_answers(membership, Actor.person(membership.user, Via.INBOX, "session"), [(pending, answer)])
 assert held.held == [pending], held
 due = HeldAnswer.objects.get(request=pending).due_at.isoformat()
 print(json.dumps({"token": token, "requestId": str(pending.id), "due": due}))
@@ -81,3 +81,6 @@ def test_the_served_console_applies_a_held_answer_whose_process_went(cluster):
     assert decision["text"] == "held, then applied by the sweep"
     answered_at = datetime.fromisoformat(decision["answeredAt"].replace("Z", "+00:00"))
     assert answered_at >= datetime.fromisoformat(held["due"]), (decision, held)
+    # How ada signed in where she answered, not the sweep's process ("cli"), is on the receipt.
+    receipt = api.ok("GET", f"/api/requests/{rid}/receipt")
+    assert (receipt["authMethod"], receipt["reason"]) == ("session", "held, then applied by the sweep"), receipt
