@@ -143,7 +143,7 @@ def outcome_line(request: PendingRequest) -> str:
 
 def progress_line(tally: Tally) -> str:
     """A quorum's progress: "1 of 2 approvals (sam) · waiting for security"."""
-    by = f" ({', '.join(tally.by)})" if tally.by else ""
+    by = f" ({', '.join(tally.named)})" if tally.named else ""
     return f"{tally.given} of {tally.required} approvals{by} · {tally.waiting_for()}"
 
 
