@@ -40,6 +40,8 @@ def test_the_page_runs_as_written():
     first = people["operator"].api("post", f"/api/requests/{rid}/responses", {"approved": True})
     said = json.loads(recorded)
     assert {key: first.json()[key] for key in said} == said
+    standing = people["operator"].api("get", f"/api/requests/{rid}").json()["quorum"]
+    assert f'"quorum": {json.dumps(standing)}' in DOC.replace("\n", " "), standing
     assert people["operator"].api("post", f"/api/requests/{rid}/responses", {"approved": True}).json()["status"] == (
         "already_approved_by_you"
     )
