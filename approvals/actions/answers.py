@@ -20,13 +20,13 @@ from agents.actions import continue_after, continue_session
 from agents.checkpoints import fork, forked_from, request_copies
 from agents.models import Run, RunStatus
 from agents.requirements import needs_several
+from agents.signals import requests_opened
 from approvals.actions.expiry import expire_due
 from approvals.actions.settling import is_external, settle
 from approvals.decisions import Actor, Decision, announced_together, decide
 from approvals.external_wire import request_ids
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable, rights_of
-from approvals.push import notify_requests_opened
 from approvals.quorum import approve_toward, counts_toward_quorum, refuse_self_approval
 from approvals.responses import Outcome, Response, ResponseRefused, Status
 from console.models import Membership
@@ -105,7 +105,7 @@ def answer_request(
             forked = fork(checkpoint, list(copies.values()), copy, Decision(actor, payload), now)
             if forked is None:
                 return Outcome("execution_ended", rid, "The request's session or its agent was deleted.")
-            transaction.on_commit(partial(notify_requests_opened, forked.waiting))
+            transaction.on_commit(partial(requests_opened.send, PendingRequest, requests=forked.waiting))
             continuation = continue_session(user, forked.session)
             return Outcome(
                 "accepted",
