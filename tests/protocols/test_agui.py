@@ -225,7 +225,9 @@ async def test_a_run_cancelled_while_it_streams_finishes_cancelled(operator, adm
     async def held(messages: Any, info: Any) -> Any:
         async for chunk in stream(messages, info):
             yield chunk
-            while not let_go.is_set():
+            for _ in range(3000):  # 30 s at most: a cancel that does not land fails the test, never hangs it
+                if let_go.is_set():
+                    break
                 await asyncio.sleep(0.01)
 
     monkeypatch.setattr(scripted, "_stream", held)
@@ -234,11 +236,12 @@ async def test_a_run_cancelled_while_it_streams_finishes_cancelled(operator, adm
     chunks = aiter(response.streaming_content)
     events: list[Any] = []
     try:
-        while EventType.TEXT_MESSAGE_CONTENT not in [e.type for e in events]:
-            events += parsed(await anext(chunks))
-        airlock_run = events[0].metadata["airlock"]["runId"]
-        cancelled = await sync_to_async(operator.api)("POST", f"/api/runs/{airlock_run}/cancel")
-        events += [event async for chunk in chunks for event in parsed(chunk)]
+        async with asyncio.timeout(60):  # a stream that never says a word fails the test, never hangs it
+            while EventType.TEXT_MESSAGE_CONTENT not in [e.type for e in events]:
+                events += parsed(await anext(chunks))
+            airlock_run = events[0].metadata["airlock"]["runId"]
+            cancelled = await sync_to_async(operator.api)("POST", f"/api/runs/{airlock_run}/cancel")
+            events += [event async for chunk in chunks for event in parsed(chunk)]
     finally:
         let_go.set()
 
