@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
@@ -134,8 +134,17 @@ def test_it_traces_a_run_its_calls_and_its_request_decided_in_the_inbox(
     assert chat.attributes is not None
     assert chat.attributes["gen_ai.operation.name"] == "chat"
     assert chat.attributes["gen_ai.agent.name"] == "mailer"
+    assert chat.kind == SpanKind.CLIENT and chat.attributes["gen_ai.request.model"] == "scripted"
+    assert {"gen_ai.provider.name", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"} <= set(chat.attributes)
     tool = next(span for span in named(spans, "execute_tool") if span.name.endswith("get_time"))
     assert tool.attributes is not None and tool.attributes["gen_ai.tool.name"] == "get_time"
+    assert tool.attributes["gen_ai.conversation.id"] == "s-7" and "airlock.tool.deferral" not in tool.attributes
+    # send_email, asked about in the first turn: its call waits for the answer, which is no failure.
+    deferred = [
+        span for span in named(spans, "execute_tool") if span.attributes and "airlock.tool.deferral" in span.attributes
+    ]
+    assert [(span.name, span.status.is_ok) for span in deferred] == [("execute_tool send_email", True)]
+    assert deferred[0].attributes is not None and deferred[0].attributes["airlock.tool.deferral"] == "ApprovalRequired"
 
     (request,) = named(spans, "airlock.request")
     pending = PendingRequest.objects.get(id=rid)
