@@ -1,5 +1,5 @@
-"""A gateway's passed calls are recorded together, up to a second after their clients have the results
-(`gateway.calls.Recorder`); a console stopped meanwhile (SIGTERM, as a deploy stops it) writes them before it exits
+"""A gateway's passed calls are recorded together, in its quiet moments after their clients have the results
+(`gateway.calls.Recorder`: half a second to two seconds later); a console stopped meanwhile (SIGTERM, as a deploy stops it) writes them before it exits
 (`console.periodic.stopping`), so no auto-approved call goes missing from its session."""
 
 import asyncio
@@ -33,7 +33,7 @@ def test_it_writes_the_calls_still_gathering_when_the_console_stops(tmp_path):
 
         asyncio.run(call_three())
         stopped = time.monotonic()
-        cluster.stop(console)  # within the second the calls gather in
+        cluster.stop(console)  # within the half second the calls gather in
         assert console.popen.returncode is not None and time.monotonic() - stopped < 10, console.output()
 
         again = Api(cluster.serve("again").url, token.strip())
