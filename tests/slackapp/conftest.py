@@ -7,10 +7,10 @@ import pytest
 from agents.definitions import DefinitionContent
 from agents.models import Agent
 from approvals.models import ApproverGroup
-from tests.conftest import Persona, grant
+from tests.conftest import Persona
 from tests.slackapp import fake_slack
 from tests.slackapp.fake_slack import FakeSlack
-from tests.slackapp.helpers import ADA, DEPLOY, LOOKUP, ROLLBACK, SECRET, SEND, TEAM, TOKEN
+from tests.slackapp.helpers import ADA, DEPLOY, LOOKUP, ROLLBACK, SECRET, SEND, TEAM, TOKEN, slack_app
 
 
 @pytest.fixture
@@ -28,14 +28,7 @@ def slack(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSlack]:
 @pytest.fixture
 def mailer(slack: FakeSlack, admin: Persona) -> Agent:
     """An external agent asking to send e-mail, posted to #approvals of the tenant's Slack app; ada linked."""
-    grant(
-        "acme-slack",
-        "slack",
-        admin.tenant,
-        api_key_env="SLACK_BOT_TOKEN",
-        secret_env="SLACK_SIGNING_SECRET",
-        base_url=slack.base_url,
-    )
+    slack_app(admin, slack)
     for group in ("sre", "security", "sre-leads"):
         ApproverGroup.objects.create(tenant=admin.tenant, name=group)
     content = DefinitionContent.model_validate(

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 from django.test import Client, TestCase
 
 from slackapp.outbox import send_due, sync
-from tests.conftest import Persona
+from tests.conftest import Persona, grant
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN = "xoxb-airlock-tests"
@@ -37,6 +37,19 @@ ROLLBACK = {
     "escalation": [{"after": "5s", "to": ["sre-leads"]}],
 }
 LOOKUP = {"name": "lookup", "approval": "never"}  # approved as it opens: nobody is asked
+
+
+def slack_app(admin: Persona, slack: Any) -> None:
+    """The installation's Slack connection `acme-slack`, granted to the admin's tenant, talking to `slack` (the
+    loopback stand-in) with the tests' token and signing secret."""
+    grant(
+        "acme-slack",
+        "slack",
+        admin.tenant,
+        api_key_env="SLACK_BOT_TOKEN",
+        secret_env="SLACK_SIGNING_SECRET",
+        base_url=slack.base_url,
+    )
 
 
 def open_request(persona: Persona, tool: str = "send_email", *, expires_in: int | None = None, **arguments: Any) -> str:

@@ -33,6 +33,7 @@ from tests.slackapp.helpers import (
     post,
     receipt,
     signed,
+    slack_app,
     submitted,
     text_of,
 )
@@ -172,14 +173,7 @@ def test_a_quorum_shows_its_progress_in_the_message(mailer, slack, operator, adm
 
 
 def test_a_member_links_their_slack_user_with_a_one_time_code(slack, admin, operator):
-    grant(
-        "acme-slack",
-        "slack",
-        admin.tenant,
-        api_key_env="SLACK_BOT_TOKEN",
-        secret_env="SLACK_SIGNING_SECRET",
-        base_url=slack.base_url,
-    )
+    slack_app(admin, slack)
     page = operator.client.post("/notifications/slack/code/", follow=True)
     said = next(str(m) for m in page.context["messages"])
     code = said.split("/airlock link ")[1].split(" ")[0]
