@@ -97,9 +97,14 @@ class CallSpans(AbstractCapability[Any]):
                 raise
 
 
+# What the run's span carries to its calls' spans as baggage (`console.telemetry.run_span`).
+CARRIED = ("gen_ai.agent.name", "gen_ai.conversation.id")
+
+
 def _carried() -> dict[str, Any]:
-    """The run span's baggage (`gen_ai.agent.name`, `gen_ai.conversation.id`), as attributes of a call's span."""
-    return dict(baggage.get_all())
+    """The run span's agent name and conversation id, as attributes of a call's span (nothing else a context may
+    carry as baggage)."""
+    return {key: value for key in CARRIED if (value := baggage.get_baggage(key)) is not None}
 
 
 def _failed(span: Any, error: BaseException) -> None:
