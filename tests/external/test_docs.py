@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes.cluster import ROOT, Api, Cluster, manage_all, new_cluster
+from tests.processes.cluster import ROOT, Api, Cluster, new_cluster, seeded_demo
 
 pytestmark = pytest.mark.processes
 
@@ -55,15 +55,10 @@ class Demo:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     """A console with the demo data, as `make run` serves it, and its admin's and operator's API tokens."""
     cluster = new_cluster(Path(tmp_path_factory.mktemp("airlock-docs")))
-    _, admin, operator = manage_all(
-        cluster.env,
-        ["seed_demo"],
-        ["create_token", "admin", "--tenant", "demo"],
-        ["create_token", "operator", "--tenant", "demo"],
-    )
+    admin, operator = seeded_demo(cluster.env)
     try:
         served = cluster.serve("daphne")
-        yield Demo(served.url, admin.strip(), operator.strip(), cluster)
+        yield Demo(served.url, admin, operator, cluster)
     finally:
         cluster.stop_all()
 

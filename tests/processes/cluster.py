@@ -76,6 +76,17 @@ def manage_all(env: dict[str, str], *commands: list[str]) -> list[str]:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+def seeded_demo(env: dict[str, str]) -> tuple[str, str]:
+    """The demo data `make run` seeds (`seed_demo`), and API tokens of its admin and its operator."""
+    _, admin, operator = manage_all(
+        env,
+        ["seed_demo"],
+        ["create_token", "admin", "--tenant", "demo"],
+        ["create_token", "operator", "--tenant", "demo"],
+    )
+    return admin.strip(), operator.strip()
+
+
 def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:

@@ -18,7 +18,7 @@ import yaml
 
 from console.management.commands.seed_demo import OTHER_TOOLS, demo_agent
 from tests.policies.test_recipes import recipe_hooks
-from tests.processes.cluster import PYTHON, ROOT, Api, Cluster, manage_all, new_cluster
+from tests.processes.cluster import PYTHON, ROOT, Api, Cluster, new_cluster, seeded_demo
 
 pytestmark = pytest.mark.processes
 
@@ -49,15 +49,10 @@ class Console:
 def console(tmp_path: Path) -> Iterator[Console]:
     """A console with the demo data, working queued runs (the example starts its run on a lane)."""
     cluster = new_cluster(tmp_path / "console")
-    _, admin, operator = manage_all(
-        cluster.env,
-        ["seed_demo"],
-        ["create_token", "admin", "--tenant", "demo"],
-        ["create_token", "operator", "--tenant", "demo"],
-    )
+    admin, operator = seeded_demo(cluster.env)
     try:
         served = cluster.serve("daphne", WORKER_THREADS="2")
-        yield Console(cluster, served.url, admin.strip(), operator.strip())
+        yield Console(cluster, served.url, admin, operator)
     finally:
         cluster.stop_all()
 
