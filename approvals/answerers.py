@@ -93,6 +93,16 @@ class Rights:
     groups: set[str]
     standing: list[tuple[Any, bool, set[str]]] = field(default_factory=list)
 
+    @property
+    def any_group(self) -> bool:
+        """Whether they may answer a request of any group: an admin, or standing in for one."""
+        return self.admin or any(admin for _, admin, _ in self.standing)
+
+    @property
+    def all_groups(self) -> set[str]:
+        """The groups whose requests they may answer, their own and those of whom they stand in for."""
+        return self.groups.union(*(theirs for _, _, theirs in self.standing))
+
     def on_behalf_of(self, groups: list[str], not_for: Any = None) -> tuple[bool, Any]:
         """Whether a request routed to `groups` (none: anyone) may be answered, and for whom: None in one's own
         right, else the away member's user, the first by username who may answer it. `not_for`: the id of a user

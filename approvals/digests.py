@@ -65,9 +65,9 @@ def reached_at(pending: PendingRequest, rights: Rights) -> datetime:
     """When the member of `rights` could first answer `pending`: when it opened, or when its escalation added a group
     of theirs (or of a member they stand in for) to a request they could not answer before (SPEC section 14)."""
     widened = pending.widened or {}
-    if not widened or rights.admin or any(admin for _, admin, _ in rights.standing):
+    if not widened or rights.any_group:
         return pending.opened_at
-    groups = rights.groups.union(*(theirs for _, _, theirs in rights.standing))
+    groups = rights.all_groups
     if any(group in groups for group in pending.groups if group not in widened):
         return pending.opened_at
     added = [datetime.fromisoformat(widened[group]) for group in groups if group in widened]

@@ -180,10 +180,9 @@ class PendingRequestQuerySet(models.QuerySet["PendingRequest"]):
         rights = rights_of(membership)
         if not rights.operator:
             return self.none()
-        if rights.admin or any(admin for _, admin, _ in rights.standing):
+        if rights.any_group:
             return self
-        groups = rights.groups.union(*(theirs for _, _, theirs in rights.standing))
-        return self.filter(models.Q(approvers="") | routed_to(groups))
+        return self.filter(models.Q(approvers="") | routed_to(rights.all_groups))
 
     def matching(
         self, *, status: str | None = None, agent: str | None = None, kind: str | None = None, tool: str | None = None

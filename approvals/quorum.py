@@ -28,7 +28,6 @@ from approvals.push import notify_approvals
 from approvals.receipts import digest
 from approvals.responses import ResponseRefused
 from approvals.tallies import Tally, counting, tallied
-from approvals.tallies import standing as standing  # where the card and the chat messages read it
 from console.models import Membership
 
 

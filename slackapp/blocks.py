@@ -24,7 +24,7 @@ from slack_sdk.models.blocks.blocks import InputBlock
 from slack_sdk.models.views import View
 
 from approvals.models import PendingRequest, RequestKind, RequestStatus, Via
-from approvals.quorum import Tally
+from approvals.tallies import Tally
 
 APPROVE = "airlock_approve"
 DENY = "airlock_deny"

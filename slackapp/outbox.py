@@ -32,7 +32,7 @@ from django.utils import timezone
 from slack_sdk.errors import SlackApiError
 
 from approvals.models import OPEN, Approval, PendingRequest
-from approvals.quorum import standing
+from approvals.tallies import standing
 from console.models import Connection, ConnectionKind, Tenant
 from slackapp.blocks import message, state_key, state_of
 from slackapp.channels import channels_for
