@@ -16,14 +16,17 @@ result. Each side has a fresh database of its own on the PostgreSQL at 127.0.0.1
 
 Measured at 1 and at 8 concurrent clients (asyncio tasks for Airlock, threads for LangGraph), the sides
 alternating in blocks: start→waiting and approve→done p50/p99, conversations per second (start, approve,
-done), and what each side stores per conversation (rows and pg_total_relation_size, deltas of its database
+done), CPU per conversation of each side's own process (Airlock's server from /proc, its worker threads
+included; LangGraph's this process's, which runs nothing else during its blocks; PostgreSQL's backends on
+neither side), and what each side stores per conversation (rows and pg_total_relation_size, deltas of its database
 over the measured conversations). Statements per conversation: LangGraph's counted by a psycopg cursor that
 counts its executes; Airlock's server is another process and this PostgreSQL has no pg_stat_statements, so
 they are counted in this process apart (Django's CaptureQueriesContext) for the same steps: the start request,
 the worker's first turn, the answer, the worker's continuation.
 
-Targets (issue 32): approve→done p50 and start→waiting p50 at most 2.0x LangGraph's; conversations/s at least
-0.5x LangGraph's, at 1 and at 8 clients.
+Targets (issue 56): approve→done p50 at most 4x LangGraph's at 1 client and 5x at 8; start→waiting p50 at most
+3x at both; conversations/s at least 0.3x LangGraph's at 1 client and 0.25x at 8; CPU per conversation at most 3x
+LangGraph's at 1 client.
 
 Usage: .venv/bin/python bench/peer_langgraph.py [--rounds 3] [--per-client 10,4] [--long]
 """
@@ -61,12 +64,16 @@ from bench.common import (
     setup_django,
     verdict,
 )
+from bench.idle_streams import cpu_seconds
 
 AIRLOCK_DB = "airlock_bench_peer"
 LANGGRAPH_DB = "airlock_bench_peer_lg"
-LATENCY_TARGET = 2.0  # Airlock's p50 against LangGraph's, start→waiting and approve→done
-RATE_TARGET = 0.5  # Airlock's conversations/s against LangGraph's
 CLIENTS = (1, 8)
+# Issue 56's targets, Airlock's against LangGraph's at each client count: p50 ratios at most, rate ratio at least.
+DONE_TARGET = {1: 4.0, 8: 5.0}
+WAIT_TARGET = {1: 3.0, 8: 3.0}
+RATE_TARGET = {1: 0.3, 8: 0.25}
+CPU_TARGET = 3.0  # CPU per conversation at 1 client
 AGENT = {"name": "clock", "tools": [{"name": "get_time", "approval": "always"}]}
 MESSAGE = "call get_time"
 STATEMENT_CONVERSATIONS = 3  # counted per step, after a first one that warms the caches
@@ -80,6 +87,7 @@ class Block:
     waits: list[float] = field(default_factory=list)
     dones: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    cpu: float = 0.0  # seconds of CPU of the side's own process over the block
     # Airlock only: how long its start (202) and answer (200) requests took, parts of `waits` and `dones`.
     start_requests: list[float] = field(default_factory=list)
     answer_requests: list[float] = field(default_factory=list)
@@ -178,11 +186,11 @@ def langgraph_block(start: Callable[[str], float], resume: Callable[[str], float
             block.waits.append(start(thread))
             block.dones.append(resume(thread))
 
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(clients) as threads:
         for future in [threads.submit(client) for _ in range(clients)]:
             future.result()
-    block.seconds = time.perf_counter() - began
+    block.seconds, block.cpu = time.perf_counter() - began, time.process_time() - cpu
     return block
 
 
@@ -269,20 +277,20 @@ async def airlock_conversation(port: int, connection: HttpConnection, token: str
     block.dones.append(done - waiting)
 
 
-async def airlock_block(port: int, token: str, clients: int, each: int) -> Block:
+async def airlock_block(server: Daphne, token: str, clients: int, each: int) -> Block:
     block = Block()
 
-    async def client() -> None:
-        connection = HttpConnection(port)
+    async def client(connection: HttpConnection) -> None:
         try:
             for _ in range(each):
-                await airlock_conversation(port, connection, token, block)
+                await airlock_conversation(server.port, connection, token, block)
         finally:
             await connection.close()
 
-    began = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    block.seconds = time.perf_counter() - began
+    connections = [HttpConnection(server.port) for _ in range(clients)]
+    began, cpu = time.perf_counter(), cpu_seconds(server.pid)
+    await asyncio.gather(*(client(connection) for connection in connections))
+    block.seconds, block.cpu = time.perf_counter() - began, cpu_seconds(server.pid) - cpu
     return block
 
 
@@ -373,6 +381,11 @@ class Side:
         """Conversations per second: the median of the blocks'."""
         return median([block.rate() for block in self.blocks[clients]])
 
+    def cpu(self, clients: int) -> float:
+        """CPU per conversation in ms, over all of the blocks."""
+        blocks = self.blocks[clients]
+        return sum(block.cpu for block in blocks) / sum(len(block.dones) for block in blocks) * 1000
+
 
 def report(
     airlock: Side,
@@ -391,26 +404,29 @@ def report(
         f"`/api/runs/{{id}}/responses`, the stream read to `run.completed`). {rounds} rounds of alternating blocks "
         "at each client count; latencies pooled over the rounds, conversations/s the median of the blocks'.\n"
     )
-    print("| clients | side | conversations | start→waiting p50 | p99 | approve→done p50 | p99 | conversations/s |")
-    print("|---|---|---|---|---|---|---|---|")
-    met = True
-    ratios = []
+    print(
+        "| clients | side | conversations | start→waiting p50 | p99 | approve→done p50 | p99 | conversations/s "
+        "| CPU per conversation |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    ratios = {}
     for n in CLIENTS:
         for name, side in (("LangGraph", langgraph), ("Airlock", airlock)):
             print(
                 f"| {n} | {name} | {len(side.pooled(n, 'dones'))} | {side.p(n, 'waits', 50):.1f} ms"
                 f" | {side.p(n, 'waits', 99):.1f} ms | {side.p(n, 'dones', 50):.1f} ms"
-                f" | {side.p(n, 'dones', 99):.1f} ms | {side.rate(n):.1f} |"
+                f" | {side.p(n, 'dones', 99):.1f} ms | {side.rate(n):.1f} | {side.cpu(n):.1f} ms |"
             )
-        wait = airlock.p(n, "waits", 50) / langgraph.p(n, "waits", 50)
-        done = airlock.p(n, "dones", 50) / langgraph.p(n, "dones", 50)
-        rate = airlock.rate(n) / langgraph.rate(n)
-        met = met and wait <= LATENCY_TARGET and done <= LATENCY_TARGET and rate >= RATE_TARGET
-        ratios.append((n, wait, done, rate))
-    print("\n| clients | start→waiting p50, Airlock / LangGraph | approve→done p50 | conversations/s |")
-    print("|---|---|---|---|")
-    for n, wait, done, rate in ratios:
-        print(f"| {n} | {wait:.1f}x | {done:.1f}x | {rate:.2f}x |")
+        ratios[n] = (
+            airlock.p(n, "waits", 50) / langgraph.p(n, "waits", 50),
+            airlock.p(n, "dones", 50) / langgraph.p(n, "dones", 50),
+            airlock.rate(n) / langgraph.rate(n),
+            airlock.cpu(n) / langgraph.cpu(n),
+        )
+    print("\n| clients | start→waiting p50, Airlock / LangGraph | approve→done p50 | conversations/s | CPU |")
+    print("|---|---|---|---|---|")
+    for n, (wait, done, rate, cpu) in ratios.items():
+        print(f"| {n} | {wait:.1f}x | {done:.1f}x | {rate:.2f}x | {cpu:.1f}x |")
     parts = [
         f"at {n} client{'s' if n > 1 else ''} the start request {airlock.p(n, 'start_requests', 50):.1f} ms and the "
         f"answer request {airlock.p(n, 'answer_requests', 50):.1f} ms"
@@ -431,9 +447,25 @@ def report(
             f"| {name} | {side.rows / side.conversations:.1f} | {side.size / side.conversations / 1024:.1f} KiB"
             f" | {sum(counts.values()):.0f} ({steps}) |"
         )
+    print()
+    for n, (wait, done, rate, _) in ratios.items():
+        at = f"at {n} client{'s' if n > 1 else ''}"
+        print(
+            f"Target (issue 56): approve→done p50 {at} at most {DONE_TARGET[n]:g}x LangGraph's — {done:.1f}x: "
+            f"{verdict(done <= DONE_TARGET[n])}."
+        )
+        print(
+            f"Target (issue 56): start→waiting p50 {at} at most {WAIT_TARGET[n]:g}x LangGraph's — {wait:.1f}x: "
+            f"{verdict(wait <= WAIT_TARGET[n])}."
+        )
+        print(
+            f"Target (issue 56): conversations/s {at} at least {RATE_TARGET[n]:g}x LangGraph's — {rate:.2f}x: "
+            f"{verdict(rate >= RATE_TARGET[n])}."
+        )
+    cpu = ratios[1][3]
     print(
-        f"\nTargets (issue 32): start→waiting and approve→done p50 at most {LATENCY_TARGET}x LangGraph's, "
-        f"conversations/s at least {RATE_TARGET}x, at 1 and 8 clients: {verdict(met)}."
+        f"Target (issue 56): CPU per conversation at 1 client at most {CPU_TARGET:g}x LangGraph's — "
+        f"{airlock.cpu(1):.1f} against {langgraph.cpu(1):.1f} ms, {cpu:.1f}x: {verdict(cpu <= CPU_TARGET)}."
     )
     print(f"\n({seconds:.0f} s)")
 
@@ -455,7 +487,7 @@ def langgraph_statements(
 def alternate(
     airlock: Side,
     langgraph: Side,
-    port: int,
+    server: Daphne,
     token: str,
     graph: tuple[Any, Any],
     rounds: int,
@@ -470,7 +502,7 @@ def alternate(
                 if name == "langgraph":
                     langgraph.blocks[n].append(langgraph_block(*graph, n, each[n]))
                 else:
-                    airlock.blocks[n].append(asyncio.run(airlock_block(port, token, n, each[n])))
+                    airlock.blocks[n].append(asyncio.run(airlock_block(server, token, n, each[n])))
             print(f"  {n} clients, round {r + 1}/{rounds}: {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
 
@@ -505,10 +537,10 @@ def main() -> None:
             langgraph_block(start, resume, 1, 10)  # imports, caches, the pool's connections
             langgraph_steps = langgraph_statements(start, resume, sent)
             server.wait_ready()
-            asyncio.run(airlock_block(server.port, token, 1, 3))  # imports, caches, the pool's connections
+            asyncio.run(airlock_block(server, token, 1, 3))  # imports, caches, the pool's connections
             print(f"  both warm: {time.perf_counter() - began:.0f} s", file=sys.stderr)
             marks = {"airlock": stored(airlock_url), "langgraph": stored(langgraph_url)}
-            alternate(airlock, langgraph, server.port, token, (start, resume), rounds, each, began)
+            alternate(airlock, langgraph, server, token, (start, resume), rounds, each, began)
             for name, side, url in (("airlock", airlock, airlock_url), ("langgraph", langgraph, langgraph_url)):
                 rows, size = stored(url)
                 side.conversations = sum(len(side.pooled(n, "dones")) for n in CLIENTS)

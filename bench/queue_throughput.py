@@ -15,8 +15,8 @@ where each run's time goes (claim, load, turn, finish, the wait for the claimer)
 Usage: .venv/bin/python bench/queue_throughput.py [--runs 200] [--provider-only] [--phases]
 Targets (issue 17): one worker process (1 thread) at least 0.7x the bare turn rate; 4 threads never slower
 than 1 (within 5%: same-code runs move more than that here); two PostgreSQL worker processes at least 1.7x one.
-Target (issue 32): with the provider, one worker process at least 0.95x the provider's pace with 1 and with 4
-threads.
+Target (issue 56 item 3): with the provider, one worker process at least 0.9x of bare pydantic-ai's turns against
+the same provider, with 1 and with 4 threads (its pace against the provider's, issue 32's 0.95x, is tracked).
 """
 
 import argparse
@@ -56,7 +56,8 @@ PROVIDER_THREADS = (1, 4)
 # Runs per provider configuration: about 6 s of turns at 1 thread and 4 s at 4; the span from the first
 # finished run to the last moves by less than 1% between runs of these lengths and of 200.
 PROVIDER_RUNS = {1: 60, 4: 160}
-PROVIDER_PACE = 0.95  # issue 32 item 4: runs/s against threads / PROVIDER_MS
+PROVIDER_PACE = 0.95  # tracked (issue 32 item 4): runs/s against threads / PROVIDER_MS
+OF_BARE = 0.9  # issue 56 item 3: runs/s against bare pydantic-ai's turns/s on as many threads
 # Bare pydantic-ai's turns against the same server, as many at a time as the worker's threads, one after another in
 # each: how close to the provider's pace the turn itself comes, before any worker (~2 s of turns each).
 BARE_PROVIDER_TURNS = {1: 20, 4: 80}
@@ -508,18 +509,25 @@ def print_provider(rows: list[dict[str, Any]]) -> None:
         )
     print()
     best = max(row["bare"] / (row["threads"] * 1000 / PROVIDER_MS) for row in rows)
-    reach = " (the 0.95x target is beyond any such worker here)" if best < PROVIDER_PACE else ""
+    reach = f" (issue 32's {PROVIDER_PACE}x is beyond any such worker here)" if best < PROVIDER_PACE else ""
     print(
         f"Bare pydantic-ai comes to at most {best:.3f}x of the provider's pace against this server (its model call "
         f"alone takes a few ms more than the {PROVIDER_MS} ms wait): a worker that runs its turns through pydantic-ai "
         f"can come no closer{reach}.\n"
     )
     for row in rows:
+        threads = f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}"
+        of_bare = row["per_second"] / row["bare"]
         print(
-            f"Target (issue 32): one worker process with {row['threads']} thread{'s' if row['threads'] > 1 else ''} "
-            f"on {row['database']} at least {PROVIDER_PACE}x the provider's pace — {row['per_second']:.2f} runs/s "
-            f"against {row['threads'] * 1000 / PROVIDER_MS:.0f}, {row['ratio']:.3f}x: "
-            f"{verdict(row['ratio'] >= PROVIDER_PACE)}."
+            f"Target (issue 56): one worker process with {threads} on {row['database']} at least {OF_BARE}x bare "
+            f"pydantic-ai's pace — {row['per_second']:.2f} runs/s against {row['bare']:.2f} turns/s, {of_bare:.3f}x: "
+            f"{verdict(of_bare >= OF_BARE)}."
+        )
+    for row in rows:
+        print(
+            f"Tracked (issue 32's goal {PROVIDER_PACE}x): one worker process with {row['threads']} "
+            f"thread{'s' if row['threads'] > 1 else ''} on {row['database']} against the provider's pace — "
+            f"{row['ratio']:.3f}x: {verdict(row['ratio'] >= PROVIDER_PACE)}."
         )
     print("\n`bench/queue_throughput.py --phases` says where each run's time goes.")
 

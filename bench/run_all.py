@@ -26,7 +26,7 @@ BUDGET_SECONDS = 600
 TIMEOUT_SECONDS = 420
 
 # (name, script and arguments), in the order they run. The arguments keep the whole run under BUDGET_SECONDS on
-# a 2-core machine (issue 32 item 5): fewer rounds, turns and requests than each script's own defaults where
+# a 2-core machine (issue 56 item 5): fewer rounds, turns and requests than each script's own defaults where
 # its figures stayed within run-to-run noise (bench/README.md gives each script's long form).
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("turn_overhead", ["bench/turn_overhead.py", "--turns", "150", "--http", "--provider"]),
@@ -195,7 +195,7 @@ def main() -> None:
     total = time.perf_counter() - started
     whole = "" if not wanted else f" (only {', '.join(sorted(wanted))} ran: not the whole of `make bench`)"
     target = (
-        f"Target (issue 32): make bench under {BUDGET_SECONDS // 60} minutes — {total:.0f} s: "
+        f"Target (issue 56): make bench under {BUDGET_SECONDS // 60} minutes — {total:.0f} s: "
         f"{'met' if total <= BUDGET_SECONDS else 'missed'}{whole}."
     )
     lines = [
