@@ -31,6 +31,7 @@ from approvals.remembered_rules import rules_in_force
 from console.connections import ConnectionSpec
 from console.models import Connection, Membership, Tenant
 from console.problems import Refused
+from console.sql import Prepared
 
 logger = logging.getLogger(__name__)
 
@@ -79,14 +80,25 @@ class PreparedRun:
     left_open: list[str] | None = field(default_factory=list)
 
 
+def _versions(tenant: int, name: str) -> QuerySet[AgentVersion]:
+    return AgentVersion.objects.select_related("agent").filter(
+        agent__tenant=tenant, agent__name=name, agent__deleted_at__isnull=True
+    )
+
+
+# The agent's current version, which every run's start reads (issue 56): compiled once.
+_CURRENT_VERSION = Prepared(
+    lambda tenant, name: _versions(tenant, name).filter(number=F("agent__current_version")), tenant=int, name=str
+)
+
+
 def live_version(tenant: Tenant, name: str, number: int | None) -> AgentVersion:
     """The version a run of the agent `name` uses (its current one unless `number`), with its agent, in
     one query; raises RunRejected (404) when there is no such agent or version."""
-    versions = AgentVersion.objects.select_related("agent").filter(
-        agent__tenant=tenant, agent__name=name, agent__deleted_at__isnull=True
-    )
-    chosen = versions.filter(number=number) if number else versions.filter(number=F("agent__current_version"))
-    version = next(iter(chosen[:1]), None)
+    if number:
+        version = _versions(tenant.pk, name).filter(number=number).first()
+    else:
+        version = _CURRENT_VERSION.first(tenant=tenant.pk, name=name)
     if version is None:
         if not Agent.objects.live().filter(tenant=tenant, name=name).exists():
             raise RunRejected(404, "agent_not_found", f"No agent named {name!r} in this tenant.")

@@ -13,6 +13,7 @@ from django.utils import timezone
 from pydantic import ValidationError as PydanticError
 
 from console.connections import BUILTIN, ENV_NAME, SLACK_API_BASE_URL, ConnectionSpec, OidcSettings, split_address
+from console.sql import Prepared
 
 
 class Tenant(models.Model):
@@ -95,11 +96,7 @@ class ApiToken(models.Model):
 
     @classmethod
     def authenticate(cls, raw: str) -> "ApiToken | None":
-        # token_hash is unique: no ordering needed, which `first()` would add.
-        found = cls.objects.select_related("membership__user", "membership__tenant").filter(
-            token_hash=hash_token(raw), revoked_at__isnull=True, membership__user__is_active=True
-        )[:1]
-        token = next(iter(found), None)
+        token = _LIVE_TOKEN.first(token_hash=hash_token(raw))
         now = timezone.now()
         # Record use at most once a minute: a write on every request would cost more than it tells.
         if token is not None and (token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY):
@@ -111,6 +108,16 @@ class ApiToken(models.Model):
         if self.revoked_at is None:
             self.revoked_at = timezone.now()
             self.save(update_fields=["revoked_at"])
+
+
+# The lookup every API request sends (issue 56), compiled once: a live token (not revoked, its user active) by its
+# hash, which is unique, with its membership, user and tenant.
+_LIVE_TOKEN = Prepared(
+    lambda token_hash: ApiToken.objects.select_related("membership__user", "membership__tenant").filter(
+        token_hash=token_hash, revoked_at__isnull=True, membership__user__is_active=True
+    ),
+    token_hash=str,
+)
 
 
 class MetricsToken(models.Model):

@@ -1,4 +1,5 @@
-"""`console.sql.update_together`: UPDATEs in one statement on PostgreSQL, their rows locked in the order given."""
+"""`console.sql`: `update_together` (UPDATEs in one statement on PostgreSQL, their rows locked in the order given) and
+`Prepared` (a SELECT compiled once a thread, the same objects as Django's queryset would give)."""
 
 import threading
 import time
@@ -6,11 +7,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection, connections
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents.models import Run, Session
-from console.sql import update_together
+from agents.models import AgentVersion, Run, Session
+from console.models import ApiToken, hash_token
+from console.sql import Prepared, update_together
 from tests.helpers import EMAIL, call_line, make_agent, run_ok
 
 
@@ -65,3 +70,76 @@ def test_the_main_update_writes_only_when_every_other_wrote_a_row(operator, admi
     assert Run.objects.get(pk=run.pk).output != "no"
     assert update_together(Run.objects.filter(pk=run.pk), {"output": "yes"}) == 1
     assert Run.objects.get(pk=run.pk).output == "yes"
+
+
+def _fields(instance: Any) -> dict[str, Any]:
+    return {field.attname: getattr(instance, field.attname) for field in type(instance)._meta.concrete_fields}
+
+
+@pytest.mark.django_db
+def test_a_prepared_select_gives_what_the_queryset_gives_with_its_related_objects_in_one_statement(operator, admin):
+    def tokens(token_hash: str) -> Any:
+        return ApiToken.objects.select_related("membership__user", "membership__tenant").filter(token_hash=token_hash)
+
+    live = Prepared(tokens, token_hash=str)
+    token_hash = hash_token(operator.token)
+    expected = tokens(token_hash).get()
+    for _ in range(2):  # compiled on the first, sent again on the second
+        with CaptureQueriesContext(connection) as queries:
+            found = live.first(token_hash=token_hash)
+            assert found is not None
+            related = (found.membership, found.membership.user, found.membership.tenant)
+        assert len(queries) == 1
+        assert _fields(found) == _fields(expected)  # datetimes converted as Django converts them, on either database
+        assert [_fields(r) for r in related] == [
+            _fields(r) for r in (operator.membership, operator.user, operator.tenant)
+        ]
+        assert not found._state.adding and found._state.db == "default"
+    assert live.first(token_hash=hash_token(admin.token)).membership.user.username == "ada"
+    assert live.first(token_hash=hash_token("al_nothing")) is None
+
+
+@pytest.mark.django_db
+def test_a_prepared_select_places_each_value_wherever_the_query_holds_it(admin):
+    make_agent(admin)
+    versions = Prepared(
+        lambda tenant, name: (
+            AgentVersion.objects.select_related("agent")
+            .filter(agent__tenant=tenant, agent__name=name)
+            .filter(number=F("agent__current_version"))
+            .annotate(name_again=F("agent__name"))
+        ),
+        tenant=int,
+        name=str,
+    )
+    version = versions.first(tenant=admin.tenant.pk, name="assistant")
+    assert version is not None and version.agent.name == "assistant" and version.name_again == "assistant"
+    assert version.number == version.agent.current_version
+    assert versions.first(tenant=admin.tenant.pk + 1, name="assistant") is None
+    assert versions.first(tenant=admin.tenant.pk, name="nobody") is None
+
+
+@pytest.mark.django_db
+def test_a_value_a_lookup_rewrites_is_refused_when_first_compiled():
+    contains = Prepared(lambda name: User.objects.filter(username__contains=name), name=str)
+    with pytest.raises(ValueError, match=r"\['name'\] do not reach the SQL unchanged"):
+        contains.first(name="ad")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_thread_sends_it_on_its_own_connection(operator):
+    live = Prepared(lambda token_hash: ApiToken.objects.filter(token_hash=token_hash), token_hash=str)
+    token_hash = hash_token(operator.token)
+    assert live.first(token_hash=token_hash) is not None
+    found: list[Any] = []
+
+    def look() -> None:
+        try:
+            found.append(live.first(token_hash=token_hash))
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=look)
+    other.start()
+    other.join(10)
+    assert found and found[0] is not None and found[0].pk == ApiToken.objects.get(token_hash=token_hash).pk
