@@ -11,12 +11,14 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from agent_hooks import (
     Decision,
     DeclarationError,
     EnforcementMode,
+    HostDeclaration,
     HostError,
     InterceptionEmitter,
     InterceptorResponse,
@@ -154,24 +156,40 @@ async def post_tool_call_check(
     return check
 
 
+# Each version's declaration as an interceptor runs it, loaded once per process (issue 56 item 4): a version never
+# changes. The creation time is in the key too, as in AgentVersion.definition.
+_DECLARATIONS: dict[tuple[int, datetime], HostDeclaration | None] = {}
+
+
+def _declaration(version: AgentVersion) -> HostDeclaration | None:
+    """`version`'s policies as an interceptor runs them; None without any. The caller resolves escalations (its
+    approval resolver opens a request): here a liftable deny stands."""
+    key = (version.pk, version.created_at)
+    if key not in _DECLARATIONS:
+        document = copy.deepcopy(version.definition.hooks)
+        if document is not None:
+            configuration = document.setdefault("configuration", {})
+            configuration["approval"] = {**configuration.get("approval", {}), "resolver": None}
+        if len(_DECLARATIONS) >= 1024:
+            _DECLARATIONS.clear()
+        _DECLARATIONS[key] = None if document is None else HostDeclaration.from_value(document)
+    return _DECLARATIONS[key]
+
+
 async def interception_verdict(
     version: AgentVersion, connections: Mapping[str, ConnectionSpec], context: Any
 ) -> dict[str, Any]:
     """The verdict of `version`'s policies on one AGENT-HOOKS-0.1 interception event, as an interceptor answers
     it (agent-hooks section 5.5: the verdict, and in `extensions.airlock` the interception record). No `hooks`:
     allow. Under `evaluate_only` the answer is allow; the record says what the policies would have done."""
-    document = version.definition.hooks
-    if document is None:
+    declaration = _declaration(version)
+    if declaration is None:
         return {"decision": "allow"}
-    document = copy.deepcopy(document)
-    # The caller resolves escalations (its approval resolver opens a request): here a liftable deny stands.
-    configuration = document.setdefault("configuration", {})
-    configuration["approval"] = {**configuration.get("approval", {}), "resolver": None}
     agent = version.agent
     answers: list[Any] = []
     try:
-        emitter = InterceptionEmitter.from_declaration_value(
-            document, registry(connections, InboxResolver({}), answers.append)
+        emitter = InterceptionEmitter.from_declaration(
+            declaration, registry(connections, InboxResolver({}), answers.append)
         )
     except DeclarationError as error:
         raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
