@@ -147,8 +147,8 @@ def _closing_entry(pending: PendingRequest, when: datetime) -> AuditEntry:
 
 
 def _undo_entry(held: HeldAnswer) -> AuditEntry:
-    pending, approved = held.request, held.response.get("approved")
-    given = "answered" if pending.kind != RequestKind.APPROVAL else "approved" if approved else "denied"
+    pending = held.request
+    given = KINDS[pending.kind].verb(held.response)
     assert held.settled_at is not None
     return AuditEntry(
         when=held.settled_at,

@@ -1,7 +1,11 @@
 """The wire of external agents' requests (SPEC section 12): what an agent that runs elsewhere sends to open one
-(`OpenRequest`), and the decision it waits for (`decision`), which any request has once it is decided, hosted
-or external, in the request's JSON (`request_wire`, which a woken long poll is answered with). The actions are
-`approvals.actions.external`; the routes `approvals.api.request_routes`."""
+(`OpenRequest`; a gateway's call names its tool, `AskedTool`), how opening one is refused (`RequestRefused`: the
+kinds refuse their fields in `Kind.external_fields`), and the decision it waits for (`decision`), which any request
+has once it is decided, hosted or external, in the request's JSON (`request_wire`, which a woken long poll is
+answered with). The actions are `approvals.actions.external`; the routes `approvals.api.request_routes`.
+
+It sits below the kinds (`approvals.push` reaches `request_wire` through `approvals.waiting`), so `decision` and
+`approvals.receipts.result_kind` still say what each kind's answer means here, not in the kind."""
 
 import hashlib
 import json
@@ -12,11 +16,12 @@ from typing import Annotated, Any, Literal
 from django.db.models import OuterRef, QuerySet, Subquery
 from pydantic import Field, StrictBool, StrictInt
 
-from agents.definitions import WireModel
+from agents.definitions import ExternalTool, WireModel
 from agents.server_tools import CHOICE_MAX
 from approvals.models import PendingRequest, Receipt, RequestKind, RequestStatus
 from approvals.receipts import result_kind
 from approvals.tallies import standing
+from console.problems import Refused
 
 # How long a request of an external agent may wait at most (SPEC section 12).
 MAX_EXPIRES_IN = 30 * 24 * 3600
@@ -83,6 +88,24 @@ def _cut(path: str) -> str:
     return path if len(path) <= 200 else f"{path[:199]}…"
 
 
+class RequestRefused(Refused):
+    """A request of an external agent refused; nothing was changed. `status`, `code` and `detail` are the HTTP
+    answer (`errors`: field -> message, for a 400)."""
+
+    def __init__(self, status: int, code: str, detail: str, errors: dict[str, str] | None = None) -> None:
+        super().__init__(code, detail, status)
+        self.errors = errors
+
+
+def invalid(field: str, message: str) -> RequestRefused:
+    return RequestRefused(400, "invalid_request", "The request has invalid fields.", {field: message})
+
+
+def too_large(over: TooLarge) -> RequestRefused:
+    code = "content_too_large" if over.status == 413 else "content_too_complex"
+    return RequestRefused(over.status, code, f"{over.field} {over.message}.", {over.field: over.message})
+
+
 # A request's id in Airlock is its client's `requestId` seen from its tenant: the same id in two tenants is two
 # requests, and no tenant can take (or learn of) an id another tenant's agent will use (issue 48). Never change
 # it: the stored requests' ids were derived with it.
@@ -98,6 +121,26 @@ def request_ids(tenant_id: int, request_id: uuid.UUID) -> tuple[uuid.UUID, uuid.
     """The ids a path's `request_id` may name in the tenant: a request's own id (as Airlock answers it, and every
     request opened before ids were derived), or the `requestId` its external agent sent."""
     return request_id, stored_request_id(tenant_id, request_id)
+
+
+@dataclass(frozen=True)
+class AskedTool:
+    """The tool an approval asks to call, as the agent's definition and its server say: an external agent's
+    declared tool (`ExternalTool`), or a gateway's MCP tool (`gateway.tools`): its name as the agent calls it, its
+    description and parameters, its approval mode, the SDK's `permissionRequest` without arguments, and what
+    the request keeps of it besides (`state`)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    approval: str
+    permission: dict[str, Any]
+    state: dict[str, Any]
+
+    @classmethod
+    def declared(cls, tool: ExternalTool, described: str | None) -> "AskedTool":
+        permission = {"kind": "custom-tool", "toolName": tool.name, "toolDescription": described or tool.description}
+        return cls(tool.name, tool.description, tool.parameters, tool.approval, permission, {})
 
 
 class OpenRequest(WireModel):

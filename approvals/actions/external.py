@@ -18,7 +18,6 @@ from asgiref.sync import async_to_sync
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agents.definitions import ExternalTool, object_schema
 from agents.events import EventLog
 from agents.models import AgentVersion, RunStatus, Session
 from agents.payloads import (
@@ -36,53 +35,25 @@ from agents.requirements import next_step_at
 from agents.rule_matching import first_matching
 from agents.run_lifecycle import active_rules, new_run, run_started
 from agents.run_requests import SESSION_KEY
-from agents.server_tools import STEP_MAX, STEPS_MAX
 from approvals.actions.interceptions import PoliciesUnavailable, PolicyCheck, pre_tool_call_check
 from approvals.decisions import Actor, Decision, decide
-from approvals.external_wire import (
+from approvals.external_wire import (  # AskedTool and RequestRefused are imported from here too (gateway.calls)
     ARGUMENTS_LIMIT,
     SCHEMA_LIMIT,
+    AskedTool,
     OpenRequest,
+    RequestRefused,
     TooLarge,
     check_size,
+    invalid,
     request_ids,
     stored_request_id,
+    too_large,
 )
 from approvals.kinds import KINDS, awaiting_status
-from approvals.kinds.base import schema_problems
-from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.models import PendingRequest, Rule
 from approvals.push import notify_requests_opened
 from console.models import Membership
-from console.problems import Refused
-
-
-class RequestRefused(Refused):
-    """A request of an external agent refused; nothing was changed. `status`, `code` and `detail` are the HTTP
-    answer (`errors`: field -> message, for a 400)."""
-
-    def __init__(self, status: int, code: str, detail: str, errors: dict[str, str] | None = None) -> None:
-        super().__init__(code, detail, status)
-        self.errors = errors
-
-
-@dataclass(frozen=True)
-class AskedTool:
-    """The tool an approval asks to call, as the agent's definition and its server say: an external agent's
-    declared tool (`ExternalTool`), or a gateway's MCP tool (`gateway.tools`): its name as the agent calls it, its
-    description and parameters, its approval mode, the SDK's `permissionRequest` without arguments, and what
-    the request keeps of it besides (`state`)."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    approval: str
-    permission: dict[str, Any]
-    state: dict[str, Any]
-
-    @classmethod
-    def declared(cls, tool: ExternalTool, described: str | None) -> "AskedTool":
-        permission = {"kind": "custom-tool", "toolName": tool.name, "toolDescription": described or tool.description}
-        return cls(tool.name, tool.description, tool.parameters, tool.approval, permission, {})
 
 
 @dataclass(frozen=True)
@@ -102,7 +73,7 @@ def open_request(
     tenant = membership.tenant
     if body.session_id is not None and not SESSION_KEY.fullmatch(body.session_id):
         # A session is addressed in paths (/api/sessions/{sessionId}/…): refused as a hosted run's is.
-        raise _invalid("sessionId", "a session id may not contain '/' or control characters")
+        raise invalid("sessionId", "a session id may not contain '/' or control characters")
     _refuse_iftoo_large(body)
     if body.request_id is not None:
         known = _known(membership, body)
@@ -155,11 +126,6 @@ def _refuse_iftoo_large(body: OpenRequest) -> None:
                 raise too_large(over) from None
 
 
-def too_large(over: TooLarge) -> RequestRefused:
-    code = "content_too_large" if over.status == 413 else "content_too_complex"
-    return RequestRefused(over.status, code, f"{over.field} {over.message}.", {over.field: over.message})
-
-
 def _known(membership: Membership, body: OpenRequest) -> PendingRequest | None:
     """The tenant's request a retry names: the same when its body is the same; another body is a conflict. Only
     the tenant's own requests count: another tenant's agent may send the same id
@@ -179,67 +145,19 @@ def _known(membership: Membership, body: OpenRequest) -> PendingRequest | None:
 
 
 def _fields(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID, asked: AskedTool | None) -> dict[str, Any]:
-    """The request's stored fields for its kind, checked (RequestRefused 400); an approval's tool is `asked`, or
-    the one the definition declares under its name."""
-    definition = version.definition
-    call_id = body.tool_call_id or f"call_{request_id.hex}"
-    base: dict[str, Any] = {
-        "call_id": call_id,
+    """The request's stored fields: those every kind has, then its kind's, checked (`Kind.external_fields`,
+    RequestRefused 400); an approval's tool is `asked`, or the one the definition declares under its name."""
+    own = KINDS[body.kind].external_fields(version, body, asked)
+    state = {"external": {"digest": body.digest()}, **own.pop("engine_state", {})}
+    return {
+        "call_id": body.tool_call_id or f"call_{request_id.hex}",
         "tool_name": "",
         "arguments": {},
         "message": "",
         "requested_schema": None,
+        **own,
+        "engine_state": state,
     }
-    state: dict[str, Any] = {"external": {"digest": body.digest()}}
-    if body.kind == RequestKind.APPROVAL:
-        if body.tool_name is None:
-            raise _invalid("toolName", "an approval names the tool it asks to call")
-        if asked is None:
-            declared = next((t for t in definition.tools if t.name == body.tool_name), None)
-            if not isinstance(declared, ExternalTool):
-                named = ", ".join(t.name for t in definition.tools) or "none"
-                detail = f"The agent {version.agent.name!r} declares no tool {body.tool_name!r} (declared: {named})."
-                raise RequestRefused(400, "unknown_tool", detail)
-            asked = AskedTool.declared(declared, body.description)
-        arguments = body.arguments or {}
-        problems = schema_problems(asked.parameters, arguments, root="arguments")
-        if problems:
-            detail = f"The arguments do not fit the parameters of {asked.name}."
-            raise RequestRefused(400, "invalid_arguments", detail, {"arguments": problems})
-        state |= {"permissionRequest": asked.permission, "approvalMode": asked.approval, **asked.state}
-        return {**base, "tool_name": asked.name, "arguments": arguments, "engine_state": state}
-    if body.kind == RequestKind.QUESTION:
-        if body.question is None:
-            raise _invalid("question", "a question says what it asks")
-        arguments = {"question": body.question, "choices": body.choices or [], "allow_freeform": body.allow_freeform}
-        return {
-            **base,
-            "tool_name": "ask_user",
-            "arguments": arguments,
-            "message": body.question,
-            "engine_state": state,
-        }
-    if body.kind == RequestKind.INPUT:
-        if body.message is None:
-            raise _invalid("message", "an input request says what it asks for")
-        schema = body.requested_schema or {"type": "object", "properties": {}}
-        try:
-            object_schema(schema)
-        except ValueError as error:
-            raise _invalid("requestedSchema", str(error)) from None
-        return {**base, "message": body.message, "requested_schema": schema, "engine_state": state}
-    if body.plan_content is None:
-        raise _invalid("planContent", "a plan says what it plans")
-    steps = [line.strip() for line in body.plan_content.splitlines() if line.strip()]
-    if len(steps) > STEPS_MAX:
-        message = f"has {len(steps)} steps (lines that are not blank), over the limit of {STEPS_MAX}"
-        raise too_large(TooLarge(400, "planContent", message))
-    longest = max(steps, key=len, default="")
-    if len(longest) > STEP_MAX:
-        message = f"has a step of {len(longest)} characters, over the limit of {STEP_MAX}"
-        raise too_large(TooLarge(400, "planContent", message))
-    arguments = {"steps": steps, "summary": body.summary, "planContent": body.plan_content}
-    return {**base, "tool_name": "propose_plan", "arguments": arguments, "engine_state": state}
 
 
 def _checked(
@@ -247,7 +165,7 @@ def _checked(
 ) -> PolicyCheck | None:
     """An approval under the agent's policies passes `pre_tool_call` first, as a hosted call does: its
     arguments become the ones a verdict let through; None without policies."""
-    if body.kind != RequestKind.APPROVAL or version.definition.hooks is None:
+    if not KINDS[body.kind].gates_call or version.definition.hooks is None:
         return None
     connections = granted_connections(version.agent.tenant, version)
     call = (fields["tool_name"], fields["call_id"], fields["arguments"])
@@ -257,10 +175,6 @@ def _checked(
         raise RequestRefused(409, "policy_unavailable", str(error)) from None
     fields["arguments"] = check.arguments
     return check
-
-
-def _invalid(field: str, message: str) -> RequestRefused:
-    return RequestRefused(400, "invalid_request", "The request has invalid fields.", {field: message})
 
 
 def _session(version: AgentVersion, body: OpenRequest, request_id: uuid.UUID, now: datetime) -> Session:
@@ -398,7 +312,7 @@ def _decided(
     log.record(
         RequestAnswered(
             requestId=str(pending.id),
-            kind="approval",
+            kind=pending.kind,
             toolCallId=pending.call_id,
             toolName=pending.tool_name,
             ruleId=rule_id,
@@ -413,7 +327,7 @@ def _decided(
 def _decided_at_once(version: AgentVersion, pending: PendingRequest) -> Rule | str | None:
     """Who decides an approval without asking: a remembered rule in force in the request's session, or "" for a
     tool in mode `never`; None when a person is asked."""
-    if pending.kind != RequestKind.APPROVAL:
+    if not KINDS[pending.kind].gates_call:
         return None
     mode = pending.approval_mode_in({t.name: t.approval for t in version.definition.tools})
     if mode == "never":

@@ -13,11 +13,10 @@ from agents.events import EventLog
 from agents.models import Run, RunStatus
 from agents.payloads import Payload, RunCompleted, ToolExecutionComplete, ToolExecutionStart
 from agents.run_lifecycle import cancel_waiting
-from approvals.actions.external import RequestRefused, too_large
 from approvals.decisions import carry
-from approvals.external_wire import RESULT_LIMIT, TooLarge, check_size
+from approvals.external_wire import RESULT_LIMIT, RequestRefused, TooLarge, check_size, too_large
 from approvals.kinds import KINDS
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.models import PendingRequest, RequestStatus
 from console.models import Membership
 
 
@@ -82,7 +81,7 @@ def report_outcome(
     except TooLarge as over:
         raise too_large(over) from None
     answer = pending.answer or {}
-    if pending.kind != RequestKind.APPROVAL or not answer.get("approved") or pending.status != RequestStatus.ANSWERED:
+    if not KINDS[pending.kind].gates_call or not answer.get("approved") or pending.status != RequestStatus.ANSWERED:
         raise RequestRefused(409, "request_not_approved", "Only an approved call has an outcome to report.")
     if not record_call(pending, success, result, error):
         raise RequestRefused(409, "outcome_reported", "The outcome of this call was reported already.")

@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 
 from agents.engine import Answers
 from agents.events import EventLog
-from agents.models import RunStatus
+from agents.models import AgentVersion, RunStatus
 from agents.payloads import Payload, RequestAnswered
-from agents.schemas import schema_problems as schema_problems  # where approvals.actions.external imports it
+from agents.schemas import schema_problems as schema_problems  # where the kinds and gateway.calls import it
 from agents.server_tools import REGISTRY
+from approvals.external_wire import AskedTool, OpenRequest, invalid
 from approvals.models import PendingRequest, RequestKind
 
 
@@ -49,6 +50,10 @@ class Kind:
     keys: ClassVar[dict[str, Any]]
     # Whether its cards are answered together: the selection's checkbox and a run's "Approve all" bar.
     selectable: ClassVar[bool] = False
+    # Whether its request holds a tool call until a yes (an approval): an external agent's passes the agent's
+    # policies first and may be decided unasked by a rule or its tool's mode `never` (approvals.actions.external),
+    # and once approved has an outcome to report (approvals.actions.settling).
+    gates_call: ClassVar[bool] = False
 
     # The partials of `template`, each rendering the request as `r`: what a page shows of this kind.
     PARTIALS: ClassVar[tuple[str, ...]] = ("title", "card", "answer", "what", "ask", "shows", "asked", "answered")
@@ -91,6 +96,10 @@ class Kind:
         it once given: "Answered lookup"."""
         return f"Answered {pending.tool_name or 'the request'}"
 
+    def verb(self, answer: Mapping[str, Any]) -> str:
+        """What `answer` did, in a word: "answered"; the audit says it of an answer undone before it applied."""
+        return "answered"
+
     def glance(self, pending: PendingRequest) -> str:
         """What the request's row in the dense inbox quotes, before it is cut: by default the call's first
         argument (`to: a@b.co`), else the request's message."""
@@ -116,6 +125,13 @@ class Kind:
         """A respond's `json` answer as this kind's answer fields (snake_case), or None when it is not of
         the type this kind expects."""
         return None
+
+    def external_fields(self, version: AgentVersion, body: OpenRequest, asked: AskedTool | None) -> dict[str, Any]:
+        """The stored fields of a request of this kind an external agent opens (SPEC section 12) with `body`,
+        checked (RequestRefused 400): of `tool_name`, `arguments`, `message` and `requested_schema` those it sets,
+        and what its `engine_state` keeps besides. A kind an external agent cannot open (not in
+        `approvals.external_wire.OpenKind`) keeps this, which says so."""
+        raise invalid("kind", f"an external agent cannot open a request of kind {self.name}")
 
     def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
         """Put the stored answer of `pending` into the turn's `answers`, as the engine takes it; writes nothing."""

@@ -1,14 +1,20 @@
-"""Every request kind has every piece a page or the inbox reads of it (docs/architecture.md, "A new request kind"):
-a kind without one fails here, not on the first card of that kind."""
+"""Every request kind has every piece a page, the inbox, an external agent or a receipt reads of it
+(docs/architecture.md, "A new request kind"): a kind without one fails here, not on the first card of that kind.
+Where a piece is optional, the test names the kinds that have it on purpose."""
 
 import json
+from typing import Any, get_args
 
 import pytest
 from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
+from django.utils import timezone
 
+from approvals.external_wire import OpenKind, RequestRefused, decision
 from approvals.forms import AnswerForm
 from approvals.kinds import KINDS, Kind
+from approvals.models import PendingRequest, RequestStatus
+from approvals.receipts import result_kind
 
 KEYS = {"a", "d", "e", "needs", "enter"}
 
@@ -40,3 +46,68 @@ def test_it_has_a_label_an_ask_and_a_form(name: str) -> None:
     kind = KINDS[name]
     assert kind.label and kind.asks and kind.takes and kind.decisions
     assert [form.kind for form in AnswerForm.__subclasses__()].count(kind.name) == 1
+
+
+# The kinds an external agent may open (SPEC section 12): each says its stored fields (`Kind.external_fields`).
+OPENED_OUTSIDE = {"approval", "question", "input", "plan"}
+# The kinds whose request holds a tool call until a yes (`Kind.gates_call`): policies, rules and modes decide an
+# external agent's unasked, and it reports the approved call's outcome.
+GATING = {"approval"}
+# The kinds whose answer is more than "answered" in a word (`Kind.verb`): approved or denied.
+SAY_YES_OR_NO = {"approval"}
+
+
+def _overrides(kind: Kind, piece: str) -> bool:
+    return getattr(type(kind), piece) is not getattr(Kind, piece)
+
+
+def test_it_opens_outside_the_kinds_the_wire_takes() -> None:
+    assert set(get_args(OpenKind)) == OPENED_OUTSIDE
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_it_says_whether_an_external_agent_opens_it(name: str) -> None:
+    kind = KINDS[name]
+    assert _overrides(kind, "external_fields") == (name in OPENED_OUTSIDE)
+    if name not in OPENED_OUTSIDE:
+        with pytest.raises(RequestRefused) as refused:
+            kind.external_fields(None, None, None)  # type: ignore[arg-type]
+        assert (refused.value.status, refused.value.errors) == (
+            400,
+            {"kind": f"an external agent cannot open a request of kind {name}"},
+        )
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_it_says_whether_it_gates_a_call_and_how_its_answer_is_said(name: str) -> None:
+    kind = KINDS[name]
+    assert kind.gates_call == (name in GATING)
+    assert _overrides(kind, "verb") == (name in SAY_YES_OR_NO)
+    said = {kind.verb({"approved": True}), kind.verb({"approved": False})}
+    assert said == ({"approved", "denied"} if name in SAY_YES_OR_NO else {"answered"})
+
+
+# What an answer of each kind means on its receipt and in the decision its agent reads: said below the kinds
+# (`approvals.receipts.result_kind`, `approvals.external_wire.decision`: the decisions' door and the long polls'
+# wake sit under `approvals.kinds`), so a new kind fails here until it says which it is, and there if none.
+MEANS: dict[str, tuple[dict[str, Any], str, bool]] = {
+    "approval": ({"approved": True, "reason": "fine"}, "approved", True),
+    "plan": ({"approved": False, "text": "Fewer steps"}, "denied-interactively-by-user", False),
+    "continuation": ({"approved": True}, "approved", True),
+    "input": ({"action": "decline", "content": None}, "decline", False),
+    "question": ({"text": "Monday"}, "answered", True),
+    "client_tool": ({"outcome": "completed", "result": 4}, "answered", False),
+}
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_its_answer_means_one_thing_on_its_receipt_and_to_its_agent(name: str) -> None:
+    assert name in MEANS, f"say what an answer of {name} means on its receipt (approvals.receipts.result_kind)"
+    answer, result, approved = MEANS[name]
+    assert result_kind(name, RequestStatus.ANSWERED, answer) == result
+    now = timezone.now()
+    pending = PendingRequest(kind=name, answer=answer, status=RequestStatus.ANSWERED, opened_at=now, answered_at=now)
+    pending.receipt_id = None  # as `with_receipt_ids` reads it: no query
+    decided = decision(pending)
+    assert decided is not None
+    assert (decided["result"]["kind"], decided["approved"]) == (result, approved)

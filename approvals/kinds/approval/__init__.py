@@ -8,7 +8,7 @@ from typing import Any
 from agents.definitions import ClientTool, ExternalTool
 from agents.engine import Answers, server_tool_schema
 from agents.events import EventLog
-from agents.models import Agent, RunStatus
+from agents.models import Agent, AgentVersion, RunStatus
 from agents.payloads import (
     Approved,
     ApprovedForSession,
@@ -28,6 +28,7 @@ from agents.requirements import needs_several
 from agents.rule_matching import arguments_hash
 from agents.server_tools import REGISTRY
 from approvals.decisions import note_remembered
+from approvals.external_wire import AskedTool, OpenRequest, RequestRefused, invalid
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.remembered_rules import default_expiry
@@ -48,10 +49,14 @@ class Approval(Kind):
     decisions = {"approved": "approved", "denied": "denied"}
     keys = {"a": ["approve"], "d": "reason", "e": "arguments", "enter": {"reason": "deny"}}
     selectable = True
+    gates_call = True
 
     def done(self, pending: PendingRequest, given: Mapping[str, Any]) -> str:
-        said = f"{'Approved' if given.get('approved') else 'Denied'} {pending.tool_name}"
+        said = f"{self.verb(given).capitalize()} {pending.tool_name}"
         return said + (" and remembered the rule" if given.get("remember") else "")
+
+    def verb(self, answer: Mapping[str, Any]) -> str:
+        return "approved" if answer.get("approved") else "denied"
 
     def remembers(self, pending: PendingRequest) -> bool:
         """Never for a tool that asks every time, a policy's escalation, nor a request whose approvals need several
@@ -92,6 +97,25 @@ class Approval(Kind):
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"approved": value} if isinstance(value, bool) else None
+
+    def external_fields(self, version: AgentVersion, body: OpenRequest, asked: AskedTool | None) -> dict[str, Any]:
+        """The call of a tool the agent declares (or `asked`, a gateway's), its arguments fitting its parameters."""
+        if body.tool_name is None:
+            raise invalid("toolName", "an approval names the tool it asks to call")
+        if asked is None:
+            declared = next((t for t in version.definition.tools if t.name == body.tool_name), None)
+            if not isinstance(declared, ExternalTool):
+                named = ", ".join(t.name for t in version.definition.tools) or "none"
+                detail = f"The agent {version.agent.name!r} declares no tool {body.tool_name!r} (declared: {named})."
+                raise RequestRefused(400, "unknown_tool", detail)
+            asked = AskedTool.declared(declared, body.description)
+        arguments = body.arguments or {}
+        problems = schema_problems(asked.parameters, arguments, root="arguments")
+        if problems:
+            detail = f"The arguments do not fit the parameters of {asked.name}."
+            raise RequestRefused(400, "invalid_arguments", detail, {"arguments": problems})
+        state = {"permissionRequest": asked.permission, "approvalMode": asked.approval, **asked.state}
+        return {"tool_name": asked.name, "arguments": arguments, "engine_state": state}
 
     def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
         """A server tool's (its function's), an external agent's (declared); None for an MCP tool's (its schema
@@ -222,7 +246,7 @@ class Approval(Kind):
         super().close(pending, answers, reason)
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
-        decision = "approved" if answer.get("approved") else "denied"
+        decision = self.verb(answer)
         return decision, {
             "override_arguments": answer.get("overrideArguments"),
             "remembered": bool(answer.get("remember")) and decision == "approved",

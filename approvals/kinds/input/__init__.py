@@ -5,12 +5,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from agents.definitions import object_schema
 from agents.engine import Answers
 from agents.events import EventLog
-from agents.models import RunStatus
+from agents.models import AgentVersion, RunStatus
 from agents.payloads import ElicitationCompleted, ElicitationRequested, Payload, RequestedSchema
 from agents.schema_forms import schema_fields
 from agents.schemas import schema_refusal
+from approvals.external_wire import AskedTool, OpenRequest, invalid
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind
 
@@ -73,6 +75,17 @@ class Input(Kind):
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"action": "accept", "content": value} if isinstance(value, dict) else None
+
+    def external_fields(self, version: AgentVersion, body: OpenRequest, asked: AskedTool | None) -> dict[str, Any]:
+        """Its message, and the schema of what it asks for (an object's, as a definition's tool parameters)."""
+        if body.message is None:
+            raise invalid("message", "an input request says what it asks for")
+        schema = body.requested_schema or {"type": "object", "properties": {}}
+        try:
+            object_schema(schema)
+        except ValueError as error:
+            raise invalid("requestedSchema", str(error)) from None
+        return {"message": body.message, "requested_schema": schema}
 
     def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
         given = self._given(pending)

@@ -5,8 +5,10 @@ from typing import Any
 
 from agents.engine import Answers
 from agents.events import EventLog
-from agents.models import RunStatus
+from agents.models import AgentVersion, RunStatus
 from agents.payloads import PLAN_ACTIONS, ExitPlanModeCompleted, ExitPlanModeRequested, Payload
+from agents.server_tools import STEP_MAX, STEPS_MAX
+from approvals.external_wire import AskedTool, OpenRequest, TooLarge, invalid, too_large
 from approvals.kinds.base import AnswerRefused, Kind
 from approvals.models import PendingRequest, RequestKind
 
@@ -40,6 +42,21 @@ class Plan(Kind):
         if isinstance(value, bool):
             return {"approved": value}
         return {"approved": False, "text": value} if isinstance(value, str) else None
+
+    def external_fields(self, version: AgentVersion, body: OpenRequest, asked: AskedTool | None) -> dict[str, Any]:
+        """Its steps, the lines of `planContent` that are not blank, under `propose_plan`'s limits."""
+        if body.plan_content is None:
+            raise invalid("planContent", "a plan says what it plans")
+        steps = [line.strip() for line in body.plan_content.splitlines() if line.strip()]
+        if len(steps) > STEPS_MAX:
+            message = f"has {len(steps)} steps (lines that are not blank), over the limit of {STEPS_MAX}"
+            raise too_large(TooLarge(400, "planContent", message))
+        longest = max(steps, key=len, default="")
+        if len(longest) > STEP_MAX:
+            message = f"has a step of {len(longest)} characters, over the limit of {STEP_MAX}"
+            raise too_large(TooLarge(400, "planContent", message))
+        arguments = {"steps": steps, "summary": body.summary, "planContent": body.plan_content}
+        return {"tool_name": "propose_plan", "arguments": arguments}
 
     def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
         answer = pending.answer or {}

@@ -5,8 +5,9 @@ from typing import Any
 
 from agents.engine import Answers
 from agents.events import EventLog
-from agents.models import RunStatus
+from agents.models import AgentVersion, RunStatus
 from agents.payloads import Payload, UserInputCompleted, UserInputRequested
+from approvals.external_wire import AskedTool, OpenRequest, invalid
 from approvals.kinds.base import AnswerRefused, Kind
 from approvals.models import PendingRequest, RequestKind
 
@@ -38,6 +39,13 @@ class Question(Kind):
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"text": value} if isinstance(value, str) else None
+
+    def external_fields(self, version: AgentVersion, body: OpenRequest, asked: AskedTool | None) -> dict[str, Any]:
+        """Asked as `ask_user` asks it."""
+        if body.question is None:
+            raise invalid("question", "a question says what it asks")
+        arguments = {"question": body.question, "choices": body.choices or [], "allow_freeform": body.allow_freeform}
+        return {"tool_name": "ask_user", "arguments": arguments, "message": body.question}
 
     def to_engine(self, pending: PendingRequest, answers: Answers) -> None:
         answers.answer_person(pending.call_id, (pending.answer or {}).get("text") or "")
