@@ -8,8 +8,10 @@
 """
 
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, connections
@@ -49,15 +51,29 @@ def update_together(rows: QuerySet[Any], values: dict[str, Any], *others: tuple[
         return int(cursor.rowcount)
 
 
+# How a value reaches the SQL's parameters: as it is, or (on SQLite) a UUID as its hex and a datetime as text.
+Form = Callable[[Any], Any]
+
+
+def _form(param: Any, mark: Any, db: str) -> Form | None:
+    """How `mark` became `param`, if it did."""
+    forms: list[Form] = [lambda value: value]
+    if isinstance(mark, uuid.UUID):
+        forms.append(lambda value: value.hex)
+    if isinstance(mark, datetime):
+        forms.append(connections[db].ops.adapt_datetimefield_value)
+    return next((form for form in forms if param == form(mark)), None)
+
+
 @dataclass(frozen=True)
 class _Compiled:
-    """One thread's compiled statement: its SQL, its parameters with the places of the named values, and what turns
-    a row into the model with its related objects (as Django's ModelIterable does)."""
+    """One thread's compiled statement: its SQL, its parameters with the places (and forms) of the named values, and
+    what turns a row into the model with its related objects (as Django's ModelIterable does)."""
 
     db: str
     sql: str
     params: tuple[Any, ...]
-    places: dict[str, list[int]]
+    places: dict[str, list[tuple[int, Form]]]
     compiler: SQLCompiler
     converters: dict[int, Any]
     fields: tuple[int, int]  # the main model's columns: row[start:end]
@@ -67,29 +83,40 @@ class _Compiled:
 
 
 class Prepared[M: Model]:
-    """The first row of `build(**values)`, its SQL compiled once a thread (a thread keeps its own database connection,
-    which the row's converters use). Each value must reach the SQL as a parameter unchanged: a str or an int
-    compared as such (`filter(name=value)`), not one a lookup rewrites (`contains`). `first()` returns what
-    `build(**values).first()` would without its ordering: a statement that names at most one row."""
+    """The rows of `build(**values)`, its SQL compiled once a thread (a thread keeps its own database connection,
+    which the rows' converters use) and sent again with other values. Each value is of the type given for its name
+    (str, int, UUID, aware datetime; never None, which would change the SQL) and must reach the SQL as a parameter of
+    its own (`filter(name=value)`), not one a lookup rewrites (`contains`). The rows come in the queryset's own
+    order, without the primary key's that `QuerySet.first()` adds to an unordered one."""
 
-    def __init__(self, build: Callable[..., QuerySet[M]], **kinds: type[str] | type[int]) -> None:
+    def __init__(self, build: Callable[..., QuerySet[M]], **kinds: type) -> None:
         self.build, self.kinds = build, kinds
         self._local = threading.local()
 
-    def _marks(self) -> dict[str, str | int]:
-        """A value for each name that no query holds otherwise, of the type its column wants (an int within 32 bits:
-        Django finds no row for one out of its column's range, and leaves it out of the SQL)."""
-        marks: dict[str, str | int] = {}
+    def _marks(self) -> dict[str, Any]:
+        """A value for each name that no query holds otherwise, of its type (an int within 32 bits: Django finds no
+        row for one out of its column's range, and leaves it out of the SQL)."""
+        marks: dict[str, Any] = {}
         for index, (name, kind) in enumerate(self.kinds.items()):
-            marks[name] = f"\x1fprepared:{name}" if kind is str else -2_000_000_000 - index
+            marks[name] = {
+                str: f"\x1fprepared:{name}",
+                int: -2_000_000_000 - index,
+                uuid.UUID: uuid.UUID(int=0x7E7A_0000_0000_0000_0000_0000_0000_0000 + index),
+                datetime: datetime(1901, 1, 1, 0, 0, index, tzinfo=UTC),
+            }[kind]
         return marks
 
-    def _compile(self) -> _Compiled:
+    def _compile(self, limited: bool) -> _Compiled:
         marks = self._marks()
-        queryset = self.build(**marks)[:1]
+        queryset = self.build(**marks)
+        queryset = queryset[:1] if limited else queryset
         compiler = queryset.query.get_compiler(using=queryset.db)
         sql, params = compiler.as_sql()
-        places = {name: [i for i, param in enumerate(params) if param == mark] for name, mark in marks.items()}
+        places: dict[str, list[tuple[int, Form]]] = {name: [] for name in marks}
+        for name, mark in marks.items():
+            for place, param in enumerate(params):
+                if (form := _form(param, mark, queryset.db)) is not None:
+                    places[name].append((place, form))
         lost = [name for name, found in places.items() if not found]
         if lost:
             raise ValueError(f"the values {lost} do not reach the SQL unchanged: Prepared cannot place them")
@@ -110,27 +137,34 @@ class Prepared[M: Model]:
             fetch_mode=fetch_mode,
         )
 
-    def first(self, **values: str | int) -> M | None:
-        compiled: _Compiled | None = getattr(self._local, "compiled", None)
-        if compiled is None:
-            compiled = self._local.compiled = self._compile()
-        params = list(compiled.params)
-        for name, places in compiled.places.items():
-            for place in places:
-                params[place] = values[name]
-        compiler = compiled.compiler
-        with connections[compiled.db].cursor() as cursor:
-            cursor.execute(compiled.sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        if compiled.converters:
-            [row] = compiler.apply_converters([row], compiled.converters)
-        start, end = compiled.fields
-        model = compiler.klass_info["model"]
-        found: M = model.from_db(compiled.db, compiled.names, row[start:end], fetch_mode=compiled.fetch_mode)
-        for populator in compiled.populators:
-            populator.populate(row, found)
-        for name, column in compiler.annotation_col_map.items():
-            setattr(found, name, row[column])
+    def _rows(self, limited: bool, values: dict[str, Any]) -> list[M]:
+        compiled: dict[bool, _Compiled] = self._local.__dict__.setdefault("compiled", {})
+        if limited not in compiled:
+            compiled[limited] = self._compile(limited)
+        statement = compiled[limited]
+        params = list(statement.params)
+        for name, places in statement.places.items():
+            for place, form in places:
+                params[place] = form(values[name])
+        with connections[statement.db].cursor() as cursor:
+            cursor.execute(statement.sql, params)
+            rows = cursor.fetchall()
+        compiler, (start, end) = statement.compiler, statement.fields
+        if statement.converters:
+            rows = list(compiler.apply_converters(rows, statement.converters))
+        model, found = compiler.klass_info["model"], []
+        for row in rows:
+            instance = model.from_db(statement.db, statement.names, row[start:end], fetch_mode=statement.fetch_mode)
+            for populator in statement.populators:
+                populator.populate(row, instance)
+            for name, column in compiler.annotation_col_map.items():
+                setattr(instance, name, row[column])
+            found.append(instance)
         return found
+
+    def first(self, **values: Any) -> M | None:
+        """The first row, or None."""
+        return next(iter(self._rows(True, values)), None)
+
+    def all(self, **values: Any) -> list[M]:
+        return self._rows(False, values)

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from agents.actions import continue_after, continue_session
@@ -30,6 +30,7 @@ from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refus
 from approvals.quorum import approve_toward, counts_toward_quorum, refuse_self_approval
 from approvals.responses import Outcome, Response, ResponseRefused, Status
 from console.models import Membership
+from console.sql import Prepared
 
 # The fields that carry an answer (the rest say which request and where the continuation goes; `remember`
 # and its `expiresAt` are refused by the kinds that take none).
@@ -47,6 +48,26 @@ _TERMINAL_STATUS: dict[str, Status] = {
     RequestStatus.CANCELLED: "cancelled",
     RequestStatus.ABANDONED: "execution_ended",
 }
+
+
+def _answered(tenant: int, run: uuid.UUID, request: uuid.UUID) -> QuerySet[PendingRequest]:
+    """The request an answer names, with all an answer reads, in one query; the session's conversation (a whole
+    history) is not among it. `others_open`: whether another request of the session waits to be carried (open, or
+    closed unanswered: its call must be closed): when none does, this answer is the last one and the continuation
+    carries only it."""
+    waiting = (RequestStatus.PENDING, RequestStatus.EXPIRED, RequestStatus.CANCELLED)
+    others = PendingRequest.objects.filter(session=OuterRef("session"), status__in=waiting, answered_in=None).exclude(
+        pk=OuterRef("pk")
+    )
+    found = PendingRequest.objects.select_related(
+        "run__version", "session__agent", "session__tenant", "agent", "tenant"
+    )
+    found = found.annotate(others_open=Exists(others)).defer("session__conversation")
+    return found.filter(tenant=tenant, run_id=run, id=request)
+
+
+# Compiled once (issue 56): every answer reads it.
+_ANSWERED = Prepared(_answered, tenant=int, run=uuid.UUID, request=uuid.UUID)
 
 
 def answer_request(
@@ -67,18 +88,9 @@ def answer_request(
             raise PendingRequest.DoesNotExist
         stored_id, run_id = named
         response = response.model_copy(update={"request_id": stored_id})
-    # One query for all an answer reads; the session's conversation (a whole history) is not among it.
-    found = PendingRequest.objects.select_related(
-        "run__version", "session__agent", "session__tenant", "agent", "tenant"
-    )
-    # Whether another request of the session waits to be carried (open, or closed unanswered: its call must be
-    # closed): when none does, this answer is the last one and the continuation carries only it.
-    waiting = (RequestStatus.PENDING, RequestStatus.EXPIRED, RequestStatus.CANCELLED)
-    others = PendingRequest.objects.filter(session=OuterRef("session"), status__in=waiting, answered_in=None).exclude(
-        pk=OuterRef("pk")
-    )
-    found = found.annotate(others_open=Exists(others)).defer("session__conversation")
-    pending = found.get(tenant=membership.tenant, run_id=run_id, id=response.request_id)
+    pending = _ANSWERED.first(tenant=membership.tenant_id, run=run_id, request=response.request_id)
+    if pending is None:
+        raise PendingRequest.DoesNotExist
     rid = str(pending.id)
     actor = acting(membership, actor, pending)
     if response.checkpoint_id is not None:
@@ -156,7 +168,8 @@ def answer_request(
     else:
         # The last answer (no other request was waiting when it was read, and none opens while the session waits)
         # is all the continuation carries.
-        recorded, continued = continue_after(pending, payload, user, write, last=not pending.others_open)
+        last = not pending.others_open  # type: ignore[attr-defined]  # annotated by _answered
+        recorded, continued = continue_after(pending, payload, user, write, last=last)
     if not recorded:
         # Another answer won, or the sweep closed the request (expired) since it was read above.
         now_status = PendingRequest.objects.filter(pk=pending.pk).values_list("status", flat=True).first()

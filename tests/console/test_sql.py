@@ -3,6 +3,8 @@
 
 import threading
 import time
+import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -143,3 +145,26 @@ def test_each_thread_sends_it_on_its_own_connection(operator):
     other.start()
     other.join(10)
     assert found and found[0] is not None and found[0].pk == ApiToken.objects.get(token_hash=token_hash).pk
+
+
+@pytest.mark.django_db
+def test_a_prepared_select_takes_uuids_and_datetimes_as_each_database_sends_them(operator, admin):
+    make_agent(admin)
+    first = run_ok(operator, {"message": "hello", "sessionId": "s"})["runId"]
+    second = run_ok(operator, {"message": "again", "sessionId": "s"})["runId"]
+    session = Run.objects.get(id=first).session_id
+    runs = Prepared(
+        lambda session, before, other: (
+            Run.objects.filter(session=session, created_at__lte=before).exclude(id=other).order_by("created_at")
+        ),
+        session=int,
+        before=datetime,
+        other=uuid.UUID,
+    )
+    now, nobody = timezone.now(), uuid.uuid4()
+    assert [str(run.id) for run in runs.all(session=session, before=now, other=nobody)] == [first, second]
+    assert [str(run.id) for run in runs.all(session=session, before=now, other=uuid.UUID(first))] == [second]
+    earlier = Run.objects.get(id=first).created_at
+    assert [str(run.id) for run in runs.all(session=session, before=earlier, other=nobody)] == [first]
+    assert str(runs.first(session=session, before=now, other=nobody).id) == first
+    assert runs.first(session=session, before=now - timedelta(days=1), other=nobody) is None
