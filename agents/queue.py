@@ -58,6 +58,7 @@ from agents.run_requests import RunClientTool, RunRequest
 from agents.seats import Seat, take_handed, take_seat, wake_workers
 from agents.turns import PROCESS_ID, cancel_here, lease, run_here
 from approvals.models import PendingRequest
+from console.sql import Prepared
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,15 @@ class _Refused(Exception):
     pass
 
 
+# The session a continuation handed over goes on in, locked, with its last event (issue 56: compiled once).
+_LOCKED_SESSION = Prepared(
+    lambda session: (
+        Session.objects.select_for_update(of=("self",)).annotate(last_event=last_event_of_session()).filter(pk=session)
+    ),
+    session=int,
+)
+
+
 def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bool]) -> bool:
     """Queue `run`, built but not saved (`agents.actions.sessions._continuation_of`), in one transaction with `carry`,
     the conditional write of the answer to `carried` it carries: False, and nothing written, when `carry` returns
@@ -135,12 +145,11 @@ def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bo
         with transaction.atomic():
             # The session's lock before the request's row (`carry`), in the order every turn takes them.
             assert run.session_id is not None, "a continuation goes on in its session"
-            locked = Session.objects.select_for_update(of=("self",))
             if seat is None:  # not its conversation: the worker reads it
-                locked = locked.only("deleted_at", "agent_id")
+                locked = Session.objects.select_for_update(of=("self",)).only("deleted_at", "agent_id")
+                session = locked.get(pk=run.session_id)
             else:
-                locked = locked.annotate(last_event=last_event_of_session())
-            session = locked.get(pk=run.session_id)
+                session = _LOCKED_SESSION.get(session=run.session_id)
             refuse_if_deleted(session)
             # Not its turn asked: another turn queued or running makes the run's insert fail (its session's one
             # turn, `run_one_turn_per_session`); an agent deleted meanwhile closed the request (`carry` fails).

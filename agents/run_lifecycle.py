@@ -189,7 +189,7 @@ def active_rules(agent: Agent, version: AgentVersion, session: Session | None) -
     if not content.consults_rules:
         return []
     # A rule is one person's say: none stands for a tool whose approvals need several (SPEC section 14).
-    rules = list(rules_in_force(agent, session))
+    rules = rules_in_force(agent, session)
     return [r for r in rules if not needs_several(content.routing_for("approval", r.tool_name).require)]
 
 

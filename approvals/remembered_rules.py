@@ -24,6 +24,7 @@ from agents.rule_matching import Condition, RememberedUntil, Scope, arguments_ha
 from approvals.models import UNSETTLED, PendingRequest, RequestKind, Rule
 from approvals.receipts import Receipt
 from console.models import Membership
+from console.sql import Prepared
 
 
 def decisions_since(tenant: Any, since: datetime) -> dict[str, int]:
@@ -41,12 +42,23 @@ def decisions_since(tenant: Any, since: datetime) -> dict[str, int]:
     return counts
 
 
-def rules_in_force(agent: Agent, session: Session | None) -> QuerySet[Rule]:
+def _in_force(agent: int, now: datetime, session: int | None = None) -> QuerySet[Rule]:
+    scope = Q(session__isnull=True) | Q(session=session) if session is not None else Q(session__isnull=True)
+    unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    return Rule.objects.filter(scope, unexpired, agent=agent, revoked_at__isnull=True)
+
+
+# Every turn that consults rules reads them (issue 56): compiled once, for a session and for none.
+_IN_FORCE = Prepared(_in_force, agent=int, now=datetime, session=int)
+_IN_FORCE_ALWAYS = Prepared(_in_force, agent=int, now=datetime)
+
+
+def rules_in_force(agent: Agent, session: Session | None) -> list[Rule]:
     """The rules a call of `agent` in `session` may be approved by: neither revoked nor expired, and remembered
     "always" or in this very session (a sessionless turn: "always" ones only)."""
-    scope = Q(session__isnull=True) | Q(session=session) if session is not None else Q(session__isnull=True)
-    unexpired = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
-    return Rule.objects.filter(scope, unexpired, agent=agent, revoked_at__isnull=True)
+    if session is None:
+        return _IN_FORCE_ALWAYS.all(agent=agent.pk, now=timezone.now())
+    return _IN_FORCE.all(agent=agent.pk, now=timezone.now(), session=session.pk)
 
 
 # --- a rule remembered "always" from an approval, said before it is made -------------------------------

@@ -166,5 +166,12 @@ class Prepared[M: Model]:
         """The first row, or None."""
         return next(iter(self._rows(True, values)), None)
 
+    def get(self, **values: Any) -> M:
+        """The first row; raises the model's DoesNotExist when there is none (a statement naming one row)."""
+        found = self.first(**values)
+        if found is None:
+            raise self.build(**self._marks()).model.DoesNotExist  # type: ignore[attr-defined]
+        return found
+
     def all(self, **values: Any) -> list[M]:
         return self._rows(False, values)

@@ -88,9 +88,7 @@ def answer_request(
             raise PendingRequest.DoesNotExist
         stored_id, run_id = named
         response = response.model_copy(update={"request_id": stored_id})
-    pending = _ANSWERED.first(tenant=membership.tenant_id, run=run_id, request=response.request_id)
-    if pending is None:
-        raise PendingRequest.DoesNotExist
+    pending = _ANSWERED.get(tenant=membership.tenant_id, run=run_id, request=response.request_id)
     rid = str(pending.id)
     actor = acting(membership, actor, pending)
     if response.checkpoint_id is not None:

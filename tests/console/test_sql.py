@@ -168,3 +168,11 @@ def test_a_prepared_select_takes_uuids_and_datetimes_as_each_database_sends_them
     assert [str(run.id) for run in runs.all(session=session, before=earlier, other=nobody)] == [first]
     assert str(runs.first(session=session, before=now, other=nobody).id) == first
     assert runs.first(session=session, before=now - timedelta(days=1), other=nobody) is None
+
+
+@pytest.mark.django_db
+def test_get_raises_the_models_own_does_not_exist(operator):
+    tokens = Prepared(lambda token_hash: ApiToken.objects.filter(token_hash=token_hash), token_hash=str)
+    assert tokens.get(token_hash=hash_token(operator.token)).membership_id == operator.membership.pk
+    with pytest.raises(ApiToken.DoesNotExist):
+        tokens.get(token_hash=hash_token("al_nothing"))
