@@ -132,8 +132,7 @@ def prepare_run(
     if request.has_answers and not request.session_id:
         raise RunRejected(400, "session_required", "Answers need the sessionId of the session that asked.")
     if session is None and request.session_id:
-        sessions = with_turn_state(Session.objects.live().select_related("last_run"))
-        session = sessions.filter(tenant=tenant, key=request.session_id).first()
+        session = _LIVE_SESSION.first(tenant=tenant.pk, key=request.session_id)
         if session is not None and session.agent_id != agent.pk:
             raise RunRejected(409, "session_agent_mismatch", "This session belongs to another agent.")
         if session is not None:
@@ -282,6 +281,16 @@ def with_turn_state(sessions: QuerySet[Session]) -> QuerySet[Session]:
     asks again after taking the session's, in a query of its own, which sees a turn committed meanwhile)."""
     running = Run.objects.filter(session=OuterRef("pk"), status__in=(RunStatus.RUNNING, RunStatus.QUEUED))
     return sessions.annotate(agent_deleted_at=F("agent__deleted_at"), turn_running=Exists(running))
+
+
+# A run's session by its key, live (one at most: `session_key_unique_live`), as every start reads it (issue 56).
+_LIVE_SESSION = Prepared(
+    lambda tenant, key: with_turn_state(Session.objects.live().select_related("last_run")).filter(
+        tenant=tenant, key=key
+    ),
+    tenant=int,
+    key=str,
+)
 
 
 def refuse_if_deleted(session: Session) -> None:
