@@ -29,6 +29,7 @@ from agents.models import Checkpoint, Run, Session
 from agents.requirements import next_step_at
 from approvals.decisions import Decision, decide
 from approvals.models import PendingRequest, RequestStatus
+from console.sql import Prepared
 
 # The longest chain of deltas behind a checkpoint, its full copy included.
 FULL_COPY_EVERY = 32
@@ -60,11 +61,22 @@ def with_latest_checkpoint(runs: QuerySet[Run]) -> QuerySet[Run]:
     return runs.annotate(latest_checkpoint=Subquery(read, output_field=JSONField()))
 
 
+# The session's latest checkpoint, what `record_checkpoint` reads of it, as every turn's end reads it (issue 56).
+_LATEST = Prepared(
+    lambda session: (
+        Checkpoint.objects.filter(session=session)
+        .order_by("-number")
+        .select_related("root")
+        .only("id", "number", "root_id", "length", "digest", "root__number")
+    ),
+    session=int,
+)
+
+
 def _latest(run: Run, session: Session) -> Checkpoint | None:
     """The session's latest checkpoint, as `with_latest_checkpoint` read it with the run, else read now."""
     if not hasattr(run, "latest_checkpoint"):
-        checkpoints = Checkpoint.objects.filter(session=session).select_related("root")
-        return checkpoints.only("id", "number", "root_id", "length", "digest", "root__number").first()
+        return _LATEST.first(session=session.pk)
     read = run.latest_checkpoint
     if read is None:
         return None

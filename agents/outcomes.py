@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents import checkpoints
@@ -29,7 +29,7 @@ from approvals.decisions import Actor, Decision, announced_together, decide, han
 from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
 from console import metrics
-from console.sql import update_together
+from console.sql import Prepared, update_together
 
 logger = logging.getLogger(__name__)
 
@@ -92,9 +92,21 @@ def _forget_outcome(started: StartedRun, kept: int, written: int) -> set[str]:
 def _session_ended(session: Session) -> bool:
     """Whether the session or its agent is deleted, read under the session's lock (taken here, as the
     deletions take it: a deletion running now is either seen whole or waits for this turn's outcome)."""
-    locked = Session.objects.select_for_update(of=("self",)).filter(pk=session.pk)
-    row = locked.values_list("deleted_at", "agent__deleted_at").first()
-    return row is None or row != (None, None)
+    locked: Any = _LOCKED.first(session=session.pk)
+    return locked is None or locked.deleted_at is not None or locked.agent_deleted_at is not None
+
+
+# The session's deletion and its agent's, under the session's lock: every turn's end that leaves requests open reads
+# them (issue 56: compiled once).
+_LOCKED = Prepared(
+    lambda session: (
+        Session.objects.select_for_update(of=("self",))
+        .filter(pk=session)
+        .annotate(agent_deleted_at=F("agent__deleted_at"))
+        .only("deleted_at")
+    ),
+    session=int,
+)
 
 
 def abandon_requests(

@@ -330,7 +330,7 @@ def test_the_respond_result_names_the_fork(operator, assistant):
     body = {"requestId": asked["pendingRequests"][0]["requestId"], "approved": True, "checkpointId": earlier}
 
     outcome = answer_request(
-        operator.membership, Actor.person(operator.user, Via.API), Response.model_validate(body), run_id=run
+        operator.membership, Actor.person(operator.user, Via.API), Response.model_validate(body), run_id=run.id
     ).wire()
 
     fork = Session.objects.get(forked_from_checkpoint=earlier)
