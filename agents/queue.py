@@ -21,6 +21,7 @@ a worker runs for it.
 """
 
 import logging
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
@@ -236,14 +237,22 @@ def loaded_runs() -> Any:
     return Run.objects.select_related("tenant", "agent", "version", "session")
 
 
+# The run a worker claimed, with all its turn reads (issue 56: compiled once).
+_CLAIMED = Prepared(
+    lambda run, worker: with_latest_checkpoint(with_last_event(loaded_runs())).filter(
+        id=run, status=RunStatus.RUNNING, worker_id=worker
+    ),
+    run=uuid.UUID,
+    worker=str,
+)
+
+
 @task(takes_context=True)
 def execute_queued(context: TaskContext, run_id: str) -> str:
     """The task of one queued run: run the turn the claim (or the hand-over) gave this worker."""
     started = take_handed(run_id)
     if started is None:
-        worker_id = context.task_result.worker_ids[-1]
-        runs = with_latest_checkpoint(with_last_event(loaded_runs()))
-        run = runs.filter(id=run_id, status=RunStatus.RUNNING, worker_id=worker_id).first()
+        run = _CLAIMED.first(run=uuid.UUID(run_id), worker=context.task_result.worker_ids[-1])
         if run is None:
             return "skipped"  # cancelled, or reclaimed, before its turn began
         if run.cancel_requested or run.agent.deleted_at is not None:
