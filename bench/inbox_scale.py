@@ -51,7 +51,7 @@ INSERT_REQUESTS = """
 INSERT INTO {table} (
     id, tenant_id, agent_id, session_id, run_id, kind, tool_name, call_id, arguments, message,
     requested_schema, engine_state, status, opened_at, expires_at, closed_at, answer, answered_by_id,
-    answered_at, answered_via, answered_in_id, approvers
+    answered_at, answered_via, answered_in_id, approvers, escalation_step, answered_auth
 )
 SELECT
     gen_random_uuid(), %(tenant)s, %(agent)s, r.session_id, r.id,
@@ -71,7 +71,8 @@ SELECT
     CASE WHEN g < %(closed)s AND g %% 100 < 90 THEN %(user)s END,
     CASE WHEN g < %(closed)s AND g %% 100 < 90 THEN now() - make_interval(secs => (%(rows)s - g) * 2 - 60) END,
     CASE WHEN g < %(closed)s AND g %% 100 < 90 THEN 'inbox' ELSE '' END,
-    NULL, ''
+    NULL, '', 0,
+    CASE WHEN g < %(closed)s AND g %% 100 < 90 THEN 'session' ELSE '' END
 FROM generate_series(0, %(rows)s - 1) AS g
 JOIN bench_runs AS r ON r.n = g %% %(runs)s
 """
