@@ -3,8 +3,8 @@
 - `update_together`: several writes in one round trip (issue 32): on PostgreSQL a statement's WITH clauses may write
   too, so UPDATEs Django builds can be sent as one statement.
 - `Prepared`: a SELECT Django builds, compiled once a thread and sent again with other values (issue 56): the
-  statements every API request sends (its token, the agent's live version), where building and compiling the query
-  cost twice what running it does.
+  statements every request or turn sends (the token, the agent's version, the rules in force, ...: the map in
+  docs/architecture.md), where building and compiling the query cost about twice what running it does.
 """
 
 import threading
