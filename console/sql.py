@@ -70,6 +70,7 @@ class _Compiled:
     """One thread's compiled statement: its SQL, its parameters with the places (and forms) of the named values, and
     what turns a row into the model with its related objects (as Django's ModelIterable does)."""
 
+    model: type[Any]  # a Model subclass: its DoesNotExist, its from_db
     db: str
     sql: str
     params: tuple[Any, ...]
@@ -125,6 +126,7 @@ class Prepared[M: Model]:
         start, end = selected[0], selected[-1] + 1
         fetch_mode = queryset._fetch_mode  # type: ignore[attr-defined]
         return _Compiled(
+            model=queryset.model,
             db=queryset.db,
             sql=sql,
             params=tuple(params),
@@ -152,9 +154,11 @@ class Prepared[M: Model]:
         compiler, (start, end) = statement.compiler, statement.fields
         if statement.converters:
             rows = list(compiler.apply_converters(rows, statement.converters))
-        model, found = compiler.klass_info["model"], []
+        found = []
         for row in rows:
-            instance = model.from_db(statement.db, statement.names, row[start:end], fetch_mode=statement.fetch_mode)
+            instance = statement.model.from_db(
+                statement.db, statement.names, row[start:end], fetch_mode=statement.fetch_mode
+            )
             for populator in statement.populators:
                 populator.populate(row, instance)
             for name, column in compiler.annotation_col_map.items():
@@ -170,7 +174,7 @@ class Prepared[M: Model]:
         """The first row; raises the model's DoesNotExist when there is none (a statement naming one row)."""
         found = self.first(**values)
         if found is None:
-            raise self.build(**self._marks()).model.DoesNotExist  # type: ignore[attr-defined]
+            raise self._local.compiled[True].model.DoesNotExist
         return found
 
     def all(self, **values: Any) -> list[M]:

@@ -158,21 +158,20 @@ async def post_tool_call_check(
 
 # Each version's declaration as an interceptor runs it, loaded once per process (issue 56 item 4): a version never
 # changes. The creation time is in the key too, as in AgentVersion.definition.
-_DECLARATIONS: dict[tuple[int, datetime], HostDeclaration | None] = {}
+_DECLARATIONS: dict[tuple[int, datetime], HostDeclaration] = {}
 
 
-def _declaration(version: AgentVersion) -> HostDeclaration | None:
-    """`version`'s policies as an interceptor runs them; None without any. The caller resolves escalations (its
-    approval resolver opens a request): here a liftable deny stands."""
+def _declaration(version: AgentVersion, document: dict[str, Any]) -> HostDeclaration:
+    """`version`'s policies (`document`, its hooks) as an interceptor runs them: the caller resolves escalations
+    (its approval resolver opens a request), so here a liftable deny stands. Raises DeclarationError."""
     key = (version.pk, version.created_at)
     if key not in _DECLARATIONS:
-        document = copy.deepcopy(version.definition.hooks)
-        if document is not None:
-            configuration = document.setdefault("configuration", {})
-            configuration["approval"] = {**configuration.get("approval", {}), "resolver": None}
+        document = copy.deepcopy(document)
+        configuration = document.setdefault("configuration", {})
+        configuration["approval"] = {**configuration.get("approval", {}), "resolver": None}
         if len(_DECLARATIONS) >= 1024:
             _DECLARATIONS.clear()
-        _DECLARATIONS[key] = None if document is None else HostDeclaration.from_value(document)
+        _DECLARATIONS[key] = HostDeclaration.from_value(document)
     return _DECLARATIONS[key]
 
 
@@ -182,14 +181,14 @@ async def interception_verdict(
     """The verdict of `version`'s policies on one AGENT-HOOKS-0.1 interception event, as an interceptor answers
     it (agent-hooks section 5.5: the verdict, and in `extensions.airlock` the interception record). No `hooks`:
     allow. Under `evaluate_only` the answer is allow; the record says what the policies would have done."""
-    declaration = _declaration(version)
-    if declaration is None:
+    document = version.definition.hooks
+    if document is None:
         return {"decision": "allow"}
     agent = version.agent
     answers: list[Any] = []
     try:
         emitter = InterceptionEmitter.from_declaration(
-            declaration, registry(connections, InboxResolver({}), answers.append)
+            _declaration(version, document), registry(connections, InboxResolver({}), answers.append)
         )
     except DeclarationError as error:
         raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
