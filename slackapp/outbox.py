@@ -20,6 +20,7 @@ and placing a request twice finds its rows (unique per request and channel).
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -51,6 +52,12 @@ NOTICE_LIFETIME = timedelta(minutes=10)
 ENDED_UNSEEN_WITHIN = timedelta(hours=1)
 # Slack's signature is valid 5 minutes: a delivery's digest is kept longer than that (slackapp.models.SlackDelivery).
 DELIVERIES_KEPT = timedelta(minutes=10)
+
+# The least time from a pass's start to the next, however often it is woken: every request opened wakes the loop,
+# and at a dozen conversations a second a pass for each cost 3% of a console's CPU, most of it an installation
+# without Slack asking whether it uses it (bench/peer_langgraph.py, issue 56). Slack takes a message a second a
+# channel: a pass sooner than this posts nothing sooner.
+WAKE_GAP = 0.5
 
 _WAKE = threading.Event()
 _STARTED = threading.Lock()
@@ -263,6 +270,7 @@ def start_outbox(every_seconds: float) -> bool:
 
         def loop() -> None:
             while True:
+                began = time.monotonic()
                 try:
                     step()
                 except Exception:
@@ -270,6 +278,8 @@ def start_outbox(every_seconds: float) -> bool:
                 finally:
                     close_old_connections()
                 _WAKE.wait(every_seconds)
+                # Wakes within WAKE_GAP of a pass's start wait for the gap's end, then share one pass.
+                time.sleep(max(0.0, min(WAKE_GAP, every_seconds) - (time.monotonic() - began)))
                 _WAKE.clear()
 
         thread = threading.Thread(target=loop, name="airlock-slack-outbox", daemon=True)
