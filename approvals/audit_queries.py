@@ -32,12 +32,20 @@ from approvals.audit_entries import (
     EntryKey,
 )
 from approvals.audit_rows import entries
-from approvals.models import TERMINAL, HeldAnswer, HeldState, PendingRequest, RequestKind, Rule
+from approvals.kinds import KINDS
+from approvals.models import TERMINAL, HeldAnswer, HeldState, PendingRequest, Rule
 from console.models import Tenant
 
 KEY_COLUMNS = ("entry_when", "entry_id", "entry_source")
 
 EXPORT_CHUNK = 500
+
+# The decisions the audit narrows answers to, each listing answers of one kind (`Kind.audit_filters`).
+ANSWER_FILTERS = {
+    decision: Q(kind=name, **lookups)
+    for name, kind in KINDS.items()
+    for decision, lookups in kind.audit_filters.items()
+}
 
 # The filters that pick policy verdicts, as the `policy.verdict` events they match.
 POLICY_FILTERS = {
@@ -118,19 +126,13 @@ def _narrowed_events(events: QuerySet[Event], criteria: Criteria) -> QuerySet[Ev
 
 
 def _answers(tenant: Tenant, criteria: Criteria) -> QuerySet[Any] | None:
-    decision_filters = {
-        DecisionFilter.APPROVED: Q(kind=RequestKind.APPROVAL, answer__approved=True),
-        DecisionFilter.DENIED: Q(kind=RequestKind.APPROVAL, answer__approved=False),
-        DecisionFilter.INPUT: Q(kind=RequestKind.INPUT),
-        DecisionFilter.TOOL_RESULT: Q(kind=RequestKind.CLIENT_TOOL),
-    }
     requests = PendingRequest.objects.filter(tenant=tenant, answer__isnull=False, answered_at__isnull=False)
     # An external agent's request a rule decided at once is the rule's entry (its `request.answered` event).
     requests = requests.exclude(answered_via="rule")
     if criteria.decision:
-        if criteria.decision not in decision_filters:
+        if criteria.decision not in ANSWER_FILTERS:
             return None
-        requests = requests.filter(decision_filters[DecisionFilter(criteria.decision)])
+        requests = requests.filter(ANSWER_FILTERS[DecisionFilter(criteria.decision)])
     if criteria.who:
         requests = requests.filter(answered_by__username=criteria.who)
     return _keys(_narrowed_requests(requests, criteria), F("answered_at"), ANSWER)

@@ -45,7 +45,8 @@ from agents.models import Agent, AgentVersion
 from agents.payloads import Payload
 from agents.policies import CompilesThrottled, PolicyBlocked, PolicyScope, compile_problems, webhook_connections
 from agents.rule_matching import arguments_hash, first_matching, rule_matches
-from approvals.models import OPEN, PendingRequest, RequestKind, Rule
+from approvals.kinds import GATING
+from approvals.models import OPEN, PendingRequest, Rule
 from approvals.receipts import result_kind
 from approvals.remembered_rules import RuleIn, refusal
 from console.models import Tenant
@@ -146,8 +147,9 @@ class Preview:
 
 
 def closed_requests(agent: Agent, limit: int) -> QuerySet[PendingRequest]:
-    """The agent's last `limit` closed approval requests with a tool call, the last decided first."""
-    found = PendingRequest.objects.filter(agent=agent, kind=RequestKind.APPROVAL).exclude(tool_name="").exclude(OPEN)
+    """The agent's last `limit` closed requests that held a tool call until a yes (`GATING`: approvals), the last
+    decided first."""
+    found = PendingRequest.objects.filter(agent=agent, kind__in=GATING).exclude(tool_name="").exclude(OPEN)
     found = found.annotate(decided_at=Coalesce("answered_at", "closed_at", "opened_at"))
     fields = ("id", "kind", "status", "answer", "tool_name", "call_id", "arguments", "policy", "engine_state")
     return found.only(*fields).order_by("-decided_at", "-id")[:limit]
@@ -326,7 +328,7 @@ def suggestions(tenant: Tenant, now: datetime | None = None) -> list[Suggestion]
     since = (now or timezone.now()) - timedelta(days=SUGGEST_DAYS)
     answered = (
         PendingRequest.objects.filter(
-            tenant=tenant, kind=RequestKind.APPROVAL, agent__deleted_at__isnull=True, answered_at__gte=since
+            tenant=tenant, kind__in=GATING, agent__deleted_at__isnull=True, answered_at__gte=since
         )
         .exclude(tool_name="")
         .exclude(answer__isnull=True)

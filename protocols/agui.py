@@ -38,11 +38,12 @@ from agents.run_requests import RunRequest
 from approvals.actions import answer_request
 from approvals.actions.answers import acting, refuse_by_requirement, response_refusal
 from approvals.decisions import Actor
-from approvals.models import TERMINAL, PendingRequest, RequestKind, RequestStatus
+from approvals.kinds import KINDS
+from approvals.models import TERMINAL, PendingRequest, RequestStatus
 from approvals.responses import TAKEN, Response, ResponseRefused
 from console.models import Membership
 from console.problems import Refused
-from protocols.agui_events import AguiTranslator, resume_outcomes, run_started
+from protocols.agui_events import TOOL_CALL_KINDS, AguiTranslator, resume_outcomes, run_started
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +56,6 @@ FORWARDED = frozenset(
 # Respond fields a resume payload may not set: the request is the interrupt's, and an AG-UI thread stays one session
 # (an answer at an earlier checkpoint would fork it), its runs' ids are Airlock's.
 NOT_IN_PAYLOAD = frozenset({"requestId", "checkpointId", "newRunId"})
-# What `status: "cancelled"` answers, by kind: a denial, a plan sent back, a continuation stopped, an input cancelled.
-CANCELLED_REASON = "Cancelled by the user."
-CANCELLED: dict[str, dict[str, Any]] = {
-    RequestKind.APPROVAL: {"approved": False, "reason": CANCELLED_REASON},
-    RequestKind.PLAN: {"approved": False, "text": CANCELLED_REASON},
-    RequestKind.CONTINUATION: {"approved": False},
-    RequestKind.INPUT: {"action": "cancel"},
-}
 
 
 class AguiRefused(Refused):
@@ -136,7 +129,7 @@ def read_answers(membership: Membership, actor: Actor, session: Session | None, 
         answers.given.append((pending, response))
     client_calls = {
         p.call_id: p
-        for p in in_session.filter(kind=RequestKind.CLIENT_TOOL, status=RequestStatus.PENDING, answer__isnull=True)
+        for p in in_session.filter(kind__in=TOOL_CALL_KINDS, status=RequestStatus.PENDING, answer__isnull=True)
     }
     for message in payload.messages:
         if not isinstance(message, ToolMessage) or message.tool_call_id not in client_calls:
@@ -157,7 +150,7 @@ def _interrupt(requests: Any, interrupt_id: str) -> PendingRequest:
     pending = requests.filter(id=request_id).first() if request_id is not None else None
     if pending is None:
         raise AguiRefused("unknown_interrupt", f"No interrupt {interrupt_id} in this thread.")
-    if pending.kind == RequestKind.CLIENT_TOOL:
+    if pending.kind in TOOL_CALL_KINDS:
         detail = (
             f"{interrupt_id} is a frontend tool call: send its result as a tool message (toolCallId {pending.call_id})."
         )
@@ -180,9 +173,10 @@ def _resume_response(pending: PendingRequest, status: str, payload: Any) -> Resp
     object payload)."""
     fields: dict[str, Any]
     if status == "cancelled":
-        if pending.kind not in CANCELLED:
+        cancel = KINDS[pending.kind].cancel_answer
+        if cancel is None:
             raise AguiRefused("not_cancellable", f"A {pending.kind} cannot be cancelled; answer it.")
-        fields = dict(CANCELLED[pending.kind])
+        fields = dict(cancel)
         given = payload if isinstance(payload, dict) else {}
         for key in ("reason", "text"):
             if key in fields and isinstance(given.get(key), str) and given[key].strip():

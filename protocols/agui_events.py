@@ -38,24 +38,9 @@ from approvals.responses import Response
 # The AG-UI version this producer speaks (RUN_STARTED.protocolVersion).
 PROTOCOL_VERSION = "1.0"
 
-# An interrupt's `reason`, by the kind of the request it stands for (SPEC section 16). A client tool is no interrupt:
-# the run finishes `success` with its call among `pendingToolCallIds`.
-REASONS: dict[str, str] = {
-    RequestKind.APPROVAL: "tool_approval",
-    RequestKind.QUESTION: "question",
-    RequestKind.INPUT: "input",
-    RequestKind.PLAN: "plan",
-    RequestKind.CONTINUATION: "continuation",
-}
-
-# What an interrupt says when its request carries no message of its own.
-DEFAULT_MESSAGES: dict[str, str] = {
-    RequestKind.APPROVAL: "{agent} wants to call {tool}. Approve it?",
-    RequestKind.QUESTION: "{agent} asks a question.",
-    RequestKind.INPUT: "{agent} needs input for {tool}.",
-    RequestKind.PLAN: "{agent} proposes a plan. Approve it, or send it back with what to revise?",
-    RequestKind.CONTINUATION: "{agent} reached its limit of model calls. Go on?",
-}
+# The kinds whose request is a frontend tool's call, no interrupt (`Kind.interrupt_reason` None): the run finishes
+# `success` with the call among `pendingToolCallIds`, and the client answers it with a tool message.
+TOOL_CALL_KINDS = [name for name, kind in KINDS.items() if kind.interrupt_reason is None]
 
 # Airlock's own facts on an AG-UI object go under this metadata key (the key `ag-ui` is the protocol's).
 METADATA_KEY = "airlock"
@@ -109,8 +94,11 @@ def interrupt_of(pending: PendingRequest) -> Interrupt:
     """`pending` as an AG-UI interrupt: its id is the request's, answered by a resume entry of the next run. Its
     `toolCallId` is the call it is about; a continuation is about no call (its `call_id` is an id of Airlock's own,
     which no TOOL_CALL_START named), so it has none."""
-    template = DEFAULT_MESSAGES[pending.kind]
-    message = pending.message or template.format(agent=pending.agent.name, tool=pending.tool_name or "a tool")
+    kind = KINDS[pending.kind]
+    assert kind.interrupt_reason is not None, f"a {pending.kind} is no interrupt"
+    message = pending.message or kind.interrupt_message.format(
+        agent=pending.agent.name, tool=pending.tool_name or "a tool"
+    )
     facts: dict[str, Any] = {"kind": pending.kind, "runId": str(pending.run_id), "toolName": pending.tool_name or None}
     if pending.kind in (RequestKind.APPROVAL, RequestKind.PLAN) and pending.arguments:
         facts["arguments"] = pending.arguments
@@ -118,7 +106,7 @@ def interrupt_of(pending: PendingRequest) -> Interrupt:
         facts["choices"] = list(pending.choices)
     return Interrupt(
         id=str(pending.id),
-        reason=REASONS[pending.kind],
+        reason=kind.interrupt_reason,
         message=message,
         tool_call_id=(pending.call_id or None) if pending.kind != RequestKind.CONTINUATION else None,
         response_schema=response_schema(pending),
@@ -235,10 +223,10 @@ class AguiTranslator:
             return [*events, RunErrorEvent(message=message, code=error.get("code") or f"run_{status}")]
         if status == "cancelled":
             return [*events, self._finished(RunFinishedCancelledOutcome())]
-        interrupts = [interrupt_of(p) for p in waiting if p.kind in REASONS]
+        interrupts = [interrupt_of(p) for p in waiting if p.kind not in TOOL_CALL_KINDS]
         if interrupts:
             return [*events, self._finished(RunFinishedInterruptOutcome(interrupts=interrupts))]
-        calls = [p.call_id for p in waiting if p.kind == RequestKind.CLIENT_TOOL]
+        calls = [p.call_id for p in waiting if p.kind in TOOL_CALL_KINDS]
         outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=calls or None)
         return [*events, self._finished(outcome, result.get("output"))]
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from approvals.actions import answer_request
 from approvals.decisions import Actor
+from approvals.kinds import KINDS
 from approvals.models import NotAnApprover, PendingRequest, Via
 from approvals.responses import Response, ResponseRefused
 from console.models import Membership
@@ -36,6 +37,8 @@ def refusal(membership: Membership, request: PendingRequest) -> str | None:
         return f"As a {membership.role} of {membership.tenant.name} you answer no request. Nothing was changed."
     if not request.answerable_by(membership):
         return NotAnApprover(request).detail + " Nothing was changed."
+    if not KINDS[request.kind].selectable:  # its message has no Approve or Deny (slackapp/blocks.py)
+        return f"A {KINDS[request.kind].label.lower()} request is answered in Airlock. Nothing was changed."
     return None
 
 

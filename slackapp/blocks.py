@@ -23,7 +23,8 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.blocks.blocks import InputBlock
 from slack_sdk.models.views import View
 
-from approvals.models import PendingRequest, RequestKind, RequestStatus, Via
+from approvals.kinds import KINDS
+from approvals.models import PendingRequest, RequestStatus, Via
 from approvals.tallies import Tally
 
 APPROVE = "airlock_approve"
@@ -110,7 +111,7 @@ def state_of(request: PendingRequest, given: int) -> MessageState:
 
 def what(request: PendingRequest) -> str:
     """The tool it would call, else its kind."""
-    return request.tool_name or RequestKind(request.kind).label
+    return request.tool_name or KINDS[request.kind].label
 
 
 def outcome_line(request: PendingRequest) -> str:
@@ -187,7 +188,7 @@ def message(request: PendingRequest, tally: Tally | None) -> tuple[str, list[Blo
         text = f"{escaped(headline)}: {escaped(outcome)}"
     else:
         buttons = [link]
-        if request.kind == RequestKind.APPROVAL:
+        if KINDS[request.kind].selectable:  # one yes or no answers it (slackapp/answering.py)
             value = str(request.id)
             buttons = [
                 ButtonElement(text="Approve", action_id=APPROVE, value=value, style="primary"),

@@ -8,6 +8,7 @@ lifecycle calls. A new kind: docs/architecture.md, "A new request kind".
 
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
 from approvals.kinds.registry import (
+    GATING,
     KINDS,
     RAN_IN_FAILED_TURN,
     SELECTABLE,
@@ -21,6 +22,7 @@ from approvals.kinds.registry import (
 )
 
 __all__ = [
+    "GATING",
     "KINDS",
     "RAN_IN_FAILED_TURN",
     "SELECTABLE",

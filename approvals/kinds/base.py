@@ -19,6 +19,9 @@ from agents.server_tools import REGISTRY
 from approvals.external_wire import AskedTool, OpenRequest, invalid
 from approvals.models import PendingRequest, RequestKind
 
+# What a cancelled answer says where its kind stores a reason (`Kind.cancel_answer`).
+CANCELLED_REASON = "Cancelled by the user."
+
 
 class AnswerRefused(Exception):
     """An answer its kind refuses; nothing is stored. `code` is `remember_refused` or `invalid_content`."""
@@ -48,12 +51,25 @@ class Kind:
     # first of a form's fields); `needs`, the field `a` waits on while it is empty; `enter`, the button Enter in
     # a field presses (by the field's name).
     keys: ClassVar[dict[str, Any]]
-    # Whether its cards are answered together: the selection's checkbox and a run's "Approve all" bar.
+    # Whether one yes or no (`approved`, and a reason) answers it: its cards are answered together (the selection's
+    # checkbox, a run's "Approve all" bar), an escalation's step may approve or deny it, and its Slack message
+    # carries Approve and Deny (slackapp/blocks.py; a click on another kind's is refused, slackapp/answering.py).
     selectable: ClassVar[bool] = False
     # Whether its request holds a tool call until a yes (an approval): an external agent's passes the agent's
     # policies first and may be decided unasked by a rule or its tool's mode `never` (approvals.actions.external),
     # and once approved has an outcome to report (approvals.actions.settling).
     gates_call: ClassVar[bool] = False
+    # Its AG-UI interrupt's `reason` (SPEC section 16, protocols/agui_events.py) and what the interrupt says when the
+    # request carries no message of its own (`{agent}`, `{tool}`). None: no interrupt, a frontend tool's call,
+    # answered by a tool message (the run finishes `success` with the call among `pendingToolCallIds`).
+    interrupt_reason: ClassVar[str | None] = None
+    interrupt_message: ClassVar[str] = ""
+    # What an AG-UI resume entry's `status: "cancelled"` answers (respond fields, camelCase; protocols/agui.py keeps
+    # the `reason` or `text` its payload gives): the kind's no. None: it cannot be cancelled, only answered.
+    cancel_answer: ClassVar[dict[str, Any] | None] = None
+    # The audit's decision filters (`approvals.audit_entries.DecisionFilter` values) that list answers of this kind,
+    # each with its lookups on the answered request (approvals/audit_queries.py).
+    audit_filters: ClassVar[dict[str, dict[str, Any]]] = {}
 
     # The partials of `template`, each rendering the request as `r`: what a page shows of this kind.
     PARTIALS: ClassVar[tuple[str, ...]] = ("title", "card", "answer", "what", "ask", "shows", "asked", "answered")

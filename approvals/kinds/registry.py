@@ -34,6 +34,9 @@ KINDS: dict[str, Kind] = {
 # The kinds a batch or selection bar answers with one yes or no (`Kind.selectable`).
 SELECTABLE = [name for name, kind in KINDS.items() if kind.selectable]
 
+# The kinds whose request holds a tool call until a yes (`Kind.gates_call`): what policies and rules decide.
+GATING = [name for name, kind in KINDS.items() if kind.gates_call]
+
 
 def awaiting_status(kinds: set[str]) -> RunStatus:
     """The status of a run waiting on requests of `kinds`."""

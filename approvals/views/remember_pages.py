@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 from approvals.forms import answer_form
 from approvals.getters import get_request_for
 from approvals.kinds import KINDS
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import PendingRequest
 from approvals.remembered_rules import AlwaysCovers, always_covers
 from approvals.responses import Response
 from console.tenancy import ConsoleRequest, role_required
@@ -51,11 +51,12 @@ def remember_choice(request: ConsoleRequest, request_id: uuid.UUID) -> HttpRespo
     or for "always" the confirmation in their place; with `reset` (the confirmation's Cancel), the choice again as it
     first stood, nothing remembered. Changes nothing."""
     pending = get_request_for(request, request_id, "run__version", "agent", "session")
-    if pending.kind != RequestKind.APPROVAL or not KINDS[pending.kind].remembers(pending):
+    kind = KINDS[pending.kind]
+    if not kind.remembers(pending):
         raise Http404("This request offers no “Don't ask again”.")
     if not pending.answerable_by(request.membership):
         raise PermissionDenied("The request is routed to a group you are not in.")
-    template = "approvals/kinds/approval.html"
+    template = kind.template
     if request.POST.get("reset"):
         return render(request, f"{template}#remember", {"r": pending, "posted": {}, "refocus": True})
     form = answer_form(pending, {**request.POST.dict(), "decision": "approve"})

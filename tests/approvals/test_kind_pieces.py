@@ -3,6 +3,7 @@
 Where a piece is optional, the test names the kinds that have it on purpose."""
 
 import json
+import uuid
 from typing import Any, get_args
 
 import pytest
@@ -10,11 +11,13 @@ from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
 from django.utils import timezone
 
+from approvals.audit_entries import DecisionFilter
 from approvals.external_wire import OpenKind, RequestRefused, decision
 from approvals.forms import AnswerForm
 from approvals.kinds import KINDS, Kind
 from approvals.models import PendingRequest, RequestStatus
 from approvals.receipts import result_kind
+from approvals.responses import Response
 
 KEYS = {"a", "d", "e", "needs", "enter"}
 
@@ -111,3 +114,63 @@ def test_its_answer_means_one_thing_on_its_receipt_and_to_its_agent(name: str) -
     decided = decision(pending)
     assert decided is not None
     assert (decided["result"]["kind"], decided["approved"]) == (result, approved)
+
+
+# How an AG-UI client answers each kind: through an interrupt (`Kind.interrupt_reason`, with `interrupt_message` when
+# the request carries no message), or, a frontend tool's call, by a tool message (no reason). Every kind is one.
+INTERRUPTS = {"approval", "question", "input", "plan", "continuation"}
+TOOL_MESSAGES = {"client_tool"}
+# The kinds a resume entry's `status: "cancelled"` answers with a no (`Kind.cancel_answer`); the others refuse it.
+CANCELLABLE = {"approval", "input", "plan", "continuation"}
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_it_says_how_an_agui_client_answers_it(name: str) -> None:
+    kind = KINDS[name]
+    assert name in INTERRUPTS ^ TOOL_MESSAGES, f"say whether an AG-UI client answers {name} by an interrupt"
+    assert (kind.interrupt_reason is not None) == (name in INTERRUPTS)
+    assert bool(kind.interrupt_message) == (name in INTERRUPTS)
+    assert "{" not in kind.interrupt_message.format(agent="helper", tool="send_email")
+    assert (kind.cancel_answer is not None) == (name in CANCELLABLE)
+    if kind.cancel_answer is not None:
+        cancelled = Response.model_validate({**kind.cancel_answer, "requestId": str(uuid.uuid4())})
+        assert cancelled.model_fields_set - {"request_id"} <= kind.fields, "a cancel the kind takes"
+
+
+def test_its_interrupt_reasons_are_the_protocols() -> None:
+    reasons = [kind.interrupt_reason for kind in KINDS.values() if kind.interrupt_reason is not None]
+    assert sorted(reasons) == ["continuation", "input", "plan", "question", "tool_approval"]
+
+
+# The kinds one yes or no answers (`Kind.selectable`): a batch, an escalation's step and a Slack click.
+YES_OR_NO = {"approval"}
+# The kinds whose card may offer "don't ask again" (`Kind.remembers`), with the partials its choice posts back.
+REMEMBERS = {"approval"}
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_it_says_whether_a_yes_or_no_answers_it_and_whether_it_remembers(name: str) -> None:
+    kind = KINDS[name]
+    assert kind.selectable == (name in YES_OR_NO)
+    if kind.selectable:
+        assert {"approved", "reason"} <= kind.fields, "what a batch, an escalation and a Slack click send"
+    assert _overrides(kind, "remembers") == (name in REMEMBERS)
+    if name not in REMEMBERS:
+        assert not kind.remembers(PendingRequest(kind=name))
+    for part in ("remember", "buttons") if name in REMEMBERS else ():
+        get_template(f"{kind.template}#{part}")
+
+
+# The audit's decision filters that list answers, by the kind whose answers each lists (`Kind.audit_filters`).
+AUDIT_FILTERS = {"approval": {"approved", "denied"}, "input": {"input"}, "client_tool": {"tool_result"}}
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_it_names_the_audit_filters_that_list_its_answers(name: str) -> None:
+    assert set(KINDS[name].audit_filters) == AUDIT_FILTERS.get(name, set())
+    assert set(KINDS[name].audit_filters) <= set(DecisionFilter.values)
+
+
+def test_each_audit_filter_lists_one_kind() -> None:
+    named = [decision for kind in KINDS.values() for decision in kind.audit_filters]
+    assert len(named) == len(set(named))

@@ -29,7 +29,7 @@ from agents.rule_matching import arguments_hash
 from agents.server_tools import REGISTRY
 from approvals.decisions import note_remembered
 from approvals.external_wire import AskedTool, OpenRequest, RequestRefused, invalid
-from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
+from approvals.kinds.base import CANCELLED_REASON, AnswerRefused, Kind, own_state, schema_problems
 from approvals.models import PendingRequest, RequestKind, Rule
 from approvals.remembered_rules import default_expiry
 
@@ -50,6 +50,10 @@ class Approval(Kind):
     keys = {"a": ["approve"], "d": "reason", "e": "arguments", "enter": {"reason": "deny"}}
     selectable = True
     gates_call = True
+    interrupt_reason = "tool_approval"
+    interrupt_message = "{agent} wants to call {tool}. Approve it?"
+    cancel_answer = {"approved": False, "reason": CANCELLED_REASON}
+    audit_filters = {"approved": {"answer__approved": True}, "denied": {"answer__approved": False}}
 
     def done(self, pending: PendingRequest, given: Mapping[str, Any]) -> str:
         said = f"{self.verb(given).capitalize()} {pending.tool_name}"

@@ -35,6 +35,8 @@ class ClientToolKind(Kind):
         "needs": "result",
         "enter": {"error_message": "error"},
     }
+    # No `interrupt_reason`: an AG-UI client answers the call with a tool message, as any frontend tool's.
+    audit_filters = {"tool_result": {}}
 
     def done(self, pending: PendingRequest, given: Mapping[str, Any]) -> str:
         return f"Sent the {'error' if given.get('errorMessage') else 'result'} of {pending.tool_name}"

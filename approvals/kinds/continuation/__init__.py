@@ -23,6 +23,9 @@ class Continuation(Kind):
     asks = "reached its model-call limit in"
     decisions = {"continuation-continue": "told to go on", "continuation-stop": "told to stop"}
     keys = {"a": ["continue"], "d": ["stop"]}
+    interrupt_reason = "continuation"
+    interrupt_message = "{agent} reached its limit of model calls. Go on?"
+    cancel_answer = {"approved": False}
 
     def glance(self, pending: PendingRequest) -> str:
         return pending.message or super().glance(pending)

@@ -59,6 +59,10 @@ class Input(Kind):
         "input-cancelled": "input cancelled",
     }
     keys = {"a": ["accept"], "d": ["decline"], "e": "field"}
+    interrupt_reason = "input"
+    interrupt_message = "{agent} needs input for {tool}."
+    cancel_answer = {"action": "cancel"}
+    audit_filters = {"input": {}}
 
     def done(self, pending: PendingRequest, given: Mapping[str, Any]) -> str:
         return f"Answered {pending.tool_name} ({given.get('action')})"

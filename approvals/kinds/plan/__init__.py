@@ -9,7 +9,7 @@ from agents.models import AgentVersion, RunStatus
 from agents.payloads import PLAN_ACTIONS, ExitPlanModeCompleted, ExitPlanModeRequested, Payload
 from agents.server_tools import STEP_MAX, STEPS_MAX
 from approvals.external_wire import AskedTool, OpenRequest, TooLarge, invalid, too_large
-from approvals.kinds.base import AnswerRefused, Kind
+from approvals.kinds.base import CANCELLED_REASON, AnswerRefused, Kind
 from approvals.models import PendingRequest, RequestKind
 
 
@@ -26,6 +26,9 @@ class Plan(Kind):
     asks = "proposes a plan through"
     decisions = {"plan-approved": "plan approved", "plan-revised": "plan sent back"}
     keys = {"a": ["approve"], "d": "text", "e": "text", "enter": {"text": "revise"}}
+    interrupt_reason = "plan"
+    interrupt_message = "{agent} proposes a plan. Approve it, or send it back with what to revise?"
+    cancel_answer = {"approved": False, "text": CANCELLED_REASON}
 
     def glance(self, pending: PendingRequest) -> str:
         """The plan's first step."""

@@ -25,6 +25,8 @@ class Question(Kind):
     asks = "asks through"
     decisions = {"question-answered": "question answered"}
     keys = {"a": ["answer"], "e": "text", "needs": "text", "enter": {"text": "answer"}}
+    interrupt_reason = "question"
+    interrupt_message = "{agent} asks a question."
 
     def glance(self, pending: PendingRequest) -> str:
         return pending.message or super().glance(pending)
