@@ -32,7 +32,7 @@ from ag_ui.core import (
 
 from agents.payloads import EventType
 from approvals.kinds import KINDS
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import PendingRequest
 from approvals.responses import Response
 
 # The AG-UI version this producer speaks (RUN_STARTED.protocolVersion).
@@ -68,22 +68,13 @@ def _camel(name: str) -> str:
 
 def response_schema(pending: PendingRequest) -> dict[str, Any]:
     """The JSON Schema of a resume entry's `payload` for `pending`: the respond fields its kind takes (SPEC sections 4
-    and 9), narrowed to what this request accepts (a tool's parameters, a question's choices, the requested form)."""
+    and 9), narrowed by its kind to what this request accepts (`Kind.narrowed`: a tool's parameters, a question's
+    choices, the requested form)."""
     kind = KINDS[pending.kind]
     names = sorted(_camel(field) for field in kind.fields)
     if kind.remembers(pending):
         names += ["remember", "expiresAt"]
-    properties = {name: _field_schema(name) for name in names}
-    if pending.kind == RequestKind.APPROVAL:
-        parameters = kind.parameters(pending)
-        if parameters:
-            properties["overrideArguments"] = parameters
-    elif pending.kind == RequestKind.QUESTION:
-        properties["text"] = {**properties["text"], "minLength": 1}
-        if pending.choices and not pending.allows_freeform:
-            properties["text"]["enum"] = list(pending.choices)
-    elif pending.kind == RequestKind.INPUT:
-        properties["content"] = pending.requested_schema or {"type": "object"}
+    properties = kind.narrowed(pending, {name: _field_schema(name) for name in names})
     schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if kind.required is not None:
         schema["required"] = [_camel(kind.required)]
@@ -92,26 +83,22 @@ def response_schema(pending: PendingRequest) -> dict[str, Any]:
 
 def interrupt_of(pending: PendingRequest) -> Interrupt:
     """`pending` as an AG-UI interrupt: its id is the request's, answered by a resume entry of the next run. Its
-    `toolCallId` is the call it is about; a continuation is about no call (its `call_id` is an id of Airlock's own,
-    which no TOOL_CALL_START named), so it has none."""
+    `toolCallId` is the call it is about, none for a kind about no call (`Kind.about_call`); its metadata has Airlock's
+    facts, with what its kind adds (`Kind.interrupt_facts`)."""
     kind = KINDS[pending.kind]
     assert kind.interrupt_reason is not None, f"a {pending.kind} is no interrupt"
     message = pending.message or kind.interrupt_message.format(
         agent=pending.agent.name, tool=pending.tool_name or "a tool"
     )
-    facts: dict[str, Any] = {"kind": pending.kind, "runId": str(pending.run_id), "toolName": pending.tool_name or None}
-    if pending.kind in (RequestKind.APPROVAL, RequestKind.PLAN) and pending.arguments:
-        facts["arguments"] = pending.arguments
-    if pending.kind == RequestKind.QUESTION and pending.choices:
-        facts["choices"] = list(pending.choices)
+    facts = {"kind": pending.kind, "runId": str(pending.run_id), "toolName": pending.tool_name or None}
     return Interrupt(
         id=str(pending.id),
         reason=kind.interrupt_reason,
         message=message,
-        tool_call_id=(pending.call_id or None) if pending.kind != RequestKind.CONTINUATION else None,
+        tool_call_id=(pending.call_id or None) if kind.about_call else None,
         response_schema=response_schema(pending),
         expires_at=pending.expires_at.isoformat() if pending.expires_at else None,
-        metadata={METADATA_KEY: facts},
+        metadata={METADATA_KEY: {**facts, **kind.interrupt_facts(pending)}},
     )
 
 

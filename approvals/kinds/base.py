@@ -64,6 +64,9 @@ class Kind:
     # answered by a tool message (the run finishes `success` with the call among `pendingToolCallIds`).
     interrupt_reason: ClassVar[str | None] = None
     interrupt_message: ClassVar[str] = ""
+    # Whether its request is about a call of the model's, one a TOOL_CALL_START named (its interrupt's `toolCallId`).
+    # False: a continuation, whose `call_id` is an id of Airlock's own.
+    about_call: ClassVar[bool] = True
     # What an AG-UI resume entry's `status: "cancelled"` answers (respond fields, camelCase; protocols/agui.py keeps
     # the `reason` or `text` its payload gives): the kind's no. None: it cannot be cancelled, only answered.
     cancel_answer: ClassVar[dict[str, Any] | None] = None
@@ -136,6 +139,17 @@ class Kind:
     def parameters(self, pending: PendingRequest) -> dict[str, Any] | None:
         """The JSON schema of the parameters of the tool `pending` asks about, where the console knows it."""
         return None
+
+    def narrowed(self, pending: PendingRequest, properties: dict[str, Any]) -> dict[str, Any]:
+        """The JSON Schemas of the respond fields it takes (`properties`, camelCase, as the respond API has them),
+        narrowed to what `pending` accepts (a tool's parameters, a question's choices, the requested form): its AG-UI
+        interrupt's `responseSchema` (protocols/agui_events.py). By default as the respond API has them."""
+        return properties
+
+    def interrupt_facts(self, pending: PendingRequest) -> dict[str, Any]:
+        """What its AG-UI interrupt's metadata says of `pending` besides its kind, run and tool: what a client shows
+        to answer it (the call's arguments, a question's choices). None by default."""
+        return {}
 
     def read_json(self, value: Any) -> dict[str, Any] | None:
         """A respond's `json` answer as this kind's answer fields (snake_case), or None when it is not of

@@ -11,6 +11,7 @@ from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
 from django.utils import timezone
 
+from agents.models import AgentVersion, Run
 from approvals.audit_entries import DecisionFilter
 from approvals.external_wire import OpenKind, RequestRefused, decision
 from approvals.forms import AnswerForm
@@ -135,6 +136,42 @@ def test_it_says_how_an_agui_client_answers_it(name: str) -> None:
     if kind.cancel_answer is not None:
         cancelled = Response.model_validate({**kind.cancel_answer, "requestId": str(uuid.uuid4())})
         assert cancelled.model_fields_set - {"request_id"} <= kind.fields, "a cancel the kind takes"
+
+
+# What each kind's AG-UI interrupt shows of its request besides its kind, run and tool (`Kind.interrupt_facts`), and
+# the respond fields its `responseSchema` narrows to the request (`Kind.narrowed`). A tool message's kind has neither.
+INTERRUPT_SHOWS: dict[str, tuple[set[str], set[str]]] = {
+    "approval": ({"arguments"}, {"overrideArguments"}),
+    "plan": ({"arguments"}, set()),
+    "question": ({"choices"}, {"text"}),
+    "input": (set(), {"content"}),
+    "continuation": (set(), set()),
+}
+# The kinds about no call of the model's (`Kind.about_call`): their interrupt has no `toolCallId`.
+ABOUT_NO_CALL = {"continuation"}
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_its_interrupt_shows_what_this_request_asks(name: str) -> None:
+    kind = KINDS[name]
+    assert (name in INTERRUPT_SHOWS) == (name in INTERRUPTS), f"say what the AG-UI interrupt of {name} shows"
+    facts, narrowed = INTERRUPT_SHOWS.get(name, (set(), set()))
+    assert _overrides(kind, "interrupt_facts") == bool(facts)
+    assert _overrides(kind, "narrowed") == bool(narrowed)
+    assert kind.about_call == (name not in ABOUT_NO_CALL)
+    version = AgentVersion(content={"name": "helper", "instructions": "Help.", "tools": [{"name": "send_email"}]})
+    pending = PendingRequest(
+        kind=name,
+        run=Run(version=version),
+        tool_name="send_email",
+        arguments={"to": "a@example.com", "choices": ["red", "blue"]},
+        requested_schema={"type": "object", "properties": {"day": {"type": "string"}}},
+    )
+    assert set(kind.interrupt_facts(pending)) == facts
+    properties: dict[str, Any] = {Response.model_fields[field].alias or field: {} for field in kind.fields}
+    given = kind.narrowed(pending, properties)
+    assert list(given) == list(properties), "narrowed in place: no field added, none moved"
+    assert {field for field in properties if given[field] != properties[field]} == narrowed
 
 
 def test_its_interrupt_reasons_are_the_protocols() -> None:

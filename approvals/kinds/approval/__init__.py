@@ -129,6 +129,14 @@ class Approval(Kind):
             return tool.parameters  # declared by an external agent (SPEC section 12)
         return server_tool_schema(pending.tool_name) if tool is not None else None
 
+    def narrowed(self, pending: PendingRequest, properties: dict[str, Any]) -> dict[str, Any]:
+        """`overrideArguments` as the tool's parameters, where the console knows them."""
+        parameters = self.parameters(pending)
+        return {**properties, "overrideArguments": parameters} if parameters else properties
+
+    def interrupt_facts(self, pending: PendingRequest) -> dict[str, Any]:
+        return {"arguments": pending.arguments} if pending.arguments else {}
+
     @staticmethod
     def _mode(pending: PendingRequest, modes: Mapping[str, str] | None) -> str:
         return pending.approval_mode if modes is None else pending.approval_mode_in(modes)

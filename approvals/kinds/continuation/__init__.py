@@ -26,6 +26,7 @@ class Continuation(Kind):
     interrupt_reason = "continuation"
     interrupt_message = "{agent} reached its limit of model calls. Go on?"
     cancel_answer = {"approved": False}
+    about_call = False
 
     def glance(self, pending: PendingRequest) -> str:
         return pending.message or super().glance(pending)

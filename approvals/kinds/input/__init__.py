@@ -77,6 +77,10 @@ class Input(Kind):
             if problems:
                 raise AnswerRefused("invalid_content", f"The content does not fit the requested schema: {problems}")
 
+    def narrowed(self, pending: PendingRequest, properties: dict[str, Any]) -> dict[str, Any]:
+        """`content` as the requested schema."""
+        return {**properties, "content": pending.requested_schema or {"type": "object"}}
+
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"action": "accept", "content": value} if isinstance(value, dict) else None
 

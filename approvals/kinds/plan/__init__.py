@@ -36,6 +36,9 @@ class Plan(Kind):
         steps = arguments.get("steps") or []
         return str(steps[0]) if steps else ""
 
+    def interrupt_facts(self, pending: PendingRequest) -> dict[str, Any]:
+        return {"arguments": pending.arguments} if pending.arguments else {}
+
     def check(self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None) -> None:
         super().check(pending, wire, modes)
         if not wire.get("approved") and not (wire.get("text") or "").strip():

@@ -39,6 +39,16 @@ class Question(Kind):
         if not (wire.get("text") or "").strip():
             raise AnswerRefused("invalid_content", "The answer is empty.")
 
+    def narrowed(self, pending: PendingRequest, properties: dict[str, Any]) -> dict[str, Any]:
+        """Words, one of its choices unless free text is allowed."""
+        text = {**properties["text"], "minLength": 1}
+        if pending.choices and not pending.allows_freeform:
+            text["enum"] = list(pending.choices)
+        return {**properties, "text": text}
+
+    def interrupt_facts(self, pending: PendingRequest) -> dict[str, Any]:
+        return {"choices": list(pending.choices)} if pending.choices else {}
+
     def read_json(self, value: Any) -> dict[str, Any] | None:
         return {"text": value} if isinstance(value, str) else None
 
