@@ -38,7 +38,7 @@ def refusal(membership: Membership, request: PendingRequest) -> str | None:
     if not request.answerable_by(membership):
         return NotAnApprover(request).detail + " Nothing was changed."
     if not KINDS[request.kind].selectable:  # its message has no Approve or Deny (slackapp/blocks.py)
-        return f"A {KINDS[request.kind].label.lower()} request is answered in Airlock. Nothing was changed."
+        return "This request takes more than a yes or no: answer it in Airlock. Nothing was changed."
     return None
 
 

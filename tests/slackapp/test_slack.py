@@ -134,6 +134,20 @@ def test_a_member_outside_the_group_is_told_so_and_nothing_changes(mailer, slack
     assert not slack.of("views.open")
 
 
+def test_a_question_has_no_buttons_and_a_forged_approve_of_it_changes_nothing(mailer, slack, operator, admin):
+    opened = operator.api("post", "/api/agents/mailer/requests", {"kind": "question", "question": "Which colour?"})
+    assert opened.status_code == 201, opened.content
+    rid = str(opened.json()["requestId"])
+    deliver()
+    [posted] = slack.of("chat.postMessage")
+    assert buttons(posted["blocks"]) == ["Open in Airlock"]  # more than a yes or no answers it
+    assert click("airlock_approve", rid).status_code == 200  # a click Slack never sends: no such button
+    deliver()
+    [told] = slack.of("chat.postEphemeral")
+    assert "answer it in Airlock" in told["text"] and "Nothing was changed" in told["text"]
+    assert PendingRequest.objects.get(pk=rid).answer is None
+
+
 def test_a_request_decided_elsewhere_has_its_message_updated(mailer, slack, operator, admin):
     rid = open_request(operator)
     deliver()
