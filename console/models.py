@@ -186,7 +186,10 @@ class ConnectionQuerySet(models.QuerySet["Connection"]):
         names = set(names)
         specs = {name: spec for name, spec in BUILTIN.items() if not names or name in names}
         stored = names - specs.keys()
-        if stored or not names:
+        if len(stored) == 1:  # an agent's one model connection: what every run of it asks for
+            found = _GRANTED.first(tenant=tenant.pk, name=next(iter(stored)))
+            specs |= {found.name: found.spec} if found is not None else {}
+        elif stored or not names:
             query = self.granted_to(tenant)
             if stored:
                 query = query.filter(name__in=stored)
@@ -334,6 +337,14 @@ class Connection(models.Model):
             address=self.address,
             tls=self.tls,
         )
+
+
+# The connection of one name that a tenant may use (issue 56): a run's start and every queued turn read it.
+_GRANTED = Prepared(
+    lambda tenant, name: Connection.objects.filter(Q(all_tenants=True) | Q(tenants=tenant), name=name).distinct(),
+    tenant=int,
+    name=str,
+)
 
 
 class LoginFailure(models.Model):

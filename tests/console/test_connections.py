@@ -408,3 +408,18 @@ def test_it_turns_stored_inline_settings_into_connections_of_their_tenant():
         tenant = version.agent.tenant
         content = version.definition
         assert content.connection_problems(Connection.objects.specs_for(tenant, content.connection_names)) is None
+
+
+def test_one_name_is_granted_per_tenant_as_many_names_are(tmp_path, acme, globex):
+    """`specs_for` reads one stored name through its compiled statement (issue 56): the same grants as a list."""
+    load(tmp_path, SPEC_FILE)
+    shared = Connection.objects.create(name="shared-model", kind="openai", all_tenants=True)
+    for tenant in (acme, globex):
+        for name in ("openai-prod", "demo-files", "docs-mcp", "shared-model", "nowhere"):
+            alone = Connection.objects.specs_for(tenant, [name])
+            among = Connection.objects.specs_for(tenant, [name, "other-missing"])
+            assert alone == {key: spec for key, spec in among.items() if key == name}, (tenant.slug, name)
+    assert set(Connection.objects.specs_for(acme, ["openai-prod"])) == {"openai-prod"}
+    assert Connection.objects.specs_for(globex, ["openai-prod"]) == {}
+    assert Connection.objects.specs_for(globex, ["shared-model"]) == {"shared-model": shared.spec}
+    assert set(Connection.objects.specs_for(globex, ["scripted"])) == {"scripted"}  # built in: no query
