@@ -5,12 +5,13 @@ runs every ready one in the calling thread (tests, `run_worker --batch`); the po
 their threads."""
 
 import threading
+from datetime import datetime
 
-from django.db.models import F
+from django.db.models import F, Q, QuerySet
 from django.tasks import TaskResultStatus
 from django.utils import timezone
 from django_tasks_db.management.commands.db_worker import Worker
-from django_tasks_db.models import DBTaskResult
+from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction
 
 from agents.lane_limits import free_turns, lock_queues, queue_limit
@@ -18,15 +19,30 @@ from agents.lanes import queue_name
 from agents.models import Run, RunStatus
 from agents.queue import execute_queued
 from agents.turns import PROCESS_ID, lease
-from console.sql import update_together
+from console.sql import Prepared, update_together
 
 _CLAIMING = threading.Lock()
+
+
+def _ready(now: datetime) -> QuerySet[DBTaskResult]:
+    """The queued runs' tasks ready at `now` (django-tasks-db's `ready()`, with the time given)."""
+    return DBTaskResult.objects.filter(
+        Q(run_after=get_date_max()) | Q(run_after__lte=now),
+        status=TaskResultStatus.READY,
+        backend_name="default",
+        task_path=execute_queued.module_path,
+    )
+
+
+# The next ready task of any lane, locked (issue 56: compiled once; the claim of one idle thread asks it each time).
+_NEXT_READY = Prepared(lambda now: _ready(now).select_for_update(skip_locked=True), now=datetime)
 
 
 def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[DBTaskResult]:
     """Take up to one ready task per worker, of lanes below their limit, in one transaction; the run of
     the i-th task taken is marked running under a lease held by `worker_ids[i]`."""
-    tasks = DBTaskResult.objects.ready().filter(backend_name="default", task_path=execute_queued.module_path)
+    now = timezone.now()
+    tasks = _ready(now)
     if lanes is not None:
         tasks = tasks.filter(queue_name__in=[queue_name(lane) for lane in lanes])
     # Claimers of one process take turns before asking the database: on SQLite, threads that collide
@@ -40,7 +56,10 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
             # Lanes found full are left out, so each pass looks further down the queue.
             skip = passed | {name for name, free in room.items() if free <= 0}
             wanted = len(worker_ids) - len(claimed)
-            ready = list(tasks.exclude(queue_name__in=skip).select_for_update(skip_locked=True)[:wanted])
+            if wanted == 1 and not skip and lanes is None:  # one thread idle, as a pool's thread turns idle
+                ready = [task] if (task := _NEXT_READY.first(now=now)) is not None else []
+            else:
+                ready = list(tasks.exclude(queue_name__in=skip).select_for_update(skip_locked=True)[:wanted])
             if not ready:
                 break
             new = {db_task.queue_name for db_task in ready} - held
