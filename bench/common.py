@@ -227,21 +227,40 @@ class Daphne:
 
 
 @contextlib.contextmanager
-def daphnes(env: dict[str, str], count: int = 1, app: str = "bench.served_asgi:application") -> Iterator[list[Daphne]]:
+def daphnes_starting(
+    env: dict[str, str], count: int = 1, app: str = "bench.served_asgi:application"
+) -> Iterator[Callable[[], list[Daphne]]]:
+    """`count` daphnes started now; the callable given waits until they answer and returns them. A daphne takes
+    3-7 s to import the console, so a script starts its servers first and sets up its own Django process and its
+    data meanwhile (the database is already migrated: it is a copy of the template). Whatever it does before
+    `ready()` must not need them. Each is stopped when the block ends, also on failure."""
     servers: list[Daphne] = []
+
+    def ready() -> list[Daphne]:
+        for server in servers:
+            server.wait_ready()
+        return servers
+
     try:
         for _ in range(count):
             servers.append(Daphne(env, app))
-        for server in servers:
-            server.wait_ready()
-        yield servers
+        yield ready
     except BaseException:
         for server in servers:
             print(f"--- daphne :{server.port} log (last lines) ---\n{server.log_tail()}", file=sys.stderr)
         raise
     finally:
+        for server in servers:  # all told at once: each takes a moment to close its connections
+            if server.process.poll() is None:
+                server.process.terminate()
         for server in servers:
             server.stop()
+
+
+@contextlib.contextmanager
+def daphnes(env: dict[str, str], count: int = 1, app: str = "bench.served_asgi:application") -> Iterator[list[Daphne]]:
+    with daphnes_starting(env, count, app) as ready:
+        yield ready()
 
 
 def rss_kb(pid: int) -> int:
@@ -529,7 +548,7 @@ def seed_operator(tenant_slug: str = "bench", agents: dict[str, dict[str, Any]] 
     from console.models import ApiToken, Membership, Tenant
 
     tenant = Tenant.objects.create(slug=tenant_slug, name=tenant_slug.title())
-    user = User.objects.create_user(f"{tenant_slug}-operator", password="unused-password-1")
+    user = User.objects.create_user(f"{tenant_slug}-operator")  # no password: hashing one costs ~0.5 s
     membership = Membership.objects.create(user=user, tenant=tenant, role="operator")
     for content in (agents or {}).values():
         Agent.create(tenant, DefinitionContent.model_validate(content), user)

@@ -39,7 +39,7 @@ from bench.common import (
     REDIS_SERVER,
     ROOT,
     bench_env,
-    daphnes,
+    daphnes_starting,
     database_label,
     flush_redis,
     free_port,
@@ -218,17 +218,20 @@ def main() -> None:
     with scratch_dir("airlock-gateway-proxy-") as data:
         env = bench_env(data, database_url=pg_database(DATABASE, fresh=True), redis_url=REDIS_DB)
         flush_redis(REDIS_DB)
-        setup_django(env)
-        from django.core.management import call_command
-        from django.db import connections
+        # The console starts while this process sets Django up and seeds (see daphnes_starting).
+        with daphnes_starting(env, 1) as ready:
+            setup_django(env)
+            from django.core.management import call_command
+            from django.db import connections
 
-        call_command("migrate", verbosity=0)
-        persona = seed_operator("bench", {"desk": GATEWAY})
-        database = database_label()
-        connections.close_all()
-        with daphnes(env, 1) as [server], proxy_process(data) as (proxy, proxy_url):
-            gateway_url = f"{server.base}/mcp/desk"
-            sides = asyncio.run(measure(args, gateway_url, persona["token"], server.pid, proxy.pid, proxy_url))
+            call_command("migrate", verbosity=0)
+            persona = seed_operator("bench", {"desk": GATEWAY})
+            database = database_label()
+            connections.close_all()
+            [server] = ready()
+            with proxy_process(data) as (proxy, proxy_url):
+                gateway_url = f"{server.base}/mcp/desk"
+                sides = asyncio.run(measure(args, gateway_url, persona["token"], server.pid, proxy.pid, proxy_url))
         recording = record_cost(persona, RECORDS)
     report(args, sides, recording, database, time.perf_counter() - started)
 

@@ -38,7 +38,7 @@ from bench.common import (
     Daphne,
     HttpConnection,
     bench_env,
-    daphnes,
+    daphnes_starting,
     database_label,
     flush_redis,
     median,
@@ -243,7 +243,7 @@ def answerer_token(persona: dict[str, Any]) -> str:
 
     from console.models import ApiToken, Membership
 
-    user = User.objects.create_user("bench-approver", password="unused-password-2")
+    user = User.objects.create_user("bench-approver")
     membership = Membership.objects.create(user=user, tenant=persona["tenant"], role="admin")
     return ApiToken.issue(membership, "bench")[1]
 
@@ -258,16 +258,18 @@ def main() -> None:
     with scratch_dir("airlock-gateway-waiting-") as data:
         env = bench_env(data, database_url=pg_database(DATABASE, fresh=True), redis_url=REDIS_DB)
         flush_redis(REDIS_DB)
-        setup_django(env)
-        from django.core.management import call_command
-        from django.db import connections
+        # The console starts while this process sets Django up and seeds (see daphnes_starting).
+        with daphnes_starting(env, 1) as ready:
+            setup_django(env)
+            from django.core.management import call_command
+            from django.db import connections
 
-        call_command("migrate", verbosity=0)
-        persona = seed_operator("bench", {AGENT: GATEWAY})
-        tokens = (persona["token"], answerer_token(persona))
-        database = database_label()
-        connections.close_all()
-        with daphnes(env, 1) as [server]:
+            call_command("migrate", verbosity=0)
+            persona = seed_operator("bench", {AGENT: GATEWAY})
+            tokens = (persona["token"], answerer_token(persona))
+            database = database_label()
+            connections.close_all()
+            [server] = ready()
             r = asyncio.run(measure(server, tokens, args))
     report(args, r, database, time.perf_counter() - started)
 

@@ -25,7 +25,7 @@ from bench.common import (
     Daphne,
     HttpConnection,
     bench_env,
-    daphnes,
+    daphnes_starting,
     database_label,
     median,
     percentile,
@@ -131,19 +131,21 @@ def main() -> None:
     started = time.perf_counter()
     with scratch_dir("airlock-idle-streams-") as data:
         env = bench_env(data)
-        setup_django(env)
-        from django.core.management import call_command
-        from django.db import connections
+        # The console starts while this process sets Django up and seeds (see daphnes_starting).
+        with daphnes_starting(env, 1) as ready:
+            setup_django(env)
+            from django.core.management import call_command
+            from django.db import connections
 
-        call_command("migrate", verbosity=0)
-        note("migrated")
-        agent = {"streamer": {"name": "streamer"}}
-        owners = [{"token": seed_operator(f"owner{i}", agent)["token"], "key": f"idle-{i}"} for i in range(OWNERS)]
-        other = seed_operator("other", agent)["token"]
-        database = database_label()
-        connections.close_all()
-        note("seeded")
-        with daphnes(env, 1) as [server]:
+            call_command("migrate", verbosity=0)
+            note("migrated")
+            agent = {"streamer": {"name": "streamer"}}
+            owners = [{"token": seed_operator(f"owner{i}", agent)["token"], "key": f"idle-{i}"} for i in range(OWNERS)]
+            other = seed_operator("other", agent)["token"]
+            database = database_label()
+            connections.close_all()
+            note("seeded")
+            [server] = ready()
             note("started")
             for owner in owners:
                 post_json(

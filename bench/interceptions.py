@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import (  # noqa: E402
     HttpConnection,
     bench_env,
-    daphnes,
+    daphnes_starting,
     median,
     percentile,
     python_line,
@@ -73,18 +73,20 @@ def main() -> None:
     started = time.perf_counter()
     with scratch_dir("airlock-interceptions-") as data:
         env = bench_env(data)
-        setup_django(env)
-        from django.core.management import call_command
-        from django.db import connections
+        # The console starts while this process sets Django up and seeds (see daphnes_starting).
+        with daphnes_starting(env) as ready:
+            setup_django(env)
+            from django.core.management import call_command
+            from django.db import connections
 
-        from agents.starter_policy import starter_hooks
+            from agents.starter_policy import starter_hooks
 
-        call_command("migrate", verbosity=0)
-        mailer = {"name": "mailer", "runtime": "external", "tools": [SEND], "hooks": starter_hooks()}
-        token = seed_operator(agents={"mailer": mailer})["token"]
-        bodies = [json.dumps(context(index)).encode() for index in range(50)]
-        connections.close_all()
-        with daphnes(env) as [server]:
+            call_command("migrate", verbosity=0)
+            mailer = {"name": "mailer", "runtime": "external", "tools": [SEND], "hooks": starter_hooks()}
+            token = seed_operator(agents={"mailer": mailer})["token"]
+            bodies = [json.dumps(context(index)).encode() for index in range(50)]
+            connections.close_all()
+            [server] = ready()
             path = "/api/agents/mailer/interceptions"
             asyncio.run(timed(server.port, 30, "POST", path, bodies, token))  # warm: the policy workers' compile
             asyncio.run(timed(server.port, 30, "GET", "/healthz", [], token))

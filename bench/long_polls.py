@@ -45,7 +45,7 @@ from bench.common import (
     Daphne,
     RawWebSocket,
     bench_env,
-    daphnes,
+    daphnes_starting,
     database_label,
     flush_redis,
     median,
@@ -346,16 +346,20 @@ async def measure(
 
 
 def open_requests(persona: dict[str, Any], count: int) -> list[str]:
-    from django.db import transaction
+    from django.db import connection, transaction
 
     from approvals.actions import open_request
     from approvals.external_wire import OpenRequest
 
     body = OpenRequest.model_validate({"toolName": "deploy", "arguments": {"service": "billing"}})
     with transaction.atomic():  # one commit, not one per request: seeding took 30 s of the benchmark's 70
-        return [
+        ids = [
             str(open_request(persona["membership"], persona["user"], "deployer", body).request.id) for _ in range(count)
         ]
+        # Nobody listens yet (no console runs): the commit's hooks would send each request's wakes and inbox pushes
+        # to empty groups, one async_to_sync call after another (13 s of the seeding).
+        connection.run_on_commit.clear()
+    return ids
 
 
 def main() -> None:
@@ -369,18 +373,20 @@ def main() -> None:
     with scratch_dir("airlock-long-polls-") as data:
         env = bench_env(data, database_url=pg_database(DATABASE, fresh=True), redis_url=REDIS_DB)
         flush_redis(REDIS_DB)
-        setup_django(env)
-        from django.core.management import call_command
-        from django.db import connections
+        # The console starts while this process sets Django up and seeds (see daphnes_starting).
+        with daphnes_starting(env, 1, app="bench.push_asgi:application") as ready:
+            setup_django(env)
+            from django.core.management import call_command
+            from django.db import connections
 
-        call_command("migrate", verbosity=0)
-        persona = seed_operator("bench", {"deployer": DEPLOYER})
-        other = seed_operator("other")
-        ids = open_requests(persona, WARM + args.waiters)
-        database = database_label()
-        connections.close_all()
-        note(f"seeded {len(ids)} requests")
-        with daphnes(env, 1, app="bench.push_asgi:application") as [server]:
+            call_command("migrate", verbosity=0)
+            persona = seed_operator("bench", {"deployer": DEPLOYER})
+            other = seed_operator("other")
+            ids = open_requests(persona, WARM + args.waiters)
+            database = database_label()
+            connections.close_all()
+            note(f"seeded {len(ids)} requests")
+            [server] = ready()
             r = asyncio.run(measure(server, persona, other, ids, args))
         r["wake_call"] = wake_call_seconds(min(args.batch, args.waiters))
 

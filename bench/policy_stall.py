@@ -23,7 +23,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import bench_env, daphnes, median, percentile, python_line, scratch_dir, setup_django, verdict  # noqa: E402
+from bench.common import (  # noqa: E402
+    bench_env,
+    daphnes_starting,
+    median,
+    percentile,
+    python_line,
+    scratch_dir,
+    setup_django,
+    verdict,
+)
 
 TARGET_MS = 200
 MANIFEST = """agent_control_specification_version: "0.4.0-alpha.1"
@@ -52,7 +61,7 @@ def seed() -> list[str]:
     tokens = []
     for index in range(4):
         tenant = Tenant.objects.create(slug=f"tenant-{index}", name=f"Tenant {index}")
-        user = User.objects.create_user(f"admin-{index}", password=uuid.uuid4().hex)
+        user = User.objects.create_user(f"admin-{index}")
         membership = Membership.objects.create(user=user, tenant=tenant, role="admin")
         tokens.append(ApiToken.issue(membership, "bench")[1])
     return tokens
@@ -99,15 +108,17 @@ def main() -> None:
     started = time.perf_counter()
     with scratch_dir("airlock-policy-stall-") as data:
         env = bench_env(data)
-        setup_django(env)
-        from django.conf import settings
-        from django.core.management import call_command
-        from django.db import connections
+        # The console starts while this process sets Django up and seeds (see daphnes_starting).
+        with daphnes_starting(env) as ready:
+            setup_django(env)
+            from django.conf import settings
+            from django.core.management import call_command
+            from django.db import connections
 
-        call_command("migrate", verbosity=0)
-        tokens = seed()
-        connections.close_all()
-        with daphnes(env) as [server]:
+            call_command("migrate", verbosity=0)
+            tokens = seed()
+            connections.close_all()
+            [server] = ready()
             pages(server.base, 20, None)  # warm
             quiet = pages(server.base, args.pages, None)
             busy, took, answers = threading.Event(), [], []

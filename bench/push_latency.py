@@ -5,9 +5,10 @@ layer, two daphnes with the Redis layer (clients split half/half across them). A
 database (a temporary SQLite file by default, `--database-url` for PostgreSQL).
 
 For each shape and each N, N authenticated operator sockets listen on /ws/console/ and N sockets on a
-bare Channels group (bench/push_asgi.py). Each round opens one approval request through the run API of
-the first daphne (the push is rendered once and fanned out through the channel layer) and then sends one
-bare `group_send` of a message of the same size from the same process. Latency per socket: receive time
+bare Channels group (bench/push_asgi.py); the next, larger N keeps them and opens only the ones it adds. Each
+round opens one approval request through the run API of the first daphne (the push is rendered once and fanned
+out through the channel layer) and then sends one bare `group_send` of a message of the same size from the same
+process. Latency per socket: receive time
 minus the time the push left (fragments rendered, pending count read) for the inbox, or the send time
 for the bare broadcast; both clocks are this machine's. One unrecorded warm-up round precedes each N.
 The sockets are minimal protocol clients (bench.common.RawWebSocket) that note the arrival time of each
@@ -23,6 +24,7 @@ Usage: .venv/bin/python bench/push_latency.py [--clients 1,50,200,1000] [--round
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -39,7 +41,7 @@ from bench.common import (
     HttpConnection,
     RawWebSocket,
     bench_env,
-    daphnes,
+    daphnes_starting,
     database_label,
     flush_redis,
     median,
@@ -110,23 +112,38 @@ class Cell:
     seconds: float = 0.0
 
 
+class Route:
+    """Where a shape's sockets report: the sinks of the cell being measured. The sockets of one cell stay open for
+    the next, larger one, which opens only the ones it adds (a thousand consoles took ~10 s to connect)."""
+
+    def __init__(self) -> None:
+        self.inbox, self.bare = Sink(INBOX_PREFIX), Sink(BARE_PREFIX)
+
+    def to_inbox(self, raw: bytes, arrived: float) -> None:
+        self.inbox.got(raw, arrived)
+
+    def to_bare(self, raw: bytes, arrived: float) -> None:
+        self.bare.got(raw, arrived)
+
+
 async def connect(
-    servers: list[Daphne], headers: dict[str, str], clients: int, inbox: Sink, bare: Sink
+    servers: list[Daphne], headers: dict[str, str], opened: int, clients: int, route: Route
 ) -> list[RawWebSocket]:
-    """N inbox and N bare sockets, split evenly over the servers, opened in waves of WAVE pairs: a burst of
-    a few hundred simultaneous connects exhausts the Redis layer's pool of 100 connections per process."""
+    """Inbox and bare sockets `opened` to `clients` - 1 (the first `opened` pairs are open already), split evenly
+    over the servers, opened in waves of WAVE pairs: a burst of a few hundred simultaneous connects exhausts the
+    Redis layer's pool of 100 connections per process."""
     sockets: list[RawWebSocket] = []
-    for first in range(0, clients, WAVE):
+    for first in range(opened, clients, WAVE):
         opening = []
         for index in range(first, min(clients, first + WAVE)):
             server = servers[index % len(servers)]
             # Each console checks the handshake's Origin against its own (console/origins.py).
             own = {**headers, "Origin": server.base}
-            opening.append(open_websocket(server.port, "/ws/console/", own, inbox.got))
-            opening.append(open_websocket(server.port, "/bench/ws/", own, bare.got))
-        opened = await asyncio.gather(*opening, return_exceptions=True)
-        sockets += [ws for ws in opened if isinstance(ws, RawWebSocket)]
-        failed = [error for error in opened if isinstance(error, BaseException)]
+            opening.append(open_websocket(server.port, "/ws/console/", own, route.to_inbox))
+            opening.append(open_websocket(server.port, "/bench/ws/", own, route.to_bare))
+        done = await asyncio.gather(*opening, return_exceptions=True)
+        sockets += [ws for ws in done if isinstance(ws, RawWebSocket)]
+        failed = [error for error in done if isinstance(error, BaseException)]
         if failed:
             for ws in sockets:
                 ws.close()
@@ -145,14 +162,25 @@ async def wait_all(sink: Sink, sockets: list[RawWebSocket], what: str) -> None:
         ) from None
 
 
-async def measure(servers: list[Daphne], persona: dict[str, str], cell: Cell, rounds: int) -> None:
+async def close_all(sockets: list[RawWebSocket]) -> None:
+    for ws in sockets:
+        ws.close()
+    sockets.clear()
+    await asyncio.sleep(0.2)
+
+
+async def measure(
+    servers: list[Daphne], persona: dict[str, str], cell: Cell, rounds: int, pool: list[RawWebSocket], route: Route
+) -> None:
+    """One cell on the shape's open sockets (`pool`, grown to the cell's N pairs)."""
     started = time.perf_counter()
-    inbox, bare = Sink(INBOX_PREFIX), Sink(BARE_PREFIX)
+    route.inbox, route.bare = inbox, bare = Sink(INBOX_PREFIX), Sink(BARE_PREFIX)
     headers = {"Cookie": f"sessionid={persona['session']}", "Origin": servers[0].base}
     http = HttpConnection(servers[0].port)
-    sockets: list[RawWebSocket] = []
     try:
-        sockets = await connect(servers, headers, cell.clients, inbox, bare)
+        if len(pool) > 2 * cell.clients:  # fewer clients than the cell before
+            await close_all(pool)
+        pool += await connect(servers, headers, len(pool) // 2, cell.clients, route)
         await asyncio.sleep(0.5)  # let the connection heartbeats pass
         run_headers = {"Authorization": f"Bearer {persona['token']}", "Content-Type": "application/json"}
         for n in range(rounds + 1):
@@ -162,16 +190,13 @@ async def measure(servers: list[Daphne], persona: dict[str, str], cell: Cell, ro
             status, text = await http.request("POST", "/api/agents/mailer/runs", json.dumps(body).encode(), run_headers)
             if status != 200:
                 raise RuntimeError(f"run API answered {status}: {text[:300]!r}")
-            await wait_all(inbox, sockets, "inbox push")
+            await wait_all(inbox, pool, "inbox push")
             bare.arm(cell.clients, recording)
             # The bare message is as long as the inbox one (its filler makes up the rest).
             status, _ = await http.request("POST", f"/bench/broadcast?size={max(1, inbox.size - 60)}")
-            await wait_all(bare, sockets, "bare broadcast")
+            await wait_all(bare, pool, "bare broadcast")
     finally:
         await http.close()
-        for ws in sockets:
-            ws.close()
-        await asyncio.sleep(0.2)
     cell.inbox, cell.bare = inbox.latencies, bare.latencies
     cell.seconds = time.perf_counter() - started
 
@@ -263,8 +288,34 @@ def main() -> None:
     args = parser.parse_args()
     raise_nofile()
     started = time.perf_counter()
-    with scratch_dir("airlock-push-bench-") as data:
+    cells: list[Cell] = []
+
+    def shape_env(shape: str) -> dict[str, str]:
+        layer = SHAPES[shape][0]
+        return bench_env(data, database_url=args.database_url, redis_url=REDIS_DB if layer == "Redis" else None)
+
+    async def shape_cells(shape: str, servers: list[Daphne]) -> None:
+        layer, count = SHAPES[shape]
+        pool: list[RawWebSocket] = []
+        route = Route()
+        try:
+            for clients in [int(c) for c in args.clients.split(",")]:
+                cell = Cell(layer, count, clients)
+                await measure(servers, persona, cell, rounds_for(clients, args), pool, route)
+                print(f"  {layer} x{count} N={clients}: {cell.seconds:.1f} s", file=sys.stderr)
+                cells.append(cell)
+        finally:
+            await close_all(pool)
+
+    with scratch_dir("airlock-push-bench-") as data, contextlib.ExitStack() as stack:
         env = bench_env(data, database_url=args.database_url)
+        shapes = args.shapes.split(",")
+        # Every shape's consoles start at once, while this process sets Django up and seeds (see daphnes_starting);
+        # a shape's wait, idle, until its turn, and stop when it is done (their connections' ends are work).
+        starting = [
+            stack.enter_context(daphnes_starting(shape_env(shape), SHAPES[shape][1], app="bench.push_asgi:application"))
+            for shape in shapes
+        ]
         setup_django(env)
         from django.core.management import call_command
 
@@ -272,20 +323,13 @@ def main() -> None:
         seeded = seed_operator("bench", {"mailer": MAILER})
         persona = {"token": seeded["token"], "session": seeded["session"]}
         database = database_label()
-        cells: list[Cell] = []
-        for shape in args.shapes.split(","):
-            layer, count = SHAPES[shape]
-            shape_env = bench_env(
-                data, database_url=args.database_url, redis_url=REDIS_DB if layer == "Redis" else None
-            )
-            if layer == "Redis":
-                flush_redis(REDIS_DB)
-            with daphnes(shape_env, count, app="bench.push_asgi:application") as servers:
-                for clients in [int(c) for c in args.clients.split(",")]:
-                    cell = Cell(layer, count, clients)
-                    asyncio.run(measure(servers, persona, cell, rounds_for(clients, args)))
-                    print(f"  {layer} x{count} N={clients}: {cell.seconds:.1f} s", file=sys.stderr)
-                    cells.append(cell)
+        servers = [ready() for ready in starting]
+        for shape, shape_servers in zip(shapes, servers, strict=True):
+            if SHAPES[shape][0] == "Redis":
+                flush_redis(REDIS_DB)  # what an earlier shape left there
+            asyncio.run(shape_cells(shape, shape_servers))
+            for server in shape_servers:
+                server.stop()
         render_ms = render_cost()
         from django.db import connections
 

@@ -53,7 +53,7 @@ def seed(requests: int) -> tuple[str, str, dict[str, list[str]]]:
     from console.models import ApiToken, Membership
 
     first = seed_operator("bench", {"releaser": {"name": "releaser", "runtime": "external", "tools": TOOLS}})
-    second_user = first["user"].__class__.objects.create_user("bench-second", password="unused-password-2")
+    second_user = first["user"].__class__.objects.create_user("bench-second")
     second = Membership.objects.create(user=second_user, tenant=first["tenant"], role="operator")
     second_token = ApiToken.issue(second, "bench")[1]
     client = Client()

@@ -1,11 +1,12 @@
 """(i) The scale-out picture: answers per second against console processes, queued runs per second against
 worker processes, at 1, 2 and 4 of each, on PostgreSQL (+ Redis for several consoles).
 
-Each point is a child run of another bench: `respond_throughput.py --daphnes N --json` (every request answered
-twice, 8 client pairs spread over the consoles) and `queue_throughput.py --one postgresql N 1` (N `run_worker`
-processes of one thread each). The chart is drawn as SVG here (no plotting library) into bench/scale.svg,
-which bench/results.md shows; docs/deploy.md's sizing advice reads it. On a machine with fewer cores than
-processes the curve flattens where the cores run out: the table says how many this machine has.
+Each point is a child run of another bench: `respond_throughput.py --daphnes 1,2,4 --json` (every request
+answered twice, 8 client pairs spread over the consoles; the three points in one process, one after another) and
+`queue_throughput.py --one postgresql N 1` (N `run_worker` processes of one thread each). The chart is drawn as
+SVG here (no plotting library) into bench/scale.svg, which bench/results.md shows; docs/deploy.md's sizing advice
+reads it. On a machine with fewer cores than processes the curve flattens where the cores run out: the table says
+how many this machine has.
 
 Usage: .venv/bin/python bench/scale.py [--counts 1,2,4] [--requests 600] [--runs 300]
 """
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "bench" / "scale.svg"
@@ -24,7 +26,7 @@ WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 640, 320, 56, 150, 24, 44
 SERIES = (("answers", "answers resolved/s (consoles)", "#2563eb"), ("queue", "queued runs/s (workers)", "#b45309"))
 
 
-def child(script: str, *args: str) -> dict[str, float]:
+def child(script: str, *args: str) -> Any:
     """The JSON figures a bench prints last."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True, check=True, cwd=ROOT
@@ -88,14 +90,16 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     counts = [int(c) for c in args.counts.split(",")]
-    answers, queue = [], []
-    for count in counts:
-        answered = child("respond_throughput.py", "--requests", str(args.requests), "--daphnes", str(count), "--json")
-        assert answered["sound"], answered
-        answers.append(answered["resolved_per_second"])
+    # Every answers point in one child (Django set up once, the database emptied before each point), then the queue's.
+    answered = child("respond_throughput.py", "--requests", str(args.requests), "--daphnes", args.counts, "--json")
+    points = answered if isinstance(answered, list) else [answered]
+    assert [point["daphnes"] for point in points] == counts and all(point["sound"] for point in points), points
+    answers = [point["resolved_per_second"] for point in points]
+    queue = []
+    for count, answer_rate in zip(counts, answers, strict=True):
         worked = child("queue_throughput.py", "--runs", str(args.runs), "--one", "postgresql", str(count), "1")
         queue.append(worked["per_second"])
-        print(f"  {count}: {answers[-1]:.0f} answers/s, {queue[-1]:.0f} runs/s", file=sys.stderr)
+        print(f"  {count}: {answer_rate:.0f} answers/s, {queue[-1]:.0f} runs/s", file=sys.stderr)
     CHART.write_text(chart(counts, {"answers": answers, "queue": queue}))
     print("### Scale-out (i): answers and queued runs against processes\n")
     print(

@@ -29,6 +29,7 @@ from bench.common import (
     Daphne,
     HttpConnection,
     bench_env,
+    daphnes_starting,
     median,
     percentile,
     scratch_dir,
@@ -78,8 +79,8 @@ class _Receive(BaseHTTPRequestHandler):
 class Side:
     """One console process and a keep-alive connection to it."""
 
-    def __init__(self, env: dict[str, str], token: str) -> None:
-        self.server = Daphne(env)
+    def __init__(self, server: Daphne, token: str) -> None:
+        self.server = server
         self.server.wait_ready()
         self.connection = HttpConnection(self.server.port)
         self.body = json.dumps({"message": MESSAGE}).encode()
@@ -139,24 +140,26 @@ def main() -> None:
         env = bench_env(folder)
         for name in [name for name in env if name.startswith("OTEL_")]:
             del env[name]
-        setup_django(env)
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        token = seed_operator("tracing", {"timer": TIMER})["token"]
         traced_env = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}"}
-        sides = {"unset": Side(env, token), "traced": Side(traced_env, token)}
-        try:
-            for side in sides.values():
-                side.turns(max(10, args.turns // BLOCKS))  # imports, caches, the first connections
-            exported_before = len(collector.bodies)
-            times: dict[str, list[float]] = {name: [] for name in sides}
-            for _ in range(BLOCKS):
-                for name, side in sides.items():
-                    times[name] += side.turns(args.turns // BLOCKS)
-        finally:
-            for side in sides.values():
-                side.stop()  # the traced console flushes its last batch as it stops
+        # Both consoles start together while this process sets Django up and seeds (see daphnes_starting).
+        with daphnes_starting(env) as unset_ready, daphnes_starting(traced_env) as traced_ready:
+            setup_django(env)
+            from django.core.management import call_command
+
+            call_command("migrate", verbosity=0)
+            token = seed_operator("tracing", {"timer": TIMER})["token"]
+            sides = {"unset": Side(unset_ready()[0], token), "traced": Side(traced_ready()[0], token)}
+            try:
+                for side in sides.values():
+                    side.turns(max(10, args.turns // BLOCKS))  # imports, caches, the first connections
+                exported_before = len(collector.bodies)
+                times: dict[str, list[float]] = {name: [] for name in sides}
+                for _ in range(BLOCKS):
+                    for name, side in sides.items():
+                        times[name] += side.turns(args.turns // BLOCKS)
+            finally:
+                for side in sides.values():
+                    side.stop()  # the traced console flushes its last batch as it stops
         checks = unset_checks()
     spans = collector.span_count()
     collector.shutdown()

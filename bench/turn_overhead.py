@@ -156,9 +156,9 @@ class InProcess:
 class ProviderOverHttp:
     """The one-call turn on the console over loopback HTTP; the provider's replies planned per block."""
 
-    def __init__(self, token: str, provider: FakeOpenAI) -> None:
+    def __init__(self, token: str, provider: FakeOpenAI, server: "Served") -> None:
         self.provider = provider
-        self.http = OverHttp(token, agent="remote", message="hello", expect=REPLY)
+        self.http = OverHttp(token, server, agent="remote", message="hello", expect=REPLY)
 
     def turns(self, count: int) -> list[float]:
         for _ in range(count):
@@ -169,28 +169,46 @@ class ProviderOverHttp:
         self.http.stop()
 
 
-class OverHttp:
-    """The console turn over loopback HTTP: a daphne process and one keep-alive connection to it, as an API
-    client would hold (a connection per turn would time the client's TCP handshake, not the console)."""
+class Served:
+    """A daphne process serving the console (`bench.served_asgi`): started at once, waited for by `port()`. One
+    serves both the scripted turns and the provider's (a second one only cost the run its 3-7 s start)."""
 
-    def __init__(self, token: str, agent: str = "clock", message: str = MESSAGE, expect: str = "get_time: ") -> None:
-        self.path, self.expect = f"/api/agents/{agent}/runs", expect
+    def __init__(self) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+            self.port = probe.getsockname()[1]
         self.server = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "bench.served_asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "bench.served_asgi:application"],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for _ in range(200):
+        self.ready = False
+
+    def wait_ready(self) -> int:
+        for _ in range(200 if not self.ready else 0):
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1)
+                self.ready = True
                 break
             except OSError:
                 time.sleep(0.1)
-        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        return self.port
+
+    def stop(self) -> None:
+        self.server.terminate()
+        self.server.wait(timeout=10)
+
+
+class OverHttp:
+    """The console turn over loopback HTTP: a daphne process and one keep-alive connection to it, as an API
+    client would hold (a connection per turn would time the client's TCP handshake, not the console)."""
+
+    def __init__(
+        self, token: str, server: Served, agent: str = "clock", message: str = MESSAGE, expect: str = "get_time: "
+    ) -> None:
+        self.path, self.expect = f"/api/agents/{agent}/runs", expect
+        self.connection = http.client.HTTPConnection("127.0.0.1", server.wait_ready(), timeout=30)
         self.body = json.dumps({"message": message}).encode()
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
@@ -207,8 +225,6 @@ class OverHttp:
 
     def stop(self) -> None:
         self.connection.close()
-        self.server.terminate()
-        self.server.wait(timeout=10)
 
 
 def report(label: str, times: list[float]) -> tuple[float, float]:
@@ -224,11 +240,17 @@ def main() -> None:
     parser.add_argument("--provider", action="store_true", help="also the one-call turn against a loopback provider")
     parser.add_argument("--provider-turns", type=int, default=60, help="turns per side with the provider")
     args = parser.parse_args()
-    with FakeOpenAI() as provider:
-        token = setup(provider.base_url if args.provider else None)
-        scripted(token, args.turns, args.http)
-        if args.provider:
-            with_provider(token, provider, args.provider_turns)
+    # The daphne starts while this process makes the agents (its database is the migrated template's copy).
+    server = Served() if args.http or args.provider else None
+    try:
+        with FakeOpenAI() as provider:
+            token = setup(provider.base_url if args.provider else None)
+            scripted(token, args.turns, server if args.http else None)
+            if server is not None and args.provider:
+                with_provider(token, provider, args.provider_turns, server)
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def alternate(sides: dict[str, Any], turns: int, blocks: int) -> dict[str, list[float]]:
@@ -245,10 +267,11 @@ def alternate(sides: dict[str, Any], turns: int, blocks: int) -> dict[str, list[
     return times
 
 
-def scripted(token: str, turns: int, http: bool) -> None:
+def scripted(token: str, turns: int, server: Served | None) -> None:
+    http = server is not None
     sides: dict[str, Any] = {"bare": Bare(), "console": InProcess(token)}
-    if http:
-        sides["http"] = OverHttp(token)
+    if server is not None:
+        sides["http"] = OverHttp(token, server)
     try:
         times = alternate(sides, turns, BLOCKS)
     finally:
@@ -275,8 +298,8 @@ def scripted(token: str, turns: int, http: bool) -> None:
         )
 
 
-def with_provider(token: str, provider: FakeOpenAI, turns: int) -> None:
-    sides: dict[str, Any] = {"bare": BareProvider(provider), "http": ProviderOverHttp(token, provider)}
+def with_provider(token: str, provider: FakeOpenAI, turns: int, server: Served) -> None:
+    sides: dict[str, Any] = {"bare": BareProvider(provider), "http": ProviderOverHttp(token, provider, server)}
     try:
         times = alternate(sides, turns, PROVIDER_BLOCKS)
     finally:

@@ -32,6 +32,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -132,7 +133,10 @@ def extend(tenant_id: Any, to: int) -> tuple[int, float]:
         ReceiptHead.objects.filter(tenant_id=tenant_id).update(sequence=sequence, hash=prev)
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Receipt._meta.db_table}")
-    sign_heads()
+    # sign_heads verifies the receipts since the last signature before it signs (7 s of 100,000 here): this process
+    # has just computed them with the chain's own digest, and verifying them is what the children time.
+    with mock.patch("approvals.signing._unsigned_part", return_value=None):
+        sign_heads()
     return written, time.perf_counter() - start
 
 

@@ -26,6 +26,7 @@ from bench.common import (
     RawWebSocket,
     bench_env,
     daphnes,
+    daphnes_starting,
     database_label,
     flush_redis,
     open_websocket,
@@ -106,15 +107,21 @@ def main() -> None:
     started = time.perf_counter()
     results: dict[str, dict[str, float]] = {}
     with scratch_dir("airlock-ws-memory-") as data:
-        setup_django(bench_env(data))
-        from django.core.management import call_command
-        from django.db import connections
+        first, *others = args.layers.split(",")
+        if first == "redis":
+            flush_redis(REDIS_DB)
+        # The first layer's console starts while this process sets Django up and seeds (see daphnes_starting).
+        with daphnes_starting(bench_env(data, redis_url=REDIS_DB if first == "redis" else None), 1) as ready:
+            setup_django(bench_env(data))
+            from django.core.management import call_command
+            from django.db import connections
 
-        call_command("migrate", verbosity=0)
-        session = seed_operator("bench")["session"]
-        database = database_label()
-        connections.close_all()
-        for layer in args.layers.split(","):
+            call_command("migrate", verbosity=0)
+            session = seed_operator("bench")["session"]
+            database = database_label()
+            connections.close_all()
+            results[first] = asyncio.run(measure(ready()[0], session, args.connections))
+        for layer in others:
             redis = REDIS_DB if layer == "redis" else None
             if redis:
                 flush_redis(redis)
