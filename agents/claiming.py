@@ -10,14 +10,13 @@ from datetime import datetime
 from django.db.models import F, Q, QuerySet
 from django.tasks import TaskResultStatus
 from django.utils import timezone
-from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction
 
 from agents.lane_limits import free_turns, lock_queues, queue_limit
 from agents.lanes import queue_name
 from agents.models import Run, RunStatus
-from agents.queue import execute_queued
+from agents.queue import execute_queued, run_claimed
 from agents.turns import PROCESS_ID, lease
 from console.sql import Prepared, update_together
 
@@ -97,25 +96,10 @@ def claim_task(worker_id: str, lanes: list[str] | None = None) -> DBTaskResult |
     return claimed[0] if claimed else None
 
 
-def task_runner(worker_id: str) -> Worker:
-    """django-tasks-db's worker, used for running one claimed task (its result, its signals)."""
-    return Worker(
-        queue_names=["*"],
-        interval=0,
-        batch=True,
-        backend_name="default",
-        startup_delay=False,
-        max_tasks=None,
-        worker_id=worker_id,
-        excluded_queue_names=[],
-    )
-
-
 def drain(lanes: list[str] | None = None) -> int:
     """Run every ready queued run in this thread until none is left; how many ran (tests, `--batch`)."""
-    worker_id = f"{PROCESS_ID}:drain"
-    runner, ran = task_runner(worker_id), 0
+    worker_id, ran = f"{PROCESS_ID}:drain", 0
     while (db_task := claim_task(worker_id, lanes)) is not None:
-        runner.run_task(db_task)
+        run_claimed(db_task)
         ran += 1
     return ran

@@ -9,7 +9,9 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 from django.db.models import F, QuerySet
+from django.tasks import TaskResultStatus
 from django.utils import timezone
+from django_tasks_db.models import DBTaskResult
 
 from agents import checkpoints
 from agents.engine import TurnBlocked, TurnError
@@ -41,8 +43,9 @@ NOT_STORED = TurnError(
 )
 
 
-def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequest]:
-    """Store the turn's outcome: status, output, pending requests, conversation and the event log. An outcome the
+def finish_run(started: StartedRun, result: ExecutionResult, task: DBTaskResult | None = None) -> list[PendingRequest]:
+    """Store the turn's outcome: status, output, pending requests, conversation and the event log; with `task`, the
+    queued run's task (`agents.queue.run_claimed`) ends with it, in the same statement on PostgreSQL. An outcome the
     database refuses (a value too big, one it cannot hold) or that is not JSON ends the run `failed`
     (`outcome_not_stored`) rather than leave it `running` and its caller with a 500."""
     run = started.run
@@ -51,17 +54,20 @@ def finish_run(started: StartedRun, result: ExecutionResult) -> list[PendingRequ
     try:
         try:
             with transaction.atomic():
-                _store_outcome(started, result, opened)
+                ended = _store_outcome(started, result, opened, task=task)
         except (DatabaseError, TypeError, ValueError):
             logger.exception("Run %s: its outcome could not be stored; it ends failed", run.id)
             opened.clear()
             ran = _forget_outcome(started, kept, written)
             with transaction.atomic():
-                _store_outcome(started, ExecutionResult(None, NOT_STORED), opened, ran)
+                ended = _store_outcome(started, ExecutionResult(None, NOT_STORED), opened, ran, task=task)
     except _Reclaimed:
         logger.warning("Run %s was reclaimed while its turn ran; this outcome is dropped", run.id)
         run.refresh_from_db()
         return []
+    if task is not None:  # committed: as django-tasks-db's `set_successful` leaves it
+        for name, value in ended.items():
+            setattr(task, name, value)
     started.log.publish_rest()
     metrics.run_ended(run.tenant_id, started.prepared.agent.name, run.status)
     if opened:
@@ -139,9 +145,14 @@ def record_closings(requests: list[PendingRequest], current: EventLog | None = N
 
 
 def _store_outcome(
-    started: StartedRun, result: ExecutionResult, opened: list[PendingRequest], ran: set[str] | None = None
-) -> None:
-    """`ran`: the calls with side effects the turn ran, when its log no longer has their events."""
+    started: StartedRun,
+    result: ExecutionResult,
+    opened: list[PendingRequest],
+    ran: set[str] | None = None,
+    task: DBTaskResult | None = None,
+) -> dict[str, Any]:
+    """`ran`: the calls with side effects the turn ran, when its log no longer has their events. What the task's row
+    was given (nothing without a task)."""
     run, log, prepared = started.run, started.log, started.prepared
     # The turn's last events go to the session's streams once committed, before the wake their flush asks for (hooks
     # run in order): with nothing left unpublished, no stream is woken to read the database for them.
@@ -249,7 +260,15 @@ def _store_outcome(
         if outcome is not None and outcome.conversation is not None:
             ended["conversation"] = session.conversation
         also.append((Session.objects.filter(pk=session.pk), ended))
-    if not update_together(Run.objects.held_by(run), {name: getattr(run, name) for name in fields}, *also):
+    run_row = (Run.objects.held_by(run), {name: getattr(run, name) for name in fields})
+    task_ended: dict[str, Any] = {}
+    if task is None:
+        written = update_together(*run_row, *also)
+    else:
+        # The task's end last, after its run's: the keeper reclaiming a run writes the two in that order too.
+        task_ended = _task_ended(run.status)
+        written = update_together(task_rows(task), task_ended, *also, run_row)
+    if not written:
         raise _Reclaimed
     if session is not None:
         session.last_run, session.updated_at = run, run.finished_at
@@ -259,6 +278,18 @@ def _store_outcome(
     checkpoints.record_checkpoint(run, first=first, open_requests=opened if only_opened else None)
     log.flush()
     record_unasked(run, log.stored)
+    return task_ended
+
+
+def task_rows(task: DBTaskResult) -> QuerySet[DBTaskResult]:
+    """The row of a task still running."""
+    return DBTaskResult.objects.filter(pk=task.pk, status=TaskResultStatus.RUNNING)
+
+
+def _task_ended(status: str) -> dict[str, Any]:
+    """What django-tasks-db's `set_successful` writes of a task that returned its run's `status`."""
+    ended = {"status": TaskResultStatus.SUCCESSFUL, "finished_at": timezone.now(), "return_value": status}
+    return ended | {"exception_class_path": "", "traceback": ""}
 
 
 def _record_failed(log: EventLog, error: dict[str, str]) -> None:

@@ -249,15 +249,34 @@ _CLAIMED = Prepared(
 
 @task(takes_context=True)
 def execute_queued(context: TaskContext, run_id: str) -> str:
-    """The task of one queued run: run the turn the claim (or the hand-over) gave this worker."""
+    """The task of one queued run, as django-tasks-db's own worker would run it (this project's pools and `drain` run
+    `run_claimed`)."""
+    return _run_queued(run_id, context.task_result.worker_ids[-1])
+
+
+def run_claimed(db_task: DBTaskResult) -> None:
+    """Run the task a claim (or a hand-over) gave this thread, as django-tasks-db's `Worker.run_task` does but for its
+    log lines: the task ends with its run's outcome, in the same statement on PostgreSQL (issue 56); a task that ends
+    otherwise (skipped, queued again, failed) ends here."""
+    try:
+        status = _run_queued(db_task.args_kwargs["args"][0], db_task.worker_ids[-1], db_task)
+        if db_task.status == TaskResultStatus.RUNNING:
+            db_task.set_successful(status)
+    except BaseException as error:
+        logger.exception("The task %s of run %s failed", db_task.id, db_task.args_kwargs["args"][0])
+        db_task.set_failed(error)
+
+
+def _run_queued(run_id: str, worker_id: str, task: DBTaskResult | None = None) -> str:
+    """Run the turn the claim (or the hand-over) gave `worker_id`; with `task`, it ends with the run's outcome."""
     started = take_handed(run_id)
     if started is None:
-        run = _CLAIMED.first(run=uuid.UUID(run_id), worker=context.task_result.worker_ids[-1])
+        run = _CLAIMED.first(run=uuid.UUID(run_id), worker=worker_id)
         if run is None:
             return "skipped"  # cancelled, or reclaimed, before its turn began
         if run.cancel_requested or run.agent.deleted_at is not None:
             # Cancelled (or its agent deleted) after the claim and before the turn began: it never starts.
-            finish_run(load_started(run), ExecutionResult(None, None, cancelled=True))
+            finish_run(load_started(run), ExecutionResult(None, None, cancelled=True), task)
             return run.status
         started = load_started(run)
     # A cancel asked of a handed run before its turn is held here is seen by the keeper within its round.
@@ -267,7 +286,7 @@ def execute_queued(context: TaskContext, run_id: str) -> str:
     result = run_here(execute(started))
     if retry(started, result.error):
         return "retrying"
-    finish_run(started, result)
+    finish_run(started, result, task)
     return run.status
 
 

@@ -19,10 +19,11 @@ from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import is_locked_database_exception
 
 from agents import seats
-from agents.claiming import claim_batch, task_runner
+from agents.claiming import claim_batch
 from agents.engine import warm_engine
 from agents.keeper import start_keeper
 from agents.lanes import queue_name
+from agents.queue import run_claimed
 from agents.turns import PROCESS_ID
 from agents.wakeups import start_listener
 from console import metrics
@@ -129,13 +130,12 @@ class WorkerPool:
         close_old_connections()
 
     def _work(self, index: int) -> None:
-        runner = task_runner(self.worker_id(index))
         while True:
             self.idle(index)
             db_task = self.given[index].get()
             if db_task is None:
                 break
             with metrics.worker_busy():
-                runner.run_task(db_task)
+                run_claimed(db_task)
             close_old_connections()
         close_old_connections()

@@ -10,9 +10,10 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django_tasks_db.models import DBTaskResult
 
-from agents.claiming import drain, task_runner
+from agents.claiming import drain
 from agents.definitions import DefinitionContent
 from agents.models import Agent, AgentVersion, Attachment, Checkpoint, Event, Run, RunStatus, Session
+from agents.queue import run_claimed
 from agents.workers import WorkerPool
 from approvals.models import Approval, HeldAnswer, PendingRequest, Receipt, RequestKind, Rule
 from approvals.push import notify_requests_closed
@@ -113,7 +114,7 @@ def run_handed(pool: WorkerPool) -> None:
     to it with (no claim, nothing of the run read again), then wait for work again."""
     db_task = pool.given[0].get_nowait()
     assert db_task is not None
-    task_runner(pool.worker_id(0)).run_task(db_task)
+    run_claimed(db_task)
     pool.idle(0)
 
 

@@ -10,6 +10,7 @@ from agents import claiming
 from agents.models import Run, RunStatus
 from agents.outcomes import finish_run
 from agents.prepare import RunRejected, live_version, prepare_run
+from agents.queue import run_claimed
 from agents.run_lifecycle import execute, record_run
 from agents.run_requests import RunRequest
 from approvals.models import PendingRequest, RequestStatus
@@ -151,7 +152,7 @@ def test_it_never_starts_a_claimed_turn_of_a_deleted_agent(admin, operator):
     assert claimed is not None
 
     delete(admin)
-    claiming.task_runner("worker-a").run_task(claimed)
+    run_claimed(claimed)
 
     assert Run.objects.get(id=response.json()["runId"]).status == RunStatus.CANCELLED
     assert mail.outbox == []

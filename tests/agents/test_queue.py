@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.core import mail
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.test import AsyncClient
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
 
@@ -214,7 +215,7 @@ def test_it_holds_a_lane_to_its_limit_over_all_workers(operator, assistant, sett
     assert claiming.claim_task("worker-c") is None
     assert Run.objects.get(id=second["runId"]).status == RunStatus.QUEUED
 
-    claiming.task_runner("worker-a").run_task(taken)
+    queue.run_claimed(taken)
     assert Run.objects.get(id=first["runId"]).status == RunStatus.COMPLETED
     assert claiming.drain(["slow"]) == 1
     assert Run.objects.get(id=second["runId"]).status == RunStatus.COMPLETED
@@ -517,11 +518,30 @@ def test_a_late_outcome_of_a_reclaimed_run_is_dropped(operator, assistant):
     assert task is not None
     Run.objects.filter(id=accepted["runId"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     keeper.reclaim_lost()  # queued again
-    claiming.task_runner("worker-slow").run_task(task)  # the slow worker wakes up: its turn must not land
+    queue.run_claimed(task)  # the slow worker wakes up: its turn must not land
 
     assert Run.objects.get(id=accepted["runId"]).status == RunStatus.QUEUED
     claiming.drain()
     assert [e.type for e in stored_events(accepted["runId"])].count("run.completed") == 1
+
+
+def test_a_claimed_task_ends_with_its_runs_outcome(operator, assistant):
+    """The task's row ends in the outcome's statement (issue 56), as django-tasks-db's worker would end it, and once."""
+    accepted = queue_run(operator, {"message": "hello", "sessionId": "ends"})
+    task = claiming.claim_task("worker-a")
+    assert task is not None
+    with CaptureQueriesContext(connection) as statements:
+        queue.run_claimed(task)
+
+    row = DBTaskResult.objects.get(id=task.id)
+    ended = (row.status, row.return_value, row.exception_class_path, row.traceback)
+    assert ended == ("SUCCESSFUL", "completed", "", "")
+    assert row.finished_at is not None and (task.status, task.finished_at) == (row.status, row.finished_at)
+    assert Run.objects.get(id=accepted["runId"]).status == RunStatus.COMPLETED
+    written = [s["sql"] for s in statements.captured_queries if "django_tasks_database_dbtaskresult" in s["sql"]]
+    assert len(written) == 1, written
+    if connection.vendor == "postgresql":
+        assert '"agents_run"' in written[0]  # the run's outcome and its task's end in one statement
 
 
 def test_the_outcome_of_a_run_taken_over_meanwhile_writes_neither_the_run_nor_its_session(operator, assistant):

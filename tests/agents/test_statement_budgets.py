@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents import claiming
 from agents.models import Run, RunStatus
+from agents.queue import run_claimed
 from agents.turns import PROCESS_ID
 from tests.conftest import Persona
 from tests.helpers import EMAIL, call_line, make_agent, run_handed
@@ -86,7 +87,7 @@ def work() -> None:
     worker = f"{PROCESS_ID}:budget"
     db_task = claiming.claim_task(worker)
     assert db_task is not None
-    claiming.task_runner(worker).run_task(db_task)
+    run_claimed(db_task)
 
 
 @pytest.fixture
