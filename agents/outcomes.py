@@ -267,7 +267,7 @@ def _store_outcome(
     else:
         # The task's end last, after its run's: the keeper reclaiming a run writes the two in that order too.
         task_ended = _task_ended(run.status)
-        written = update_together(task_rows(task), task_ended, *also, run_row)
+        written = update_together(_task_rows(task), task_ended, *also, run_row)
     if not written:
         raise _Reclaimed
     if session is not None:
@@ -281,7 +281,7 @@ def _store_outcome(
     return task_ended
 
 
-def task_rows(task: DBTaskResult) -> QuerySet[DBTaskResult]:
+def _task_rows(task: DBTaskResult) -> QuerySet[DBTaskResult]:
     """The row of a task still running."""
     return DBTaskResult.objects.filter(pk=task.pk, status=TaskResultStatus.RUNNING)
 
