@@ -23,14 +23,16 @@ from console.sql import Prepared, update_together
 _CLAIMING = threading.Lock()
 
 
-def _ready(now: datetime) -> QuerySet[DBTaskResult]:
-    """The queued runs' tasks ready at `now` (django-tasks-db's `ready()`, with the time given)."""
-    return DBTaskResult.objects.filter(
+def _ready(now: datetime, lanes: list[str] | None = None) -> QuerySet[DBTaskResult]:
+    """The queued runs' tasks of `lanes` (None: every lane) ready at `now` (django-tasks-db's `ready()`, with the time
+    given)."""
+    tasks = DBTaskResult.objects.filter(
         Q(run_after=get_date_max()) | Q(run_after__lte=now),
         status=TaskResultStatus.READY,
         backend_name="default",
         task_path=execute_queued.module_path,
     )
+    return tasks if lanes is None else tasks.filter(queue_name__in=[queue_name(lane) for lane in lanes])
 
 
 # The next ready task of any lane, locked (issue 56: compiled once; the claim of one idle thread asks it each time).
@@ -41,13 +43,10 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
     """Take up to one ready task per worker, of lanes below their limit, in one transaction; the run of
     the i-th task taken is marked running under a lease held by `worker_ids[i]`."""
     now = timezone.now()
-    tasks = _ready(now)
-    if lanes is not None:
-        tasks = tasks.filter(queue_name__in=[queue_name(lane) for lane in lanes])
     # Claimers of one process take turns before asking the database: on SQLite, threads that collide
     # on its lock back off in sleeps of many milliseconds.
     claimed: list[DBTaskResult] = []
-    with _CLAIMING, exclusive_transaction(tasks.db):
+    with _CLAIMING, exclusive_transaction(DBTaskResult.objects.db):
         # The lanes' free turns, counted once their locks are held (not before: that count could be stale).
         room: dict[str, int] = {}
         held, passed = set[str](), set[str]()
@@ -58,7 +57,8 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
             if wanted == 1 and not skip and lanes is None:  # one thread idle, as a pool's thread turns idle
                 ready = [task] if (task := _NEXT_READY.first(now=now)) is not None else []
             else:
-                ready = list(tasks.exclude(queue_name__in=skip).select_for_update(skip_locked=True)[:wanted])
+                tasks = _ready(now, lanes).exclude(queue_name__in=skip).select_for_update(skip_locked=True)
+                ready = list(tasks[:wanted])
             if not ready:
                 break
             new = {db_task.queue_name for db_task in ready} - held
