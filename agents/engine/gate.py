@@ -28,8 +28,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from agents.definitions import DefinitionContent
 from agents.engine import permissions
 from agents.engine.context import OfferedClientTool, TurnDeps
-from agents.engine.mcp import McpServerFailed
-from agents.engine.outcome import TurnError
+from agents.engine.outcome import McpServerFailed, TurnError
 from agents.engine.seams import ClientToolGate
 from agents.payloads import Approved, DeniedByHook, PolicyAsk, ToolExecutionComplete
 from agents.policies import PolicyBlocked, TurnPolicies

@@ -37,6 +37,7 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from agents.definitions import McpServer
+from agents.engine.outcome import McpServerFailed
 from agents.payloads import Payload, ToolExecutionProgress
 from console.connections import ConnectionSpec
 
@@ -54,10 +55,6 @@ TOOL_LIST_TTL_SECONDS = 300.0
 _LEGACY_SERVERS: set[str] = set()
 # Tool lists by server, so a turn that calls no MCP tool does not start the server at all.
 _TOOL_LISTS: dict[str, tuple[float, dict[str, ToolsetTool[Any]]]] = {}
-
-
-class McpServerFailed(Exception):
-    """The server could not be started or reached, or died during the turn."""
 
 
 def _server_key(spec: ConnectionSpec) -> str:

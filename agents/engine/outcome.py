@@ -20,6 +20,10 @@ class TurnError(Exception):
         self.code, self.message, self.transient = code, message, transient
 
 
+class McpServerFailed(Exception):
+    """An MCP server could not be started or reached, or died during the turn."""
+
+
 class TurnBlocked(TurnError):
     """A policy denied the turn (SPEC section 8): the run ends `blocked` with `error` as its error."""
 

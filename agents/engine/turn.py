@@ -9,7 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_hooks import DeclarationError
 from pydantic_ai import (
@@ -31,8 +31,15 @@ from agents.engine.context import TurnContext, TurnDeps
 from agents.engine.deferred import close_unanswered, pending_calls, report_settled, results_for
 from agents.engine.delegation import subagent_toolset
 from agents.engine.gate import GatedToolset, client_toolset
-from agents.engine.mcp import McpBridge, McpServerFailed
-from agents.engine.outcome import PendingCall, TurnBlocked, TurnError, TurnOutcome, provider_error, usage_between
+from agents.engine.outcome import (
+    McpServerFailed,
+    PendingCall,
+    TurnBlocked,
+    TurnError,
+    TurnOutcome,
+    provider_error,
+    usage_between,
+)
 from agents.engine.scripted import document_prompt
 from agents.engine.seams import LimitReached, OutputHeld, rewrite_response
 from agents.engine.subagent_turns import SubAgent
@@ -41,9 +48,22 @@ from agents.payloads import UserMessage
 from agents.policies import PolicyBlocked, PolicyScope, TurnPolicies
 from console.connections import ConnectionSpec
 
+if TYPE_CHECKING:
+    from agents.engine.mcp import McpBridge
+
 # pydantic-ai's word for two toolsets giving one name (an MCP server's tools are known only when the turn lists
 # them, so a definition cannot be refused for it when saved).
 _TOOL_CONFLICT = re.compile(r"conflicts with existing tool from .+?: ('[^']+'|\"[^\"]+\")")
+
+
+def _mcp_bridges(content: DefinitionContent, connections: Mapping[str, ConnectionSpec]) -> list["McpBridge"]:
+    """The definition's MCP servers as bridges. The MCP clients (fastmcp, mcp: ~0.9 s of imports) load with
+    the first definition that has a server, not with every process that runs turns."""
+    if not content.mcp_servers:
+        return []
+    from agents.engine.mcp import McpBridge
+
+    return [McpBridge(server, connection_for(connections, server.connection)) for server in content.mcp_servers]
 
 
 async def run_turn(
@@ -74,7 +94,7 @@ async def run_turn(
     except DeclarationError as error:  # e.g. a policy webhook connection no longer granted: nothing runs
         raise TurnError("policy_unavailable", f"The policies of {content.name} cannot run: {error}") from None
     agent = agent_for(content, connection_for(connections, content.model.connection))
-    bridges = [McpBridge(server, connection_for(connections, server.connection)) for server in content.mcp_servers]
+    bridges = _mcp_bridges(content, connections)
     turn_toolsets: list[AbstractToolset[TurnDeps]] = [
         GatedToolset(bridge.toolset(), default_mode=bridge.server.approval, server=bridge.server.name)
         for bridge in bridges
