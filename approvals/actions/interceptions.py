@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import uuid
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -156,23 +157,28 @@ async def post_tool_call_check(
     return check
 
 
-# Each version's declaration as an interceptor runs it, loaded once per process (issue 56 item 4): a version never
-# changes. The creation time is in the key too, as in AgentVersion.definition.
-_DECLARATIONS: dict[tuple[int, datetime], HostDeclaration] = {}
+# Each version's emitter as an interceptor runs it, built once per process for the connections its tenant grants
+# (issue 56 item 4): a version never changes. The creation time is in the key too, as in AgentVersion.definition.
+# Its bindings keep no state of a call; what one answered reaches the call through `_ANSWERS`.
+_EMITTERS: dict[tuple[int, datetime, frozenset[tuple[str, ConnectionSpec]]], InterceptionEmitter] = {}
+_ANSWERS: ContextVar[list[Any]] = ContextVar("interception_answers")
 
 
-def _declaration(version: AgentVersion, document: dict[str, Any]) -> HostDeclaration:
+def _emitter(
+    version: AgentVersion, document: dict[str, Any], connections: Mapping[str, ConnectionSpec]
+) -> InterceptionEmitter:
     """`version`'s policies (`document`, its hooks) as an interceptor runs them: the caller resolves escalations
     (its approval resolver opens a request), so here a liftable deny stands. Raises DeclarationError."""
-    key = (version.pk, version.created_at)
-    if key not in _DECLARATIONS:
+    key = (version.pk, version.created_at, frozenset(connections.items()))
+    if key not in _EMITTERS:
         document = copy.deepcopy(document)
         configuration = document.setdefault("configuration", {})
         configuration["approval"] = {**configuration.get("approval", {}), "resolver": None}
-        if len(_DECLARATIONS) >= 1024:
-            _DECLARATIONS.clear()
-        _DECLARATIONS[key] = HostDeclaration.from_value(document)
-    return _DECLARATIONS[key]
+        heard = registry(connections, InboxResolver({}), lambda answer: _ANSWERS.get().append(answer))
+        if len(_EMITTERS) >= 1024:
+            _EMITTERS.clear()
+        _EMITTERS[key] = InterceptionEmitter.from_declaration(HostDeclaration.from_value(document), heard)
+    return _EMITTERS[key]
 
 
 async def interception_verdict(
@@ -185,15 +191,18 @@ async def interception_verdict(
     if document is None:
         return {"decision": "allow"}
     agent = version.agent
-    answers: list[Any] = []
     try:
-        emitter = InterceptionEmitter.from_declaration(
-            _declaration(version, document), registry(connections, InboxResolver({}), answers.append)
-        )
+        emitter = _emitter(version, document, connections)
     except DeclarationError as error:
         raise PoliciesUnavailable(f"The policies of {agent.name} cannot run: {error}") from None
-    with for_tenant(str(agent.tenant_id)):  # the tenant the token is of, whatever the context says
-        record = await emitter.emit_unchecked(context)
+    answers: list[Any] = []
+    heard = _ANSWERS.set(answers)  # in this call's context, which the bindings' tasks copy
+    try:
+        with for_tenant(str(agent.tenant_id)):  # the tenant the token is of, whatever the context says
+            record = await emitter.emit_unchecked(context)
+    finally:
+        _ANSWERS.reset(heard)
+        emitter.take_records()  # the record is the call's: the shared emitter keeps none
     extensions = {"airlock": {"agent": agent.name, "definitionVersion": version.number, "record": record.to_wire()}}
     if emitter.mode is not EnforcementMode.ENFORCE:
         return {"verdict": {"decision": "allow"}, "extensions": extensions}

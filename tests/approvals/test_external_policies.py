@@ -137,3 +137,34 @@ def test_interceptions_change_nothing_and_refuse_bad_callers(
 def deployer_without_hooks(admin: Persona) -> Agent:
     content = {"name": "plain", "runtime": "external", "tools": [SEND]}
     return Agent.create(admin.tenant, DefinitionContent.model_validate(content), admin.user)
+
+
+def test_a_version_is_loaded_once_and_each_call_hears_its_own_answers(mailer, operator):
+    """Issue 56 item 4: one emitter per version (and its granted connections), not per call; calls at once on
+    that emitter each answer with their own binding's verdict."""
+    import asyncio
+
+    from agents.prepare import granted_connections
+    from approvals.actions import interceptions
+
+    interceptions._EMITTERS.clear()
+    assert intercept(operator, context()).json()["verdict"]["reason"] == "blocked_domain"
+    version = mailer.current
+    connections = granted_connections(operator.tenant, version)
+    to = ["amy@example.com", "eve@evil.test", "bob@partner.org"] * 8
+
+    async def at_once() -> list[dict[str, Any]]:
+        calls = (interceptions.interception_verdict(version, connections, context(to=address)) for address in to)
+        return await asyncio.gather(*calls)
+
+    verdicts = [answer["verdict"] for answer in asyncio.run(at_once())]
+    assert [verdict.get("reason") for verdict in verdicts] == [None, "blocked_domain", "external_recipient"] * 8
+    assert [verdict["decision"] for verdict in verdicts] == ["allow", "deny", "deny"] * 8
+    assert len(interceptions._EMITTERS) == 1
+    [emitter] = interceptions._EMITTERS.values()
+    assert emitter.take_records() == []
+
+    content = {**mailer.current.content, "description": "Sends mail"}
+    mailer.append_version(DefinitionContent.model_validate(content), operator.user)
+    assert intercept(operator, context()).json()["verdict"]["reason"] == "blocked_domain"
+    assert len(interceptions._EMITTERS) == 2
