@@ -49,7 +49,7 @@ SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MOST_STEPS = 5
 
 
-def duration(text: str) -> timedelta:
+def parse_duration(text: str) -> timedelta:
     """`<n>s`, `<n>m`, `<n>h` or `<n>d` as a timedelta (the text is checked by `EscalationStep`)."""
     found = DURATION.match(text)
     assert found is not None, text
@@ -70,14 +70,14 @@ class EscalationStep(WireModel):
     def _one_thing(self) -> "EscalationStep":
         if (self.to is None) == (self.then is None):
             raise ValueError("a step either adds groups (`to`) or ends the request (`then`)")
-        if duration(self.after) < timedelta(seconds=5):
+        if parse_duration(self.after) < timedelta(seconds=5):
             raise ValueError("a step comes at least 5s after the opening")
         _distinct(self.to or [])
         return self
 
 
 def _in_order(steps: list[EscalationStep]) -> list[EscalationStep]:
-    afters = [duration(step.after) for step in steps]
+    afters = [parse_duration(step.after) for step in steps]
     if afters != sorted(afters) or len(set(afters)) != len(afters):
         raise ValueError("the steps come in order, each later than the one before")
     if any(step.then for step in steps[:-1]):
@@ -232,4 +232,4 @@ def next_step_at(steps: list[dict[str, Any]] | None, opened_at: Any, step: int) 
     """When step `step` of a request's stored escalation is due (from its opening); None when it has no such step."""
     if not steps or step >= len(steps) or opened_at is None:
         return None
-    return opened_at + duration(steps[step]["after"])
+    return opened_at + parse_duration(steps[step]["after"])

@@ -367,9 +367,9 @@ async def execute(started: StartedRun) -> ExecutionResult:
         result = await _execute(started)
         span.set_attribute("airlock.run.outcome", _traced_outcome(started, result))
         if isinstance(result.error, TurnError) and not isinstance(result.error, TurnBlocked):
-            telemetry.failed(span, result.error.code)
+            telemetry.mark_failed(span, result.error.code)
         elif result.outcome is not None and result.outcome.pending and run.session_id is None:
-            telemetry.failed(span, "session_required")  # agents.outcomes: a sessionless run cannot wait
+            telemetry.mark_failed(span, "session_required")  # agents.outcomes: a sessionless run cannot wait
         return result
 
 

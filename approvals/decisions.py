@@ -32,7 +32,7 @@ from approvals import receipts
 from approvals.models import Approval, PendingRequest, RequestStatus, Rule, Via
 from approvals.push import notify_requests_closed
 from approvals.receipts import APPROVAL_MODE, CANCEL, HUMAN, POLICY, RULE, SYSTEM, Decider
-from approvals.request_spans import request_decided
+from approvals.request_spans import trace_decision
 from console import metrics
 from console.models import Tenant
 from console.tenancy import AUTH_METHOD
@@ -166,8 +166,8 @@ def _written(pending: PendingRequest, found: Any, changes: dict[str, Any], actor
         return False
     for name, value in changes.items():
         setattr(pending, name, value)
-    metrics.request_decided(pending, actor.decider.source, now)
-    request_decided(pending, actor.decider.source, now)
+    metrics.count_decision(pending, actor.decider.source, now)
+    trace_decision(pending, actor.decider.source, now)
     return True
 
 

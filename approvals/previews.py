@@ -48,7 +48,7 @@ from agents.rule_matching import arguments_hash, first_matching, rule_matches
 from approvals.kinds import GATING
 from approvals.models import OPEN, PendingRequest, Rule
 from approvals.receipts import result_kind
-from approvals.remembered_rules import RuleIn, refusal
+from approvals.remembered_rules import RuleIn, rule_refusal
 from console.models import Tenant
 
 LIMIT, MAX_LIMIT = 200, 10_000
@@ -178,7 +178,7 @@ def live_agent(tenant: Tenant, name: str) -> Agent:
 def checked_rule(tenant: Tenant, wanted: RuleIn) -> Agent:
     """The agent of a candidate rule, checked as saving it checks it (RuleRefused, or PreviewRefused 404)."""
     agent = live_agent(tenant, wanted.agent)
-    refused = refusal(agent.current.definition, wanted)
+    refused = rule_refusal(agent.current.definition, wanted)
     if refused is not None:
         raise refused
     return agent
@@ -364,7 +364,7 @@ def suggestions(tenant: Tenant, now: datetime | None = None) -> list[Suggestion]
         if agent is None or first_matching(rules.get(agent.pk, ()), key[1], arguments[key]) is not None:
             continue
         rule = RuleIn(agent=agent.name, tool_name=key[1], arguments=arguments[key])
-        if refusal(definitions[agent.pk], rule) is not None:
+        if rule_refusal(definitions[agent.pk], rule) is not None:
             continue
         found.append(Suggestion(agent.name, key[1], arguments[key], approved[key], preview_rule(agent, rule)))
         if len(found) == SUGGESTIONS:

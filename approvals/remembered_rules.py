@@ -271,7 +271,7 @@ def tool_approval(definition: DefinitionContent, tool_name: str) -> str:
     return "unknown"
 
 
-def refusal(definition: DefinitionContent, wanted: RuleIn) -> RuleRefused | None:
+def rule_refusal(definition: DefinitionContent, wanted: RuleIn) -> RuleRefused | None:
     """Why a rule for `wanted` would be pointless or wrong under the agent's current definition."""
     if wanted.arguments is not None and wanted.conditions:
         detail = "Give exact `arguments` or `conditions`, not both."

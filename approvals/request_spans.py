@@ -1,5 +1,5 @@
 """A request's span (SPEC section 18): `airlock.request`, from opened to decided, recorded once its decision is
-committed (`approvals.decisions` calls `request_decided` for every decision it writes), in whichever process decided
+committed (`approvals.decisions` calls `trace_decision` for every decision it writes), in whichever process decided
 it, with its run's span as parent and link (`console.telemetry.run_span_context`, from the run's row alone).
 
 An external agent's request (its run is no turn of Airlock's, so it has no span) is recorded in the trace of the
@@ -19,7 +19,7 @@ from approvals.receipts import result_kind
 from console import telemetry
 
 
-def request_decided(pending: Any, source: str, now: datetime) -> None:
+def trace_decision(pending: Any, source: str, now: datetime) -> None:
     """Record the span of `pending`, just decided by `source` at `now`, once the decision is committed (nothing
     with tracing off, nor when the decision rolls back)."""
     if not telemetry.tracing():

@@ -110,7 +110,7 @@ def made_yet() -> bool:
     return bool(_MADE)
 
 
-def request_decided(pending: Any, source: str, now: Any) -> None:
+def count_decision(pending: Any, source: str, now: Any) -> None:
     """Count the decision just written on `pending` (approvals.decisions, the one door) once it is committed."""
     seconds = max((now - pending.opened_at).total_seconds(), 0.0)
     tenant, kind, result = str(pending.tenant_id), str(pending.kind), _result(pending)

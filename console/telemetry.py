@@ -194,7 +194,7 @@ def run_span(
         span.end()
 
 
-def failed(span: Any, code: str) -> None:
+def mark_failed(span: Any, code: str) -> None:
     """Mark `span` failed with the stable error code `code` (`error.type`; the status says the code, never a
     message, which may quote content)."""
     if span is None:
@@ -227,7 +227,7 @@ def record_span(
         start_time=_nanoseconds(start),
     )
     if error is not None:
-        failed(span, error)
+        mark_failed(span, error)
     span.end(end_time=max(_nanoseconds(end), _nanoseconds(start)))
 
 

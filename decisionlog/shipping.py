@@ -34,7 +34,7 @@ from approvals.receipts import Receipt, ReceiptHead
 from console.connections import SINK_KINDS
 from console.models import Connection
 from decisionlog.models import SinkCursor
-from decisionlog.sinks import SinkFailed, deliver
+from decisionlog.sinks import SinkFailed, send_receipts
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def ship_pair(sink: Connection, tenant_id: int, slug: str, now: datetime, batch:
         if not receipts:
             break
         try:
-            deliver(sink.spec, slug, receipts, now)
+            send_receipts(sink.spec, slug, receipts, now)
         except SinkFailed as failure:
             _failed(sink, cursor, slug, lease, now, failure)
             done.failed += 1
@@ -202,7 +202,7 @@ def ship(now: datetime | None = None, batch: int = BATCH) -> Pass:
     return done
 
 
-def step() -> None:
+def shipping_pass() -> None:
     """A pass, and more at once while a pair has more waiting (a backlog after an outage)."""
     while ship().more:
         pass

@@ -6,10 +6,10 @@ from django.conf import settings
 from django.dispatch import receiver
 
 from console.periodic import serving, start_periodic
-from decisionlog.shipping import step
+from decisionlog.shipping import shipping_pass
 
 
 @receiver(serving)
 def start_shipping(sender: Any, **kwargs: Any) -> None:
     if settings.DECISION_LOG_SECONDS:
-        start_periodic("decision-log", settings.DECISION_LOG_SECONDS, step)
+        start_periodic("decision-log", settings.DECISION_LOG_SECONDS, shipping_pass)

@@ -91,6 +91,6 @@ def deliver_syslog(spec: ConnectionSpec, tenant_slug: str, receipts: Sequence[Re
 DELIVER = {"otlp": deliver_otlp, "syslog": deliver_syslog}
 
 
-def deliver(spec: ConnectionSpec, tenant_slug: str, receipts: Sequence[Receipt], now: datetime) -> None:
+def send_receipts(spec: ConnectionSpec, tenant_slug: str, receipts: Sequence[Receipt], now: datetime) -> None:
     """Send `receipts` (one tenant's, in chain order) to the sink `spec`; returns once it acknowledged them."""
     DELIVER[spec.kind](spec, tenant_slug, receipts, now)

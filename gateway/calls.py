@@ -95,7 +95,7 @@ def unknown_tool(name: str) -> MCPError:
     return MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
 
 
-def failed(text: str) -> types.CallToolResult:
+def error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
@@ -128,11 +128,11 @@ async def call(gate: Gate, ctx: ServerRequestContext[Any, Any], exposed: str, ar
     try:
         server, tool = await fronted_tool(gate, exposed)
     except UpstreamFailed as error:  # its server cannot say what the tool is: nothing is asked or run
-        return failed(f"{error} Nothing was asked or run.")
+        return error_result(f"{error} Nothing was asked or run.")
     try:
         check_size(arguments, "arguments", ARGUMENTS_LIMIT)
     except TooLarge as over:
-        return failed(f"Refused: the call's arguments are too large: {over.message}. Nothing was asked or run.")
+        return error_result(f"Refused: the call's arguments are too large: {over.message}. Nothing was asked or run.")
     asked = _asked(gate, server, tool, exposed)
     if asked.approval == "never" and gate.version.definition.hooks is None:
         return await _pass_through(gate, tool, asked, arguments)
@@ -153,13 +153,13 @@ async def call(gate: Gate, ctx: ServerRequestContext[Any, Any], exposed: str, ar
         try:
             opened = await on_thread(open_request, gate.membership, gate.membership.user, gate.agent, body, asked)
         except RequestRefused as refused:
-            return failed(_refused_words(refused))
+            return error_result(_refused_words(refused))
         pending = opened.request
         if pending.answer is None and pending.status == RequestStatus.PENDING:
             pending = await _wait(gate, ctx, pending, woken)
     answer = pending.answer or {}
     if not answer.get("approved"):
-        return failed(decision_words(pending))
+        return error_result(decision_words(pending))
     return await _run_upstream(gate, server, tool, pending)
 
 
@@ -171,7 +171,9 @@ async def _pass_through(
     recorded after the client has its result (`RECORDER`)."""
     problems = schema_problems(asked.parameters, arguments, root="arguments")
     if problems:
-        return failed(f"Refused: the arguments do not fit the parameters of {asked.name}: {problems}. Nothing was run.")
+        return error_result(
+            f"Refused: the arguments do not fit the parameters of {asked.name}: {problems}. Nothing was run."
+        )
     call_id = f"mcp_{uuid.uuid4().hex}"
     spec = gate.connections[asked.permission["serverName"]]
     try:
@@ -180,7 +182,7 @@ async def _pass_through(
     except (UpstreamFailed, MCPError, TimeoutError) as error:
         words = str(error) or type(error).__name__
         _record_later(gate, (asked.name, call_id, arguments), (False, None, words))
-        return failed(f"The tool {asked.name} failed upstream: {words}")
+        return error_result(f"The tool {asked.name} failed upstream: {words}")
     value = _shown(result)
     recorded = value if len(json.dumps(value)) <= RECORDED_RESULT_LIMIT.size else "(too large to keep)"
     outcome = (not result.is_error, recorded, _text(result) if result.is_error else None)
@@ -416,7 +418,7 @@ async def _run_upstream(
     except (UpstreamFailed, MCPError, TimeoutError) as error:
         words = str(error) or type(error).__name__
         await on_thread(record_call, pending, False, None, words)
-        return failed(f"The tool {pending.tool_name} failed upstream: {words}")
+        return error_result(f"The tool {pending.tool_name} failed upstream: {words}")
     value = _shown(result)
     call = (pending.tool_name, pending.call_id, arguments)
     try:
@@ -425,17 +427,17 @@ async def _run_upstream(
         )
     except PoliciesUnavailable as error:
         await on_thread(record_call, pending, False, None, str(error))
-        return failed(f"Withheld: {error}")
+        return error_result(f"Withheld: {error}")
     if check.denied is not None:
         words = f"Denied by policy: {check.denied}"
         await on_thread(record_call, pending, False, None, words, check.events)
-        return failed(f"{words}. The tool ran; its result is withheld.")
+        return error_result(f"{words}. The tool ran; its result is withheld.")
     try:
         shown = types.CallToolResult.model_validate(check.value)
     except ValueError:
         words = "a policy changed the result into something that is not a tool result"
         await on_thread(record_call, pending, False, None, words, check.events)
-        return failed(f"Withheld: {words}.")
+        return error_result(f"Withheld: {words}.")
     recorded = check.value if len(json.dumps(check.value)) <= RECORDED_RESULT_LIMIT.size else "(too large to keep)"
     reported = _text(shown) if shown.is_error else None
     await on_thread(record_call, pending, not shown.is_error, recorded, reported, check.events)

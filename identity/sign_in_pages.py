@@ -28,7 +28,7 @@ STATES = "oidc_states"
 STATE_SECONDS = 15 * 60
 
 
-def failed(request: HttpRequest, reason: str, status: int = 400, provider: str = "") -> HttpResponse:
+def failure_page(request: HttpRequest, reason: str, status: int = 400, provider: str = "") -> HttpResponse:
     """The page of a sign-in that failed: what failed, and the way back to the login page."""
     return render(request, "identity/sign_in_failed.html", {"reason": reason, "provider": provider}, status=status)
 
@@ -54,7 +54,7 @@ class SignIn(OIDCAuthenticationRequestView):  # type: ignore[misc]
         try:
             self.provider = provider_or_404(connection)
         except SignInRefused as refused:
-            return failed(request, refused.reason, refused.status, connection)
+            return failure_page(request, refused.reason, refused.status, connection)
         self.OIDC_OP_AUTH_ENDPOINT = self.get_settings("OIDC_OP_AUTHORIZATION_ENDPOINT")
         self.OIDC_RP_CLIENT_ID = self.get_settings("OIDC_RP_CLIENT_ID")
         response: HttpResponse = super().get(request)
@@ -75,7 +75,7 @@ class Callback(OIDCAuthenticationCallbackView):  # type: ignore[misc]
         if not isinstance(started, dict) or "connection" not in started:
             # Neither an answer nor a refusal of a sign-in this browser started (a link anyone could send): the
             # session, signed in or not, stays as it is, and no words of the link's are shown.
-            return failed(
+            return failure_page(
                 request,
                 "This sign-in was not started in this browser, or its state was changed on the way: nobody was "
                 "signed in. Start again from the login page.",
@@ -86,35 +86,37 @@ class Callback(OIDCAuthenticationCallbackView):  # type: ignore[misc]
             return super().get(request)  # forgets the state (no replay)
         name = started["connection"]
         if time.time() - started.get("added_on", 0) > STATE_SECONDS:
-            return failed(request, "This sign-in took too long. Start again from the login page.", provider=name)
+            return failure_page(request, "This sign-in took too long. Start again from the login page.", provider=name)
         try:
             self.provider = request.oidc_provider = load_provider(name)  # type: ignore[attr-defined]
             response: HttpResponse = super().get(request)
             return response
         except Connection.DoesNotExist:
-            return failed(request, "This identity provider was removed while you were signing in.", 410, name)
+            return failure_page(request, "This identity provider was removed while you were signing in.", 410, name)
         except SignInRefused as refused:
-            return failed(request, refused.reason, refused.status, name)
+            return failure_page(request, refused.reason, refused.status, name)
         except SuspiciousOperation as error:
             logger.warning("OpenID Connect sign-in through %s refused: %s", name, error)
-            return failed(request, f"The sign-in could not be verified: {error}", provider=name)
+            return failure_page(request, f"The sign-in could not be verified: {error}", provider=name)
         except requests.HTTPError as error:
             logger.warning("OpenID Connect sign-in through %s: the provider answered %s", name, error)
-            return failed(request, "The identity provider refused to complete the sign-in.", 502, name)
+            return failure_page(request, "The identity provider refused to complete the sign-in.", 502, name)
         except requests.RequestException as error:
             logger.warning("OpenID Connect sign-in through %s: the provider could not be reached: %s", name, error)
-            return failed(request, "The identity provider could not be reached. Try again later.", 502, name)
+            return failure_page(request, "The identity provider could not be reached. Try again later.", 502, name)
         except (jwt.PyJWTError, KeyError, TypeError, ValueError):
             # A token endpoint's answer with no ID token, or one that is no JWT, or a key set without key ids.
             logger.exception("OpenID Connect sign-in through %s: the provider's answer could not be read", name)
-            return failed(request, "The identity provider's answer could not be read: nobody was signed in.", 502, name)
+            return failure_page(
+                request, "The identity provider's answer could not be read: nobody was signed in.", 502, name
+            )
 
     def login_failure(self) -> HttpResponse:
         name = self.provider.name if self.provider else ""
         user = getattr(self, "user", None)
         if user is not None and not user.is_active:
-            return failed(self.request, "Your account on this console is deactivated.", 403, name)
-        return failed(self.request, self.reason, provider=name)
+            return failure_page(self.request, "Your account on this console is deactivated.", 403, name)
+        return failure_page(self.request, self.reason, provider=name)
 
     def login_success(self) -> HttpResponse:
         response: HttpResponse = super().login_success()

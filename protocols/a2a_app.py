@@ -85,7 +85,7 @@ class CallerContext(DefaultServerCallContextBuilder):
         return context
 
 
-async def agent_card(request: Request) -> JSONResponse:
+async def serve_agent_card(request: Request) -> JSONResponse:
     caller: Caller = request.scope[CALLER]
     return JSONResponse(card_json(caller.version, caller.url))
 
@@ -97,7 +97,7 @@ def _routes(handler: AirlockRequestHandler) -> list[Any]:
         for path in ("/a2a/{agent}", "/a2a/{agent}/")
         for route in create_jsonrpc_routes(handler, path, context_builder=built, enable_v0_3_compat=True)
     ]
-    return [*rpc, Route("/a2a/{agent}" + CARD_SUFFIX, agent_card, methods=["GET"])]
+    return [*rpc, Route("/a2a/{agent}" + CARD_SUFFIX, serve_agent_card, methods=["GET"])]
 
 
 class A2AApp:

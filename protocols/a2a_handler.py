@@ -115,7 +115,7 @@ def _db[**P, T](function: Callable[P, T]) -> Callable[P, Any]:
     return sync_to_async(function, thread_sensitive=True)
 
 
-def refusal(code: str, detail: str, status: int = 400) -> A2AError:
+def a2a_refusal(code: str, detail: str, status: int = 400) -> A2AError:
     """Airlock's refusal (`code`, the API's problem code) as the A2A error that says it."""
     data = {"code": code}
     if status == 404:
@@ -152,7 +152,7 @@ def _start(caller: Caller, message: Message, *, queued: bool) -> StartedRun:
     try:
         return actions.start_run(caller.membership, caller.membership.user, caller.agent.name, request, queued=queued)
     except RunRejected as rejected:
-        raise refusal(rejected.code, rejected.detail, rejected.status) from None
+        raise a2a_refusal(rejected.code, rejected.detail, rejected.status) from None
 
 
 def _run_here(caller: Caller, message: Message) -> Run:
@@ -215,7 +215,7 @@ def _cancel(caller: Caller, task_id: str) -> tuple[Run, str | None]:
     try:
         return head, actions.do_cancel_run(caller.membership, caller.membership.user, last)
     except RunRejected as rejected:
-        raise refusal(rejected.code, rejected.detail, rejected.status) from None
+        raise a2a_refusal(rejected.code, rejected.detail, rejected.status) from None
 
 
 def _tasks(caller: Caller, params: ListTasksRequest) -> ListTasksResponse:
@@ -404,4 +404,4 @@ async def _finish_detached(turn: "asyncio.Future[Any]", started: StartedRun) -> 
     await database_sync_to_async(actions.finish, thread_sensitive=False)(started, await turn)
 
 
-__all__ = ["CALLER", "STATES", "AirlockRequestHandler", "Caller", "refusal"]
+__all__ = ["CALLER", "STATES", "AirlockRequestHandler", "Caller", "a2a_refusal"]

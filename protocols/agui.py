@@ -43,7 +43,7 @@ from approvals.models import TERMINAL, PendingRequest, RequestStatus
 from approvals.responses import TAKEN, Response, ResponseRefused
 from console.models import Membership
 from console.problems import Refused
-from protocols.agui_events import TOOL_CALL_KINDS, AguiTranslator, resume_outcomes, run_started
+from protocols.agui_events import TOOL_CALL_KINDS, AguiTranslator, agui_run_started, resume_outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Answers:
         return {pending.run_id for pending, _ in self.given} | {pending.run_id for pending in self.already}
 
 
-def session_of(agent: Agent, thread_id: str) -> Session | None:
+def thread_session(agent: Agent, thread_id: str) -> Session | None:
     """The live session `threadId` names, None before its first run; 409 when it is another agent's."""
     session = Session.objects.live().select_related("agent").filter(tenant=agent.tenant, key=thread_id).first()
     if session is not None and session.agent_id != agent.pk:
@@ -381,7 +381,7 @@ async def turn_stream(started: StartedRun, payload: RunAgentInput) -> AsyncItera
     """A turn started here, streamed live as AG-UI events (deltas included); the turn is stored even when the client
     goes away (`agents.api.stream_routes.stream_run`)."""
     translator = AguiTranslator(payload.thread_id, payload.run_id)
-    yield _encoded([run_started(payload.thread_id, payload.run_id, str(started.run.id))])
+    yield _encoded([agui_run_started(payload.thread_id, payload.run_id, str(started.run.id))])
     async for chunk in _translated(stream_run(started), translator):
         yield chunk
 
@@ -393,7 +393,7 @@ async def answered_stream(
     events: its text comes whole), or, when none goes on yet (a request still waits), the interrupts still open."""
     follow = given.follow
     translator = AguiTranslator(payload.thread_id, payload.run_id, answered_calls)
-    started = run_started(payload.thread_id, payload.run_id, str(follow.id) if follow is not None else None)
+    started = agui_run_started(payload.thread_id, payload.run_id, str(follow.id) if follow is not None else None)
     yield _encoded([started, resume_outcomes(given.outcomes)])
     if follow is None:
         waiting = await sync_to_async(_open_in)(session)

@@ -102,7 +102,7 @@ def interrupt_of(pending: PendingRequest) -> Interrupt:
     )
 
 
-def run_started(thread_id: str, run_id: str, airlock_run_id: str | None) -> RunStartedEvent:
+def agui_run_started(thread_id: str, run_id: str, airlock_run_id: str | None) -> RunStartedEvent:
     """RUN_STARTED of the AG-UI run `run_id`; the Airlock run it follows (when there is one) in its metadata."""
     facts = {"runId": airlock_run_id, "sessionId": thread_id}
     return RunStartedEvent(

@@ -24,7 +24,7 @@ from protocols.agui import (
     give_answers,
     read_answers,
     run_request,
-    session_of,
+    thread_session,
     trailing_user_text,
     turn_stream,
 )
@@ -49,7 +49,7 @@ def agui_run(request: ConsoleRequest, name: str, payload: RunAgentInput) -> Any:
     membership = require_role(request, "operator")
     agent = get_agent_for(request, name)
     try:
-        session = session_of(agent, payload.thread_id)
+        session = thread_session(agent, payload.thread_id)
         message = trailing_user_text(payload)
         actor = Actor.person(membership.user, Via.AG_UI)
         answers = read_answers(membership, actor, session, payload)

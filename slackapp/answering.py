@@ -31,7 +31,7 @@ def not_linked(tenant_name: str) -> str:
     )
 
 
-def refusal(membership: Membership, request: PendingRequest) -> str | None:
+def answer_refusal(membership: Membership, request: PendingRequest) -> str | None:
     """Why the member may not answer `request`, or None (the respond API's check says it again when they answer)."""
     if not membership.allows("operator"):
         return f"As a {membership.role} of {membership.tenant.name} you answer no request. Nothing was changed."
@@ -42,7 +42,7 @@ def refusal(membership: Membership, request: PendingRequest) -> str | None:
     return None
 
 
-def answer(
+def answer_in_slack(
     membership: Membership, team_id: str, user_id: str, request_id: uuid.UUID, *, approved: bool, reason: str = ""
 ) -> Answered:
     """The member's approval or denial (with `reason`) of the request, given in Slack."""

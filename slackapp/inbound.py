@@ -28,7 +28,7 @@ from approvals.models import PendingRequest
 from console.models import Connection
 from console.problems import problem
 from slackapp import outbox
-from slackapp.answering import answer, not_linked, refusal
+from slackapp.answering import answer_in_slack, answer_refusal, not_linked
 from slackapp.blocks import APPROVE, DENY, DENY_MODAL, REASON_BLOCK, REASON_CHARS, REASON_INPUT, deny_modal
 from slackapp.linking import linked_member, redeem
 from slackapp.models import SlackDelivery, SlackMessage, SlackNotice
@@ -138,13 +138,13 @@ def _tell(connection: Connection, channel: str, user: str, text: str) -> None:
         SlackNotice.objects.create(
             connection=connection, channel=channel, user_id=user, text=text[:3000], due_at=timezone.now()
         )
-        transaction.on_commit(outbox.wake)
+        transaction.on_commit(outbox.wake_outbox)
 
 
 def _refresh(request_id: uuid.UUID) -> None:
     """The request's messages are due now (an answer from Slack shows at once rather than at the next sync)."""
     SlackMessage.objects.filter(request_id=request_id, final=False).update(due_at=timezone.now())
-    transaction.on_commit(outbox.wake)
+    transaction.on_commit(outbox.wake_outbox)
 
 
 @csrf_exempt
@@ -187,11 +187,11 @@ def _clicked(connection: Connection, payload: BlockActions) -> HttpResponse:
         tell(not_linked(posted.tenant.name))
         return HttpResponse(status=200)
     pending = posted.request
-    if why := refusal(member, pending):
+    if why := answer_refusal(member, pending):
         tell(why)
         return HttpResponse(status=200)
     if action.action_id == APPROVE:
-        tell(answer(member, team, user, pending.id, approved=True).told)
+        tell(answer_in_slack(member, team, user, pending.id, approved=True).told)
         _refresh(pending.id)
         return HttpResponse(status=200)
     # Not while the handling's transaction is open: Slack may take up to 2 s to answer.
@@ -236,11 +236,11 @@ def _submitted(connection: Connection, payload: ViewSubmission) -> HttpResponse:
     member = linked_member(posted.tenant_id, team, user)
     if member is None:
         return _modal_error(not_linked(posted.tenant.name))
-    if why := refusal(member, posted.request):
+    if why := answer_refusal(member, posted.request):
         return _modal_error(why)
     typed = payload.view.state.values.get(REASON_BLOCK, {}).get(REASON_INPUT, {}).get("value")
     reason = typed.strip()[:REASON_CHARS] if isinstance(typed, str) else ""
-    done = answer(member, team, user, posted.request_id, approved=False, reason=reason)
+    done = answer_in_slack(member, team, user, posted.request_id, approved=False, reason=reason)
     _refresh(posted.request_id)
     if not done.changed:
         return _modal_error(done.told)

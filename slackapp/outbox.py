@@ -64,12 +64,12 @@ _STARTED = threading.Lock()
 _RUNNING: list[threading.Thread] = []
 
 
-def wake() -> None:
+def wake_outbox() -> None:
     """Run the loop of this process now rather than at its next tick (an answer from Slack, a request opened)."""
     _WAKE.set()
 
 
-def place(now: datetime) -> int:
+def place_requests(now: datetime) -> int:
     """Give each request of a mapped agent or group its messages (due now): the open ones, and those that ended
     before a pass saw them open; how many requests were placed."""
     mappings = list(SlackChannel.objects.select_related("group").order_by("created_at"))
@@ -106,11 +106,11 @@ def place(now: datetime) -> int:
 
 
 def sync(now: datetime | None = None) -> int:
-    """Mark due what Slack must show anew: new messages (`place`) and those whose request moved on since Slack last
-    showed it. How many rows it made or marked due."""
+    """Mark due what Slack must show anew: new messages (`place_requests`) and those whose request moved on since
+    Slack last showed it. How many rows it made or marked due."""
     now = now or timezone.now()
     SlackDelivery.objects.filter(received_at__lt=now - DELIVERIES_KEPT).delete()
-    count = place(now)
+    count = place_requests(now)
     given = Approval.objects.filter(request=OuterRef("request")).order_by().values("request")
     live = (
         SlackMessage.objects.filter(final=False, due_at__isnull=True)
@@ -247,7 +247,7 @@ def _failed(model: Any, row: Any, lease: datetime, this: _Pass, error: Exception
     )
 
 
-def step() -> None:
+def outbox_pass() -> None:
     """A pass of the outbox; an installation none of whose tenants uses Slack reads a row or three to know it (a
     pass wrote every 2 s before, and on SQLite each write takes the database's lock)."""
     in_use = (
@@ -272,7 +272,7 @@ def start_outbox(every_seconds: float) -> bool:
             while True:
                 began = time.monotonic()
                 try:
-                    step()
+                    outbox_pass()
                 except Exception:
                     logger.exception("The Slack outbox failed; it runs again in %s s", every_seconds)
                 finally:

@@ -13,18 +13,18 @@ from django.dispatch import receiver
 from agents.signals import requests_opened
 from approvals.models import PendingRequest
 from console.periodic import serving
-from slackapp.outbox import start_outbox, wake
+from slackapp.outbox import start_outbox, wake_outbox
 
 
 @receiver(post_save, sender=PendingRequest)
 def post_saved(sender: Any, created: bool, **kwargs: Any) -> None:
     if created:
-        transaction.on_commit(wake)
+        transaction.on_commit(wake_outbox)
 
 
 @receiver(requests_opened)
 def post_opened(sender: Any, **kwargs: Any) -> None:
-    wake()
+    wake_outbox()
 
 
 @receiver(serving)

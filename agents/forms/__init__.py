@@ -13,7 +13,7 @@ from agents.forms.definition_fields import (
     form_text,
     hooks_text,
 )
-from agents.forms.policy_try import SAMPLE_EMAIL, SAMPLE_MESSAGE, PolicyTryForm, sample_context, try_builder
+from agents.forms.policy_try import SAMPLE_EMAIL, SAMPLE_MESSAGE, PolicyTryForm, try_builder, try_context
 
 __all__ = [
     "APPROVAL_LABELS",
@@ -29,6 +29,6 @@ __all__ = [
     "choices",
     "form_text",
     "hooks_text",
-    "sample_context",
     "try_builder",
+    "try_context",
 ]

@@ -39,7 +39,7 @@ from agents.forms.definition_fields import (
     typed_default,
 )
 from agents.forms.hooks import PolicyEditor
-from agents.forms.requirement_text import routed, said_requirements, with_requirements
+from agents.forms.requirement_text import said_requirements, with_approvers, with_requirements
 from agents.request_kinds import KIND_NAMES
 from console.connections import ConnectionSpec
 from console.rows import Row, clean_text
@@ -203,10 +203,10 @@ class DefinitionForm:
             },
             "instructionsByCulture": self._cultures(),
             "tools": [
-                routed({"name": row.values["name"], "approval": row.values["approval"]}, row)
+                with_approvers({"name": row.values["name"], "approval": row.values["approval"]}, row)
                 for row in self.rows["tools"]
             ],
-            "clientTools": [routed(self._client_tool(row), row) for row in self.rows["client_tools"]],
+            "clientTools": [with_approvers(self._client_tool(row), row) for row in self.rows["client_tools"]],
             "mcpServers": [_mcp_server(row) for row in self.rows["mcp_servers"]],
             "parameters": [self._parameter(row) for row in self.rows["parameters"]],
             "hooks": self._hooks(),
@@ -344,7 +344,7 @@ class DefinitionForm:
         return tool
 
     def _external_tool(self, row: Row) -> dict[str, Any]:
-        return routed(self._client_tool(row) | {"approval": row.values["approval"]}, row)
+        return with_approvers(self._client_tool(row) | {"approval": row.values["approval"]}, row)
 
     def _parameter(self, row: Row) -> dict[str, Any]:
         v = row.values
@@ -399,7 +399,7 @@ class DefinitionForm:
             self.errors.setdefault(FIELD_BY_PATH[path], message)
             return
         parts = path.split(".")
-        if self.gateway and parts[0] == "mcpServers" and gateway_rows.place(self, parts, message):
+        if self.gateway and parts[0] == "mcpServers" and gateway_rows.place_error(self, parts, message):
             return
         if (
             parts[0] == "requestKinds"
@@ -419,6 +419,6 @@ ROUTED_KEYS = ("tools", "clientTools", "mcpServers", "escalations", "requestKind
 
 def _mcp_server(row: Row) -> dict[str, Any]:
     v = row.values
-    return routed(
+    return with_approvers(
         {"connection": v["connection"], "approval": v["approval"], "toolPrefix": v["tool_prefix"] or None}, row
     )

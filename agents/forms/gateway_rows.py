@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.definitions import GATEWAY_SEPARATOR, MCP_TOOL_NAME
 from agents.forms.definition_fields import SECTIONS, in_words
-from agents.forms.requirement_text import routed
+from agents.forms.requirement_text import with_approvers
 from console.rows import Row
 
 
@@ -32,7 +32,7 @@ def exposed_names(servers: list[tuple[Row, list[Row]]]) -> list[str]:
 def server_wire(row: Row, tool_rows: list[Row]) -> dict[str, Any]:
     """A gateway's server with the tools its rows set apart (`tools`, by name); a tool row without a name, with
     a name no MCP tool has, or naming a tool another row of the server names, is an error at its name."""
-    server = routed({"connection": row.values["connection"], "approval": row.values["approval"]}, row)
+    server = with_approvers({"connection": row.values["connection"], "approval": row.values["approval"]}, row)
     tools: dict[str, Any] = {}
     for tool_row in tool_rows:
         name, approval = tool_row.values["name"], tool_row.values["approval"]
@@ -43,11 +43,11 @@ def server_wire(row: Row, tool_rows: list[Row]) -> dict[str, Any]:
         elif name in tools:
             tool_row.errors["name"] = f"Another row of this server sets “{name}” apart."
         else:
-            tools[name] = routed({"approval": approval} if approval else {}, tool_row)
+            tools[name] = with_approvers({"approval": approval} if approval else {}, tool_row)
     return server | ({"tools": tools} if tools else {})
 
 
-def place(form: Any, parts: list[str], message: str) -> bool:
+def place_error(form: Any, parts: list[str], message: str) -> bool:
     """Put an error about a gateway's servers beside its input: about them all (none given) at the section, about
     one of a server's tools (`mcpServers.0.tools.<name>.<field>`) on that tool's row; False for the others (the
     server rows' own, `RowKind.place`)."""

@@ -18,7 +18,7 @@ from agents.policies import SAMPLE_MESSAGE as SAMPLE_MESSAGE
 from agents.policies import try_builder as try_builder
 
 
-def sample_context(
+def try_context(
     point: str, builder: AgentContextBuilder, content: DefinitionContent, message: str | None
 ) -> dict[str, Any]:
     """A context for `point` as a turn of this agent would emit it (agents.policies.sample_context): the user's

@@ -62,7 +62,7 @@ def read_escalation(text: str) -> list[dict[str, Any]] | None:
     return steps or None
 
 
-def routed(item: dict[str, Any], row: Row) -> dict[str, Any]:
+def with_approvers(item: dict[str, Any], row: Row) -> dict[str, Any]:
     """A tool's or server's wire item with the row's approver group, when one is chosen, and its requirement and
     escalation."""
     return with_requirements(item | {"approvers": row.values["approvers"]} if row.values["approvers"] else item, row)

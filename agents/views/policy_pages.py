@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.definitions import ConnectionRefused
-from agents.forms import DefinitionForm, PolicyTryForm, hooks_text, sample_context, try_builder
+from agents.forms import DefinitionForm, PolicyTryForm, hooks_text, try_builder, try_context
 from agents.forms.hooks import BINDINGS, KINDS, MODULES, PolicyEditor
 from agents.getters import get_agent_for
 from agents.models import Agent, AgentVersion, Event, Run
@@ -89,7 +89,7 @@ def try_form(request: ConsoleRequest, agent: Agent, version: AgentVersion, point
     runs = Run.objects.filter(agent=agent, message__gt="").order_by("-created_at")
     latest = runs.values_list("message", flat=True).first()
     builder = try_builder(agent.name, version.number, str(request.tenant.pk))
-    sample = sample_context(point, builder, version.definition, latest)
+    sample = try_context(point, builder, version.definition, latest)
     return PolicyTryForm(initial={"point": point, "context": json.dumps(sample, indent=2, ensure_ascii=False)})
 
 

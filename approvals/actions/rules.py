@@ -10,7 +10,7 @@ from django.utils import timezone
 from agents.models import Agent, Session
 from agents.rule_matching import arguments_hash
 from approvals.models import Rule, RuleVersion
-from approvals.remembered_rules import RuleEdit, RuleIn, RuleRefused, refusal
+from approvals.remembered_rules import RuleEdit, RuleIn, RuleRefused, rule_refusal
 from console.models import Membership
 
 
@@ -21,7 +21,7 @@ def remember_rule(membership: Membership, user: Any, wanted: RuleIn) -> Rule:
     agent = Agent.objects.live().filter(tenant=tenant, name=wanted.agent).first()
     if agent is None:
         raise RuleRefused(404, "agent_not_found", "agent", f"No agent named {wanted.agent!r} in this tenant.")
-    refused = refusal(agent.current.definition, wanted)
+    refused = rule_refusal(agent.current.definition, wanted)
     if refused is not None:
         raise refused
     return Rule.objects.create(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.forms import sample_context, try_builder
+from agents.forms import try_builder, try_context
 from agents.policies import POINTS
 from agents.views.policy_pages import TryOutcome
 from console.management.commands.seed_demo import demo_agent
@@ -235,7 +235,7 @@ def test_the_contexts_the_page_shows_are_the_ones_a_turn_of_the_demo_assistant_s
     common = json.loads(block("What a policy reads", "json", 1))
 
     for point in POINTS:
-        sent = sample_context(point, builder, content, None)
+        sent = try_context(point, builder, content, None)
         shown = json.loads(block(point, "json")) | common
         assert shape(shown) == shape(sent), point
 

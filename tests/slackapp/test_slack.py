@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from approvals.models import Approval, ApproverGroup, PendingRequest, Receipt, RequestStatus
 from slackapp import inbound
-from slackapp.answering import answer
+from slackapp.answering import answer_in_slack
 from slackapp.models import SlackChannel, SlackLink, SlackMessage, SlackNotice
 from tests.conftest import grant, make_persona
 from tests.helpers import assert_problem
@@ -305,9 +305,9 @@ def test_a_retry_after_a_click_that_failed_is_answered(mailer, slack, operator, 
     def answer_after_a_failure(*args: Any, **kwargs: Any) -> Any:
         if failures:
             raise failures.pop()
-        return answer(*args, **kwargs)
+        return answer_in_slack(*args, **kwargs)
 
-    monkeypatch.setattr(inbound, "answer", answer_after_a_failure)
+    monkeypatch.setattr(inbound, "answer_in_slack", answer_after_a_failure)
     body = clicked("airlock_approve", rid)
     headers = signed(body)
     failed = post("/slack/interactions", body, Client(raise_request_exception=False), **headers)
