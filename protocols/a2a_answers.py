@@ -24,7 +24,7 @@ from protocols.a2a_tasks import plain
 MOST_ANSWERS = 100
 
 
-class AnswerRefused(Exception):
+class TaskAnswerRefused(Exception):
     """An answer the task does not take; nothing was given. `code` is the respond contract's word for it."""
 
     def __init__(self, code: str, detail: str, request_id: str | None = None) -> None:
@@ -49,26 +49,28 @@ def answers_in(message: Message) -> list[Any]:
 
 
 def read(raw: list[Any]) -> list[Response]:
-    """The answers as the respond contract's `Response`s (AnswerRefused: a malformed one, an unknown id)."""
+    """The answers as the respond contract's `Response`s (TaskAnswerRefused: a malformed one, an unknown id)."""
     if len(raw) > MOST_ANSWERS:
-        raise AnswerRefused("too_many_answers", f"A message carries at most {MOST_ANSWERS} answers.")
+        raise TaskAnswerRefused("too_many_answers", f"A message carries at most {MOST_ANSWERS} answers.")
     responses = []
     for index, item in enumerate(raw):
         if not isinstance(item, dict) or not isinstance(item.get("requestId"), str):
             detail = f"Answer {index} is not an object of respond fields with a requestId."
-            raise AnswerRefused("invalid_answer", detail)
+            raise TaskAnswerRefused("invalid_answer", detail)
         try:
             uuid.UUID(item["requestId"])
         except ValueError:
-            raise AnswerRefused("unknown_request", "The task waits on no such request.", item["requestId"]) from None
+            raise TaskAnswerRefused(
+                "unknown_request", "The task waits on no such request.", item["requestId"]
+            ) from None
         try:
             responses.append(Response.model_validate(item))
         except ValidationError as error:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-            raise AnswerRefused("invalid_answer", f"Answer {index}: {problems}", item["requestId"]) from None
+            raise TaskAnswerRefused("invalid_answer", f"Answer {index}: {problems}", item["requestId"]) from None
     ids = [response.request_id for response in responses]
     if len(set(ids)) < len(ids):
-        raise AnswerRefused("invalid_answer", "A request is answered twice in one message.")
+        raise TaskAnswerRefused("invalid_answer", "A request is answered twice in one message.")
     return responses
 
 
@@ -79,7 +81,7 @@ class Checked:
 
 
 def check(membership: Membership, actor: Actor, run: Run, responses: list[Response]) -> list[Checked]:
-    """Each answer with the request it answers, one the task's last run `run` waits on; AnswerRefused for the first
+    """Each answer with the request it answers, one the task's last run `run` waits on; TaskAnswerRefused for the first
     that the respond contract would refuse, having given none."""
     checked = []
     for response in responses:
@@ -90,31 +92,31 @@ def check(membership: Membership, actor: Actor, run: Run, responses: list[Respon
             .first()
         )
         if pending is None:
-            raise AnswerRefused("unknown_request", f"The task waits on no request {rid}.", rid)
+            raise TaskAnswerRefused("unknown_request", f"The task waits on no request {rid}.", rid)
         if pending.status != RequestStatus.PENDING or pending.answer is not None:
             how = "answered" if pending.answer is not None else pending.status
-            raise AnswerRefused("request_closed", f"The request {rid} was {how} already.", rid)
+            raise TaskAnswerRefused("request_closed", f"The request {rid} was {how} already.", rid)
         try:
             refuse_by_requirement(acting(membership, actor, pending), pending, response)
             refused = response_refusal(pending, response)
         except ResponseRefused as error:
-            raise AnswerRefused(error.code, error.detail, rid) from None
+            raise TaskAnswerRefused(error.code, error.detail, rid) from None
         if refused is not None:
-            raise AnswerRefused(refused.status, refused.message, rid)
+            raise TaskAnswerRefused(refused.status, refused.message, rid)
         checked.append(Checked(response, pending))
     return checked
 
 
 def give(membership: Membership, actor: Actor, checked: list[Checked]) -> list[Outcome]:
-    """Give the checked answers through the respond contract, in order; AnswerRefused for one another answer or a
+    """Give the checked answers through the respond contract, in order; TaskAnswerRefused for one another answer or a
     closing beat (those before it stay given, as two operators' answers would)."""
     outcomes = []
     for answer in checked:
         try:
             outcome = answer_request(membership, actor, answer.response, run_id=answer.pending.run_id)
         except ResponseRefused as error:
-            raise AnswerRefused(error.code, error.detail, str(answer.pending.id)) from None
+            raise TaskAnswerRefused(error.code, error.detail, str(answer.pending.id)) from None
         if outcome.status not in TAKEN:
-            raise AnswerRefused(outcome.status, outcome.message, outcome.request_id)
+            raise TaskAnswerRefused(outcome.status, outcome.message, outcome.request_id)
         outcomes.append(outcome)
     return outcomes

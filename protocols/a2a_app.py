@@ -49,7 +49,7 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 V0_3_METHODS = frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
 
 
-class Refusal(Exception):
+class A2ARefused(Exception):
     def __init__(self, status: int, code: str, detail: str) -> None:
         super().__init__(detail)
         self.status, self.code, self.detail = status, code, detail
@@ -61,10 +61,10 @@ def authenticate(header: str | None, name: str, url: str, *, card: bool) -> Call
     token = header.split(" ", 1)[1].strip() if header and header.lower().startswith("bearer ") else ""
     api_token = ApiToken.authenticate(token) if token else None
     if api_token is None:
-        raise Refusal(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
+        raise A2ARefused(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
     membership = api_token.membership
     if not card and not membership.allows("operator"):
-        raise Refusal(403, "forbidden", "Sending an agent tasks takes an operator's token or more.")
+        raise A2ARefused(403, "forbidden", "Sending an agent tasks takes an operator's token or more.")
     agent = Agent.objects.live().filter(tenant=membership.tenant, name=name).first()
     version = (
         AgentVersion.objects.select_related("agent").filter(agent=agent, number=agent.current_version).first()
@@ -72,7 +72,7 @@ def authenticate(header: str | None, name: str, url: str, *, card: bool) -> Call
         else None
     )
     if agent is None or version is None or version.definition.runs_elsewhere:
-        raise Refusal(404, "agent_not_found", f"No hosted agent named {name!r} in this tenant.")
+        raise A2ARefused(404, "agent_not_found", f"No hosted agent named {name!r} in this tenant.")
     return Caller(membership, api_token.pk, agent, version, url)
 
 
@@ -111,12 +111,12 @@ class A2AApp:
         match = PATH.match(scope["path"])
         card = bool(match and match.group(2) == CARD_SUFFIX)
         if match is None:
-            await _refuse(send, Refusal(404, "not_found", "An A2A agent is served at /a2a/{agent}."), card=True)
+            await _refuse(send, A2ARefused(404, "not_found", "An A2A agent is served at /a2a/{agent}."), card=True)
             return
         headers = dict(scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
-            refusal = Refusal(400, "invalid_host", "The request's Host is not this console's.")
+            refusal = A2ARefused(400, "invalid_host", "The request's Host is not this console's.")
             await _refuse(send, refusal, card=card, receive=receive, asked=headers)
             return
         url = f"{scope.get('scheme', 'http')}://{host}{PREFIX}{match.group(1)}"
@@ -125,7 +125,7 @@ class A2AApp:
             try:
                 try:
                     caller = await sync_to_async(authenticate)(authorization, match.group(1), url, card=card)
-                except Refusal as refusal:
+                except A2ARefused as refusal:
                     await _refuse(send, refusal, card=card, receive=receive, asked=headers)
                     return
                 # Whoever answers a request here is signed in by this token (the receipts' `authMethod`).
@@ -153,7 +153,7 @@ def _bounded(receive: Any) -> Any:
 
 
 async def _refuse(
-    send: Any, refusal: Refusal, *, card: bool, receive: Any = None, asked: dict[bytes, bytes] | None = None
+    send: Any, refusal: A2ARefused, *, card: bool, receive: Any = None, asked: dict[bytes, bytes] | None = None
 ) -> None:
     """The refusal as the card's problem+json (console.problems.problem), or as a JSON-RPC error for the endpoint
     (`_jsonrpc_refusal`: the request is read for its method and id)."""
@@ -187,7 +187,7 @@ async def _read_request(receive: Any) -> dict[str, Any] | None:
     return request if isinstance(request, dict) else None
 
 
-def _jsonrpc_refusal(refusal: Refusal, request: dict[str, Any] | None, headers: dict[bytes, bytes]) -> bytes:
+def _jsonrpc_refusal(refusal: A2ARefused, request: dict[str, Any] | None, headers: dict[bytes, bytes]) -> bytes:
     """The refusal as a JSON-RPC error (-32600, Airlock's `code` in its data) in the shape of the caller's protocol
     version, as the SDK answers its own errors: 0.3's (`data` the object) for a 0.3 method name, 1.0's (`data` a
     list of details, the code in one's `metadata`) for any other; a request whose method cannot be read is 1.0's

@@ -71,7 +71,7 @@ from approvals.decisions import Actor, Via
 from approvals.kinds import KINDS
 from console.models import Membership
 from protocols import a2a_answers
-from protocols.a2a_answers import AnswerRefused
+from protocols.a2a_answers import TaskAnswerRefused
 from protocols.a2a_tasks import FINISHED, STATES, last_run, task_head, task_of, waiting_requests
 
 CALLER = "airlock.caller"
@@ -191,7 +191,7 @@ def _answer(caller: Caller, message: Message) -> Run:
     try:
         checked = a2a_answers.check(caller.membership, caller.actor, last, a2a_answers.read(raw))
         a2a_answers.give(caller.membership, caller.actor, checked)
-    except AnswerRefused as refused:
+    except TaskAnswerRefused as refused:
         raise InvalidParamsError(message=refused.detail, data=refused.data()) from None
     return head
 

@@ -63,7 +63,7 @@ class AguiRefused(Refused):
 
 
 @dataclass
-class Answers:
+class InputAnswers:
     """The answers an input carries, checked: each open request with the respond contract's answer to it, and the
     requests answered meanwhile elsewhere (reported, not answered again)."""
 
@@ -103,11 +103,11 @@ def trailing_user_text(payload: RunAgentInput) -> str | None:
     return user_text(last) if isinstance(last, UserMessage) else None
 
 
-def read_answers(membership: Membership, actor: Actor, session: Session | None, payload: RunAgentInput) -> Answers:
+def read_answers(membership: Membership, actor: Actor, session: Session | None, payload: RunAgentInput) -> InputAnswers:
     """The answers the input carries (its resume entries, its tool messages for open client-tool calls), each checked
     as the respond contract would check it, none given yet; raises AguiRefused or ResponseRefused for the first one
     refused."""
-    answers = Answers()
+    answers = InputAnswers()
     if session is None:
         if payload.resume:
             detail = f"No interrupt {payload.resume[0].interrupt_id} in this thread (it has no run yet)."
@@ -235,7 +235,7 @@ class Given:
 
 
 def give_answers(
-    membership: Membership, actor: Actor, session: Session, answers: Answers, message: str | None
+    membership: Membership, actor: Actor, session: Session, answers: InputAnswers, message: str | None
 ) -> Given:
     """Give each checked answer through the respond contract; the run that goes on with the session: the
     continuation they started, or the one an answer given elsewhere (the inbox) started, if any."""

@@ -16,7 +16,7 @@ from console.tenancy import AUTH_METHOD
 
 
 @dataclass(frozen=True)
-class Answered:
+class Clicked:
     """What a click did: `changed` something (an answer or an approval recorded), and what to tell the one who
     clicked ("" when the updated message says it)."""
 
@@ -44,7 +44,7 @@ def answer_refusal(membership: Membership, request: PendingRequest) -> str | Non
 
 def answer_in_slack(
     membership: Membership, team_id: str, user_id: str, request_id: uuid.UUID, *, approved: bool, reason: str = ""
-) -> Answered:
+) -> Clicked:
     """The member's approval or denial (with `reason`) of the request, given in Slack."""
     auth = f"slack:{team_id}/{user_id}"
     signed_in = AUTH_METHOD.set(auth)
@@ -53,13 +53,13 @@ def answer_in_slack(
         response = Response(request_id=request_id, approved=approved, reason=reason or None)
         outcome = answer_request(membership, actor, response)
     except ResponseRefused as refused:
-        return Answered(False, f"{refused.detail} Nothing was changed.")
+        return Clicked(False, f"{refused.detail} Nothing was changed.")
     except PendingRequest.DoesNotExist:
-        return Answered(False, "Airlock has no such request. Nothing was changed.")
+        return Clicked(False, "Airlock has no such request. Nothing was changed.")
     finally:
         AUTH_METHOD.reset(signed_in)
     if outcome.status == "accepted":
-        return Answered(True)
+        return Clicked(True)
     if outcome.status == "recorded":
-        return Answered(True, outcome.message)
-    return Answered(False, outcome.message)
+        return Clicked(True, outcome.message)
+    return Clicked(False, outcome.message)

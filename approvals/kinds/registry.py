@@ -10,7 +10,7 @@ from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import Payload
-from approvals.kinds.approval import Approval
+from approvals.kinds.approval import ApprovalKind
 from approvals.kinds.base import Kind
 from approvals.kinds.client_tool import ClientToolKind
 from approvals.kinds.continuation import Continuation
@@ -27,7 +27,7 @@ RAN_IN_FAILED_TURN = (
 
 # In the order a run waits on them: with several kinds open, its status is the first one's `awaiting`.
 KINDS: dict[str, Kind] = {
-    kind.name: kind for kind in (Approval(), Plan(), Continuation(), Input(), Question(), ClientToolKind())
+    kind.name: kind for kind in (ApprovalKind(), Plan(), Continuation(), Input(), Question(), ClientToolKind())
 }
 
 

@@ -38,7 +38,7 @@ def _policy(pending: PendingRequest) -> PolicyAsk | None:
     return PolicyAsk(**pending.policy) if pending.policy is not None else None
 
 
-class Approval(Kind):
+class ApprovalKind(Kind):
     name = RequestKind.APPROVAL
     awaiting = RunStatus.AWAITING_APPROVAL
     fields = frozenset({"approved", "reason", "remember_arguments_only", "override_arguments"})
