@@ -2,6 +2,7 @@
 opentelemetry-proto, and a TCP (or TLS) syslog receiver that parses octet-counted RFC 5424 frames. Each keeps what
 it received, in order, and can be down (the OTLP one answers an error status; the syslog one stops listening)."""
 
+import itertools
 import json
 import socket
 import socketserver
@@ -173,12 +174,17 @@ class SyslogReceiver:
     once the shipper closed it (`received` waits for them)."""
 
     def __init__(self, port: int = 0, context: ssl.SSLContext | None = None) -> None:
-        self.exports: list[Export] = []
+        # Each connection's export at the place of its connection: the handlers' threads may finish in another order
+        # than the shipper's connections came (one closed, the next opened at once).
+        self.done: dict[int, Export] = {}
+        self.accepted: dict[socket.socket, int] = {}
+        places = itertools.count()
         self.refused = 0
         receiver = self
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
+                place = receiver.accepted.pop(self.request)
                 conn: socket.socket = self.request
                 if context is not None:
                     try:
@@ -191,16 +197,24 @@ class SyslogReceiver:
                     while chunk := conn.recv(65536):
                         chunks.append(chunk)
                 frames = read_frames(b"".join(chunks))
-                receiver.exports.append(Export({}, [parse_syslog(frame) for frame in frames], True))
+                receiver.done[place] = Export({}, [parse_syslog(frame) for frame in frames], True)
 
         class Server(socketserver.ThreadingTCPServer):
             allow_reuse_address = True
             daemon_threads = True
 
+            def process_request(self, request: Any, client_address: Any) -> None:
+                receiver.accepted[request] = next(places)
+                super().process_request(request, client_address)
+
         self.server = Server(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.address = f"127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    @property
+    def exports(self) -> list[Export]:
+        return [self.done[place] for place in sorted(self.done)]
 
     @property
     def records(self) -> list[Record]:
