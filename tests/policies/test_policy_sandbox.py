@@ -219,7 +219,8 @@ def test_it_keeps_serving_pages_while_a_tenant_saves_a_policy_that_compiles_for_
     # run): no second one waits the budget.
     assert len(took) > 10  # pages loaded all along (a loaded machine's sleeps run long: 20 were counted once)
     ordered = sorted(took)
-    assert ordered[int(len(ordered) * 0.95)] < 0.5 and ordered[-2] < 2.0, ordered[-5:]
+    # The 95th percentile of the loads after the slowest (of 20 or fewer, `len * 0.95` was the slowest itself).
+    assert ordered[int((len(ordered) - 1) * 0.95)] < 0.5 and ordered[-2] < 2.0, ordered[-5:]
     assert not Agent.objects.exists()
 
 
