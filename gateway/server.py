@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from agents.models import Agent, AgentVersion
 from agents.prepare import granted_connections
 from console.models import ApiToken, Membership
-from console.problems import problem
+from console.problems import ApiError, problem
 from gateway import calls
 from gateway.calls import Gate
 from gateway.upstream import UpstreamFailed, upstream
@@ -42,12 +42,6 @@ SESSION_HEADER = b"mcp-session-id"
 
 # The gate of the request being served, for handlers that run in its task (2026-07-28's single exchanges).
 _GATE: contextvars.ContextVar[Gate | None] = contextvars.ContextVar("airlock_gate", default=None)
-
-
-class GatewayRefused(Exception):
-    def __init__(self, status: int, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
 
 
 def _gate_of(ctx: ServerRequestContext[Any, Any]) -> Gate:
@@ -222,18 +216,16 @@ async def gate_for(header: str | None, agent: str, session_id: str | None) -> Ga
 
 
 def _authenticated(header: str | None, agent: str) -> Gate:
-    """The gate a request calls through (Refusal: 401 without a valid token, 403 under an operator, 404 for no
+    """The gate a request calls through (ApiError: 401 without a valid token, 403 under an operator, 404 for no
     gateway of that name in the token's tenant)."""
     try:
         token = header.split(" ", 1)[1].strip() if header and header.lower().startswith("bearer ") else ""
         api_token = ApiToken.authenticate(token) if token else None
         if api_token is None:
-            raise GatewayRefused(
-                401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>."
-            )
+            raise ApiError(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
         membership: Membership = api_token.membership
         if not membership.allows("operator"):
-            raise GatewayRefused(403, "forbidden", "Calling tools through a gateway takes an operator's token or more.")
+            raise ApiError(403, "forbidden", "Calling tools through a gateway takes an operator's token or more.")
         found = Agent.objects.live().filter(tenant=membership.tenant, name=agent).first()
         version = (
             AgentVersion.objects.select_related("agent", "agent__tenant")
@@ -243,7 +235,7 @@ def _authenticated(header: str | None, agent: str) -> Gate:
             else None
         )
         if version is None or not version.definition.gateway:
-            raise GatewayRefused(404, "not_found", f"No MCP gateway named {agent!r} in this tenant.")
+            raise ApiError(404, "not_found", f"No MCP gateway named {agent!r} in this tenant.")
         connections = dict(granted_connections(membership.tenant, version))
         return Gate(membership, api_token.pk, version, connections, "")
     finally:
@@ -256,21 +248,21 @@ class GatewayApp:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         match = PATH.match(scope["path"])
         if match is None:
-            await _problem(send, GatewayRefused(404, "not_found", "An MCP gateway is served at /mcp/{agent}."))
+            await _problem(send, ApiError(404, "not_found", "An MCP gateway is served at /mcp/{agent}."))
             return
         headers = dict(scope.get("headers") or [])
         authorization = headers.get(b"authorization", b"").decode("latin-1") or None
         session = headers.get(SESSION_HEADER, b"").decode("latin-1") or None
         try:
             gate = await gate_for(authorization, match.group(1), session)
-        except GatewayRefused as refusal:
+        except ApiError as refusal:
             await _problem(send, refusal)
             return
         if scope["method"] == "POST":
             body = await _body(receive)
             if body is None:
                 limit = f"over the limit of {MAX_MESSAGE_BYTES} bytes"
-                await _problem(send, GatewayRefused(413, "content_too_large", f"The MCP message is {limit}."))
+                await _problem(send, ApiError(413, "content_too_large", f"The MCP message is {limit}."))
                 return
             disconnected: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             watcher = asyncio.ensure_future(_watch(receive, disconnected))
@@ -329,7 +321,7 @@ def _replay(body: bytes, disconnected: "asyncio.Future[dict[str, Any]]") -> Any:
     return replayed
 
 
-async def _problem(send: Any, refusal: GatewayRefused) -> None:
+async def _problem(send: Any, refusal: ApiError) -> None:
     """The refusal as the API's problem+json (console.problems.problem)."""
     response = problem(refusal.status, refusal.code, refusal.detail)
     body = response.content

@@ -34,7 +34,7 @@ from starlette.routing import Route
 
 from agents.models import Agent, AgentVersion
 from console.models import ApiToken
-from console.problems import problem
+from console.problems import ApiError, problem
 from console.tenancy import AUTH_METHOD
 from protocols.a2a_cards import card_json
 from protocols.a2a_handler import CALLER, AirlockRequestHandler, Caller
@@ -49,22 +49,16 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 V0_3_METHODS = frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
 
 
-class A2ARefused(Exception):
-    def __init__(self, status: int, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
-
-
 def authenticate(header: str | None, name: str, url: str, *, card: bool) -> Caller:
-    """The caller of agent `name` (Refusal: 401 without a valid token, 403 for the JSON-RPC endpoint under an
+    """The caller of agent `name` (ApiError: 401 without a valid token, 403 for the JSON-RPC endpoint under an
     operator, 404 for no hosted agent of that name in the token's tenant)."""
     token = header.split(" ", 1)[1].strip() if header and header.lower().startswith("bearer ") else ""
     api_token = ApiToken.authenticate(token) if token else None
     if api_token is None:
-        raise A2ARefused(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
+        raise ApiError(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
     membership = api_token.membership
     if not card and not membership.allows("operator"):
-        raise A2ARefused(403, "forbidden", "Sending an agent tasks takes an operator's token or more.")
+        raise ApiError(403, "forbidden", "Sending an agent tasks takes an operator's token or more.")
     agent = Agent.objects.live().filter(tenant=membership.tenant, name=name).first()
     version = (
         AgentVersion.objects.select_related("agent").filter(agent=agent, number=agent.current_version).first()
@@ -72,7 +66,7 @@ def authenticate(header: str | None, name: str, url: str, *, card: bool) -> Call
         else None
     )
     if agent is None or version is None or version.definition.runs_elsewhere:
-        raise A2ARefused(404, "agent_not_found", f"No hosted agent named {name!r} in this tenant.")
+        raise ApiError(404, "agent_not_found", f"No hosted agent named {name!r} in this tenant.")
     return Caller(membership, api_token.pk, agent, version, url)
 
 
@@ -111,12 +105,12 @@ class A2AApp:
         match = PATH.match(scope["path"])
         card = bool(match and match.group(2) == CARD_SUFFIX)
         if match is None:
-            await _refuse(send, A2ARefused(404, "not_found", "An A2A agent is served at /a2a/{agent}."), card=True)
+            await _refuse(send, ApiError(404, "not_found", "An A2A agent is served at /a2a/{agent}."), card=True)
             return
         headers = dict(scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
-            refusal = A2ARefused(400, "invalid_host", "The request's Host is not this console's.")
+            refusal = ApiError(400, "invalid_host", "The request's Host is not this console's.")
             await _refuse(send, refusal, card=card, receive=receive, asked=headers)
             return
         url = f"{scope.get('scheme', 'http')}://{host}{PREFIX}{match.group(1)}"
@@ -125,7 +119,7 @@ class A2AApp:
             try:
                 try:
                     caller = await sync_to_async(authenticate)(authorization, match.group(1), url, card=card)
-                except A2ARefused as refusal:
+                except ApiError as refusal:
                     await _refuse(send, refusal, card=card, receive=receive, asked=headers)
                     return
                 # Whoever answers a request here is signed in by this token (the receipts' `authMethod`).
@@ -153,7 +147,7 @@ def _bounded(receive: Any) -> Any:
 
 
 async def _refuse(
-    send: Any, refusal: A2ARefused, *, card: bool, receive: Any = None, asked: dict[bytes, bytes] | None = None
+    send: Any, refusal: ApiError, *, card: bool, receive: Any = None, asked: dict[bytes, bytes] | None = None
 ) -> None:
     """The refusal as the card's problem+json (console.problems.problem), or as a JSON-RPC error for the endpoint
     (`_jsonrpc_refusal`: the request is read for its method and id)."""
@@ -187,7 +181,7 @@ async def _read_request(receive: Any) -> dict[str, Any] | None:
     return request if isinstance(request, dict) else None
 
 
-def _jsonrpc_refusal(refusal: A2ARefused, request: dict[str, Any] | None, headers: dict[bytes, bytes]) -> bytes:
+def _jsonrpc_refusal(refusal: ApiError, request: dict[str, Any] | None, headers: dict[bytes, bytes]) -> bytes:
     """The refusal as a JSON-RPC error (-32600, Airlock's `code` in its data) in the shape of the caller's protocol
     version, as the SDK answers its own errors: 0.3's (`data` the object) for a 0.3 method name, 1.0's (`data` a
     list of details, the code in one's `metadata`) for any other; a request whose method cannot be read is 1.0's
