@@ -19,10 +19,10 @@ import asyncio
 import json
 from typing import Any, NamedTuple
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from agents.payloads import is_stored
+from console.loops import run_here
 
 
 class Published(NamedTuple):
@@ -68,9 +68,9 @@ async def publish(session_pk: int, envelopes: list[dict[str, Any]], follows: tup
 
 
 def publish_now(session_pk: int, envelopes: list[dict[str, Any]], follows: tuple[str, str] | None = None) -> None:
-    """`publish` from synchronous code."""
+    """`publish` from synchronous code, on this thread's own loop (console.loops)."""
     if envelopes:
-        async_to_sync(publish)(session_pk, envelopes, follows)
+        run_here(publish(session_pk, envelopes, follows))
 
 
 async def wake_session(session_pk: int) -> None:
@@ -80,8 +80,8 @@ async def wake_session(session_pk: int) -> None:
 
 
 def wake_now(session_pk: int) -> None:
-    """`wake_session` from synchronous code: the session's streams read the database now."""
-    async_to_sync(wake_session)(session_pk)
+    """`wake_session` from synchronous code (on this thread's own loop): the session's streams read the database now."""
+    run_here(wake_session(session_pk))
 
 
 class Subscription:

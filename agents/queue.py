@@ -57,8 +57,9 @@ from agents.run_lifecycle import (
 )
 from agents.run_requests import RunClientTool, RunRequest
 from agents.seats import Seat, take_handed, take_seat, wake_workers
-from agents.turns import PROCESS_ID, cancel_here, lease, run_here
+from agents.turns import PROCESS_ID, cancel_here, lease
 from approvals.models import PendingRequest
+from console.loops import run_here
 from console.sql import Prepared
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Turns held by this process: who holds them (`PROCESS_ID`, leases), the event loop they turn on, and
+"""Turns held by this process: who holds them (`PROCESS_ID`, leases) and
 the keeper's part for them (renew their leases, write their events as they come, pass on cancels asked
 in another process). Reclaiming runs other processes lost is the keeper's (agents/keeper.py)."""
 
@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -90,26 +90,3 @@ def keep_held() -> None:
 def keeper_started() -> None:
     """A keeper renews leases in this process from now on: synchronous turns get leases too."""
     _KEEPER.set()
-
-
-class _ThreadLoop:
-    """An event loop of one thread, closed when the thread ends (its thread-local goes away)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-
-    def __del__(self) -> None:
-        if not self.loop.is_running():
-            self.loop.close()
-
-
-_THREAD = threading.local()
-
-
-def run_here[T](turn: Coroutine[Any, Any, T]) -> T:
-    """Run a turn from synchronous code on this thread's own event loop, kept between turns: a new loop
-    per turn costs more than the turn's queries (and pydantic-ai's worker thread for sync tools)."""
-    holder = getattr(_THREAD, "loop", None)
-    if holder is None:
-        holder = _THREAD.loop = _ThreadLoop()
-    return holder.loop.run_until_complete(turn)

@@ -24,8 +24,8 @@ from agents.prepare import (
 )
 from agents.run_lifecycle import ExecutionResult, StartedRun, execute, run_result
 from agents.run_requests import RunRequest
-from agents.turns import run_here
 from approvals.models import PendingRequest, RequestStatus
+from console.loops import run_here
 from console.models import Membership
 
 
@@ -59,7 +59,7 @@ def start_run(membership: Membership, user: Any, name: str, request: RunRequest,
 
 
 def run_to_end(started: StartedRun) -> Ended:
-    """Run the started turn in this thread (on its own event loop, `agents.turns.run_here`) and store it."""
+    """Run the started turn in this thread (on its own event loop, `console.loops.run_here`) and store it."""
     return finish(started, run_here(execute(started)))
 
 

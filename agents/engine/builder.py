@@ -53,7 +53,7 @@ def build_model(spec: ConnectionSpec, model_name: str, api_key: str | None = Non
     return model
 
 
-# Per thread: a turn runs on its thread's own event loop (`agents.turns.run_here`), and pydantic-ai's provider
+# Per thread: a turn runs on its thread's own event loop (`console.loops.run_here`), and pydantic-ai's provider
 # replaces its HTTP client (a new connection, TLS context and all) whenever a turn comes from another loop than
 # the last, as turns from the worker pool's threads or the console's request threads would, taking turns.
 _CACHE = threading.local()

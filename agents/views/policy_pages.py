@@ -31,8 +31,8 @@ from agents.policies import (
     declaration_problems,
 )
 from agents.prepare import granted_connections
-from agents.turns import run_here
 from approvals.previews import PreviewRefused, checked_hooks, preview_policies
+from console.loops import run_here
 from console.tenancy import ConsoleRequest, role_required
 
 

@@ -22,8 +22,8 @@ from agents.engine import Answers
 from agents.models import Agent, Run, RunStatus, Session
 from agents.outcomes import finish_run
 from agents.run_lifecycle import execute
-from agents.turns import run_here
 from approvals.models import PendingRequest, RequestStatus, Rule
+from console.loops import run_here
 from tests.agents.test_events import frames, read_stream, sse_headers, thread_connections  # noqa: F401
 from tests.conftest import Persona, grant
 from tests.fakes.openai_server import FakeOpenAI
