@@ -11,7 +11,6 @@ import json
 import time
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db.models.expressions import RawSQL
 from django.template.loader import render_to_string
@@ -19,6 +18,7 @@ from django.utils import timezone
 
 from approvals import waiting, webhooks
 from approvals.models import ApproverGroup, Away, PendingRequest
+from console.loops import run_here
 from console.models import ROLE_RANK, Membership, Role, Tenant
 
 
@@ -86,7 +86,7 @@ def _members(tenant_id: int, group: str = "") -> tuple[str, str, int]:
 def _send(tenant_id: int, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is not None:
-        async_to_sync(layer.group_send)(tenant_group(tenant_id), message)
+        run_here(layer.group_send(tenant_group(tenant_id), message))
 
 
 def _push(

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import close_old_connections
 
 from approvals.external_wire import SHOWN, request_wire, with_receipt_ids
 from approvals.models import PendingRequest
+from console.loops import run_here
 
 # The header the request route sets when the caller asked to wait and the request is not decided yet; the ASGI
 # handler takes it off (a client never sees it).
@@ -77,7 +77,7 @@ def wake(request_ids: Iterable[str]) -> None:
         for rid, message in sends.items():
             await layer.group_send(group(rid), message)
 
-    async_to_sync(send_all)()
+    run_here(send_all())
 
 
 def listened_groups(names: list[str]) -> list[str]:
@@ -90,7 +90,7 @@ def listened_groups(names: list[str]) -> list[str]:
     groups = getattr(layer, "groups", None)
     if isinstance(groups, dict):  # the in-memory layer: this process's channels, no need to ask
         return [name for name in names if groups.get(name)]
-    return list(async_to_sync(_listened)(layer, names))
+    return list(run_here(_listened(layer, names)))
 
 
 async def _listened(layer: Any, names: list[str]) -> list[str]:

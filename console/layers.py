@@ -2,7 +2,7 @@
 
 The in-memory layer keeps an `asyncio.Queue` per channel, owned by the event loop its consumers wait on
 (daphne's). A send from another thread — a worker thread of `manage.py serve` ending a queued turn (its pushes
-go through `async_to_sync`, its session events leave from the turn's own loop) — put the message in that queue
+and session events leave from the thread's own loop, console.loops) — put the message in that queue
 from a foreign loop: the waiting consumer's future was resolved without waking daphne's loop, and the push went
 out only when something else woke it (~0.65 s on `make run`). Here a send or group send made on any other loop
 is handed to the loop the consumers receive on. The Redis layer needs none of this (each loop has its own
