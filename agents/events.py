@@ -42,6 +42,9 @@ class EventLog:
         # Whose events `record` writes (`speaking_for`): a sub-agent's `agentId`, or "" for the run's agent.
         self._agent_id = ""
         self._flushing = threading.Lock()
+        # What `emit` publishes: the events of this round of the loop, and the message being sent (`_send_live`).
+        self._batch: list[dict[str, Any]] = []
+        self._sending: asyncio.Future[None] | None = None
 
     @classmethod
     def resume(cls, run: Run) -> "EventLog":
@@ -148,10 +151,37 @@ class EventLog:
             if session is not None:
                 # What synchronous code recorded before (the run's start) goes out first, in order.
                 backlog = self._unpublished()
-                await live.publish(session, backlog if payload.stored else [*backlog, envelope], self._follows())
+                self._send_live(backlog if payload.stored else [*backlog, envelope])
         if self.live and isinstance(payload, ToolExecutionStart) and payload.side_effects:
             # Stored before the tool runs: should this process die from here on, the run is not retried.
             await asyncio.to_thread(self._flush_apart)
+
+    def _send_live(self, envelopes: list[dict[str, Any]]) -> None:
+        """Publish `envelopes` to the session's streams (agents.live) without waiting: with what the turn reports
+        until its loop's next round, in one message (a turn reports most of its events back to back, and each
+        message costs a hop to the loop the streams read on, a wake of each stream and a chunk of each
+        response), after the messages sent before it."""
+        if not self._batch:
+            asyncio.get_running_loop().call_soon(self._send_batch)
+        self._batch += envelopes
+
+    def _send_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        if batch:
+            self._sending = asyncio.ensure_future(self._send_after(self._sending, batch))
+
+    async def _send_after(self, before: "asyncio.Future[None] | None", batch: list[dict[str, Any]]) -> None:
+        if before is not None:
+            await before
+        assert self.run.session_id is not None
+        await live.publish(self.run.session_id, batch, self._follows())
+
+    async def sent_live(self) -> None:
+        """Once every event the turn reported is published (the turn's end: what is committed after goes out with
+        `publish_rest`, after these)."""
+        self._send_batch()
+        if self._sending is not None:
+            await self._sending
 
     def _unpublished(self) -> list[dict[str, Any]]:
         events, self.published = self.stored[self.published :], len(self.stored)

@@ -49,7 +49,8 @@ _KEEPER = threading.Event()
 @asynccontextmanager
 async def holding(run: Run, log: EventLog) -> AsyncIterator[None]:
     """The turn running in this block is one this process holds: cancellable from here, kept alive by
-    the keeper (and its events written as they come while one runs)."""
+    the keeper (and its events written as they come while one runs). When the block ends, every event the
+    turn reported has reached the session's streams."""
     task = asyncio.current_task()
     assert task is not None
     log.live = _KEEPER.is_set()
@@ -60,6 +61,7 @@ async def holding(run: Run, log: EventLog) -> AsyncIterator[None]:
     finally:
         with _HELD_LOCK:
             _HELD.pop(run.id, None)
+        await log.sent_live()
 
 
 def cancel_here(run_id: uuid.UUID) -> bool:
