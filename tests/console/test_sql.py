@@ -1,5 +1,6 @@
-"""`console.sql`: `update_together` (UPDATEs in one statement on PostgreSQL, their rows locked in the order given) and
-`Prepared` (a SELECT compiled once a thread, the same objects as Django's queryset would give)."""
+"""`console.sql`: `update_together` (UPDATEs in one statement on PostgreSQL, their rows locked in the order given),
+`Prepared` (a SELECT compiled once a thread, the same objects as Django's queryset would give) and `Constant` (a
+SELECT without values, compiled once)."""
 
 import threading
 import time
@@ -11,13 +12,13 @@ import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection, connections
-from django.db.models import F
+from django.db.models import Count, F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import AgentVersion, Run, Session
 from console.models import ApiToken, hash_token
-from console.sql import Prepared, update_together
+from console.sql import Constant, Prepared, update_together
 from tests.helpers import EMAIL, call_line, make_agent, run_ok
 
 
@@ -176,3 +177,19 @@ def test_get_raises_the_models_own_does_not_exist(operator):
     assert tokens.get(token_hash=hash_token(operator.token)).membership_id == operator.membership.pk
     with pytest.raises(ApiToken.DoesNotExist):
         tokens.get(token_hash=hash_token("al_nothing"))
+
+
+@pytest.mark.django_db
+def test_a_constant_select_is_compiled_once_and_reads_the_rows_as_they_are_each_time(operator, admin):
+    def staff() -> Any:
+        return User.objects.values("is_staff").annotate(n=Count("id")).values_list("is_staff", "n").order_by()
+
+    counts = Constant(staff)
+    assert sorted(counts.rows()) == sorted(staff())
+    compiled = dict(counts._compiled)
+    User.objects.create_user("newcomer", is_staff=True)
+    User.objects.create_user("another")
+    with CaptureQueriesContext(connection) as queries:
+        rows = counts.rows()
+    assert sorted(rows) == sorted(staff())  # what the table holds now, not what it held
+    assert len(queries) == 1 and counts._compiled == compiled
