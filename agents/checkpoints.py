@@ -29,7 +29,7 @@ from agents.models import Checkpoint, Run, Session
 from agents.requirements import next_step_at
 from approvals.decisions import Decision, decide
 from approvals.models import PendingRequest, RequestStatus
-from console.sql import Prepared
+from console.sql import Prepared, insert_rows
 
 # The longest chain of deltas behind a checkpoint, its full copy included.
 FULL_COPY_EVERY = 32
@@ -112,7 +112,7 @@ def record_checkpoint(
     else:
         waiting = session.requests.filter(status=RequestStatus.PENDING, answered_in=None)
         open_ids = list(waiting.order_by("opened_at", "id").values_list("id", flat=True))
-    return Checkpoint.objects.create(
+    checkpoint = Checkpoint(
         tenant_id=session.tenant_id,
         session=session,
         number=previous.number + 1 if previous is not None else 1,
@@ -126,6 +126,8 @@ def record_checkpoint(
         length=len(messages),
         digest=digest,
     )
+    insert_rows([checkpoint])
+    return checkpoint
 
 
 def conversation_at(checkpoint: Checkpoint) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from agents.models import Event, Run
 from agents.payloads import PAYLOADS, Payload, ToolExecutionStart
 from agents.payloads import TURN_ENDS as TURN_ENDS
 from agents.payloads import EventType as EventType  # the types live with their payloads
+from console.sql import insert_rows
 
 Listener = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -77,7 +78,7 @@ class EventLog:
         with transaction.atomic(savepoint=False), self._flushing:
             events = self.stored[self.flushed :]
             if events:
-                Event.objects.bulk_create(events)
+                insert_rows(events)
                 self.flushed += len(events)
                 if self.run.session_id is not None:
                     transaction.on_commit(self._wake_readers, robust=True)

@@ -31,7 +31,7 @@ from approvals.decisions import Actor, Decision, announced_together, decide, han
 from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
 from console import metrics
-from console.sql import Prepared, update_together
+from console.sql import Prepared, insert_rows, update_together
 
 logger = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ def _store_outcome(
         # except that a call with side effects that already ran is never run again.
         hand_back(run, calls_with_side_effects(run, log) if ran is None else ran)
     if opened:
-        PendingRequest.objects.bulk_create(opened)
+        insert_rows(opened)
     if gone:
         # The session or agent was deleted while this turn ran: what it leaves open closes as the deletion
         # closed the rest.

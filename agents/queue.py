@@ -60,7 +60,7 @@ from agents.seats import Seat, take_handed, take_seat, wake_workers
 from agents.turns import PROCESS_ID, cancel_here, lease
 from approvals.models import PendingRequest
 from console.loops import run_here
-from console.sql import Prepared
+from console.sql import Prepared, insert_rows
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bo
             # Not its turn asked: another turn queued or running makes the run's insert fail (its session's one
             # turn, `run_one_turn_per_session`); an agent deleted meanwhile closed the request (`carry` fails).
             _put_on_queue(run, seat)
-            run.save(force_insert=True)
+            insert_rows([run])
             if not carry():
                 raise _Refused
     except BaseException as refused:

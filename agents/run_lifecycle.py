@@ -29,6 +29,7 @@ from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.remembered_rules import rules_in_force
 from console import telemetry
+from console.sql import insert_rows
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def record_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = No
         )
         if enqueue is not None:
             enqueue(run, prepared)
-        run.save(force_insert=True)
+        insert_rows([run])
         log = EventLog(run, look_back=False)
         log.parent = after
         log.record(_started(run, prepared))

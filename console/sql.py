@@ -5,18 +5,20 @@
 - `Prepared`: a SELECT Django builds, compiled once a thread and sent again with other values (issue 56): the
   statements every request or turn sends (the token, the agent's version, the rules in force, ...: the map in
   docs/architecture.md), where building and compiling the query cost about twice what running it does.
+- `insert_rows`: `bulk_create` without the queryset's machinery around each value (issue 56), for the rows every
+  turn writes (its events, its checkpoint, its requests).
 - `Constant`: a SELECT Django builds that takes no values, compiled once a database and sent as it is (issue 56):
   the running turns per lane, counted on every claim and every hand-over.
 """
 
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from django.db import connection, connections
+from django.db import connection, connections, router
 from django.db.models import BooleanField, Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.query import get_related_populators
@@ -51,6 +53,39 @@ def update_together(rows: QuerySet[Any], values: dict[str, Any], *others: tuple[
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {clauses} {sql}", [*(p for _, more in written for p in more), *params])
         return int(cursor.rowcount)
+
+
+# Rows in one INSERT at most: 100 rows of 25 columns stay far below SQLite's limit of parameters in a statement.
+INSERT_BATCH = 100
+
+
+def insert_rows(rows: Sequence[Model]) -> None:
+    """`bulk_create(rows)`, rows of one model whose every value is set, the primary key included (none left to the
+    database, nor to a field's `pre_save` such as `auto_now`): each value adapted by its field as Django does, in
+    one INSERT per INSERT_BATCH rows, without the queryset's steps around every value (about 130 Python calls a row
+    for an event, against 35). Like `bulk_create`, it sends no signal."""
+    if not rows:
+        return
+    model = type(rows[0])
+    meta = model._meta
+    fields = meta.concrete_fields
+    if any(type(row) is not model or row.pk is None for row in rows):
+        raise ValueError("insert_rows takes rows of one model, each with its primary key")
+    db = router.db_for_write(model)
+    connection = connections[db]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(cast(str, field.column)) for field in fields)  # a concrete field has its column
+    into = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES "
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), INSERT_BATCH):
+            batch = rows[start : start + INSERT_BATCH]
+            params = [
+                field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in batch for field in fields
+            ]
+            cursor.execute(into + ", ".join([row] * len(batch)), params)
+    for obj in rows:
+        obj._state.adding, obj._state.db = False, db
 
 
 # How a value reaches the SQL's parameters: as it is, or (on SQLite) a UUID as its hex and a datetime as text.
