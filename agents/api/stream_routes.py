@@ -193,11 +193,13 @@ async def follow_session(session_pk: int, after: SessionPosition, slot: Slot) ->
                 ) is not None:
                     follower.held += meanwhile
                     woken, ended = woken or not meanwhile, ended or _ends_turn(meanwhile)
-                for position, envelope in fresh:
-                    for frame in follower.deliver(position, live.Published.of(envelope)):
-                        yield frame
-                for frame in follower.release_held():
-                    yield frame
+                looked = [
+                    frame
+                    for position, envelope in fresh
+                    for frame in follower.deliver(position, live.Published.of(envelope))
+                ]
+                if frames := "".join([*looked, *follower.release_held()]):
+                    yield frames  # what one look gives, in one chunk of the response
                 if over:
                     return
                 if woken or (ended and follower.held):
@@ -209,9 +211,8 @@ async def follow_session(session_pk: int, after: SessionPosition, slot: Slot) ->
                     events = await subscription.receive(wait)
                     if not events:
                         break  # woken, or time to look again: the database has what was not published
-                    for event in events:
-                        for frame in follower.live(event):
-                            yield frame
+                    if frames := "".join(frame for event in events for frame in follower.live(event)):
+                        yield frames  # a message's events in one chunk
                     if follower.held and (not gap or _ends_turn(events)):
                         break  # a new gap (or a new run), or a turn's end after a gap: look at the database at once
     finally:
