@@ -9,6 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from agent_hooks import DeclarationError
@@ -50,6 +51,11 @@ from console.connections import ConnectionSpec
 
 if TYPE_CHECKING:
     from agents.engine.mcp import McpBridge
+
+# Where a turn's sync functions run (a server tool, the scripted model): threads kept for the process. pydantic-ai
+# otherwise starts an AnyIO worker thread for each turn, stopped when the turn's task ends (the task a worker's
+# `run_until_complete` runs): a thread started and stopped per turn. As many as AnyIO would start for one loop.
+SYNC_CALLS = ThreadPoolExecutor(max_workers=40, thread_name_prefix="airlock-tool")
 
 # pydantic-ai's word for two toolsets giving one name (an MCP server's tools are known only when the turn lists
 # them, so a definition cannot be refused for it when saved).
@@ -107,6 +113,7 @@ async def run_turn(
     async with contextlib.AsyncExitStack() as stack:
         for bridge in bridges:
             stack.push_async_callback(bridge.close)
+        stack.enter_context(Agent.using_thread_executor(SYNC_CALLS))
         return await drive(
             agent,
             turn,
