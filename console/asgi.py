@@ -104,8 +104,7 @@ class ConsoleASGIHandler(ASGIHandler):
 
     Django also starts a thread per request (and another to join it). Everything a thread holds went with
     it: its database connection (opened again, with SQLite's pragmas, on every request, the old one left
-    for the collector) and the event loop a run turns on (console.loops.run_here, with pydantic-ai's worker
-    thread for sync tools). Here a request borrows an idle single-thread executor and gives it back once
+    for the collector) and the event loop a run turns on (console.loops.run_here). Here a request borrows an idle single-thread executor and gives it back once
     everything it queued has run, so a request whose client went away while its view still runs does not
     hold up the next one.
 

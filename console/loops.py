@@ -1,8 +1,7 @@
 """Each thread's own event loop, kept between uses, for running a coroutine from synchronous code.
 
 A new loop for each call costs more than most of what runs on it: asgiref's `async_to_sync`, called where no
-server loop is above (a worker thread), starts a thread and a loop for every call (~0.4 ms of CPU), and
-pydantic-ai's worker thread for sync tools goes with each loop. A turn (agents.turns), and what a worker publishes
+server loop is above (a worker thread), starts a thread and a loop for every call (~0.4 ms of CPU). A turn (agents.turns), and what a worker publishes
 once the turn's outcome is committed (agents.live), run on their thread's loop instead.
 """
 
