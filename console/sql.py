@@ -21,7 +21,7 @@ from typing import Any, cast
 from django.db import connection, connections, router
 from django.db.models import BooleanField, Model, QuerySet
 from django.db.models.expressions import RawSQL
-from django.db.models.query import get_related_populators
+from django.db.models.query import ValuesIterable, get_related_populators
 from django.db.models.sql import UpdateQuery
 from django.db.models.sql.compiler import SQLCompiler
 
@@ -105,7 +105,8 @@ def _form(param: Any, mark: Any, db: str) -> Form | None:
 @dataclass(frozen=True)
 class _Compiled:
     """One thread's compiled statement: its SQL, its parameters with the places (and forms) of the named values, and
-    what turns a row into the model with its related objects (as Django's ModelIterable does)."""
+    what turns a row into the model with its related objects (as Django's ModelIterable does), or for a `values()`
+    query the names of its columns (as Django's ValuesIterable does)."""
 
     model: type[Any]  # a Model subclass: its DoesNotExist, its from_db
     db: str
@@ -118,6 +119,7 @@ class _Compiled:
     names: list[str]
     populators: list[Any]
     fetch_mode: Any
+    value_names: list[str]
 
 
 class Prepared[M: Model]:
@@ -125,20 +127,22 @@ class Prepared[M: Model]:
     which the rows' converters use) and sent again with other values. Each value is of the type given for its name
     (str, int, UUID, aware datetime; never None, which would change the SQL) and must reach the SQL as a parameter of
     its own (`filter(name=value)`), not one a lookup rewrites (`contains`). The rows come in the queryset's own
-    order, without the primary key's that `QuerySet.first()` adds to an unordered one."""
+    order, without the primary key's that `QuerySet.first()` adds to an unordered one. A `values()` query gives
+    its rows as dicts (`dicts`)."""
 
     def __init__(self, build: Callable[..., QuerySet[M]], **kinds: type) -> None:
         self.build, self.kinds = build, kinds
         self._local = threading.local()
 
     def _marks(self) -> dict[str, Any]:
-        """A value for each name that no query holds otherwise, of its type (an int within 32 bits: Django finds no
-        row for one out of its column's range, and leaves it out of the SQL)."""
+        """A value for each name that no query holds otherwise, of its type (a positive int within 32 bits, in the
+        range of every integer column but the small ones: Django finds no row for a value out of its column's range,
+        or every row, and leaves it out of the SQL)."""
         marks: dict[str, Any] = {}
         for index, (name, kind) in enumerate(self.kinds.items()):
             marks[name] = {
                 str: f"\x1fprepared:{name}",
-                int: -2_000_000_000 - index,
+                int: 2_000_000_000 + index,
                 uuid.UUID: uuid.UUID(int=0x7E7A_0000_0000_0000_0000_0000_0000_0000 + index),
                 datetime: datetime(1901, 1, 1, 0, 0, index, tzinfo=UTC),
             }[kind]
@@ -158,10 +162,16 @@ class Prepared[M: Model]:
         lost = [name for name, found in places.items() if not found]
         if lost:
             raise ValueError(f"the values {lost} do not reach the SQL unchanged: Prepared cannot place them")
-        assert compiler.klass_info is not None and not compiler.has_extra_select
-        selected = compiler.klass_info["select_fields"]
-        start, end = selected[0], selected[-1] + 1
         fetch_mode = queryset._fetch_mode  # type: ignore[attr-defined]
+        if issubclass(queryset._iterable_class, ValuesIterable):  # type: ignore[attr-defined]
+            query = queryset.query  # its names as Django's ValuesIterable reads them
+            value_names = list(query.selected or [*query.extra_select, *query.values_select, *query.annotation_select])
+            start, end, populators = 0, 0, []
+        else:
+            assert not compiler.has_extra_select
+            selected = compiler.klass_info["select_fields"]
+            start, end, value_names = selected[0], selected[-1] + 1, []
+            populators = get_related_populators(compiler.klass_info, compiler.select, queryset.db, fetch_mode)
         return _Compiled(
             model=queryset.model,
             db=queryset.db,
@@ -172,11 +182,13 @@ class Prepared[M: Model]:
             converters=compiler.get_converters([column[0] for column in compiler.select[: compiler.col_count]]),
             fields=(start, end),
             names=[column[0].target.attname for column in compiler.select[start:end]],
-            populators=get_related_populators(compiler.klass_info, compiler.select, queryset.db, fetch_mode),
+            populators=populators,
             fetch_mode=fetch_mode,
+            value_names=value_names,
         )
 
-    def _rows(self, limited: bool, values: dict[str, Any]) -> list[M]:
+    def _fetch(self, limited: bool, values: dict[str, Any]) -> tuple[_Compiled, list[Any]]:
+        """The statement and its rows, converted."""
         compiled: dict[bool, _Compiled] = self._local.__dict__.setdefault("compiled", {})
         if limited not in compiled:
             compiled[limited] = self._compile(limited)
@@ -188,9 +200,13 @@ class Prepared[M: Model]:
         with connections[statement.db].cursor() as cursor:
             cursor.execute(statement.sql, params)
             rows = cursor.fetchall()
-        compiler, (start, end) = statement.compiler, statement.fields
         if statement.converters:
-            rows = list(compiler.apply_converters(rows, statement.converters))
+            rows = list(statement.compiler.apply_converters(rows, statement.converters))
+        return statement, rows
+
+    def _rows(self, limited: bool, values: dict[str, Any]) -> list[M]:
+        statement, rows = self._fetch(limited, values)
+        compiler, (start, end) = statement.compiler, statement.fields
         found = []
         for row in rows:
             instance = statement.model.from_db(
@@ -216,6 +232,13 @@ class Prepared[M: Model]:
 
     def all(self, **values: Any) -> list[M]:
         return self._rows(False, values)
+
+    def dicts(self, **values: Any) -> list[dict[str, Any]]:
+        """The rows of a `values()` query, each a dict of its names."""
+        statement, rows = self._fetch(False, values)
+        names = statement.value_names
+        assert names, "dicts() is for a values() query"
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 class Constant:

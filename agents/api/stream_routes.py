@@ -14,7 +14,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.db import close_old_connections
-from django.db.models import FilteredRelation, Q
+from django.db.models import FilteredRelation, Q, QuerySet
 
 from agents import actions, live
 from agents.events import EventType, event_envelope, session_idle, session_title
@@ -23,6 +23,7 @@ from agents.payloads import TURN_ENDS, is_stored
 from agents.run_lifecycle import StartedRun, execute, run_result
 from console.api import ApiError
 from console.slots import Slot, Slots
+from console.sql import Prepared
 from console.tenancy import ConsoleRequest
 
 _DETACHED: set["asyncio.Future[None]"] = set()
@@ -346,21 +347,17 @@ def _look_up_session(
         close_old_connections()
 
 
-def _session_events_after(
-    session_pk: int, after: SessionPosition
-) -> tuple[list[tuple[SessionPosition, dict[str, Any]]], bool, RunPlaces]:
-    """The session's stored events after `after`, each with its position, whether the stream is over (the
-    session deleted, none of its turns queued or running), and where each run from `after`'s on stands (run
-    id -> (index, (created_at, id))). One query however many runs: the session's runs
-    from the one of `after` on, each joined with its events after `after` (a row with no event for a run
-    that has none new)."""
-    runs = Run.objects.filter(session_id=session_pk)
+def _session_rows(
+    session: int, created_at: datetime | None = None, run: uuid.UUID | None = None, sequence: int = 0
+) -> QuerySet[Any, Any]:
+    """The session's runs (those from `run` on, when given: created at `created_at`), each joined with its events
+    (those after `sequence` of `run`), in the session's order."""
+    runs = Run.objects.filter(session_id=session)
     newer = Q()
-    if after.run is not None:
-        created_at, run_id = after.run
-        runs = runs.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gte=run_id))
-        newer = ~Q(events__run_id=run_id) | Q(events__sequence__gt=after.sequence)
-    rows = list(
+    if created_at is not None:
+        runs = runs.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gte=run))
+        newer = ~Q(events__run_id=run) | Q(events__sequence__gt=sequence)
+    return (
         runs.annotate(new=FilteredRelation("events", condition=newer))
         .order_by("created_at", "id", "new__sequence")
         .values(
@@ -377,6 +374,26 @@ def _session_events_after(
             "new__agent_id",
         )
     )
+
+
+# A stream's look at the database (issue 56: compiled once a thread), from the session's start or after a place.
+_FROM_START = Prepared(lambda session: _session_rows(session), session=int)
+_AFTER = Prepared(_session_rows, session=int, created_at=datetime, run=uuid.UUID, sequence=int)
+
+
+def _session_events_after(
+    session_pk: int, after: SessionPosition
+) -> tuple[list[tuple[SessionPosition, dict[str, Any]]], bool, RunPlaces]:
+    """The session's stored events after `after`, each with its position, whether the stream is over (the
+    session deleted, none of its turns queued or running), and where each run from `after`'s on stands (run
+    id -> (index, (created_at, id))). One query however many runs: the session's runs
+    from the one of `after` on, each joined with its events after `after` (a row with no event for a run
+    that has none new)."""
+    if after.run is None:
+        rows = _FROM_START.dicts(session=session_pk)
+    else:
+        created_at, run_id = after.run
+        rows = _AFTER.dicts(session=session_pk, created_at=created_at, run=run_id, sequence=after.sequence)
     first = after.index if after.run is not None else 0
     indexes: dict[uuid.UUID, int] = {}
     fresh = []

@@ -1,6 +1,6 @@
 """`console.sql`: `update_together` (UPDATEs in one statement on PostgreSQL, their rows locked in the order given),
-`Prepared` (a SELECT compiled once a thread, the same objects as Django's queryset would give), `insert_rows` (the
-rows `bulk_create` writes) and `Constant` (a SELECT without values, compiled once)."""
+`Prepared` (a SELECT compiled once a thread, the same objects or dicts as Django's queryset would give),
+`insert_rows` (the rows `bulk_create` writes) and `Constant` (a SELECT without values, compiled once)."""
 
 import threading
 import time
@@ -244,3 +244,22 @@ def test_insert_rows_refuses_a_row_without_its_key_or_of_another_model(operator,
     with pytest.raises(ValueError):
         insert_rows([Event(run=run, sequence=51, type="assistant.message"), run])
     assert not Event.objects.filter(run=run, sequence__in=[50, 51]).exists()
+
+
+@pytest.mark.django_db
+def test_a_prepared_values_select_gives_the_querysets_dicts(operator, admin):
+    make_agent(admin)
+    run = Run.objects.get(id=run_ok(operator, {"message": "hello", "sessionId": "s"})["runId"])
+    since = Event.objects.filter(run=run).order_by("timestamp").values_list("timestamp", flat=True)[0]
+
+    def later(run_id: uuid.UUID, sequence: int, since: datetime) -> Any:
+        events = Event.objects.filter(run_id=run_id, sequence__gt=sequence, timestamp__gte=since)  # a positive column
+        return events.order_by("sequence").values("id", "sequence", "data", "timestamp", "run__status")
+
+    rows = Prepared(later, run_id=uuid.UUID, sequence=int, since=datetime)
+    count = Event.objects.filter(run=run).count()
+    for sequence in (0, 1, count):  # compiled on the first, sent again after
+        expected = list(later(run.id, sequence, since))
+        assert rows.dicts(run_id=run.id, sequence=sequence, since=since) == expected
+        assert len(expected) == count - sequence
+    assert rows.dicts(run_id=uuid.uuid4(), sequence=0, since=since) == []
