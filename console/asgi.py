@@ -104,9 +104,9 @@ class ConsoleASGIHandler(ASGIHandler):
 
     Django also starts a thread per request (and another to join it). Everything a thread holds went with
     it: its database connection (opened again, with SQLite's pragmas, on every request, the old one left
-    for the collector) and the event loop a run turns on (console.loops.run_here). Here a request borrows an idle single-thread executor and gives it back once
-    everything it queued has run, so a request whose client went away while its view still runs does not
-    hold up the next one.
+    for the collector) and the event loop a run turns on (console.loops.run_here). Here a request borrows an
+    idle single-thread executor and gives it back once everything it queued has run, so a request whose client
+    went away while its view still runs does not hold up the next one.
 
     Long polls (`_long_poll`) read on LONG_POLL_THREADS executors of their own, so a thousand of them arriving
     or ending at once cost no more threads than a few, and the rest of the console keeps its own.

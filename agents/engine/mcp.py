@@ -163,6 +163,8 @@ class McpBridge:
             await self._connection.open()
         except Exception as error:
             detail = str(error) or type(error).__name__
+            if self.connection.command and _unnamed_missing_file(error):
+                detail += f": {self.connection.command!r}"  # what was not found (uvloop's error does not say)
             raise McpServerFailed(f"The MCP server {self.server.name!r} could not be started: {detail}") from error
 
     def _client(self, mode: str) -> FastMCPClient[Any]:
@@ -264,6 +266,15 @@ def _closed_connection_error(error: BaseException | None) -> bool:
         if isinstance(error, MCPError) and error.code == CONNECTION_CLOSED:
             return True
         error = error.__cause__
+    return False
+
+
+def _unnamed_missing_file(error: BaseException | None) -> bool:
+    """Whether the error, or an error that caused it, is a FileNotFoundError that does not name the file."""
+    while error is not None:
+        if isinstance(error, FileNotFoundError):
+            return error.filename is None
+        error = error.__cause__ or error.__context__
     return False
 
 
