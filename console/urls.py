@@ -10,6 +10,9 @@ handler403 = "console.errors.permission_denied"
 handler404 = "console.errors.page_not_found"
 
 urlpatterns = [
+    # First: every API request is matched against the patterns before its own (issue 56), and no page's path starts
+    # with `api/`.
+    path("api/", api.urls),
     path("", dashboard_pages.dashboard, name="dashboard"),
     path("first-steps/hide/", dashboard_pages.hide_first_steps, name="hide_first_steps"),
     path("login/", LoginView.as_view(), name="login"),
@@ -32,7 +35,6 @@ urlpatterns = [
     path("", include("agents.urls")),
     path("healthz", health_pages.healthz, name="healthz"),
     path("metrics", metrics_pages.metrics_page, name="metrics"),
-    path("api/", api.urls),
     path("admin/", admin.site.urls),
     path("", include("approvals.urls")),
     path("", include("slackapp.urls")),
