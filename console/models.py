@@ -13,6 +13,7 @@ from django.utils import timezone
 from pydantic import ValidationError as PydanticError
 
 from console.connections import BUILTIN, ENV_NAME, SLACK_API_BASE_URL, ConnectionSpec, OidcSettings, split_address
+from console.problems import ApiError
 from console.sql import Prepared
 
 
@@ -102,6 +103,16 @@ class ApiToken(models.Model):
         if token is not None and (token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY):
             token.last_used_at = now
             token.save(update_fields=["last_used_at"])
+        return token
+
+    @classmethod
+    def bearer(cls, header: str | None) -> "ApiToken":
+        """The live token an `Authorization: Bearer <token>` header carries, for the apps served beside the API (the
+        MCP gateway, A2A); ApiError 401 when it carries none."""
+        raw = header.split(" ", 1)[1].strip() if header and header.lower().startswith("bearer ") else ""
+        token = cls.authenticate(raw) if raw else None
+        if token is None:
+            raise ApiError(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
         return token
 
     def revoke(self) -> None:

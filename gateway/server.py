@@ -219,10 +219,7 @@ def _authenticated(header: str | None, agent: str) -> Gate:
     """The gate a request calls through (ApiError: 401 without a valid token, 403 under an operator, 404 for no
     gateway of that name in the token's tenant)."""
     try:
-        token = header.split(" ", 1)[1].strip() if header and header.lower().startswith("bearer ") else ""
-        api_token = ApiToken.authenticate(token) if token else None
-        if api_token is None:
-            raise ApiError(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
+        api_token = ApiToken.bearer(header)
         membership: Membership = api_token.membership
         if not membership.allows("operator"):
             raise ApiError(403, "forbidden", "Calling tools through a gateway takes an operator's token or more.")

@@ -52,10 +52,7 @@ V0_3_METHODS = frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
 def authenticate(header: str | None, name: str, url: str, *, card: bool) -> Caller:
     """The caller of agent `name` (ApiError: 401 without a valid token, 403 for the JSON-RPC endpoint under an
     operator, 404 for no hosted agent of that name in the token's tenant)."""
-    token = header.split(" ", 1)[1].strip() if header and header.lower().startswith("bearer ") else ""
-    api_token = ApiToken.authenticate(token) if token else None
-    if api_token is None:
-        raise ApiError(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")
+    api_token = ApiToken.bearer(header)
     membership = api_token.membership
     if not card and not membership.allows("operator"):
         raise ApiError(403, "forbidden", "Sending an agent tasks takes an operator's token or more.")
