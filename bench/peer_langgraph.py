@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,14 +200,15 @@ def langgraph_block(start: Callable[[str], float], resume: Callable[[str], float
 class Served(Daphne):
     """The console as `make run` serves it: `manage.py serve` (daphne, its worker threads and keeper)."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, env: dict[str, str], log_dir: Path, python_args: Sequence[str] = ()) -> None:
+        """`python_args`: what the Python command takes before `manage.py` (bench/served_calls.py's counter)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.ws_base = f"ws://127.0.0.1:{self.port}"
         self.log = log_dir / f"serve-{self.port}.log"
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "serve", "--port", str(self.port)],
+                [sys.executable, *python_args, "manage.py", "serve", "--port", str(self.port)],
                 cwd=ROOT,
                 env=env,
                 stdout=log,

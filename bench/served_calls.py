@@ -22,11 +22,9 @@ import collections
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -70,16 +68,7 @@ class Counted(Served):
 
     def __init__(self, env: dict[str, str], log_dir: Path) -> None:
         self.counts = log_dir / "counts.json"
-        real = subprocess.Popen
-
-        def popen(args: list[str], **kwargs: Any) -> Any:
-            return real([args[0], "-c", COUNTER, str(self.counts), *args[1:]], **kwargs)
-
-        subprocess.Popen = popen  # type: ignore[assignment,misc]
-        try:
-            super().__init__(env, log_dir)
-        finally:
-            subprocess.Popen = real  # type: ignore[misc]
+        super().__init__(env, log_dir, python_args=["-c", COUNTER, str(self.counts)])
 
     def read(self) -> collections.Counter[str]:
         self.counts.unlink(missing_ok=True)

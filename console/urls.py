@@ -10,8 +10,8 @@ handler403 = "console.errors.permission_denied"
 handler404 = "console.errors.page_not_found"
 
 urlpatterns = [
-    # First: every API request is matched against the patterns before its own (issue 56), and no page's path starts
-    # with `api/`.
+    # First: Django tries the patterns in order, and an API request went through every page's before its own (issue
+    # 56). No page's path starts with `api/`.
     path("api/", api.urls),
     path("", dashboard_pages.dashboard, name="dashboard"),
     path("first-steps/hide/", dashboard_pages.hide_first_steps, name="hide_first_steps"),

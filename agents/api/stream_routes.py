@@ -377,7 +377,7 @@ def _session_rows(
 
 
 # A stream's look at the database (issue 56: compiled once a thread), from the session's start or after a place.
-_FROM_START = Prepared(lambda session: _session_rows(session), session=int)
+_FROM_START = Prepared(_session_rows, session=int)
 _AFTER = Prepared(_session_rows, session=int, created_at=datetime, run=uuid.UUID, sequence=int)
 
 
