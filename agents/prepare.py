@@ -16,17 +16,11 @@ from agents.binding import BindingError, bind_parameters, render_instructions, r
 from agents.definitions import MAX_SUBAGENT_DEPTH, DefinitionContent
 from agents.engine.subagent_turns import SubAgent
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
+from agents.request_kinds import RequestKind
 from agents.requirements import needs_several, self_approval
 from agents.run_requests import PERSON_KINDS, PersonAnswer, RunClientTool, RunRequest
 from approvals.kinds import KINDS, AnswerRefused
-from approvals.models import (
-    NotAnApprover,
-    PendingRequest,
-    RequestKind,
-    RequestStatus,
-    refuse_unless_answerable,
-    rights_of,
-)
+from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable, rights_of
 from approvals.remembered_rules import rules_in_force
 from console.connections import ConnectionSpec
 from console.models import Connection, Membership, Tenant

@@ -32,7 +32,7 @@ from django.db import models
 from django.urls import reverse
 
 from approvals.kinds import KINDS
-from approvals.models import RequestKind, RequestStatus
+from approvals.models import RequestStatus
 
 ANSWER, CLOSING, RULE, POLICY, UNDO, REVOCATION = "answer", "closing", "rule", "policy", "undo", "revocation"
 APPROVAL = "approval"  # an approval toward a quorum that did not decide it (SPEC section 14)
@@ -121,7 +121,7 @@ class AuditEntry:
     @property
     def request_kind_label(self) -> str:
         """The kind's one name; none for a verdict at a point that is not a tool's (a message, a turn)."""
-        return str(RequestKind(self.request_kind).label).lower() if self.request_kind else ""
+        return KINDS[self.request_kind].label.lower() if self.request_kind else ""
 
     @property
     def via_label(self) -> str:

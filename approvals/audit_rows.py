@@ -8,6 +8,7 @@ from typing import Any
 
 from agents.events import EventType
 from agents.models import Event
+from agents.request_kinds import RequestKind
 from approvals.audit_entries import (
     ANSWER,
     APPROVAL,
@@ -21,7 +22,7 @@ from approvals.audit_entries import (
     EntryKey,
 )
 from approvals.kinds import KINDS
-from approvals.models import HeldAnswer, PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.models import HeldAnswer, PendingRequest, RequestStatus, Rule
 from console.models import Tenant
 
 CLOSING_REASONS = {

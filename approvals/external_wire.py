@@ -17,8 +17,9 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from pydantic import Field, StrictBool, StrictInt
 
 from agents.definitions import ExternalTool, WireModel
+from agents.request_kinds import RequestKind
 from agents.server_tools import CHOICE_MAX
-from approvals.models import PendingRequest, Receipt, RequestKind, RequestStatus
+from approvals.models import PendingRequest, Receipt, RequestStatus
 from approvals.receipts import result_kind
 from approvals.tallies import standing
 from console.problems import Refused

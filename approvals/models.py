@@ -4,7 +4,6 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models import Prefetch, prefetch_related_objects
 from django.db.models.signals import post_save, pre_save
@@ -14,7 +13,7 @@ from django.utils import timezone
 from agents.definitions import UnknownGroup
 from agents.models import Agent, AgentVersion, Run, Session
 from agents.queries import picked
-from agents.request_kinds import KIND_NAMES, REQUEST_KINDS
+from agents.request_kinds import RequestKind, kind_choices
 from approvals.answerers import ApproverGroup, Away, Rights, groups_of, rights_of, routed_to
 from approvals.held_models import UNSETTLED, HeldAnswer, HeldState
 from approvals.receipts import ChainSignature, Receipt, ReceiptHead, genesis
@@ -38,22 +37,6 @@ __all__ = [
     "routed_to",
 ]
 from console.models import Membership, Tenant
-
-
-class RequestKind(models.TextChoices):
-    """A request's stored kind: the names of `agents.request_kinds.REQUEST_KINDS`, in their order, as members the
-    ORM and the code can name, labelled with each kind's one name (`KIND_NAMES`)."""
-
-    APPROVAL = "approval", KIND_NAMES["approval"].label
-    CLIENT_TOOL = "client_tool", KIND_NAMES["client_tool"].label
-    INPUT = "input", KIND_NAMES["input"].label
-    QUESTION = "question", KIND_NAMES["question"].label
-    PLAN = "plan", KIND_NAMES["plan"].label
-    CONTINUATION = "continuation", KIND_NAMES["continuation"].label
-
-
-if tuple(RequestKind.values) != REQUEST_KINDS:
-    raise ImproperlyConfigured(f"RequestKind's values {RequestKind.values} are not REQUEST_KINDS {REQUEST_KINDS}.")
 
 
 class RequestStatus(models.TextChoices):
@@ -209,7 +192,7 @@ class PendingRequest(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="requests")
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="requests")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="requests")
-    kind = models.CharField(max_length=16, choices=RequestKind.choices)
+    kind = models.CharField(max_length=16, choices=kind_choices)
     tool_name = models.CharField(max_length=200)
     call_id = models.CharField(max_length=200)
     arguments = models.JSONField(default=dict)

@@ -20,8 +20,9 @@ from pydantic import (
 from agents.definitions import DefinitionContent, WireModel
 from agents.models import Agent, Session
 from agents.queries import picked
+from agents.request_kinds import RequestKind
 from agents.rule_matching import Condition, RememberedUntil, Scope, arguments_hash, json_kind
-from approvals.models import UNSETTLED, PendingRequest, RequestKind, Rule
+from approvals.models import UNSETTLED, PendingRequest, Rule
 from approvals.receipts import Receipt
 from console.models import Membership
 from console.sql import Prepared

@@ -14,8 +14,9 @@ from agents.claiming import drain
 from agents.definitions import DefinitionContent
 from agents.models import Agent, AgentVersion, Attachment, Checkpoint, Event, Run, RunStatus, Session
 from agents.queue import run_claimed
+from agents.request_kinds import RequestKind
 from agents.workers import WorkerPool
-from approvals.models import Approval, HeldAnswer, PendingRequest, Receipt, RequestKind, Rule
+from approvals.models import Approval, HeldAnswer, PendingRequest, Receipt, Rule
 from approvals.push import notify_requests_closed
 from tests.conftest import Persona
 

@@ -12,6 +12,7 @@ from agents.definitions import UnknownGroup
 from agents.getters import get_run_for
 from agents.policies import POINTS
 from agents.prepare import RunRejected
+from agents.request_kinds import RequestKind
 from approvals import waiting
 from approvals.actions import (
     ClaimRefused,
@@ -28,7 +29,7 @@ from approvals.actions import (
 from approvals.decisions import Actor, Via
 from approvals.external_wire import SHOWN, OpenRequest, decision, request_wire, with_receipt_ids
 from approvals.getters import get_request_for
-from approvals.models import PendingRequest, PendingRequestQuerySet, RequestKind
+from approvals.models import PendingRequest, PendingRequestQuerySet
 from approvals.responses import Response, ResponseRefused
 from console.api import ApiError, Paging, Problem, api, page_of, problem, require_role
 from console.models import Membership

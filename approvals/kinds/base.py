@@ -14,10 +14,12 @@ from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import AgentVersion, RunStatus
 from agents.payloads import Payload, RequestAnswered
+from agents.request_kinds import KIND_NAMES, RequestKind
 from agents.schemas import schema_problems as schema_problems  # where the kinds and gateway.calls import it
 from agents.server_tools import REGISTRY
 from approvals.external_wire import AskedTool, OpenRequest, invalid
-from approvals.models import PendingRequest, RequestKind
+from approvals.kinds.answer_form import AnswerForm
+from approvals.models import PendingRequest
 
 # What a cancelled answer says where its kind stores a reason (`Kind.cancel_answer`).
 CANCELLED_REASON = "Cancelled by the user."
@@ -33,6 +35,9 @@ class AnswerRefused(Exception):
 
 class Kind:
     name: ClassVar[RequestKind]
+    # Its place in the order a run waits on kinds (`KINDS`): with several open, the run's status is the `awaiting`
+    # of the kind whose `waits` is lowest.
+    waits: ClassVar[int]
     awaiting: ClassVar[RunStatus]
     # The answer fields (snake_case, as on `approvals.responses.Response`) this kind takes; `required` among them.
     fields: ClassVar[frozenset[str]]
@@ -41,8 +46,10 @@ class Kind:
     stored: ClassVar[tuple[str, ...]]
     # Said when an answer is not for this kind.
     takes: ClassVar[str]
+    # The inbox card's form: what the card posts, as the `Response` it gives.
+    form: ClassVar[type[AnswerForm]]
     # What the agent does, as in "helper wants to call send_email" (the kind's name is `label`). Everything else a
-    # page shows of the kind is a partial of its `template`; its form names the kind (approvals/forms.py).
+    # page shows of the kind is a partial of its `template`.
     asks: ClassVar[str]
     # The decisions `audit` gives, and how the audit page says each.
     decisions: ClassVar[dict[str, str]]
@@ -89,8 +96,8 @@ class Kind:
 
     @property
     def label(self) -> str:
-        """The kind's name as every page says it (the card's pill): its stored choice's label."""
-        return str(self.name.label)
+        """The kind's name as every page says it (the card's pill, the Kind filter): `KIND_NAMES`' label."""
+        return KIND_NAMES[self.name].label
 
     def answer(
         self, pending: PendingRequest, wire: dict[str, Any], modes: Mapping[str, str] | None = None

@@ -1,22 +1,22 @@
 """The registry of request kinds, `KINDS` in the order a run waits on them, and what the run lifecycle asks of
 the kind of a request: the status a run waits in, giving an answer to the engine, closing a request unanswered.
 
+Every package of approvals/kinds/ is a kind: the `Kind` it declares as `KIND`, placed in `KINDS` by its `waits`.
+So a new kind is its package (and its template), not a line here as well.
+
 Its names are `agents.request_kinds.REQUEST_KINDS` (tests/approvals/test_kinds.py holds the two together).
 """
 
+import importlib
+import pkgutil
+from pathlib import Path
 from typing import Any
 
 from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import Payload
-from approvals.kinds.approval import ApprovalKind
 from approvals.kinds.base import Kind
-from approvals.kinds.client_tool import ClientToolKind
-from approvals.kinds.continuation import Continuation
-from approvals.kinds.input import Input
-from approvals.kinds.plan import Plan
-from approvals.kinds.question import Question
 from approvals.models import PendingRequest
 
 RAN_IN_FAILED_TURN = (
@@ -25,10 +25,15 @@ RAN_IN_FAILED_TURN = (
 )
 
 
+def _found() -> list[Kind]:
+    """The `KIND` of every package beside this module, in the order a run waits on them (`Kind.waits`)."""
+    packages = sorted(found.name for found in pkgutil.iter_modules([str(Path(__file__).parent)]) if found.ispkg)
+    kinds: list[Kind] = [importlib.import_module(f"{__package__}.{name}").KIND for name in packages]
+    return sorted(kinds, key=lambda kind: kind.waits)
+
+
 # In the order a run waits on them: with several kinds open, its status is the first one's `awaiting`.
-KINDS: dict[str, Kind] = {
-    kind.name: kind for kind in (ApprovalKind(), Plan(), Continuation(), Input(), Question(), ClientToolKind())
-}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in _found()}
 
 
 # The kinds a batch or selection bar answers with one yes or no (`Kind.selectable`).

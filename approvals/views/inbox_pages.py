@@ -16,6 +16,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from agents.getters import get_run_for
 from agents.models import Agent
+from agents.request_kinds import kind_choices
 from approvals.forms import BatchForm
 from approvals.kinds import SELECTABLE
 from approvals.models import (
@@ -23,7 +24,6 @@ from approvals.models import (
     ApproverGroup,
     PendingRequest,
     PendingRequestQuerySet,
-    RequestKind,
     mark_answerable,
     routed_to,
     with_approvals,
@@ -49,7 +49,7 @@ class InboxFilters(AgentFilters):
 
     kind = forms.ChoiceField(
         required=False,
-        choices=[("", "Any kind"), *RequestKind.choices],
+        choices=[("", "Any kind"), *kind_choices()],
         widget=forms.Select(attrs=SUBMIT_ON_CHANGE),
     )
     tool = forms.CharField(

@@ -14,9 +14,10 @@ from agents import claiming
 from agents.models import Attachment, Run, RunStatus, Session
 from agents.outcomes import finish_run
 from agents.prepare import RunRejected, live_version, prepare_run
+from agents.request_kinds import RequestKind
 from agents.run_lifecycle import execute, record_run
 from agents.run_requests import RunRequest
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.models import PendingRequest, RequestStatus
 from tests.helpers import (
     EMAIL,
     ask_to_send,

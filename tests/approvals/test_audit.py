@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from agents.definitions import DefinitionContent
 from agents.models import Agent, Event
+from agents.request_kinds import RequestKind
 from approvals.audit_queries import Criteria, entry_keys, iter_entries
-from approvals.models import PendingRequest, RequestKind, RequestStatus, Rule
+from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.views.audit_pages import CSV_COLUMNS
 from tests.conftest import Persona, make_persona
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 from agents.models import AgentVersion, Run
 from approvals.audit_entries import DecisionFilter
 from approvals.external_wire import OpenKind, RequestRefused, decision
-from approvals.forms import AnswerForm
 from approvals.kinds import KINDS, Kind
+from approvals.kinds.answer_form import AnswerForm
 from approvals.models import PendingRequest, RequestStatus
 from approvals.receipts import result_kind
 from approvals.responses import Response
@@ -49,7 +49,8 @@ def test_it_declares_the_inbox_keys(name: str) -> None:
 def test_it_has_a_label_an_ask_and_a_form(name: str) -> None:
     kind = KINDS[name]
     assert kind.label and kind.asks and kind.takes and kind.decisions
-    assert [form.kind for form in AnswerForm.__subclasses__()].count(kind.name) == 1
+    assert issubclass(kind.form, AnswerForm)
+    assert [other.form for other in KINDS.values()].count(kind.form) == 1, "one form per kind"
 
 
 # The kinds an external agent may open (SPEC section 12): each says its stored fields (`Kind.external_fields`).

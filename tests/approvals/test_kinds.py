@@ -10,17 +10,17 @@ from django.utils.html import escape
 
 from agents.definitions import KindRouting
 from agents.engine import PendingCall
-from agents.request_kinds import REQUEST_KINDS
+from agents.request_kinds import REQUEST_KINDS, RequestKind, kind_choices
 from approvals.audit_entries import DECISION_LABELS
-from approvals.forms import AnswerForm
 from approvals.kinds import KINDS
-from approvals.models import RequestKind
+from approvals.models import PendingRequest
 
 
 def test_every_list_of_kinds_is_the_one_list():
-    assert tuple(RequestKind.values) == REQUEST_KINDS
+    assert tuple(RequestKind) == REQUEST_KINDS
+    assert PendingRequest._meta.get_field("kind").choices == kind_choices()
     assert sorted(KINDS) == sorted(REQUEST_KINDS)
-    assert sorted(form.kind for form in AnswerForm.__subclasses__()) == sorted(REQUEST_KINDS)
+    assert [kind.waits for kind in KINDS.values()] == sorted({kind.waits for kind in KINDS.values()})
     assert KindRouting.model_json_schema()["properties"]["kind"]["enum"] == list(REQUEST_KINDS)
     assert get_args(get_type_hints(PendingCall)["kind"]) == REQUEST_KINDS
 
@@ -37,8 +37,8 @@ def test_every_page_calls_a_kind_by_its_one_name(admin):
     """The card's pill, the Kind filter and the run page read the kind's label from one place (issue 31:
     a question was "Awaiting Input" on one page and "Question" on another)."""
     names = {kind.name: kind.label for kind in KINDS.values()}
-    assert names == dict(RequestKind.choices)
+    assert names == dict(kind_choices())
     assert names["question"] == "Question" and names["continuation"] == "Go on?"
     inbox = admin.client.get("/inbox/").content.decode()
-    for value, label in RequestKind.choices:
+    for value, label in kind_choices():
         assert f'<option value="{value}">{escape(label)}</option>' in inbox

@@ -9,7 +9,7 @@ from uuid import uuid4
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from approvals.models import RequestKind
+from agents.request_kinds import kind_choices
 from tests.browser.test_inbox import SEND, api, continuation_of, create_agent, run  # noqa: F401 - `api` is a fixture
 from tests.processes.cluster import Api
 
@@ -100,8 +100,8 @@ def test_r_remembers_the_approval_and_the_kind_filter_names_every_kind(
     open_filtered(page, f"agent={agent}&kind=question")
     kind = page.get_by_label("Kind")
     expect(kind).to_have_value("question")
-    expect(kind.locator("option")).to_have_text(["Any kind", *(str(label) for label in RequestKind.labels)])
-    assert len(RequestKind.labels) == 6
+    expect(kind.locator("option")).to_have_text(["Any kind", *(label for _, label in kind_choices())])
+    assert len(kind_choices()) == 6
     expect(page.locator(".request-card")).to_have_count(1)
     expect(page.locator(f"#request-{question['pendingRequests'][0]['requestId']}")).to_be_visible()
 

@@ -1,9 +1,12 @@
 """An approval request: a tool call (or an answer held at `output`) waiting for a person's yes or no, a rule's
 "don't ask again", or a policy's escalation (SPEC sections 4 and 8)."""
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+
+from django import forms
 
 from agents.definitions import ClientTool, ExternalTool
 from agents.engine import Answers, server_tool_schema
@@ -24,13 +27,15 @@ from agents.payloads import (
     PermissionRequested,
     PolicyAsk,
 )
+from agents.request_kinds import RequestKind
 from agents.requirements import needs_several
 from agents.rule_matching import arguments_hash
 from agents.server_tools import REGISTRY
 from approvals.decisions import note_remembered
 from approvals.external_wire import AskedTool, OpenRequest, RequestRefused, invalid
+from approvals.kinds.answer_form import DECISIONS, AnswerForm, chosen
 from approvals.kinds.base import CANCELLED_REASON, AnswerRefused, Kind, own_state, schema_problems
-from approvals.models import PendingRequest, RequestKind, Rule
+from approvals.models import PendingRequest, Rule
 from approvals.remembered_rules import default_expiry
 
 
@@ -38,8 +43,53 @@ def _policy(pending: PendingRequest) -> PolicyAsk | None:
     return PolicyAsk(**pending.policy) if pending.policy is not None else None
 
 
+class ApprovalForm(AnswerForm):
+    decision = forms.ChoiceField(choices=DECISIONS, error_messages=chosen("Choose Approve or Deny."))
+    reason = forms.CharField(required=False)
+    # "Don't ask again": in this session, or always (SPEC section 13); blank keeps asking.
+    remember = forms.ChoiceField(
+        choices=[("", "no"), ("session", "this session"), ("always", "always")],
+        required=False,
+        error_messages=chosen("Choose whether to ask again: this session, always, or not remembered."),
+    )
+    remember_arguments_only = forms.BooleanField(required=False)
+    arguments = forms.CharField(required=False)  # the call's arguments as edited, a JSON object
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        approved = data["decision"] == "approve"
+        answer: dict[str, Any] = {
+            "approved": approved,
+            "reason": data["reason"] or None,
+            # "…only with these exact arguments" narrows "don't ask again"; checking it alone remembers "always".
+            "remember": data["remember"] or ("always" if data["remember_arguments_only"] else None),
+            "rememberArgumentsOnly": data["remember_arguments_only"],
+        }
+        if approved and data["arguments"]:
+            edited = self._edited(data["arguments"])
+            if edited is not None and edited != self.pending.arguments:
+                answer["overrideArguments"] = edited
+        self.give(answer)
+        return data
+
+    def _edited(self, text: str) -> dict[str, Any] | None:
+        try:
+            edited = json.loads(text)
+        except json.JSONDecodeError as error:
+            self.refuse("arguments", str(error), "The edited arguments are not valid JSON.")
+            return None
+        if not isinstance(edited, dict):
+            self.refuse("arguments", "Give a JSON object: {…}.", "The edited arguments are not valid.")
+            return None
+        return edited
+
+
 class ApprovalKind(Kind):
     name = RequestKind.APPROVAL
+    form = ApprovalForm
+    waits = 1
     awaiting = RunStatus.AWAITING_APPROVAL
     fields = frozenset({"approved", "reason", "remember_arguments_only", "override_arguments"})
     required = "approved"
@@ -289,3 +339,6 @@ def _description(pending: PendingRequest) -> str:
     )
     server = REGISTRY.get(pending.tool_name)
     return client or (server.description if server is not None else "") or ""
+
+
+KIND = ApprovalKind()

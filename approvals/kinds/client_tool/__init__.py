@@ -1,19 +1,56 @@
 """A client-tool request: a call the client runs, answered with its result, its error, its refusal, or word
 that it runs in the background."""
 
+import json
 from collections.abc import Mapping
 from typing import Any
+
+from django import forms
 
 from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import ExternalToolCompleted, ExternalToolRequested, Payload
+from agents.request_kinds import RequestKind
+from approvals.kinds.answer_form import AnswerForm
 from approvals.kinds.base import AnswerRefused, Kind
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import PendingRequest
+
+
+class ClientToolForm(AnswerForm):
+    # "error" sends the error message, "reject" it as the client's refusal, "background" says it runs on; any
+    # other value sends the result.
+    decision = forms.CharField(required=False)
+    result = forms.CharField(required=False)  # JSON, or plain text
+    error_message = forms.CharField(required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        if data["decision"] == "background":
+            self.give({"outcome": "background"})
+        elif data["decision"] in ("error", "reject"):
+            outcome = "failed" if data["decision"] == "error" else "rejected"
+            if data["error_message"]:
+                self.give({"outcome": outcome, "errorMessage": data["error_message"]})
+            else:
+                said = "Write the error message." if outcome == "failed" else "Write why the client refuses."
+                self.refuse("error_message", said, said)
+        elif not data["result"]:
+            self.refuse("result", "Give the result (JSON or text).", "Give the tool's result.")
+        else:
+            try:
+                self.give({"result": json.loads(data["result"])})
+            except json.JSONDecodeError:
+                self.give({"result": data["result"]})  # plain text is a result too
+        return data
 
 
 class ClientToolKind(Kind):
     name = RequestKind.CLIENT_TOOL
+    form = ClientToolForm
+    waits = 6
     awaiting = RunStatus.AWAITING_TOOL_RESULT
     fields = frozenset({"result", "error_message", "outcome"})
     stored = ("callId", "outcome", "result", "errorMessage")
@@ -113,3 +150,6 @@ class ClientToolKind(Kind):
             "result": answer.get("result"),
             "error_message": answer.get("errorMessage"),
         }
+
+
+KIND = ClientToolKind()

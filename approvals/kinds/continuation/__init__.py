@@ -2,12 +2,28 @@
 
 from typing import Any, Literal
 
+from django import forms
+
 from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import RunStatus
 from agents.payloads import LimitsResponse, Payload, SessionLimitsExhaustedCompleted, SessionLimitsExhaustedRequested
+from agents.request_kinds import RequestKind
+from approvals.kinds.answer_form import AnswerForm, chosen
 from approvals.kinds.base import Kind
-from approvals.models import PendingRequest, RequestKind, RequestStatus
+from approvals.models import PendingRequest, RequestStatus
+
+
+class ContinuationForm(AnswerForm):
+    decision = forms.ChoiceField(
+        choices=[("continue", "Continue"), ("stop", "Stop")], error_messages=chosen("Choose Continue or Stop.")
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not self.errors:
+            self.give({"approved": data["decision"] == "continue"})
+        return data
 
 
 class Continuation(Kind):
@@ -15,6 +31,8 @@ class Continuation(Kind):
     allowance, a denial ends the run `completed` with what it has."""
 
     name = RequestKind.CONTINUATION
+    form = ContinuationForm
+    waits = 3
     awaiting = RunStatus.AWAITING_APPROVAL
     fields = frozenset({"approved"})
     required = "approved"
@@ -74,3 +92,6 @@ class Continuation(Kind):
 
 def _go_on(approved: bool) -> Literal["continue", "stop"]:
     return "continue" if approved else "stop"
+
+
+KIND = Continuation()

@@ -5,16 +5,20 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from django import forms
+
 from agents.definitions import object_schema
 from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import AgentVersion, RunStatus
 from agents.payloads import ElicitationCompleted, ElicitationRequested, Payload, RequestedSchema
-from agents.schema_forms import schema_fields
+from agents.request_kinds import RequestKind
+from agents.schema_forms import SchemaField, schema_fields
 from agents.schemas import schema_refusal
 from approvals.external_wire import AskedTool, OpenRequest, invalid
+from approvals.kinds.answer_form import AnswerForm, chosen
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import PendingRequest
 
 # The keywords of a schema whose every problem is one field's: anything else (patternProperties, minProperties,
 # dependencies, references between properties) keeps schema_problems' words.
@@ -45,8 +49,92 @@ def form_problems(schema: dict[str, Any], content: Any) -> str:
     return " ".join(said) or problems
 
 
+class SchemaValue(forms.Field):
+    """One property of a requested schema, typed as the schema asks; None when left blank (the schema says
+    whether that is allowed). A checkbox is a `BooleanField` instead: it is never left out."""
+
+    def __init__(self, spec: SchemaField) -> None:
+        super().__init__(required=False, label=spec.label)
+        self.spec = spec
+
+    def to_python(self, value: str | None) -> Any:
+        if value is None or not value.strip():
+            return None
+        widget = self.spec.input
+        typed = value if widget == "text" else value.strip()  # text keeps its spaces
+        try:
+            return _typed(typed, widget, self.spec.choices)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+
+def _typed(value: str, widget: str, choices: list[Any]) -> Any:
+    """A posted value as the JSON value its schema asks for; ValueError with a message for the field."""
+    if widget == "integer":
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError("Give a whole number.") from None
+    if widget == "number":
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError("Give a number.") from None
+        return int(number) if number.is_integer() and "." not in value else number
+    if widget == "select":
+        for choice in choices:
+            if str(choice) == value:
+                return choice
+        raise ValueError("Choose one of the options.")
+    if widget == "json":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError("Not valid JSON.") from None
+    return value
+
+
+class InputForm(AnswerForm):
+    """An elicitation's answer: its content has one field per property of the requested schema, posted as
+    `field-<property>`, or is a JSON object as typed when the schema has no properties."""
+
+    action = forms.ChoiceField(
+        choices=[("accept", "Accept"), ("decline", "Decline"), ("cancel", "Cancel")],
+        error_messages=chosen("Choose Accept, Decline or Cancel."),
+    )
+    content = forms.CharField(required=False)
+
+    def __init__(self, pending: PendingRequest, data: Any) -> None:
+        super().__init__(pending, data)
+        self.properties = schema_fields(pending.requested_schema)
+        if self.data.get("action") == "accept":  # declined or cancelled, what was typed counts for nothing
+            for spec in self.properties:
+                self.fields[f"field-{spec.name}"] = (
+                    forms.BooleanField(required=False) if spec.input == "checkbox" else SchemaValue(spec)
+                )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            if "action" not in self.errors:
+                self.add_error(None, "Check the highlighted fields.")
+        elif data["action"] != "accept":
+            self.give({"action": data["action"]})
+        elif self.properties:
+            content = {spec.name: data[f"field-{spec.name}"] for spec in self.properties}
+            self.give({"action": "accept", "content": {k: v for k, v in content.items() if v is not None}})
+        else:
+            try:
+                self.give({"action": "accept", "content": json.loads(data["content"] or "{}")})
+            except json.JSONDecodeError:
+                self.refuse("content", "Not valid JSON.", "The answer is not valid JSON.")
+        return data
+
+
 class Input(Kind):
     name = RequestKind.INPUT
+    form = InputForm
+    waits = 4
     awaiting = RunStatus.AWAITING_INPUT
     fields = frozenset({"action", "content"})
     required = "action"
@@ -127,3 +215,6 @@ class Input(Kind):
             action, f"input-{action}"
         )
         return decision, {"action": action or None, "content": answer.get("content")}
+
+
+KIND = Input()

@@ -3,14 +3,39 @@
 from collections.abc import Mapping
 from typing import Any
 
+from django import forms
+
 from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import AgentVersion, RunStatus
 from agents.payloads import PLAN_ACTIONS, ExitPlanModeCompleted, ExitPlanModeRequested, Payload
+from agents.request_kinds import RequestKind
 from agents.server_tools import STEP_MAX, STEPS_MAX
 from approvals.external_wire import AskedTool, OpenRequest, TooLarge, invalid, too_large
+from approvals.kinds.answer_form import AnswerForm, chosen
 from approvals.kinds.base import CANCELLED_REASON, AnswerRefused, Kind
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import PendingRequest
+
+
+class PlanForm(AnswerForm):
+    """A plan: approve it, or send it back with what to revise."""
+
+    decision = forms.ChoiceField(
+        choices=[("approve", "Approve"), ("revise", "Revise")], error_messages=chosen("Choose Approve or Revise.")
+    )
+    text = forms.CharField(required=False, strip=True)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        if data["decision"] == "approve":
+            self.give({"approved": True})
+        elif not data["text"]:
+            self.refuse("text", "Say what to revise.", "Say what to revise.")
+        else:
+            self.give({"approved": False, "text": data["text"]})
+        return data
 
 
 class Plan(Kind):
@@ -18,6 +43,8 @@ class Plan(Kind):
     guidance in `text` (`propose_plan: revise: <text>`)."""
 
     name = RequestKind.PLAN
+    form = PlanForm
+    waits = 2
     awaiting = RunStatus.AWAITING_APPROVAL
     fields = frozenset({"approved", "text"})
     required = "approved"
@@ -100,3 +127,6 @@ class Plan(Kind):
         if answer.get("approved"):
             return "plan-approved", {}
         return "plan-revised", {"content": answer.get("text")}
+
+
+KIND = Plan()

@@ -3,13 +3,33 @@
 from collections.abc import Mapping
 from typing import Any
 
+from django import forms
+
 from agents.engine import Answers
 from agents.events import EventLog
 from agents.models import AgentVersion, RunStatus
 from agents.payloads import Payload, UserInputCompleted, UserInputRequested
+from agents.request_kinds import RequestKind
 from approvals.external_wire import AskedTool, OpenRequest, invalid
+from approvals.kinds.answer_form import AnswerForm
 from approvals.kinds.base import AnswerRefused, Kind
-from approvals.models import PendingRequest, RequestKind
+from approvals.models import PendingRequest
+
+
+class QuestionForm(AnswerForm):
+    """A question's answer: a choice's button (`choice`) or the words typed (`text`)."""
+
+    choice = forms.CharField(required=False)
+    text = forms.CharField(required=False, strip=True)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        answer = data.get("choice") or data.get("text")
+        if not answer:
+            self.refuse("text", "Choose an answer or write one.", "Choose an answer or write one.")
+        else:
+            self.give({"text": answer})
+        return data
 
 
 class Question(Kind):
@@ -17,6 +37,8 @@ class Question(Kind):
     free text is allowed (by default: without choices only). The model reads `ask_user: <text>`."""
 
     name = RequestKind.QUESTION
+    form = QuestionForm
+    waits = 5
     awaiting = RunStatus.AWAITING_INPUT
     fields = frozenset({"text"})
     required = "text"
@@ -82,3 +104,6 @@ class Question(Kind):
 
     def audit(self, answer: dict[str, Any], rule_id: str | None) -> tuple[str, dict[str, Any]]:
         return "question-answered", {"content": answer.get("text")}
+
+
+KIND = Question()
