@@ -17,8 +17,8 @@ class ServerTool:
     function: Callable[..., Any]
     description: str
     side_effects: bool
-    # The request kind a tool that asks a person opens (`question`, `plan`); the engine answers its call
-    # with the person's answer and never runs the function.
+    # The request kind a tool that asks a person opens (`question`, `plan`); the engine answers its call with the
+    # person's answer, and its function only says what the request asks (its message).
     asks: str | None = None
 
 
@@ -63,10 +63,6 @@ def send_email(to: Annotated[str | list[str], AfterValidator(one_address_each)],
     return f"{'sent' if sent else 'not sent'} to {', '.join(recipients)}"
 
 
-class AskedOfAPerson(RuntimeError):
-    """A tool that asks a person ran as a function: the engine answers such calls itself."""
-
-
 # What a person is asked is pushed to every open inbox as a card: a model may not make one of megabytes. The
 # schema the model is given carries these; a call over them is refused before any request opens, the model
 # reading why.
@@ -84,11 +80,11 @@ def ask_user(
 ) -> str:
     """Ask the user a question and wait for the answer. Give `choices` to offer a set of answers; with choices the
     user must pick one unless `allow_freeform` is true."""
-    raise AskedOfAPerson(question)
+    return question
 
 
 @server_tool(side_effects=False, asks="plan")
 def propose_plan(steps: Annotated[list[Step], Field(max_length=STEPS_MAX)]) -> str:
     """Submit a plan (its steps, in order) for approval before carrying it out. The answer is `approved`, or
     `revise: <guidance>` with what to change."""
-    raise AskedOfAPerson("; ".join(steps))
+    return "Approve this plan?"

@@ -29,8 +29,8 @@ def pending_calls(requests: DeferredToolRequests) -> list[PendingCall]:
                 pending.append(PendingCall(**{**fields, "engine_state": state}))
         elif asks is not None:
             arguments = metadata.get("arguments") or call.args_as_dict()
-            said = arguments.get("question") if asks == "question" else "Approve this plan?"
-            pending.append(PendingCall(asks, call.tool_name, call.tool_call_id, arguments, message=str(said or "")))
+            said = str(metadata.get("message") or "")
+            pending.append(PendingCall(asks, call.tool_name, call.tool_call_id, arguments, message=said))
         elif question is not None:
             pending.append(
                 PendingCall(

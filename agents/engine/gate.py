@@ -89,7 +89,8 @@ class GatedToolset(WrapperToolset[TurnDeps]):
             # A tool that asks a person: its result is their answer, given in a later turn.
             answer = metadata.get("person_answer")
             if answer is None:
-                raise ApprovalRequired(metadata={"asks": asks, "arguments": tool_args})
+                said = REGISTRY[name].function(**tool_args)  # what the request asks, its message
+                raise ApprovalRequired(metadata={"asks": asks, "arguments": tool_args, "message": said})
             await deps.emit(permissions.start(call_id, name, tool_args))
             await self._complete(deps, call_id, result=answer)
             return answer
