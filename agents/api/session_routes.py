@@ -19,16 +19,28 @@ from agents.models import Event, Session
 from agents.prepare import RunRejected
 from approvals.models import RequestStatus
 from console.api import ApiError, Paging, Problem, page_of, problem, require_role
+from console.sql import Prepared
 from console.tenancy import ConsoleRequest
 
 router = Router(tags=["runs"])
 
 
+# A live session by its key, as the routes below read it: compiled once (issue 56: a stream's open reads it), and
+# without its history (`conversation`), which none of them shows. One at most (`session_key_unique_live`).
+_LIVE = Prepared(
+    lambda tenant, key: Session.objects.live().defer("conversation").filter(tenant=tenant, key=key),
+    tenant=int,
+    key=str,
+)
+
+
 def _session_for(request: ConsoleRequest, session_id: str, *related: str) -> Session:
     """The caller's live session `session_id`, with the `related` objects joined in; else 404 `session_not_found`."""
-    sessions = Session.objects.live().filter(tenant=request.tenant, key=session_id)
-    # `select_related()` of nothing would join every foreign key.
-    session = (sessions.select_related(*related) if related else sessions).first()
+    if related:
+        sessions = Session.objects.live().defer("conversation").filter(tenant=request.tenant, key=session_id)
+        session = sessions.select_related(*related).first()
+    else:
+        session = _LIVE.first(tenant=request.tenant.pk, key=session_id)
     if session is None:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     return session

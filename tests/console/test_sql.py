@@ -226,6 +226,10 @@ def test_insert_rows_writes_what_bulk_create_writes(operator, admin):
         return [{**row, "id": None, "sequence": row["sequence"] - first} for row in rows.values()]
 
     assert stored(1000) == stored(2000) and len(stored(1000)) == INSERT_BATCH + 3
+    # One row: on PostgreSQL its columns are arrays of one value, `parent_id`'s of a NULL alone.
+    insert_rows(events(3000, 1))
+    Event.objects.bulk_create(events(4000, 1))
+    assert stored(3000) == stored(4000) and stored(3000)[0]["parent_id"] is None
     assert [e.id for e in ours] == list(
         Event.objects.filter(run=run, sequence__gte=1000, sequence__lt=2000)
         .order_by("sequence")
