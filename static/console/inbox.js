@@ -596,9 +596,13 @@
     selected = card;
     syncRows();
     if (!card) return;
+    mark(card);
+    place();
+  }
+
+  function mark(card) {
     card.classList.add("selected");
     card.querySelector("[data-card-row]").setAttribute("aria-current", "true");
-    place();
   }
 
   // The card stays in sight while the rows scroll (as `position: sticky` would, were it in the flow).
@@ -662,5 +666,11 @@
   document.body.addEventListener("htmx:afterSettle", syncSelection); // the bar swapped for its answer
 
   new MutationObserver(() => { syncRows(); refocus(); keepShown(); syncSelection(); }).observe(list, { childList: true });
+  // A card swapped for itself (an answer refused, a claim) settles with the server's attributes, which htmx puts
+  // back after the swap: its class loses "selected" (and "open"), so the card and its error would vanish.
+  list.addEventListener("htmx:afterSettle", () => {
+    if (selected && selected.isConnected) mark(selected);
+    syncRows();
+  });
   syncSelection();
 })();

@@ -87,6 +87,33 @@ def test_it_lists_a_row_per_request_with_the_selected_card_beside_them_live(
     expect(cards[3].locator(".card-body")).to_be_hidden()
 
 
+def test_a_card_swapped_for_itself_stays_beside_the_rows_with_what_it_says(
+    api: dict[str, Api],  # noqa: F811
+    sign_in: Callable[[str], Page],
+) -> None:
+    """An answer the server refuses, or a claim, swaps the card for the server's: it stays shown, its error in sight
+    (htmx settles the new card with the server's class, which had lost the selection's)."""
+    agent = create_agent(api, tools=[{"name": "propose_plan"}])
+    asked = [run(api["otto"], agent, 'call propose_plan {"steps": ["Draft", "Send"]}', uuid4().hex) for _ in "ab"]
+    ids = [a["pendingRequests"][0]["requestId"] for a in asked]
+    page = sign_in("otto")
+    page.set_viewport_size(LAPTOP)
+    open_agent(page, agent)
+    card = page.locator(f"#request-{ids[1]}")
+    card.locator(".card-row").click()
+    expect(card.locator(".card-body")).to_be_visible()
+
+    card.get_by_role("button", name="Send back to revise").click()
+    expect(card.locator("[data-error-for=text]")).to_have_text("Say what to revise.")
+    expect(card.locator(".card-body")).to_be_visible()
+    expect(card.locator(".card-row")).to_have_attribute("aria-current", "true")
+
+    card.get_by_role("button", name="Claim").click()
+    expect(card.locator("[data-row-claim]")).to_contain_text("claimed by")
+    expect(card.locator(".card-body")).to_be_visible()
+    expect(page.locator(f"#request-{ids[0]} .card-body")).to_be_hidden()
+
+
 def test_the_saved_views_pick_what_is_mine_claimed_routed_and_answered(
     api: dict[str, Api],  # noqa: F811
     sign_in: Callable[[str], Page],
