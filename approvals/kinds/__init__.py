@@ -2,8 +2,9 @@
 which answer fields it takes and what it stores, the checks an answer must pass, how the answer reaches the
 engine and which event records it, the event and run status that announce it, and how the audit describes it.
 
-`base` is what every kind declares (`Kind`) and shares; `registry` lists them (`KINDS`) and is what the run
-lifecycle calls. A new kind: docs/architecture.md, "A new request kind".
+`base` is what every kind declares (`Kind`) and shares, `answer_form` what their inbox forms share; `registry` finds
+them (`KINDS`: each package's `KIND`) and is what the run lifecycle calls. A new kind: docs/architecture.md, "A new
+request kind".
 """
 
 from approvals.kinds.base import AnswerRefused, Kind, own_state, schema_problems
