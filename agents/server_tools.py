@@ -1,6 +1,6 @@
 """The registry of server tools: Python functions an agent definition can choose by name."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -17,18 +17,22 @@ class ServerTool:
     function: Callable[..., Any]
     description: str
     side_effects: bool
-    # The request kind a tool that asks a person opens (`question`, `plan`); the engine answers its call with the
-    # person's answer, and its function only says what the request asks (its message).
+    # The request kind a tool that asks a person opens (`question`, `plan`), and what the request says (its message)
+    # from the call's arguments; the engine answers the call with the person's answer and never runs the function.
     asks: str | None = None
+    says: Callable[[Mapping[str, Any]], str] | None = None
 
 
 REGISTRY: dict[str, ServerTool] = {}
 
 
-def server_tool(*, side_effects: bool, asks: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def server_tool(
+    *, side_effects: bool, asks: str | None = None, says: Callable[[Mapping[str, Any]], str] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
         description = (function.__doc__ or "").strip()
-        REGISTRY[function.__name__] = ServerTool(function.__name__, function, description, side_effects, asks)
+        tool = ServerTool(function.__name__, function, description, side_effects, asks, says)
+        REGISTRY[function.__name__] = tool
         return function
 
     return register
@@ -63,6 +67,10 @@ def send_email(to: Annotated[str | list[str], AfterValidator(one_address_each)],
     return f"{'sent' if sent else 'not sent'} to {', '.join(recipients)}"
 
 
+class AskedOfAPerson(RuntimeError):
+    """A tool that asks a person ran as a function: the engine answers such calls itself."""
+
+
 # What a person is asked is pushed to every open inbox as a card: a model may not make one of megabytes. The
 # schema the model is given carries these; a call over them is refused before any request opens, the model
 # reading why.
@@ -72,7 +80,7 @@ Choice = Annotated[str, Field(max_length=CHOICE_MAX)]
 Step = Annotated[str, Field(max_length=STEP_MAX)]
 
 
-@server_tool(side_effects=False, asks="question")
+@server_tool(side_effects=False, asks="question", says=lambda arguments: str(arguments.get("question") or ""))
 def ask_user(
     question: Annotated[str, Field(max_length=QUESTION_MAX)],
     choices: Annotated[list[Choice], Field(max_length=CHOICES_MAX)] | None = None,
@@ -80,11 +88,11 @@ def ask_user(
 ) -> str:
     """Ask the user a question and wait for the answer. Give `choices` to offer a set of answers; with choices the
     user must pick one unless `allow_freeform` is true."""
-    return question
+    raise AskedOfAPerson(question)
 
 
-@server_tool(side_effects=False, asks="plan")
+@server_tool(side_effects=False, asks="plan", says=lambda _: "Approve this plan?")
 def propose_plan(steps: Annotated[list[Step], Field(max_length=STEPS_MAX)]) -> str:
     """Submit a plan (its steps, in order) for approval before carrying it out. The answer is `approved`, or
     `revise: <guidance>` with what to change."""
-    return "Approve this plan?"
+    raise AskedOfAPerson("; ".join(steps))

@@ -76,7 +76,8 @@ class GatedToolset(WrapperToolset[TurnDeps]):
     ) -> Any:
         deps, call_id = ctx.deps, ctx.tool_call_id or ""
         policies = deps.policies
-        asks = REGISTRY[name].asks if self.server is None and name in REGISTRY else None
+        asking = REGISTRY[name] if self.server is None and name in REGISTRY else None
+        asks = asking.asks if asking is not None else None
         described = permissions.describe(name, tool.tool_def, self.server)
         if policies is not None:
             checked = await pre_tool_call(deps, policies, described, call_id, tool_args)
@@ -89,7 +90,7 @@ class GatedToolset(WrapperToolset[TurnDeps]):
             # A tool that asks a person: its result is their answer, given in a later turn.
             answer = metadata.get("person_answer")
             if answer is None:
-                said = REGISTRY[name].function(**tool_args)  # what the request asks, its message
+                said = asking.says(tool_args) if asking is not None and asking.says is not None else ""
                 raise ApprovalRequired(metadata={"asks": asks, "arguments": tool_args, "message": said})
             await deps.emit(permissions.start(call_id, name, tool_args))
             await self._complete(deps, call_id, result=answer)
