@@ -80,8 +80,10 @@ def claim_batch(worker_ids: list[str], lanes: list[str] | None = None) -> list[D
                 taken = {"status": TaskResultStatus.RUNNING, "started_at": timezone.now()}
                 taken["worker_ids"] = [*db_task.worker_ids, worker_id]
                 update_together(
-                    Run.objects.filter(id=db_task.args_kwargs["args"][0], status=RunStatus.QUEUED),
-                    {"status": RunStatus.RUNNING, "attempts": F("attempts") + 1, **lease(worker_id)},
+                    (
+                        Run.objects.filter(id=db_task.args_kwargs["args"][0], status=RunStatus.QUEUED),
+                        {"status": RunStatus.RUNNING, "attempts": F("attempts") + 1, **lease(worker_id)},
+                    ),
                     (DBTaskResult.objects.filter(pk=db_task.pk), taken),
                 )
                 for name, value in taken.items():

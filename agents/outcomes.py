@@ -4,6 +4,7 @@ and the event log, in one transaction; and closing requests no run will carry (`
 """
 
 import logging
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,7 +32,7 @@ from approvals.decisions import Actor, Decision, announced_together, decide, han
 from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
 from console import metrics
-from console.sql import Prepared, insert_rows, update_together
+from console.sql import Prepared, PreparedUpdate, insert_rows, update_together
 
 logger = logging.getLogger(__name__)
 
@@ -259,15 +260,15 @@ def _store_outcome(
         ended: dict[str, Any] = {"last_run": run, "updated_at": run.finished_at}
         if outcome is not None and outcome.conversation is not None:
             ended["conversation"] = session.conversation
-        also.append((Session.objects.filter(pk=session.pk), ended))
-    run_row = (Run.objects.held_by(run), {name: getattr(run, name) for name in fields})
+        also.append(_SESSION.bind(ended, session=session.pk))
+    run_row = _HELD.bind({name: getattr(run, name) for name in fields}, run=run.pk, worker=run.worker_id)
     task_ended: dict[str, Any] = {}
     if task is None:
-        written = update_together(*run_row, *also)
+        written = update_together(run_row, *also)
     else:
         # The task's end last, after its run's: the keeper reclaiming a run writes the two in that order too.
         task_ended = _task_ended(run.status)
-        written = update_together(_task_rows(task), task_ended, *also, run_row)
+        written = update_together(_TASK_RUNNING.bind(task_ended, task=task.pk), *also, run_row)
     if not written:
         raise _Reclaimed
     if session is not None:
@@ -281,9 +282,17 @@ def _store_outcome(
     return task_ended
 
 
-def _task_rows(task: DBTaskResult) -> QuerySet[DBTaskResult]:
-    """The row of a task still running."""
-    return DBTaskResult.objects.filter(pk=task.pk, status=TaskResultStatus.RUNNING)
+# The rows a turn's outcome writes, their conditions compiled once (issue 56): its session's; its run's while its
+# turn is held by this worker (`RunQuerySet.held_by`); its task's while running.
+_SESSION = PreparedUpdate(lambda session: Session.objects.filter(pk=session), session=int)
+_HELD = PreparedUpdate(
+    lambda run, worker: Run.objects.filter(pk=run, status=RunStatus.RUNNING, worker_id=worker),
+    run=uuid.UUID,
+    worker=str,
+)
+_TASK_RUNNING = PreparedUpdate(
+    lambda task: DBTaskResult.objects.filter(pk=task, status=TaskResultStatus.RUNNING), task=uuid.UUID
+)
 
 
 def _task_ended(status: str) -> dict[str, Any]:

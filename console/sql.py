@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from django.db import connection, connections, router
-from django.db.models import BooleanField, Model, QuerySet
+from django.db.models import BooleanField, Field, Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.query import ValuesIterable, get_related_populators
 from django.db.models.sql import UpdateQuery
@@ -35,24 +35,55 @@ def update_sql(rows: QuerySet[Any], values: dict[str, Any]) -> tuple[str, tuple[
     return query.get_compiler(rows.db).as_sql()
 
 
-def update_together(rows: QuerySet[Any], values: dict[str, Any], *others: tuple[QuerySet[Any], dict[str, Any]]) -> int:
-    """Each of the `others` updates, then `rows.update(**values)` when every other one wrote a row; how many rows
-    `rows.update` wrote (the caller's transaction decides what a count it did not expect undoes). On PostgreSQL one
-    statement: the others are its WITH clauses, and the main update's condition reads what they wrote, so they write
-    (and lock their rows) before it touches one of its own: the rows are locked in the order given, whatever order
-    the database would run WITH clauses in. Elsewhere one update after the other."""
+@dataclass(frozen=True)
+class Bound:
+    """An UPDATE with its values (`PreparedUpdate.bind`): `UPDATE … SET … WHERE (…)`, sent as it is."""
+
+    sql: str
+    params: list[Any]
+
+    def run(self) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, self.params)
+            return int(cursor.rowcount)
+
+
+# An update: rows and the values `rows.update(**values)` sets, or one bound already.
+Update = tuple[QuerySet[Any], dict[str, Any]] | Bound
+
+
+def update_together(main: Update, *others: Update) -> int:
+    """Each of the `others` updates, then `main` when every other one wrote a row; how many rows `main` wrote (the
+    caller's transaction decides what a count it did not expect undoes). On PostgreSQL one statement: the others are
+    its WITH clauses, and the main update's condition reads what they wrote, so they write (and lock their rows)
+    before it touches one of its own: the rows are locked in the order given, whatever order the database would run
+    WITH clauses in. Elsewhere one update after the other."""
     if connection.vendor != "postgresql" or not others:
-        for other, changes in others:
-            if not other.update(**changes):
+        for other in others:
+            if not _run(other):
                 return 0
-        return rows.update(**values)
-    written = [update_sql(other, changes) for other, changes in others]
-    after = [RawSQL(f"EXISTS (SELECT 1 FROM w{i})", (), output_field=BooleanField()) for i in range(len(others))]
-    sql, params = update_sql(rows.filter(*after), values)
+        return _run(main)
+    written = [_statement(other) for other in others]
+    sql, params = _statement(main, *(f"EXISTS (SELECT 1 FROM w{i})" for i in range(len(others))))
     clauses = ", ".join(f"w{index} AS ({other} RETURNING 1)" for index, (other, _) in enumerate(written))
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {clauses} {sql}", [*(p for _, more in written for p in more), *params])
         return int(cursor.rowcount)
+
+
+def _run(update: Update) -> int:
+    if isinstance(update, Bound):
+        return update.run()
+    rows, values = update
+    return rows.update(**values)
+
+
+def _statement(update: Update, *conditions: str) -> tuple[str, Sequence[Any]]:
+    """The SQL and parameters of `update`, its rows also meeting `conditions` (SQL taking no parameters)."""
+    if isinstance(update, Bound):
+        return update.sql + "".join(f" AND {condition}" for condition in conditions), update.params
+    rows, values = update
+    return update_sql(rows.filter(*(RawSQL(c, (), output_field=BooleanField()) for c in conditions)), values)
 
 
 # Rows in one INSERT at most: 100 rows of 25 columns stay far below SQLite's limit of parameters in a statement.
@@ -102,6 +133,47 @@ def _form(param: Any, mark: Any, db: str) -> Form | None:
     return next((form for form in forms if param == form(mark)), None)
 
 
+def _marks(kinds: dict[str, type]) -> dict[str, Any]:
+    """A value for each name that no query holds otherwise, of its type (a positive int within 32 bits, in the range
+    of every integer column but the small ones: Django finds no row for a value out of its column's range, or every
+    row, and leaves it out of the SQL)."""
+    marks: dict[str, Any] = {}
+    for index, (name, kind) in enumerate(kinds.items()):
+        marks[name] = {
+            str: f"\x1fprepared:{name}",
+            int: 2_000_000_000 + index,
+            uuid.UUID: uuid.UUID(int=0x7E7A_0000_0000_0000_0000_0000_0000_0000 + index),
+            datetime: datetime(1901, 1, 1, 0, 0, index, tzinfo=UTC),
+        }[kind]
+    return marks
+
+
+Places = dict[str, list[tuple[int, Form]]]
+
+
+def _places(marks: dict[str, Any], params: Sequence[Any], db: str) -> Places:
+    """Where (and in which form) each mark is among a compiled statement's parameters; ValueError for a mark that is
+    in none (a lookup rewrote it)."""
+    places: Places = {name: [] for name in marks}
+    for name, mark in marks.items():
+        for place, param in enumerate(params):
+            if (form := _form(param, mark, db)) is not None:
+                places[name].append((place, form))
+    lost = [name for name, found in places.items() if not found]
+    if lost:
+        raise ValueError(f"the values {lost} do not reach the SQL unchanged: Prepared cannot place them")
+    return places
+
+
+def _placed(params: Sequence[Any], places: Places, values: dict[str, Any]) -> list[Any]:
+    """A compiled statement's parameters with the values in the marks' places."""
+    placed = list(params)
+    for name, found in places.items():
+        for place, form in found:
+            placed[place] = form(values[name])
+    return placed
+
+
 @dataclass(frozen=True)
 class _Compiled:
     """One thread's compiled statement: its SQL, its parameters with the places (and forms) of the named values, and
@@ -112,7 +184,7 @@ class _Compiled:
     db: str
     sql: str
     params: tuple[Any, ...]
-    places: dict[str, list[tuple[int, Form]]]
+    places: Places
     compiler: SQLCompiler
     converters: dict[int, Any]
     fields: tuple[int, int]  # the main model's columns: row[start:end]
@@ -134,34 +206,13 @@ class Prepared[M: Model]:
         self.build, self.kinds = build, kinds
         self._local = threading.local()
 
-    def _marks(self) -> dict[str, Any]:
-        """A value for each name that no query holds otherwise, of its type (a positive int within 32 bits, in the
-        range of every integer column but the small ones: Django finds no row for a value out of its column's range,
-        or every row, and leaves it out of the SQL)."""
-        marks: dict[str, Any] = {}
-        for index, (name, kind) in enumerate(self.kinds.items()):
-            marks[name] = {
-                str: f"\x1fprepared:{name}",
-                int: 2_000_000_000 + index,
-                uuid.UUID: uuid.UUID(int=0x7E7A_0000_0000_0000_0000_0000_0000_0000 + index),
-                datetime: datetime(1901, 1, 1, 0, 0, index, tzinfo=UTC),
-            }[kind]
-        return marks
-
     def _compile(self, limited: bool) -> _Compiled:
-        marks = self._marks()
+        marks = _marks(self.kinds)
         queryset = self.build(**marks)
         queryset = queryset[:1] if limited else queryset
         compiler = queryset.query.get_compiler(using=queryset.db)
         sql, params = compiler.as_sql()
-        places: dict[str, list[tuple[int, Form]]] = {name: [] for name in marks}
-        for name, mark in marks.items():
-            for place, param in enumerate(params):
-                if (form := _form(param, mark, queryset.db)) is not None:
-                    places[name].append((place, form))
-        lost = [name for name, found in places.items() if not found]
-        if lost:
-            raise ValueError(f"the values {lost} do not reach the SQL unchanged: Prepared cannot place them")
+        places = _places(marks, params, queryset.db)
         fetch_mode = queryset._fetch_mode  # type: ignore[attr-defined]
         if issubclass(queryset._iterable_class, ValuesIterable):  # type: ignore[attr-defined]
             query = queryset.query  # its names as Django's ValuesIterable reads them
@@ -193,10 +244,7 @@ class Prepared[M: Model]:
         if limited not in compiled:
             compiled[limited] = self._compile(limited)
         statement = compiled[limited]
-        params = list(statement.params)
-        for name, places in statement.places.items():
-            for place, form in places:
-                params[place] = form(values[name])
+        params = _placed(statement.params, statement.places, values)
         with connections[statement.db].cursor() as cursor:
             cursor.execute(statement.sql, params)
             rows = cursor.fetchall()
@@ -257,3 +305,47 @@ class Constant:
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
+
+
+class PreparedUpdate[M: Model]:
+    """`build(**values).update(**changes)` (issue 56): its condition compiled once a thread, as `Prepared` compiles a
+    SELECT's (each value of its type, never None, a parameter of its own), and its changes set as Django's UPDATE
+    sets them: each value adapted by its field, a model instance as its key, None as a NULL parameter. For a
+    condition on the model's own table (no join) and plain values (no expression such as F())."""
+
+    def __init__(self, build: Callable[..., QuerySet[M]], **kinds: type) -> None:
+        self.build, self.kinds = build, kinds
+        self._local = threading.local()
+
+    def _condition(self) -> tuple[type[Model], str, str, tuple[Any, ...], Places]:
+        compiled = getattr(self._local, "condition", None)
+        if compiled is None:
+            marks = _marks(self.kinds)
+            queryset = self.build(**marks)
+            query = queryset.query
+            if len(query.alias_map) > 1:
+                raise ValueError("PreparedUpdate takes a condition on its model's own table")
+            where, params = query.get_compiler(using=queryset.db).compile(query.where)
+            places = _places(marks, params, queryset.db)
+            compiled = self._local.condition = (queryset.model, queryset.db, where, tuple(params), places)
+        return compiled
+
+    def bind(self, changes: dict[str, Any], **values: Any) -> Bound:
+        """The UPDATE of `changes` to the rows of `values`, not sent."""
+        model, db, where, params, places = self._condition()
+        connection = connections[db]
+        quote = connection.ops.quote_name
+        sets, set_params = [], []
+        for name, value in changes.items():
+            field = model._meta.get_field(name)
+            if not isinstance(field, Field):  # a reverse relation: nothing of this table to set
+                raise ValueError(f"PreparedUpdate sets this table's columns, not {name}")
+            if hasattr(value, "resolve_expression") or getattr(field, "get_placeholder_sql", None) is not None:
+                raise ValueError(f"PreparedUpdate sets plain values of plain fields, not {name}={value!r}")
+            if field.remote_field is not None and hasattr(value, "prepare_database_save"):
+                value = value.prepare_database_save(field)
+            sets.append(f"{quote(cast(str, field.column))} = %s")
+            set_params.append(field.get_db_prep_save(value, connection))
+        table = quote(model._meta.db_table)
+        sql = f"UPDATE {table} SET {', '.join(sets)} WHERE ({where})"
+        return Bound(sql, [*set_params, *_placed(params, places, values)])

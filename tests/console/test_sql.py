@@ -1,6 +1,7 @@
 """`console.sql`: `update_together` (UPDATEs in one statement on PostgreSQL, their rows locked in the order given),
 `Prepared` (a SELECT compiled once a thread, the same objects or dicts as Django's queryset would give),
-`insert_rows` (the rows `bulk_create` writes) and `Constant` (a SELECT without values, compiled once)."""
+`insert_rows` (the rows `bulk_create` writes), `Constant` (a SELECT without values, compiled once) and `PreparedUpdate`
+(an UPDATE whose condition is compiled once, writing what the queryset's `update` writes)."""
 
 import threading
 import time
@@ -18,7 +19,7 @@ from django.utils import timezone
 
 from agents.models import AgentVersion, Event, Run, Session
 from console.models import ApiToken, hash_token
-from console.sql import INSERT_BATCH, Constant, Prepared, insert_rows, update_together
+from console.sql import INSERT_BATCH, Constant, Prepared, PreparedUpdate, insert_rows, update_together
 from tests.helpers import EMAIL, call_line, make_agent, run_ok
 
 
@@ -40,7 +41,7 @@ def test_the_other_updates_lock_their_rows_before_the_main_one_touches_its_own(o
     def write() -> None:
         try:
             session = (Session.objects.filter(pk=run.session_id), {"updated_at": timezone.now()})
-            written["rows"] = update_together(Run.objects.filter(pk=run.pk), {"output": "after"}, session)
+            written["rows"] = update_together((Run.objects.filter(pk=run.pk), {"output": "after"}), session)
         finally:
             connections.close_all()
 
@@ -69,9 +70,9 @@ def test_the_main_update_writes_only_when_every_other_wrote_a_row(operator, admi
     make_agent(admin)
     run = Run.objects.get(id=run_ok(operator, {"message": "hello", "sessionId": "s"})["runId"])
     missing = (Session.objects.filter(pk=-1), {"updated_at": timezone.now()})
-    assert update_together(Run.objects.filter(pk=run.pk), {"output": "no"}, missing) == 0
+    assert update_together((Run.objects.filter(pk=run.pk), {"output": "no"}), missing) == 0
     assert Run.objects.get(pk=run.pk).output != "no"
-    assert update_together(Run.objects.filter(pk=run.pk), {"output": "yes"}) == 1
+    assert update_together((Run.objects.filter(pk=run.pk), {"output": "yes"})) == 1
     assert Run.objects.get(pk=run.pk).output == "yes"
 
 
@@ -267,3 +268,45 @@ def test_a_prepared_values_select_gives_the_querysets_dicts(operator, admin):
         assert rows.dicts(run_id=run.id, sequence=sequence, since=since) == expected
         assert len(expected) == count - sequence
     assert rows.dicts(run_id=uuid.uuid4(), sequence=0, since=since) == []
+
+
+_HELD = PreparedUpdate(
+    lambda run, worker: Run.objects.filter(pk=run, status="running", worker_id=worker), run=uuid.UUID, worker=str
+)
+_SESSION = PreparedUpdate(lambda session: Session.objects.filter(pk=session), session=int)
+
+
+@pytest.mark.django_db
+def test_a_prepared_update_writes_what_the_querysets_update_writes(operator, admin):
+    make_agent(admin)
+    ours, theirs = (Run.objects.get(id=run_ok(operator, {"message": "hi", "sessionId": s})["runId"]) for s in "ab")
+    Run.objects.filter(pk__in=[ours.pk, theirs.pk]).update(status="running", worker_id="w1")
+    when = timezone.now()
+    changes = {"status": "completed", "output": "done", "usage": {"requests": 1}, "error": None, "finished_at": when}
+    changes |= {"lease_expires_at": None, "queued_input": None}
+    assert update_together(_HELD.bind(changes, run=ours.pk, worker="w1")) == 1
+    assert Run.objects.filter(pk=theirs.pk).update(**changes) == 1
+    ignored = {"id", "session_id", "message", "created_at"}
+    assert {k: v for k, v in _fields(Run.objects.get(pk=ours.pk)).items() if k not in ignored} == {
+        k: v for k, v in _fields(Run.objects.get(pk=theirs.pk)).items() if k not in ignored
+    }
+    # Held by another worker, or no longer running: nothing written.
+    assert _HELD.bind({"output": "late"}, run=ours.pk, worker="w2").run() == 0
+    assert _HELD.bind({"output": "late"}, run=ours.pk, worker="w1").run() == 0
+    # A model instance is set as its key, as `update` sets it; with another update, in one statement on PostgreSQL.
+    session = ours.session
+    assert session is not None
+    moved = update_together(
+        _SESSION.bind({"last_run": theirs, "updated_at": when}, session=session.pk),
+        (Run.objects.filter(pk=ours.pk), {"output": "together"}),
+    )
+    assert moved == 1 and Session.objects.get(pk=session.pk).last_run_id == theirs.pk
+    assert Run.objects.get(pk=ours.pk).output == "together"
+
+
+@pytest.mark.django_db
+def test_a_prepared_update_refuses_what_it_cannot_write_as_django_would():
+    with pytest.raises(ValueError):
+        _SESSION.bind({"updated_at": F("created_at")}, session=1)
+    with pytest.raises(ValueError):
+        PreparedUpdate(lambda name: Run.objects.filter(agent__name=name), name=str).bind({"output": "x"}, name="a")
