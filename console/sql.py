@@ -9,6 +9,8 @@
   turn writes (its events, its checkpoint, its requests).
 - `Constant`: a SELECT Django builds that takes no values, compiled once a database and sent as it is (issue 56):
   the running turns per lane, counted on every claim and every hand-over.
+- `PreparedUpdate`: an UPDATE whose condition is compiled once a thread, as `Prepared`'s is (issue 56): the rows a
+  turn's outcome writes (its session, its held run, its running task).
 """
 
 import threading
