@@ -286,9 +286,7 @@ def _store_outcome(
 # turn is held by this worker (`RunQuerySet.held_by`); its task's while running.
 _SESSION = PreparedUpdate(lambda session: Session.objects.filter(pk=session), session=int)
 _HELD = PreparedUpdate(
-    lambda run, worker: Run.objects.filter(pk=run, status=RunStatus.RUNNING, worker_id=worker),
-    run=uuid.UUID,
-    worker=str,
+    lambda run, worker: Run.objects.held_by(Run(pk=run, worker_id=worker)), run=uuid.UUID, worker=str
 )
 _TASK_RUNNING = PreparedUpdate(
     lambda task: DBTaskResult.objects.filter(pk=task, status=TaskResultStatus.RUNNING), task=uuid.UUID

@@ -25,22 +25,21 @@ from console.tenancy import ConsoleRequest
 router = Router(tags=["runs"])
 
 
-# A live session by its key, as the routes below read it: compiled once (issue 56: a stream's open reads it), and
-# without its history (`conversation`), which none of them shows. One at most (`session_key_unique_live`).
+# A live session by its key, its agent joined in, as the routes below read it: compiled once (issue 56: a stream's
+# open reads it), and without its history (`conversation`), which none of them shows. One at most
+# (`session_key_unique_live`).
 _LIVE = Prepared(
-    lambda tenant, key: Session.objects.live().defer("conversation").filter(tenant=tenant, key=key),
+    lambda tenant, key: (
+        Session.objects.live().defer("conversation").select_related("agent").filter(tenant=tenant, key=key)
+    ),
     tenant=int,
     key=str,
 )
 
 
-def _session_for(request: ConsoleRequest, session_id: str, *related: str) -> Session:
-    """The caller's live session `session_id`, with the `related` objects joined in; else 404 `session_not_found`."""
-    if related:
-        sessions = Session.objects.live().defer("conversation").filter(tenant=request.tenant, key=session_id)
-        session = sessions.select_related(*related).first()
-    else:
-        session = _LIVE.first(tenant=request.tenant.pk, key=session_id)
+def _session_for(request: ConsoleRequest, session_id: str) -> Session:
+    """The caller's live session `session_id`, else 404 `session_not_found`."""
+    session = _LIVE.first(tenant=request.tenant.pk, key=session_id)
     if session is None:
         raise ApiError(404, "session_not_found", f"No session {session_id!r} in this tenant.")
     return session
@@ -58,7 +57,7 @@ class SessionState(Schema):
 
 @router.get("/sessions/{session_id}/state", response=SessionState, exclude_unset=True)
 def session_state(request: ConsoleRequest, session_id: str) -> dict[str, Any]:
-    session = _session_for(request, session_id, "agent")
+    session = _session_for(request, session_id)
     pending = session.requests.filter(status=RequestStatus.PENDING)
     forked_from = checkpoints.forked_from(session)
     return {
