@@ -17,6 +17,7 @@ outside this module writes a request's end.
 
 import contextlib
 import copy
+import uuid
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ from approvals.receipts import APPROVAL_MODE, CANCEL, HUMAN, POLICY, RULE, SYSTE
 from approvals.request_spans import trace_decision
 from console import metrics
 from console.models import Tenant
+from console.sql import PreparedUpdate
 from console.tenancy import AUTH_METHOD
 
 __all__ = [
@@ -126,7 +128,6 @@ def decide(pending: PendingRequest, decision: Decision, now: datetime, *, announ
     another decision came first. Once committed, the inboxes, long polls and webhooks hear that it left, unless
     `announce` is False (a request born decided: nobody saw it open)."""
     actor = decision.actor
-    still_open = PendingRequest.objects.filter(pk=pending.pk, status=RequestStatus.PENDING, answered_in=None)
     if decision.answer is not None:
         changes: dict[str, Any] = {
             "answer": decision.answer,
@@ -139,13 +140,14 @@ def decide(pending: PendingRequest, decision: Decision, now: datetime, *, announ
         if decision.carried_in is not None:
             changes |= {"status": RequestStatus.ANSWERED, "answered_in": decision.carried_in, "closed_at": now}
         with transaction.atomic(savepoint=False):
-            wrote = _written(pending, still_open.filter(answer__isnull=True), changes, actor, now)
+            wrote = _written(pending, changes, actor, now)
             if wrote and decision.completes is not None:
                 decision.completes.save(force_insert=True)
     else:
         assert decision.closing is not None, "a decision is an answer or a closing"
         changes = {"status": decision.closing, "closed_at": now, "closed_by": actor.user}
-        wrote = _written(pending, still_open.filter(answer__isnull=True), {**changes, "answer": None}, actor, now)
+        wrote = _written(pending, {**changes, "answer": None}, actor, now)
+        still_open = PendingRequest.objects.filter(pk=pending.pk, status=RequestStatus.PENDING, answered_in=None)
         if not wrote and decision.answered_too and still_open.update(**changes):
             # Answered before (that answer had its receipt): closed now without another.
             for name, value in changes.items():
@@ -156,13 +158,22 @@ def decide(pending: PendingRequest, decision: Decision, now: datetime, *, announ
     return wrote
 
 
-def _written(pending: PendingRequest, found: Any, changes: dict[str, Any], actor: Actor, now: datetime) -> bool:
-    """`found.update(**changes)` with the receipt of `pending` as the write leaves it, in one transaction
-    (`receipts.record_closing`); on `pending` too once written."""
+# A request open for a decision: pending, unanswered, carried by no run.
+_UNDECIDED = PreparedUpdate(
+    lambda request: PendingRequest.objects.filter(
+        pk=request, status=RequestStatus.PENDING, answered_in=None, answer__isnull=True
+    ),
+    request=uuid.UUID,
+)
+
+
+def _written(pending: PendingRequest, changes: dict[str, Any], actor: Actor, now: datetime) -> bool:
+    """`changes` written on `pending` while it is undecided, with its receipt as the write leaves it, in one
+    transaction (`receipts.record_closing`); on `pending` too once written."""
     closed = copy.copy(pending)
     for name, value in changes.items():
         setattr(closed, name, value)
-    if not receipts.record_closing(found, changes, closed, now, actor.decider):
+    if not receipts.record_closing(_UNDECIDED.bind(changes, request=pending.pk), closed, now, actor.decider):
         return False
     for name, value in changes.items():
         setattr(pending, name, value)

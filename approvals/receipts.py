@@ -14,6 +14,7 @@ order is the order the decisions were committed in. This module sits below the m
 duck-typed.
 """
 
+import functools
 import hashlib
 import json
 import uuid
@@ -26,7 +27,7 @@ import rfc8785
 from django.db import connection, models, transaction
 
 from console.models import Tenant
-from console.sql import update_sql
+from console.sql import Bound
 
 # What the receipt's `decisionSource` says decided.
 HUMAN, RULE, POLICY, APPROVAL_MODE, EXPIRY, CANCEL, ABANDON = (
@@ -322,6 +323,21 @@ def _receipt(tenant_id: Any, body: dict[str, Any], hash_: str) -> Receipt:
     )
 
 
+@functools.cache
+def _receipt_statement() -> tuple[list[Any], str, str, str, str]:
+    """What `_append_in_one_statement` names of the tables (PostgreSQL's): the receipt's fields given as values, its
+    columns (those, then the sequence, body and hash the statement computes), the values' casts and both tables."""
+    fields = [field for field in Receipt._meta.concrete_fields if field.name not in ("sequence", "body", "hash")]
+    last = [
+        field for name in ("sequence", "body", "hash") for field in Receipt._meta.concrete_fields if field.name == name
+    ]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in [*fields, *last])
+    typed = ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields)
+    heads, receipts = (quote(model._meta.db_table) for model in (ReceiptHead, Receipt))
+    return fields, columns, typed, heads, receipts
+
+
 def _append_in_one_statement(
     tenant_id: Any, fact: dict[str, Any], guard: tuple[str, Any] | None = None
 ) -> tuple[bool, Receipt | None]:
@@ -346,16 +362,9 @@ def _append_in_one_statement(
     pieces.append(text[at:])
     body = {key: value for key, value in json.loads(text).items() if key not in stand_ins}
     hashed = " || ".join(f"%s || {part}" for part in spliced) + " || %s"
-    fields = [field for field in Receipt._meta.concrete_fields if field.name not in ("sequence", "body", "hash")]
-    last = [
-        field for name in ("sequence", "body", "hash") for field in Receipt._meta.concrete_fields if field.name == name
-    ]
+    fields, columns, typed, heads, receipts = _receipt_statement()
     receipt = _receipt(tenant_id, {**body, "sequence": 0}, "")
     values = [field.get_db_prep_save(getattr(receipt, field.attname), connection) for field in fields]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(str(field.column)) for field in [*fields, *last])
-    typed = ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields)
-    heads, receipts = (quote(model._meta.db_table) for model in (ReceiptHead, Receipt))
     guarded, guard_params = (f"guard AS ({guard[0]} RETURNING 1), ", list(guard[1])) if guard else ("", [])
     written = (
         f"INSERT INTO {receipts} ({columns}) SELECT {typed}, new.sequence,"
@@ -388,21 +397,19 @@ def _append_in_one_statement(
     return True, _receipt(tenant_id, {**body, "sequence": sequence, "prevHash": prev}, hash_)
 
 
-def record_closing(
-    found: models.QuerySet[Any], changes: dict[str, Any], closed: Any, at: datetime, decider: Decider
-) -> bool:
-    """`found.update(**changes)`, the conditional write that answers or closes one request, and when it wrote a
-    row the receipt of the request as that write leaves it (`closed`, a copy with `changes` on it), in the caller's
-    transaction (one is opened when there is none); on PostgreSQL in one statement. False, and nothing written,
-    when `found` found nothing (another answer or closing came first)."""
+def record_closing(closing: Bound, closed: Any, at: datetime, decider: Decider) -> bool:
+    """`closing`, the conditional write that answers or closes one request, and when it wrote a row the receipt of
+    the request as that write leaves it (`closed`), in the caller's transaction (one is opened when there is none);
+    on PostgreSQL in one statement. False, and nothing written, when `closing` found nothing (another answer or
+    closing came first)."""
     fact = request_facts(closed, at, decider)
     with transaction.atomic(savepoint=False):
         if connection.vendor == "postgresql":
-            wrote, receipt = _append_in_one_statement(closed.tenant_id, fact, update_sql(found, changes))
+            wrote, receipt = _append_in_one_statement(closed.tenant_id, fact, (closing.sql, closing.params))
             if wrote and receipt is None:  # no head yet
                 record(closed.tenant_id, [fact])
             return wrote
-        if not found.update(**changes):
+        if not closing.run():
             return False
         record(closed.tenant_id, [fact])
     return True

@@ -409,7 +409,7 @@ class PreparedUpdate[M: Model]:
             marks = _marks(self.kinds)
             queryset = self.build(**marks)
             query = queryset.query
-            if len(query.alias_map) > 1:
+            if query.count_active_tables() > 1:  # a join (an unused one, as `fk=None` leaves, is no join)
                 raise ValueError("PreparedUpdate takes a condition on its model's own table")
             where, params = query.get_compiler(using=queryset.db).compile(query.where)
             places = _places(marks, params, queryset.db)

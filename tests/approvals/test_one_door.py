@@ -89,7 +89,7 @@ def record(pending, now, run):
     pending.status, pending.closed_at = RequestStatus.EXPIRED, now
     pending.answered_via = "rule"
     PendingRequest(status=RequestStatus.ANSWERED, answered_in=run)
-    receipts.record_closing(found, {"answer": None}, pending, now, decider)
+    receipts.record_closing(closing, pending, now, decider)
 """
     found = writes_of_an_end(Path("agents/elsewhere.py"), second)
     written = [
