@@ -76,9 +76,8 @@ def record_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = No
             after = session.last_event
             refuse_if_busy_or_gone(session)
         elif request.session_id:
-            try:
-                with transaction.atomic():
-                    session = Session.objects.create(tenant=tenant, key=request.session_id, agent=prepared.agent)
+            try:  # no savepoint: the refusal leaves the transaction, which rolls back whole
+                session = Session.objects.create(tenant=tenant, key=request.session_id, agent=prepared.agent)
             except IntegrityError:
                 detail = "Another turn started this session at the same moment."
                 raise RunRejected(409, "session_busy", detail) from None
