@@ -1,5 +1,7 @@
+import copy
 import hashlib
 import secrets
+import time
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -9,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator, validate_slug
 from django.db import models
 from django.db.models import Q
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from django.utils import timezone
 from pydantic import ValidationError as PydanticError
 
@@ -97,13 +101,7 @@ class ApiToken(models.Model):
 
     @classmethod
     def authenticate(cls, raw: str) -> "ApiToken | None":
-        token = _LIVE_TOKEN.first(token_hash=hash_token(raw))
-        now = timezone.now()
-        # Record use at most once a minute: a write on every request would cost more than it tells.
-        if token is not None and (token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY):
-            token.last_used_at = now
-            token.save(update_fields=["last_used_at"])
-        return token
+        return _live_token(hash_token(raw))
 
     @classmethod
     def bearer(cls, header: str | None) -> "ApiToken":
@@ -129,6 +127,47 @@ _LIVE_TOKEN = Prepared(
     ),
     token_hash=str,
 )
+
+# A live token read by its hash is kept this long by the process that read it (issue 56): an API client's requests
+# come in bursts (a run started, its stream, its answer), each of which read it again. A token revoked, its
+# membership changed or removed, its user deactivated stops working at once in the process that did it (any write of
+# those rows through the ORM empties the kept ones, `_forget_tokens`) and within TOKEN_KEPT_SECONDS in every other.
+TOKEN_KEPT_SECONDS = 1.0
+_KEPT_TOKENS: dict[str, tuple[float, "ApiToken"]] = {}
+_KEPT_TOKENS_MOST = 1024
+
+
+def _live_token(token_hash: str) -> ApiToken | None:
+    """The live token of `token_hash` with its membership, user and tenant, as `_LIVE_TOKEN` reads it or as it was
+    kept: a copy of each, so that what a request sets on them stays its own."""
+    now = time.monotonic()
+    kept = _KEPT_TOKENS.get(token_hash)
+    if kept is None or kept[0] <= now:
+        token = _LIVE_TOKEN.first(token_hash=token_hash)
+        if token is None:
+            return None
+        if len(_KEPT_TOKENS) >= _KEPT_TOKENS_MOST:
+            _KEPT_TOKENS.clear()
+        kept = _KEPT_TOKENS[token_hash] = (now + TOKEN_KEPT_SECONDS, token)
+    token = kept[1]
+    used = timezone.now()
+    # Record use at most once a minute: a write on every request would cost more than it tells.
+    if token.last_used_at is None or used - token.last_used_at > LAST_USED_GRANULARITY:
+        token.last_used_at = used
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=used)  # not a change that forgets the kept tokens
+    membership = copy.copy(token.membership)
+    membership._state.fields_cache = {"user": copy.copy(membership.user), "tenant": copy.copy(membership.tenant)}
+    own = copy.copy(token)
+    own._state.fields_cache = {"membership": membership}
+    return own
+
+
+@receiver([post_save, post_delete], sender=ApiToken)  # a deleted membership, user or tenant deletes its tokens
+@receiver(post_save, sender=Membership)
+@receiver(post_save, sender=settings.AUTH_USER_MODEL)
+@receiver(post_save, sender=Tenant)
+def _forget_tokens(**_: Any) -> None:
+    _KEPT_TOKENS.clear()
 
 
 class MetricsToken(models.Model):

@@ -173,8 +173,9 @@ def _as_is(field: Field, connection: Any) -> frozenset[type]:
     field adapts a value with (those of Django's text, boolean, UUID and date-time fields, a key to one of them; a
     field of another kind, or one that overrides one of them, has every value adapted by its own methods):
     - a string, a boolean, None;
-    - a UUID where the database has a type of its own for it (PostgreSQL; elsewhere its hex), a datetime where the driver takes one as
-      it is (PostgreSQL), an aware one only (Django gives a naive one the default time zone, with a warning).
+    - a UUID where the database has a type of its own for it (PostgreSQL; elsewhere its hex), a datetime where the
+      driver takes one as it is (PostgreSQL), an aware one only (Django gives a naive one the default time zone, with
+      a warning).
     An integer is not: on PostgreSQL Django wraps it in psycopg's type for its column."""
     kind = type(field)
     if isinstance(field, ForeignKey) and kind.get_db_prep_save is ForeignKey.get_db_prep_save:

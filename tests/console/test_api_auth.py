@@ -2,11 +2,16 @@
 
 import hashlib
 import json
+import time
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from console.models import ApiToken
+from console import models as console_models
+from console.models import ApiToken, Role
 from tests.conftest import definition
 from tests.helpers import snapshot
 
@@ -70,9 +75,47 @@ def test_it_refuses_a_revoked_token(admin):
 
 
 def test_it_refuses_the_token_of_a_deactivated_user(admin):
+    assert admin.api("GET", "/api/agents").status_code == 200
     admin.user.is_active = False
     admin.user.save()
     assert_problem(admin.api("GET", "/api/agents"), 401, "unauthenticated")
+
+
+def test_a_token_read_is_kept_a_moment_and_forgotten_when_its_rows_change(admin, agent):
+    """A token is read once for a burst of requests (issue 56); a revocation, a role changed, a user deactivated or a
+    membership removed in this process takes effect on the next request."""
+    assert admin.api("GET", "/api/agents").status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        assert admin.api("GET", "/api/agents").status_code == 200
+    assert not [q for q in queries if "console_apitoken" in q["sql"]]  # kept: not read again
+
+    admin.membership.role = Role.READER
+    admin.membership.save()
+    created = admin.api("POST", "/api/agents", definition("other").wire())
+    assert_problem(created, 403, "forbidden")  # the role as it is now, not as the kept token had it
+    assert admin.api("GET", "/api/agents").status_code == 200
+    admin.membership.delete()
+    assert_problem(admin.api("GET", "/api/agents"), 401, "unauthenticated")
+
+
+def test_a_token_kept_is_read_again_once_its_moment_passed(admin, agent, monkeypatch):
+    """A change this process did not make (another process revoked the token) is seen within TOKEN_KEPT_SECONDS."""
+    monkeypatch.setattr(console_models, "TOKEN_KEPT_SECONDS", 0.2)
+    assert admin.api("GET", "/api/agents").status_code == 200
+    ApiToken.objects.filter(membership=admin.membership).update(revoked_at=timezone.now())  # as another process would
+    time.sleep(0.25)
+    assert_problem(admin.api("GET", "/api/agents"), 401, "unauthenticated")
+
+
+def test_what_a_request_sets_on_its_token_stays_its_own(admin):
+    first, second = ApiToken.authenticate(admin.token), ApiToken.authenticate(admin.token)
+    assert first is not None and second is not None
+    first.membership.tenant.name = "renamed by a request"
+    first.membership.user.first_name = "someone"
+    first.membership.role = Role.READER
+    assert second.membership.tenant.name == admin.tenant.name and second.membership.user.first_name == ""
+    assert second.membership.role == admin.membership.role
+    assert second.membership.tenant.pk == admin.tenant.pk and second.membership.user.pk == admin.user.pk
 
 
 def test_it_acts_for_the_tenant_of_the_token(admin, outsider, agent):
