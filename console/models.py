@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator, validate_slug
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -135,6 +135,8 @@ _LIVE_TOKEN = Prepared(
 TOKEN_KEPT_SECONDS = 1.0
 _KEPT_TOKENS: dict[str, tuple[float, "ApiToken"]] = {}
 _KEPT_TOKENS_MOST = 1024
+# How many times the kept tokens were forgotten: a token read before a forgetting is not kept after it.
+_forgotten = [0]
 
 
 def _live_token(token_hash: str) -> ApiToken | None:
@@ -143,12 +145,15 @@ def _live_token(token_hash: str) -> ApiToken | None:
     now = time.monotonic()
     kept = _KEPT_TOKENS.get(token_hash)
     if kept is None or kept[0] <= now:
+        before = _forgotten[0]
         token = _LIVE_TOKEN.first(token_hash=token_hash)
         if token is None:
             return None
         if len(_KEPT_TOKENS) >= _KEPT_TOKENS_MOST:
             _KEPT_TOKENS.clear()
-        kept = _KEPT_TOKENS[token_hash] = (now + TOKEN_KEPT_SECONDS, token)
+        kept = (now + TOKEN_KEPT_SECONDS, token)
+        if _forgotten[0] == before:  # else a change read meanwhile may not be in it: used once, not kept
+            _KEPT_TOKENS[token_hash] = kept
     token = kept[1]
     used = timezone.now()
     # Record use at most once a minute: a write on every request would cost more than it tells.
@@ -167,6 +172,12 @@ def _live_token(token_hash: str) -> ApiToken | None:
 @receiver(post_save, sender=settings.AUTH_USER_MODEL)
 @receiver(post_save, sender=Tenant)
 def _forget_tokens(**_: Any) -> None:
+    _forget()
+    transaction.on_commit(_forget)  # and again once committed: a token read before that saw the row unchanged
+
+
+def _forget() -> None:
+    _forgotten[0] += 1
     _KEPT_TOKENS.clear()
 
 
