@@ -12,6 +12,7 @@ request a second time and serialized the conversation's shape and the tools' sch
 cost a traced turn about 9% (bench/tracing_overhead.py: 1.10x with it, 1.00x without the call spans).
 """
 
+import itertools
 from typing import Any
 
 from opentelemetry import baggage
@@ -113,23 +114,27 @@ def _failed(span: Any, error: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR))
 
 
-# Built once per tracer provider (tests install their own).
-_CAPABILITY: dict[int, CallSpans] = {}
+# The tracer provider the engine's agents are built for now (tests install their own), held so that its id is
+# never another's; a number of its own, part of `agent_for`'s key (an agent built for an earlier provider is not used
+# again: a later one may take the earlier one's id, never its number); and its calls' capability, built once.
+_CURRENT: list[tuple[Any, int, CallSpans]] = []
+_NUMBERS = itertools.count(1)
+
+
+def _for(provider: Any) -> tuple[int, CallSpans]:
+    if not _CURRENT or _CURRENT[0][0] is not provider:
+        _CURRENT[:] = [(provider, next(_NUMBERS), CallSpans(provider.get_tracer(SCOPE)))]
+    _, number, capability = _CURRENT[0]
+    return number, capability
 
 
 def call_spans() -> list[AbstractCapability[Any]]:
     """The capability an engine agent carries for its calls' spans while tracing is on; none when it is off."""
     provider = telemetry.tracer_provider()
-    if provider is None:
-        return []
-    capability = _CAPABILITY.get(id(provider))
-    if capability is None:
-        _CAPABILITY.clear()  # a provider replaced: its capability is not used again
-        capability = _CAPABILITY[id(provider)] = CallSpans(provider.get_tracer(SCOPE))
-    return [capability]
+    return [] if provider is None else [_for(provider)[1]]
 
 
 def tracing_key() -> str:
     """What tells an agent built while tracing from one built without (`agents.engine.builder.agent_for`'s key)."""
     provider = telemetry.tracer_provider()
-    return "" if provider is None else f" traced:{id(provider)}"
+    return "" if provider is None else f" traced:{_for(provider)[0]}"
