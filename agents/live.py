@@ -4,9 +4,9 @@ group, with the database as where it catches up and resumes. The process that ru
 that serves the stream may be another (the Redis channel layer carries it across).
 
 A message carries events in their order, each envelope JSON-encoded once by the publisher (`Published`),
-not once per reader; stored events recorded by synchronous code before the turn's first live event (a run's
-start) go out with it, those recorded after its last (a run's end) once they are committed
-(`agents.events.EventLog.publish_rest`).
+not once per reader, and the message's events as one JSON text; stored events recorded by synchronous code before
+the turn's first live event (a run's start) go out with it, those recorded after its last (a run's end) once they
+are committed (`agents.events.EventLog.publish_rest`).
 
 Past where it starts or resumes, a stream reads the database only when something tells it to: a live event it
 cannot place yet, or a wake (`wake_now`, a message without events) sent once a write that was not published is
@@ -63,7 +63,9 @@ async def publish(session_pk: int, envelopes: list[dict[str, Any]], follows: tup
     """Send `envelopes` (events of one run) to the session's streams; `follows`: see `Published.follows`."""
     layer = get_channel_layer()
     if layer is not None and envelopes:
-        events = [list(Published.of(envelope, follows)) for envelope in envelopes]
+        # One text however many events: a layer copies (in memory) or packs (Redis) each message for each stream, and
+        # a text costs that once where a list of events costs it for every value of every event.
+        events = json.dumps([Published.of(envelope, follows) for envelope in envelopes])
         await layer.group_send(session_group(session_pk), {"type": "session.events", "events": events})
 
 
@@ -76,7 +78,7 @@ def publish_now(session_pk: int, envelopes: list[dict[str, Any]], follows: tuple
 async def wake_session(session_pk: int) -> None:
     layer = get_channel_layer()
     if layer is not None:
-        await layer.group_send(session_group(session_pk), {"type": "session.events", "events": []})
+        await layer.group_send(session_group(session_pk), {"type": "session.events", "events": "[]"})
 
 
 def wake_now(session_pk: int) -> None:
@@ -111,4 +113,4 @@ class Subscription:
             message = await asyncio.wait_for(self.layer.receive(self.channel), timeout)
         except TimeoutError:
             return None
-        return [Published(*event) for event in message.get("events") or []]
+        return [Published(*event) for event in json.loads(message["events"])]
