@@ -39,15 +39,6 @@ from django.db.models.sql import UpdateQuery
 from django.db.models.sql.compiler import SQLCompiler
 
 
-def update_sql(rows: QuerySet[Any], values: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
-    """The SQL and parameters of `rows.update(**values)`, not sent."""
-    query = rows.query.chain(UpdateQuery)
-    assert isinstance(query, UpdateQuery)
-    query.add_update_values(values)
-    query.annotations = {}
-    return query.get_compiler(rows.db).as_sql()
-
-
 @dataclass(frozen=True)
 class Bound:
     """An UPDATE with its values (`PreparedUpdate.bind`): `UPDATE … SET … WHERE (…)`, sent as it is."""
@@ -96,7 +87,12 @@ def _statement(update: Update, *conditions: str) -> tuple[str, Sequence[Any]]:
     if isinstance(update, Bound):
         return update.sql + "".join(f" AND {condition}" for condition in conditions), update.params
     rows, values = update
-    return update_sql(rows.filter(*(RawSQL(c, (), output_field=BooleanField()) for c in conditions)), values)
+    rows = rows.filter(*(RawSQL(c, (), output_field=BooleanField()) for c in conditions))
+    query = rows.query.chain(UpdateQuery)  # `rows.update(**values)`, compiled and not sent
+    assert isinstance(query, UpdateQuery)
+    query.add_update_values(values)
+    query.annotations = {}
+    return query.get_compiler(rows.db).as_sql()
 
 
 # Rows in one INSERT at most: 100 rows of 25 columns stay far below SQLite's limit of parameters in a statement.
