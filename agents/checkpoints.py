@@ -29,7 +29,8 @@ from agents.models import Checkpoint, Run, Session
 from agents.requirements import next_step_at
 from approvals.decisions import Decision, decide
 from approvals.models import PendingRequest, RequestStatus
-from console.sql import Prepared, insert_rows
+from console.inserts import insert_rows
+from console.sql import Prepared
 
 # The longest chain of deltas behind a checkpoint, its full copy included.
 FULL_COPY_EVERY = 32

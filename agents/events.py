@@ -17,7 +17,7 @@ from agents.models import Event, Run
 from agents.payloads import PAYLOADS, Payload, ToolExecutionStart
 from agents.payloads import TURN_ENDS as TURN_ENDS
 from agents.payloads import EventType as EventType  # the types live with their payloads
-from console.sql import insert_rows
+from console.inserts import insert_rows
 
 Listener = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -32,7 +32,8 @@ from approvals.decisions import Actor, Decision, announced_together, decide, han
 from approvals.kinds import KINDS, awaiting_status
 from approvals.models import PendingRequest, RequestStatus
 from console import metrics
-from console.sql import Prepared, PreparedUpdate, insert_rows, update_together
+from console.inserts import insert_rows
+from console.sql import Prepared, PreparedUpdate, update_together
 
 logger = logging.getLogger(__name__)
 

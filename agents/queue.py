@@ -59,8 +59,9 @@ from agents.run_requests import RunClientTool, RunRequest
 from agents.seats import Seat, take_handed, take_seat, wake_workers
 from agents.turns import PROCESS_ID, cancel_here, lease
 from approvals.models import PendingRequest
+from console.inserts import insert_rows
 from console.loops import run_here
-from console.sql import Prepared, insert_rows
+from console.sql import Prepared
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from approvals.kinds import close, closed, hand_over, to_engine
 from approvals.models import PendingRequest, RequestStatus, Rule
 from approvals.remembered_rules import rules_in_force
 from console import telemetry
-from console.sql import insert_rows
+from console.inserts import insert_rows
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,6 @@
 - `Prepared`: a SELECT Django builds, compiled once a thread and sent again with other values (issue 56): the
   statements every request or turn sends (the token, the agent's version, the rules in force, ...: the map in
   docs/architecture.md), where building and compiling the query cost about twice what running it does.
-- `insert_rows`: `bulk_create` without the queryset's machinery around each value (issue 56), for the rows every
-  turn writes (its events, its checkpoint, its requests).
 - `Constant`: a SELECT Django builds that takes no values, compiled once a database and sent as it is (issue 56):
   the running turns per lane, counted on every claim and every hand-over.
 - `PreparedUpdate`: an UPDATE whose condition is compiled once a thread, as `Prepared`'s is (issue 56): the rows a
@@ -21,7 +19,7 @@ from datetime import UTC, datetime
 from types import NoneType
 from typing import Any, cast
 
-from django.db import connection, connections, router
+from django.db import connection, connections
 from django.db.models import (
     BooleanField,
     CharField,
@@ -95,67 +93,10 @@ def _statement(update: Update, *conditions: str) -> tuple[str, Sequence[Any]]:
     return query.get_compiler(rows.db).as_sql()
 
 
-# Rows in one INSERT at most: 100 rows of 25 columns stay far below SQLite's limit of parameters in a statement.
-INSERT_BATCH = 100
-
-
-def insert_rows(rows: Sequence[Model]) -> None:
-    """`bulk_create(rows)`, rows of one model whose every value is set, the primary key included (none left to the
-    database, nor to a field's `pre_save` such as `auto_now`): each value adapted by its field as Django does, in
-    one INSERT per INSERT_BATCH rows, without the queryset's steps around every value (about 130 Python calls a row
-    for an event, against 35), and without the field's own steps for a value it sends as it is (`_sent_as_is`).
-    Like `bulk_create`, it sends no signal."""
-    if not rows:
-        return
-    model = type(rows[0])
-    if any(type(row) is not model or row.pk is None for row in rows):
-        raise ValueError("insert_rows takes rows of one model, each with its primary key")
-    db = router.db_for_write(model)
-    connection = connections[db]
-    into, placeholders, columns = _insert(model, db)
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), INSERT_BATCH):
-            batch = rows[start : start + INSERT_BATCH]
-            params = []
-            for obj in batch:
-                for field, as_is in columns:
-                    value = getattr(obj, field.attname)
-                    kind = type(value)  # `_prepared`'s test, here without a call for every value
-                    if kind in as_is and (kind is not datetime or value.utcoffset() is not None):
-                        params.append(value)
-                    else:
-                        params.append(field.get_db_prep_save(value, connection))
-            cursor.execute(into + ", ".join([placeholders] * len(batch)), params)
-    for obj in rows:
-        obj._state.adding, obj._state.db = False, db
-
-
-_INSERTS: dict[tuple[type[Model], str], tuple[str, str, list[tuple[Field, frozenset[type]]]]] = {}
-
-
-def _insert(model: type[Model], db: str) -> tuple[str, str, list[tuple[Field, frozenset[type]]]]:
-    """A model's `INSERT INTO table (columns) VALUES `, one row's placeholders and its fields with the types each
-    sends as they are, for a database."""
-    insert = _INSERTS.get((model, db))
-    if insert is None:
-        connection = connections[db]
-        quote = connection.ops.quote_name
-        fields = model._meta.concrete_fields
-        columns = ", ".join(quote(cast(str, field.column)) for field in fields)  # a concrete field has its column
-        columns_sent = [(field, _sent_as_is(field, connection)) for field in fields]
-        placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
-        insert = _INSERTS[(model, db)] = (
-            f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ",
-            placeholders,
-            columns_sent,
-        )
-    return insert
-
-
 _AS_IS: dict[tuple[Field, str], frozenset[type]] = {}
 
 
-def _sent_as_is(field: Field, connection: Any) -> frozenset[type]:
+def sent_as_is(field: Field, connection: Any) -> frozenset[type]:
     """`_as_is(field, connection)`, kept for each field and database."""
     key = (field, connection.alias)
     as_is = _AS_IS.get(key)
@@ -197,7 +138,7 @@ def _as_is(field: Field, connection: Any) -> frozenset[type]:
 def _prepared(field: Field, value: Any, connection: Any) -> Any:
     """`field.get_db_prep_save(value, connection)`, without its steps for a value it sends as it is."""
     kind = type(value)
-    if kind in _sent_as_is(field, connection) and (kind is not datetime or value.utcoffset() is not None):
+    if kind in sent_as_is(field, connection) and (kind is not datetime or value.utcoffset() is not None):
         return value
     return field.get_db_prep_save(value, connection)
 

@@ -1,7 +1,7 @@
 """`console.sql`: `update_together` (UPDATEs in one statement on PostgreSQL, their rows locked in the order given),
-`Prepared` (a SELECT compiled once a thread, the same objects or dicts as Django's queryset would give),
-`insert_rows` (the rows `bulk_create` writes), `Constant` (a SELECT without values, compiled once) and `PreparedUpdate`
-(an UPDATE whose condition is compiled once, writing what the queryset's `update` writes)."""
+`Prepared` (a SELECT compiled once a thread, the same objects or dicts as Django's queryset would give), `Constant` (a
+SELECT without values, compiled once) and `PreparedUpdate` (an UPDATE whose condition is compiled once, writing what
+the queryset's `update` writes); what a field sends as it is."""
 
 import threading
 import time
@@ -22,7 +22,7 @@ from django.utils import timezone
 from agents.models import AgentVersion, Event, Run, Session
 from console import sql
 from console.models import ApiToken, hash_token
-from console.sql import INSERT_BATCH, Constant, Prepared, PreparedUpdate, insert_rows, update_together
+from console.sql import Constant, Prepared, PreparedUpdate, update_together
 from tests.helpers import EMAIL, call_line, make_agent, run_ok
 
 
@@ -199,48 +199,6 @@ def test_a_constant_select_is_compiled_once_and_reads_the_rows_as_they_are_each_
     assert len(queries) == 1 and counts._compiled == compiled
 
 
-@pytest.mark.django_db
-def test_insert_rows_writes_what_bulk_create_writes(operator, admin):
-    make_agent(admin)
-    run = Run.objects.get(id=run_ok(operator, {"message": "hello", "sessionId": "s"})["runId"])
-    when = timezone.now()
-
-    def events(first: int, count: int) -> list[Event]:
-        return [
-            Event(
-                run=run,
-                sequence=first + n,
-                parent_id=uuid.UUID(int=n) if n % 2 else None,
-                type="assistant.message",
-                data={"content": f"é {n}", "list": [1, None, True]},
-                timestamp=when,
-                agent_id="sub" if n else "",
-                side_effects=bool(n % 3),
-            )
-            for n in range(count)
-        ]
-
-    ours, theirs = events(1000, INSERT_BATCH + 3), events(2000, INSERT_BATCH + 3)  # more rows than one statement takes
-    insert_rows(ours)
-    Event.objects.bulk_create(theirs)
-    assert all(not event._state.adding and event._state.db == "default" for event in ours)
-
-    def stored(first: int) -> list[dict[str, Any]]:
-        rows = Event.objects.filter(run=run, sequence__gte=first, sequence__lt=first + 1000).order_by("sequence")
-        return [{**row, "id": None, "sequence": row["sequence"] - first} for row in rows.values()]
-
-    assert stored(1000) == stored(2000) and len(stored(1000)) == INSERT_BATCH + 3
-    # One row: on PostgreSQL its columns are arrays of one value, `parent_id`'s of a NULL alone.
-    insert_rows(events(3000, 1))
-    Event.objects.bulk_create(events(4000, 1))
-    assert stored(3000) == stored(4000) and stored(3000)[0]["parent_id"] is None
-    assert [e.id for e in ours] == list(
-        Event.objects.filter(run=run, sequence__gte=1000, sequence__lt=2000)
-        .order_by("sequence")
-        .values_list("id", flat=True)
-    )
-
-
 def _samples() -> list[Any]:
     """Values of each type a field may send as it is, and of types close to them that it may not."""
     aware = timezone.now()
@@ -257,7 +215,7 @@ def test_a_value_a_field_sends_as_it_is_is_what_the_field_would_have_sent(recwar
     skipped = set()
     for model in apps.get_models():
         for field in model._meta.concrete_fields:
-            as_is = sql._sent_as_is(field, connection)
+            as_is = sql.sent_as_is(field, connection)
             for value in _samples():
                 try:
                     theirs = field.get_db_prep_save(value, connection)
@@ -275,19 +233,6 @@ def test_a_value_a_field_sends_as_it_is_is_what_the_field_would_have_sent(recwar
     if connection.vendor == "postgresql":
         assert {("UUIDField", "UUID"), ("ForeignKey", "UUID"), ("DateTimeField", "datetime")} <= skipped
     assert ("DateTimeField", "datetime") not in skipped or connection.vendor == "postgresql"
-
-
-@pytest.mark.django_db
-def test_insert_rows_refuses_a_row_without_its_key_or_of_another_model(operator, admin):
-    make_agent(admin)
-    run = Run.objects.get(id=run_ok(operator, {"message": "hello", "sessionId": "s"})["runId"])
-    keyless = Event(run=run, sequence=50, type="assistant.message")
-    keyless.id = None
-    with pytest.raises(ValueError):
-        insert_rows([keyless])
-    with pytest.raises(ValueError):
-        insert_rows([Event(run=run, sequence=51, type="assistant.message"), run])
-    assert not Event.objects.filter(run=run, sequence__in=[50, 51]).exists()
 
 
 @pytest.mark.django_db
