@@ -90,7 +90,7 @@ def _json_samples() -> list[Any]:
     ]
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the JSON parameter is PostgreSQL's")
+@pytest.mark.postgresql
 @pytest.mark.django_db
 def test_postgresql_reads_each_json_value_as_the_value_djangos_parameter_gives(recwarn):
     """For every field of every model and each value the field takes: the column `json_populate_record` makes of the
@@ -139,7 +139,7 @@ def test_postgresql_reads_each_json_value_as_the_value_djangos_parameter_gives(r
     assert kinds <= compared, kinds - compared
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the JSON parameter is PostgreSQL's")
+@pytest.mark.postgresql
 @pytest.mark.django_db
 def test_a_value_the_database_refuses_is_refused_as_bulk_create_has_it_refused(operator, admin):
     make_agent(admin)
