@@ -18,7 +18,7 @@ from agents.engine.subagent_turns import SubAgent
 from agents.models import Agent, AgentVersion, Attachment, Run, RunStatus, Session
 from agents.request_kinds import RequestKind
 from agents.requirements import needs_several, self_approval
-from agents.run_requests import PERSON_KINDS, PersonAnswer, RunClientTool, RunRequest
+from agents.run_requests import PERSON_FIELDS, PersonAnswer, RunClientTool, RunRequest
 from approvals.kinds import KINDS, AnswerRefused
 from approvals.models import NotAnApprover, PendingRequest, RequestStatus, refuse_unless_answerable, rights_of
 from approvals.remembered_rules import rules_in_force
@@ -78,6 +78,11 @@ def _versions(tenant: int, name: str) -> QuerySet[AgentVersion]:
     return AgentVersion.objects.select_related("agent").filter(
         agent__tenant=tenant, agent__name=name, agent__deleted_at__isnull=True
     )
+
+
+# The kinds a run request's `answers` answers (those whose every answer field a `PersonAnswer` has), and the fields
+# each reads.
+PERSON_KINDS = {name: kind.fields for name, kind in KINDS.items() if kind.fields <= PERSON_FIELDS}
 
 
 # The agent's current version, which every run's start reads (issue 56): compiled once.

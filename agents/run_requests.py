@@ -14,7 +14,6 @@ from agents.definition_checks import distinct_names
 from agents.definitions import CULTURE, IDENTIFIER, WireModel, object_schema
 from agents.lanes import LANE_PATTERN
 from agents.rule_matching import Remember, RememberedUntil
-from approvals.kinds import KINDS
 
 # An answer's requestId is any string: one that is not a UUID names no request of the session, which is
 # `unknown_request` (SPEC section 4) rather than a malformed body.
@@ -53,9 +52,8 @@ class PersonAnswer(WireModel):
     approved: StrictBool | None = None
 
 
-# The kinds `answers` answers (those whose every answer field a `PersonAnswer` has), and the fields each reads.
+# The answer fields a `PersonAnswer` has (`agents.prepare.PERSON_KINDS`: the kinds `answers` answers).
 PERSON_FIELDS = frozenset({"text", "approved"})
-PERSON_KINDS = {name: kind.fields for name, kind in KINDS.items() if kind.fields <= PERSON_FIELDS}
 
 
 SESSION_KEY = re.compile(r"[^/\x00-\x1f\x7f]+")
