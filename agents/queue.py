@@ -83,23 +83,25 @@ def start_queued(prepared: PreparedRun, user: Any) -> StartedRun:
     return started
 
 
-def enqueue(run: Run, prepared: PreparedRun, seat: Seat | None = None) -> None:
+def enqueue(run: Run, prepared: PreparedRun, seat: Seat | None = None) -> list[DBTaskResult]:
     """Keep what the turn needs on the run, not saved yet, and queue it (inside `record_run`'s transaction, which
     writes the run after). Not its answers: each is stored on its request, and the worker rebuilds them from there
     (`carried_answers`) by the ids it keeps. With a `seat` whose lane has room, the run is claimed for the seat's
-    thread here instead (its task written running, the run leased): the seat hands it over once committed."""
+    thread here instead (its task running, the run leased): the seat hands it over once committed. The task to
+    write with the run, when it is claimed here (`_put_on_queue`)."""
     run.queued_input = {
         "instructions": prepared.instructions,
         "documents": [list(document) for document in prepared.documents],
         "carried": carried_ids(prepared),
         "leftOpen": prepared.left_open,
     }
-    _put_on_queue(run, seat)
+    return _put_on_queue(run, seat)
 
 
-def _put_on_queue(run: Run, seat: Seat | None) -> None:
+def _put_on_queue(run: Run, seat: Seat | None) -> list[DBTaskResult]:
     """Queue `run`, not saved yet, its `queued_input` kept: claimed here for the `seat`'s thread when its lane has
-    room, else a task for a claim."""
+    room, else a task for a claim. The task claimed here, not written: the caller writes it with the run, in one
+    statement on PostgreSQL (`console.inserts.insert_rows`)."""
     queued = execute_queued.using(queue_name=queue_name(run.lane))
     if seat is not None and has_room(run.lane):
         now = timezone.now()
@@ -117,14 +119,14 @@ def _put_on_queue(run: Run, seat: Seat | None) -> None:
             started_at=now,
             worker_ids=[seat.worker_id],
         )
-        insert_rows([seat.task])
         run.task_id = str(seat.task.id)
         run.status, run.attempts = RunStatus.RUNNING, 1
         for name, value in lease(seat.worker_id).items():
             setattr(run, name, value)
-        return
+        return [seat.task]
     run.task_id = str(queued.enqueue(str(run.id)).id)
     transaction.on_commit(wake_workers)
+    return []
 
 
 class _Refused(Exception):
@@ -161,8 +163,7 @@ def queue_continuation(run: Run, carried: PendingRequest, carry: Callable[[], bo
             refuse_if_deleted(session)
             # Not its turn asked: another turn queued or running makes the run's insert fail (its session's one
             # turn, `run_one_turn_per_session`); an agent deleted meanwhile closed the request (`carry` fails).
-            _put_on_queue(run, seat)
-            insert_rows([run])
+            insert_rows(_put_on_queue(run, seat), [run])
             if not carry():
                 raise _Refused
     except BaseException as refused:

@@ -7,11 +7,12 @@
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from agents import checkpoints
@@ -54,8 +55,8 @@ class StartedRun:
 
 
 # Puts a run not saved yet on its lane's queue (`agents.queue.enqueue`): keeps what its turn needs on it and sets its
-# task, so the run is written once.
-Enqueue = Callable[[Run, PreparedRun], None]
+# task, so the run is written once; gives the rows to write with it (its task, when claimed in this process).
+Enqueue = Callable[[Run, PreparedRun], Sequence[Model]]
 
 
 def record_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = None) -> StartedRun:
@@ -98,9 +99,7 @@ def record_run(prepared: PreparedRun, user: Any, *, enqueue: Enqueue | None = No
             lane=request.lane or DEFAULT_LANE,
             **({} if queued else hold_here()),
         )
-        if enqueue is not None:
-            enqueue(run, prepared)
-        insert_rows([run])
+        insert_rows(enqueue(run, prepared) if enqueue is not None else [], [run])
         log = EventLog(run, look_back=False)
         log.parent = after
         log.record(_started(run, prepared))

@@ -46,29 +46,40 @@ class _Column(NamedTuple):
     as_text: frozenset[type]  # on PostgreSQL, those the JSON array holds as their text: a UUID, an aware datetime
 
 
-def insert_rows(rows: Sequence[Model]) -> None:
-    """`bulk_create(rows)`, rows of one model whose every value is set, the primary key included (none left to the
-    database, nor to a field's `pre_save` such as `auto_now`). Like `bulk_create`, it sends no signal."""
-    if not rows:
+def insert_rows(*groups: Sequence[Model]) -> None:
+    """`bulk_create` of each group of rows, in order: rows of one model a group, whose every value is set, the
+    primary key included (none left to the database, nor to a field's `pre_save` such as `auto_now`). On PostgreSQL
+    the groups are one statement, each before the last a WITH clause (so a run and its task are one round trip).
+    Like `bulk_create`, it sends no signal."""
+    groups = tuple(rows for rows in groups if rows)
+    if not groups:
         return
-    model = type(rows[0])
-    if any(type(row) is not model or row.pk is None for row in rows):
-        raise ValueError("insert_rows takes rows of one model, each with its primary key")
-    db = router.db_for_write(model)
+    for rows in groups:
+        model = type(rows[0])
+        if any(type(row) is not model or row.pk is None for row in rows):
+            raise ValueError("insert_rows takes groups of rows of one model, each with its primary key")
+    db = router.db_for_write(type(groups[0][0]))
     connection = connections[db]
-    sql, columns = _statement(model, db)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            objects = [_json_row(row, columns, connection) for row in rows]
-            cursor.execute(sql, [json.dumps(objects, ensure_ascii=False)])
+            statements, params = [], []
+            for rows in groups:
+                sql, columns = _statement(type(rows[0]), db)
+                statements.append(sql)
+                params.append(json.dumps([_json_row(row, columns, connection) for row in rows], ensure_ascii=False))
+            clauses = ", ".join(f"i{index} AS ({sql})" for index, sql in enumerate(statements[:-1]))
+            cursor.execute(f"WITH {clauses} {statements[-1]}" if clauses else statements[-1], params)
         else:
-            placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
-            for start in range(0, len(rows), INSERT_BATCH):
-                batch = rows[start : start + INSERT_BATCH]
-                params = [value for row in batch for value in _adapted(row, columns, connection)]
-                cursor.execute(sql + ", ".join([placeholders] * len(batch)), params)
-    for obj in rows:
-        obj._state.adding, obj._state.db = False, db
+            for rows in groups:
+                sql, columns = _statement(type(rows[0]), db)
+                placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
+                for start in range(0, len(rows), INSERT_BATCH):
+                    batch = rows[start : start + INSERT_BATCH]
+                    values = [value for row in batch for value in _adapted(row, columns, connection)]
+                    cursor.execute(sql + ", ".join([placeholders] * len(batch)), values)
+    for rows in groups:
+        for obj in rows:
+            obj._state.adding, obj._state.db = False, db
 
 
 def _adapted(row: Model, columns: list[_Column], connection: Any) -> list[Any]:

@@ -56,9 +56,10 @@ BUDGETS = {
     "continuation": (11, 12),
     # Handed to an idle thread of the process that queued it (agents.seats.Seat), begun from what queueing it read:
     # no claim, nothing read again but the rules its turn may consult (the 12 met); the answer that hands it
-    # over counts its lane under the lane's lock, as a claim would.
+    # over counts its lane under the lane's lock, as a claim would, and writes the run with its task claimed for the
+    # thread (one statement on PostgreSQL: console.inserts.insert_rows).
     "handed continuation": (6, 7),
-    "handing answer": (8, 10),
+    "handing answer": (7, 10),
 }
 
 

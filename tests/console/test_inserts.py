@@ -11,7 +11,10 @@ from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection, transaction
 from django.db.models import TextChoices
+from django.tasks import TaskResultStatus
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from django_tasks_db.models import DBTaskResult, get_date_max
 
 from agents.models import Event, Run
 from console.inserts import INSERT_BATCH, _json_form, _json_row, _statement, insert_rows
@@ -160,3 +163,34 @@ def test_a_value_the_database_refuses_is_refused_as_bulk_create_has_it_refused(o
 def test_a_value_without_a_json_form_is_refused():
     with pytest.raises(TypeError):
         _json_form(b"bytes")
+
+
+@pytest.mark.django_db
+def test_groups_of_rows_are_written_in_one_statement_on_postgresql(operator, admin):
+    make_agent(admin)
+    run = Run.objects.get(id=run_ok(operator, {"message": "hello", "sessionId": "s"})["runId"])
+    first = [
+        Event(run=run, sequence=80 + n, type="assistant.message", data={"n": n}, timestamp=timezone.now())
+        for n in range(3)
+    ]
+    second = [Event(run=run, sequence=90, type="assistant.message", data={}, timestamp=timezone.now())]
+    task = DBTaskResult(
+        args_kwargs={"args": [], "kwargs": {}},
+        priority=0,
+        task_path="agents.queue.execute_queued",
+        queue_name="default",
+        run_after=get_date_max(),
+        backend_name="default",
+        status=TaskResultStatus.READY,
+        enqueued_at=timezone.now(),
+    )
+    with CaptureQueriesContext(connection) as sent:
+        insert_rows([task], [], first, second)
+    assert len(sent) == (1 if connection.vendor == "postgresql" else 3)
+    assert DBTaskResult.objects.filter(pk=task.pk).exists()
+    assert list(
+        Event.objects.filter(run=run, sequence__gte=80).values_list("sequence", flat=True).order_by("sequence")
+    ) == [80, 81, 82, 90]
+    with pytest.raises(ValueError):  # a group of two models, refused before anything is written
+        insert_rows([Event(run=run, sequence=95, type="assistant.message")], [Event(run=run, sequence=96), run])
+    assert not Event.objects.filter(run=run, sequence__in=[95, 96]).exists()
