@@ -6,21 +6,53 @@ and what a worker publishes once the turn's outcome is committed (agents.live), 
 
 The loop is uvloop's: a turn schedules a few hundred callbacks and tasks (pydantic-ai's graph, AnyIO's task groups),
 whose bookkeeping asyncio's own loop does in Python (about 2,300 Python calls of a served conversation's 36,800).
+
+uvloop spawns a process in one of its loops at a time, and refuses a spawn in another loop meanwhile instead of
+making it wait ("Racing with another loop to spawn a process"): two turns on two threads starting a stdio MCP server
+at the same moment, one of them failed `mcp_server_failed`. The loops here take turns at spawning instead.
 """
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import uvloop
+
+# Held by the loop spawning a process; the others wait for it, polling (their thread may not block: its loop runs
+# the rest of its turn meanwhile).
+_SPAWNING = threading.Lock()
+SPAWN_POLL_SECONDS = 0.002
+
+
+@contextlib.asynccontextmanager
+async def _turn_to_spawn() -> AsyncIterator[None]:
+    while not _SPAWNING.acquire(blocking=False):
+        await asyncio.sleep(SPAWN_POLL_SECONDS)
+    try:
+        yield
+    finally:
+        _SPAWNING.release()
+
+
+class _Loop(uvloop.Loop):
+    """uvloop's loop, spawning a process only while no other loop here spawns one."""
+
+    async def subprocess_exec(self, *args: Any, **kwargs: Any) -> Any:
+        async with _turn_to_spawn():
+            return await super().subprocess_exec(*args, **kwargs)
+
+    async def subprocess_shell(self, *args: Any, **kwargs: Any) -> Any:
+        async with _turn_to_spawn():
+            return await super().subprocess_shell(*args, **kwargs)
 
 
 class _ThreadLoop:
     """An event loop of one thread, closed when the thread ends (its thread-local goes away)."""
 
     def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        self.loop: asyncio.AbstractEventLoop = _Loop()
 
     def __del__(self) -> None:
         if not self.loop.is_running():
