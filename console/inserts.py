@@ -14,7 +14,6 @@ Elsewhere (SQLite) each value is a parameter, INSERT_BATCH rows a statement.
 model to what PostgreSQL makes of the parameter Django sends."""
 
 import datetime as dt
-import decimal
 import json
 import uuid
 from collections.abc import Sequence
@@ -22,7 +21,6 @@ from types import NoneType
 from typing import Any, NamedTuple, cast
 
 from django.db import connections, router
-from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import Field, ForeignKey, IntegerField, JSONField, Model
 from django.db.models.fields import AutoFieldMixin
 from psycopg.types.json import Json, Jsonb
@@ -119,7 +117,7 @@ def _json_form(value: Any) -> Any:
         return value.obj if value.dumps in (None, json.dumps) else json.loads(value.dumps(value.obj))
     if value is None or isinstance(value, str | int | float):  # psycopg's Int4..., a choice's enum: `json` writes
         return value  # what they hold
-    if isinstance(value, uuid.UUID | decimal.Decimal | dt.date | dt.time):  # an adapted datetime is aware
+    if isinstance(value, uuid.UUID | dt.datetime):  # an adapted datetime is aware
         return str(value)
     raise TypeError(f"insert_rows cannot write a {type(value).__name__} in JSON: {value!r}")
 
@@ -132,24 +130,21 @@ def _json_as_is(field: Field, connection: Any) -> frozenset[type]:
     kind = type(field)
     if isinstance(field, ForeignKey) and kind.get_db_prep_save is ForeignKey.get_db_prep_save:
         return _json_as_is(field.target_field, connection) - {str}  # a key sends "" as NULL to most targets
-    if kind.get_prep_value is IntegerField.get_prep_value:
-        plain = (kind.get_db_prep_save, kind.get_db_prep_value) == (
-            Field.get_db_prep_save,
-            IntegerField.get_db_prep_value,
-        )
-        auto = (kind.get_db_prep_save, kind.get_db_prep_value) == (
-            AutoFieldMixin.get_db_prep_save,
-            AutoFieldMixin.get_db_prep_value,
-        )
-        if plain or (
-            auto and type(connection.ops).validate_autopk_value is BaseDatabaseOperations.validate_autopk_value
-        ):
-            return frozenset({int, NoneType})
-    methods = (kind.get_db_prep_save, kind.get_db_prep_value, kind.get_prep_value)
-    plain_json = (JSONField.get_db_prep_save, JSONField.get_db_prep_value, Field.get_prep_value)
-    if methods == plain_json and cast(JSONField, field).encoder is None:
+    methods = (kind.get_prep_value, kind.get_db_prep_save, kind.get_db_prep_value)
+    if methods in _INTEGER_METHODS:
+        return frozenset({int, NoneType})
+    if methods == _JSON_METHODS and cast(JSONField, field).encoder is None:
         return _JSON
     return sent_as_is(field, connection) & _JSON_AS_SENT
+
+
+# The methods (`get_prep_value`, `get_db_prep_save`, `get_db_prep_value`) of Django's integer fields, of its automatic
+# keys (whose check of a key's value is MySQL's alone), and of its JSON field.
+_INTEGER_METHODS = {
+    (IntegerField.get_prep_value, Field.get_db_prep_save, IntegerField.get_db_prep_value),
+    (IntegerField.get_prep_value, AutoFieldMixin.get_db_prep_save, AutoFieldMixin.get_db_prep_value),
+}
+_JSON_METHODS = (Field.get_prep_value, JSONField.get_db_prep_save, JSONField.get_db_prep_value)
 
 
 _STATEMENTS: dict[tuple[type[Model], str], tuple[str, list[_Column]]] = {}
