@@ -33,6 +33,7 @@ from django.utils import timezone
 from approvals.receipts import Receipt, ReceiptHead
 from console.connections import SINK_KINDS
 from console.models import Connection
+from console.sql import Prepared
 from decisionlog.models import SinkCursor
 from decisionlog.sinks import SinkFailed, send_receipts
 
@@ -186,11 +187,15 @@ def _resting(sink: Connection, now: datetime) -> bool:
     return until is not None
 
 
+# Read every DECISION_LOG_SECONDS by every serving process, with or without a sink (issue 56): compiled once.
+_SINKS = Prepared(lambda: Connection.objects.filter(kind__in=SINK_KINDS).order_by("pk"))
+
+
 def ship(now: datetime | None = None, batch: int = BATCH) -> Pass:
     """One pass over every log sink connection and the tenants granted it."""
     now = now or timezone.now()
     done = Pass()
-    for sink in Connection.objects.filter(kind__in=SINK_KINDS).order_by("pk"):
+    for sink in _SINKS.all():
         if _resting(sink, now):
             continue
         for tenant_id, slug in behind(sink, now):

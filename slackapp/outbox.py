@@ -35,6 +35,7 @@ from slack_sdk.errors import SlackApiError
 from approvals.models import OPEN, Approval, PendingRequest
 from approvals.tallies import standing
 from console.models import Connection, ConnectionKind, Tenant
+from console.sql import Constant
 from slackapp.blocks import message, state_key, state_of
 from slackapp.channels import channels_for
 from slackapp.models import SlackChannel, SlackDelivery, SlackMessage, SlackNotice, SlackPlaced
@@ -247,16 +248,20 @@ def _failed(model: Any, row: Any, lease: datetime, this: _Pass, error: Exception
     )
 
 
+# Whether any tenant uses Slack: a row of any of these says so. Read every pass of every serving process (issue 56:
+# compiled once, as an idle console's periodic work was mostly compiling its queries).
+_IN_USE = (
+    Constant(lambda: SlackChannel.objects.values_list("pk")[:1]),
+    Constant(lambda: SlackMessage.objects.filter(final=False).values_list("pk")[:1]),
+    Constant(lambda: SlackNotice.objects.values_list("pk")[:1]),
+    Constant(lambda: SlackDelivery.objects.values_list("pk")[:1]),
+)
+
+
 def outbox_pass() -> None:
     """A pass of the outbox; an installation none of whose tenants uses Slack reads a row or three to know it (a
     pass wrote every 2 s before, and on SQLite each write takes the database's lock)."""
-    in_use = (
-        SlackChannel.objects.exists()
-        or SlackMessage.objects.filter(final=False).exists()
-        or SlackNotice.objects.exists()
-        or SlackDelivery.objects.exists()
-    )
-    if in_use:
+    if any(rows.rows() for rows in _IN_USE):
         sync()
         send_due()
 
