@@ -10,8 +10,10 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from django.utils import timezone
-from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 from pydantic.json_schema import WithJsonSchema
+
+from console.moments import Moment
 
 Scope = Literal["session", "always"]
 
@@ -38,8 +40,8 @@ def in_the_future(value: datetime | None) -> datetime | None:
     return value
 
 
-# An answer's or a rule's `expiresAt`: an ISO datetime with its offset, still ahead.
-RememberedUntil = Annotated[AwareDatetime | None, AfterValidator(in_the_future)]
+# An answer's or a rule's `expiresAt`: an ISO datetime with its offset, one the database stores, still ahead.
+RememberedUntil = Annotated[Moment | None, AfterValidator(in_the_future)]
 
 
 Operator = Literal["equals", "not_equals", "lt", "lte", "gt", "gte", "in", "not_in"]

@@ -1,20 +1,20 @@
 """`/api/me/away`: the member's own absence and who stands in for them (SPEC section 14, delegation)."""
 
-from datetime import datetime
 from typing import Any
 
 from ninja import Field, Router, Schema
 
 from approvals.answerers import Away, AwayRefused, set_away
 from console.api import ApiError, require_role
+from console.moments import Moment
 from console.tenancy import ConsoleRequest
 
 router = Router(tags=["delegation"])
 
 
 class AwayIn(Schema):
-    starts_at: datetime | None = Field(default=None, alias="from")
-    until: datetime
+    starts_at: Moment | None = Field(default=None, alias="from")
+    until: Moment
     delegate: str = Field(min_length=1, max_length=150)
 
 

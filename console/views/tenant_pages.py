@@ -22,6 +22,7 @@ from approvals.digests import MOST_MINUTES
 from approvals.models import ApproverGroup, Away, Digest, PendingRequest, routed_to
 from approvals.webhooks import webhook_of
 from console.models import Connection, ConnectionKind, Membership, Role, Tenant
+from console.moments import storable_field
 from console.tenancy import SESSION_KEY, ConsoleRequest, role_required, signed_in_required
 
 User = get_user_model()
@@ -284,8 +285,11 @@ class AwayForm(forms.Form):
         label="From",
         help_text="Empty: from now. Times are UTC.",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        validators=[storable_field],
     )
-    until = forms.DateTimeField(label="Until", widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = forms.DateTimeField(
+        label="Until", widget=forms.DateTimeInput(attrs={"type": "datetime-local"}), validators=[storable_field]
+    )
     delegate = forms.ChoiceField(label="Who answers for you", help_text="An operator or admin of this tenant.")
 
     def __init__(self, membership: Membership, *args: Any, **kwargs: Any) -> None:

@@ -115,6 +115,10 @@ def test_a_bad_delegate_is_refused(team, who, delegate, code):
 def test_bad_dates_and_a_reader_are_refused(team):
     past = (timezone.now() - timedelta(hours=1)).isoformat()
     assert_problem(team["sam"].api("put", "/api/me/away", {"until": past, "delegate": "dan"}), 400, "invalid_request")
+    # Without its offset (which day is it?), and the year 10000 in UTC (stored, no read of the row came back).
+    for until in ("2099-01-01", "2099-01-01T00:00:00", "9999-12-31T23:59:59-12:00"):
+        assert_problem(away(team["sam"], "dan", until=until), 400, "invalid_request")
+    assert_problem(away(team["sam"], "dan", **{"from": "2099-01-01T00:00:00"}), 400, "invalid_request")
     assert_problem(away(team["rita"], "dan"), 403, "forbidden")
     assert not Away.objects.exists()
 
@@ -124,6 +128,9 @@ def test_the_notifications_page_marks_one_away_and_back(team):
     until = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
     refused = client.post("/notifications/away/", {"until": until, "delegate": "rita"})
     assert refused.status_code == 400 and "Select a valid choice" in refused.content.decode()
+    beyond = client.post("/notifications/away/", {"until": "9999-12-31T23:59:59-12:00", "delegate": "dan"})
+    assert beyond.status_code == 400 and "This moment is out of range" in beyond.content.decode()
+    assert not Away.objects.exists()
     done = client.post("/notifications/away/", {"until": until, "delegate": "dan"}, follow=True)
     assert "dan answers what you may meanwhile" in done.content.decode()
     assert Away.objects.get().delegate.user.username == "dan"

@@ -27,6 +27,8 @@ from tests.helpers import (
 
 pytestmark = pytest.mark.django_db
 
+BEYOND_STORABLE = "9999-12-31T23:59:59-12:00"
+
 
 @pytest.fixture
 def assistant(admin: Persona) -> Agent:
@@ -171,6 +173,8 @@ def test_a_session_rule_decides_an_external_request_in_its_session_only(deployer
         ({"remember": "always", "expiresAt": "2020-01-01T00:00:00+00:00"}, "expiresAt"),
         ({"remember": "always", "expiresAt": "tomorrow"}, "expiresAt"),
         ({"remember": "always", "expiresAt": "2999-01-01T00:00:00"}, "expiresAt"),
+        # Valid ISO, but the year 10000 in UTC: stored, it broke every later read of the rule (and of its agent's runs).
+        ({"remember": "always", "expiresAt": BEYOND_STORABLE}, "expiresAt"),
     ],
 )
 def test_it_refuses_a_bad_remember_or_expiry_and_stores_nothing(operator, assistant, answer, field):
@@ -205,8 +209,9 @@ def test_it_refuses_an_expiry_without_remember(operator, assistant):
 def test_a_rule_made_by_hand_takes_an_expiry_in_the_future_only(admin, assistant):
     before = snapshot()
     past = {"agent": "assistant", "toolName": "send_email", "expiresAt": "2020-01-01T00:00:00Z"}
-    problem = assert_problem(admin.api("POST", "/api/rules", past), 400, "invalid_request")
-    assert [error["field"] for error in problem["errors"]] == ["expiresAt"]
+    for expiry in ("2020-01-01T00:00:00Z", BEYOND_STORABLE):
+        problem = assert_problem(admin.api("POST", "/api/rules", {**past, "expiresAt": expiry}), 400, "invalid_request")
+        assert [error["field"] for error in problem["errors"]] == ["expiresAt"]
     assert snapshot() == before
 
     made = admin.api("POST", "/api/rules", {**past, "expiresAt": in_an_hour()})
@@ -324,6 +329,8 @@ def test_the_edit_form_saves_the_next_version(admin, operator, assistant):
 
     refused = admin.client.post(f"/rules/{rule.id}/edit/", {"narrowing": "conditions", "conditions": "[oops"})
     assert refused.status_code == 200 and "Not valid JSON" in refused.content.decode()
+    beyond = admin.client.post(f"/rules/{rule.id}/edit/", {"narrowing": "any", "expires": BEYOND_STORABLE})
+    assert beyond.status_code == 200 and "This moment is out of range" in beyond.content.decode()
     assert Rule.objects.get().version == 1
     saved = admin.client.post(f"/rules/{rule.id}/edit/", {"narrowing": "conditions", "conditions": conditions})
 
