@@ -45,6 +45,10 @@ def upload_attachment(request: ConsoleRequest) -> Any:
     if "\x00" in f"{upload.name}{upload.content_type}":
         errors = [{"field": "file", "message": "its name or content type contains a NUL character"}]
         raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
+    most = Attachment._meta.get_field("content_type").max_length or 0
+    if len(upload.content_type or "") > most:
+        errors = [{"field": "file", "message": f"its content type is longer than {most} characters"}]
+        raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
     if upload.size is None or upload.size > limit:
         raise ApiError(413, "attachment_too_large", f"The file is larger than the limit of {limit} bytes.")
     digest = hashlib.sha256()
@@ -60,7 +64,11 @@ def upload_attachment(request: ConsoleRequest) -> Any:
         created_by=membership.user,
     )
     attachment.file.save(attachment.name, upload, save=False)
-    attachment.save()
+    try:
+        attachment.save()
+    except BaseException:
+        attachment.file.delete(save=False)  # no file without its row
+        raise
     return Status(
         201,
         {

@@ -664,6 +664,15 @@ def test_it_refuses_an_attachment_over_the_limit(operator, settings, media):
     assert list(Attachment.objects.values_list("name", flat=True)) == ["small.txt"]
 
 
+def test_it_refuses_a_content_type_too_long_to_store_and_keeps_no_file(operator, media):
+    refused = upload(operator, "notes.txt", b"hi", content_type="text/" + "a" * 300)
+
+    problem = assert_problem(refused, 400, "invalid_request")
+    assert problem["errors"] == [{"field": "file", "message": "its content type is longer than 255 characters"}]
+    assert Attachment.objects.count() == 0
+    assert not [path for path in media.rglob("*") if path.is_file()]
+
+
 def test_it_lets_no_reader_upload(reader, media):
     assert_problem(upload(reader, "notes.txt", b"hi"), 403, "forbidden")
     assert Attachment.objects.count() == 0
