@@ -43,10 +43,13 @@ def _shape_problem(value: Any) -> str | None:
     return None
 
 
-def _unstorable_text(value: Any, path: tuple[str, ...] = ()) -> list[dict[str, str]]:
-    """Where `value` (parsed JSON, its shape checked) holds text no database column takes: NUL characters
-    (PostgreSQL refuses them in text and JSON) or unpaired surrogates (not encodable as UTF-8), as `{field,
-    message}` errors."""
+def unstorable(value: Any, path: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """Where `value` (parsed JSON, its shape checked) holds what no database column takes, as `{field, message}`
+    errors: text with NUL characters (PostgreSQL refuses them in text and JSON) or unpaired surrogates (not
+    encodable as UTF-8), and numbers JSON has not (NaN, infinities: a parser other than `JsonBody`'s, such as the
+    MCP SDK's or protobuf's, lets them through)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [{"field": ".".join(path) or "body", "message": "is not a finite number"}]
     if isinstance(value, str):
         try:
             value.encode()
@@ -63,8 +66,8 @@ def _unstorable_text(value: Any, path: tuple[str, ...] = ()) -> list[dict[str, s
         return []
     errors = []
     for key, item in items:
-        errors += _unstorable_text(key, path) if isinstance(key, str) else []
-        errors += _unstorable_text(item, (*path, str(key)))
+        errors += unstorable(key, path) if isinstance(key, str) else []
+        errors += unstorable(item, (*path, str(key)))
     return errors
 
 
@@ -88,7 +91,7 @@ def _refuse_unstorable(value: Any, raw: bytes | None = None) -> None:
     shape = _shape_problem(value)
     if shape is not None:
         raise ApiError(400, "invalid_json", shape)
-    errors = _unstorable_text(value) if raw is None or b"\\u" in raw or b"\xed" in raw else []
+    errors = unstorable(value) if raw is None or b"\\u" in raw or b"\xed" in raw else []
     if errors:
         raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
 

@@ -352,6 +352,31 @@ async def test_it_refuses_arguments_over_their_limit_naming_it(installation):
     assert await installation.requests("bulky") == []
 
 
+async def test_it_refuses_arguments_no_database_stores_naming_the_field_and_opening_nothing(installation):
+    url = installation.gateway("unstorable", {"connection": "web"})
+
+    async with mcp_client(url, installation.ada.token) as client:
+        # Bounded: a call let through would wait for a person (SQLite stores the NUL).
+        nul = await asyncio.wait_for(client.call_tool("book_room", {"city": "Os\x00lo", "nights": 2}), 30)
+    # A number JSON has not: the MCP SDK's parser reads `1e999` as an infinity (its own client never sends one).
+    ada = {**ACCEPT, "Authorization": f"Bearer {installation.ada.token}", "Content-Type": "application/json"}
+    call = '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "book_room", "arguments": '
+    async with httpx2.AsyncClient(timeout=30) as http:
+        opened = await http.post(url, json=INITIALIZE, headers=ada)
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await http.post(url, json=initialized, headers={**ada, **session})).status_code == 202
+        endless = await http.post(url, content=call + '{"city": "Oslo", "nights": 1e999}}}', headers={**ada, **session})
+
+    assert (
+        nul.is_error is True
+        and text(nul) == "Refused: arguments.city contains a NUL character. Nothing was asked or run."
+    )
+    assert endless.status_code == 200 and "arguments.nights is not a finite number" in endless.text, endless.text
+    assert '"isError":true' in endless.text.replace(" ", "")
+    assert await installation.requests("unstorable") == []
+
+
 async def test_it_refuses_an_oversized_message_with_413_naming_the_limit(installation):
     url = installation.gateway("oversized", {"connection": "web"})
     padded = {**INITIALIZE, "params": {**INITIALIZE["params"], "padding": "x" * (1024 * 1024)}}  # type: ignore[dict-item]
