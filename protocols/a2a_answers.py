@@ -17,6 +17,7 @@ from approvals.actions.answers import acting, refuse_by_requirement, response_re
 from approvals.decisions import Actor
 from approvals.models import PendingRequest, RequestStatus
 from approvals.responses import TAKEN, Outcome, Response, ResponseRefused
+from console.json_bodies import unstorable
 from console.models import Membership
 from protocols.a2a_tasks import plain
 
@@ -36,15 +37,22 @@ class TaskAnswerRefused(Exception):
 
 
 def answers_in(message: Message) -> list[Any]:
-    """The respond fields the message's DataParts carry, each one answer (not checked yet)."""
+    """The respond fields the message's DataParts carry, each one answer (not checked yet; TaskAnswerRefused for
+    values no database stores: NaN or an infinity, which protobuf holds and JSON has not, text with a NUL)."""
     found: list[Any] = []
     for part in message.parts:
         if not part.HasField("data"):
             continue
-        value = plain(part.data)
+        try:
+            value = plain(part.data)
+        except ValueError:
+            detail = "An answer holds a number JSON has not (NaN or an infinity)."
+            raise TaskAnswerRefused("invalid_request", detail) from None
         if isinstance(value, dict) and set(value) == {"responses"}:
             value = value["responses"]
         found += value if isinstance(value, list) else [value]
+    if unstored := unstorable(found, ("answers",)):
+        raise TaskAnswerRefused("invalid_request", "; ".join(f"{u['field']} {u['message']}" for u in unstored) + ".")
     return found
 
 

@@ -69,6 +69,7 @@ from agents.run_lifecycle import StartedRun, execute
 from agents.run_requests import RunRequest
 from approvals.decisions import Actor, Via
 from approvals.kinds import KINDS
+from console.json_bodies import unstorable
 from console.models import Membership
 from protocols import a2a_answers
 from protocols.a2a_answers import TaskAnswerRefused
@@ -135,7 +136,11 @@ def text_of(message: Message) -> str:
             raise ContentTypeNotSupportedError(message=detail, data={"code": "unsupported_part"})
         if kind == "text":
             texts.append(part.text)
-    return "\n".join(texts)
+    text = "\n".join(texts)
+    if unstored := unstorable(text):  # a NUL (protobuf's text is UTF-8): PostgreSQL stores no text with one
+        detail = f"The message's text {unstored[0]['message']}."
+        raise InvalidParamsError(message=detail, data={"code": "invalid_request"})
+    return text
 
 
 def _start(caller: Caller, message: Message, *, queued: bool) -> StartedRun:
@@ -185,10 +190,8 @@ def _answer(caller: Caller, message: Message) -> Run:
     if last.status not in AWAITING:
         detail = "The task is working and waits on nothing; follow it (tasks/get) or cancel it."
         raise UnsupportedOperationError(message=detail, data={"code": "task_working"})
-    raw = a2a_answers.answers_in(message)
-    if not raw:
-        raw = _worded(last, text_of(message))
     try:
+        raw = a2a_answers.answers_in(message) or _worded(last, text_of(message))
         checked = a2a_answers.check(caller.membership, caller.actor, last, a2a_answers.read(raw))
         a2a_answers.give(caller.membership, caller.actor, checked)
     except TaskAnswerRefused as refused:

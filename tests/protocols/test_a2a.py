@@ -239,6 +239,8 @@ async def test_without_a_token_it_is_401(assistant):
         ({"requestId": "not-a-request", "approved": True}, "unknown_request"),
         ({"approved": True, "result": {"x": 1}}, "response_type_mismatch"),
         ({"approved": "yes"}, "invalid_answer"),
+        # What no database stores: PostgreSQL's error text came back as an internal error.
+        ({"approved": False, "reason": "a\x00b"}, "invalid_request"),
     ],
 )
 async def test_a_bad_answer_is_refused_and_changes_nothing(assistant, operator, answer, code):
@@ -254,6 +256,18 @@ async def test_a_bad_answer_is_refused_and_changes_nothing(assistant, operator, 
     assert refused.value.data and refused.value.data["code"] == code, refused.value
     assert after == before
     assert waiting_on(still)[0]["requestId"] == request["requestId"]
+
+
+async def test_a_message_whose_text_no_database_stores_is_refused_and_starts_nothing(assistant, operator):
+    async with a2a(operator) as client:
+        before = await sync_to_async(snapshot)()
+        with pytest.raises(InvalidParamsError) as refused:
+            await sent(client, said("call\x00 me"))
+        after = await sync_to_async(snapshot)()
+
+    assert refused.value.data == {"code": "invalid_request"}, refused.value
+    assert str(refused.value) == "The message's text contains a NUL character."
+    assert after == before
 
 
 async def test_a_quorum_vote_next_to_a_bad_answer_is_not_recorded(admin, operator):
@@ -312,6 +326,25 @@ def rpc(method: str, params: dict[str, Any], call: int = 1) -> dict[str, Any]:
 def v03_message(text: str | None = None, data: dict[str, Any] | None = None, **ids: str) -> dict[str, Any]:
     part = {"kind": "text", "text": text} if text is not None else {"kind": "data", "data": data}
     return {"message": {"kind": "message", "messageId": f"m{len(ids)}", "role": "user", "parts": [part], **ids}}
+
+
+async def test_an_answer_holding_a_number_json_has_not_is_refused_and_changes_nothing(assistant, operator):
+    async with http(operator) as session:
+        asked = (await session.post("/a2a/assistant", json=rpc("message/send", v03_message(SEND)))).json()["result"]
+        request = asked["status"]["message"]["parts"][1]["data"]["pendingRequests"][0]
+        answer = v03_message(
+            data={"requestId": request["requestId"], "approved": False, "reason": 7}, taskId=asked["id"]
+        )
+        # `1e999` is JSON's way to an infinity, which protobuf's Value holds and no JSON column stores.
+        endless = json.dumps(rpc("message/send", answer)).replace('"reason": 7', '"reason": 1e999')
+        before = await sync_to_async(snapshot)()
+        refused = await session.post("/a2a/assistant", content=endless, headers={"Content-Type": "application/json"})
+        after = await sync_to_async(snapshot)()
+
+    error = refused.json()["error"]
+    assert (error["code"], error["data"]) == (-32602, {"code": "invalid_request"}), error
+    assert "NaN or an infinity" in error["message"]
+    assert after == before
 
 
 async def test_the_0_3_names_send_get_and_cancel(assistant, operator, worker):
