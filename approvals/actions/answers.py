@@ -160,7 +160,10 @@ def answer_request(
 
     continued = None
     if is_external(pending):  # an external agent reads its decision; no run of Airlock's continues
-        with announced_together():  # its waiters wake to the request settled: answered, its run completed
+        # Its waiters wake to the request settled: answered, its run completed. Stored and settled in one
+        # transaction: a cancel meanwhile (`cancel_request`, which closes an answer not carried yet) waits for both,
+        # then finds the request settled (409), so an answer is never both accepted and cancelled.
+        with announced_together(), transaction.atomic():
             if recorded := write(None):
                 settle(pending)
     else:

@@ -45,14 +45,17 @@ def escalate_due(now: datetime | None = None) -> list[PendingRequest]:
             if then is None:
                 if _widen(pending, step, now):
                     taken.append(pending)
-            elif _end(pending, step, then, now):
+            else:
+                # An external request's answer is stored and settled at once, as a person's is (`answer_request`).
+                with transaction.atomic():
+                    if not _end(pending, step, then, now):
+                        continue
+                    if pending.answer is not None and is_external(pending):
+                        settle(pending)
                 taken.append(pending)
                 (ended if pending.answer is not None else closed).append(pending)
         record_closings(closed)
         settle_closed(closed)
-        for pending in ended:
-            if is_external(pending):
-                settle(pending)
     for session in {p.session_id: p.session for p in ended + closed if not is_external(p)}.values():
         continue_session(None, session)
     return taken

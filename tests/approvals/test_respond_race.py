@@ -16,9 +16,10 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from agents.definitions import DefinitionContent
 from agents.models import Agent, Run, RunStatus
 from approvals.actions import expire_due
-from approvals.models import PendingRequest, RequestStatus
+from approvals.models import PendingRequest, Receipt, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import drain_queued, make_agent, run_ok, run_queued
 
@@ -159,3 +160,34 @@ def test_it_runs_nothing_for_answers_racing_the_deletion_of_their_agent(operator
         assert not Run.objects.filter(session__key=f"s{round_}", status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
     drain_queued(0)
     assert mail.outbox == []
+
+
+def test_an_external_request_approved_and_cancelled_at_the_same_moment_ends_one_way(operator, admin):
+    """An external agent cancels its request as a person approves it: one of the two wins, and the other is told so.
+    The answer was stored, then settled in a second transaction; a cancel in between closed the request `cancelled`
+    with the approval (and its receipt) standing: both were told they had won (found by a client in 3 of 30)."""
+    content = DefinitionContent.model_validate(
+        {"name": "deployer", "runtime": "external", "tools": [{"name": "deploy", "approval": "always"}]}
+    )
+    Agent.create(admin.tenant, content, admin.user)
+    for _ in range(20):
+        opened = operator.api("post", "/api/agents/deployer/requests", {"toolName": "deploy", "arguments": {}})
+        rid = opened.json()["requestId"]
+
+        approved, cancelled = together(
+            [
+                lambda rid=rid: operator.api("post", f"/api/requests/{rid}/responses", {"approved": True}).json(),
+                lambda rid=rid: operator.api("delete", f"/api/requests/{rid}"),
+            ]
+        )
+
+        request = PendingRequest.objects.get(id=rid)
+        if cancelled.status_code == 200:
+            assert approved["status"] == "cancelled", approved
+            assert (request.status, request.answer) == (RequestStatus.CANCELLED, None)
+        else:
+            assert cancelled.status_code == 409 and cancelled.json()["code"] == "request_closed"
+            assert approved["status"] == "accepted", approved
+            assert (request.status, request.answer["approved"]) == (RequestStatus.ANSWERED, True)
+            assert request.run.status == RunStatus.COMPLETED
+    assert Receipt.objects.filter(request_id__in=PendingRequest.objects.values("id")).count() == 20
