@@ -54,7 +54,7 @@ def set_away(membership: Membership, starts_at: datetime | None, ends_at: dateti
     now = timezone.now()
     starts_at = starts_at or now
     if ends_at <= starts_at or ends_at <= now:
-        raise AwayRefused("invalid_request", "`until` must come after `from` and after now.")
+        raise AwayRefused("invalid_request", "Until must come after From, and after now.")
     stand_in = (
         Membership.objects.select_related("user")
         .filter(tenant_id=membership.tenant_id, user__username=delegate, user__is_active=True)

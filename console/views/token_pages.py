@@ -6,6 +6,7 @@ from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from console.models import ApiToken
@@ -28,6 +29,8 @@ def _token_form(request: ConsoleRequest) -> TokenForm:
     return TokenForm(initial={"once": once})
 
 
+# Never kept by the browser: the page that shows a new token's secret must not come back with Back.
+@never_cache
 @role_required("reader")
 def tokens(request: ConsoleRequest) -> HttpResponse:
     membership = request.membership

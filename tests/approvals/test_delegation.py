@@ -128,6 +128,8 @@ def test_the_notifications_page_marks_one_away_and_back(team):
     until = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
     refused = client.post("/notifications/away/", {"until": until, "delegate": "rita"})
     assert refused.status_code == 400 and "Select a valid choice" in refused.content.decode()
+    # The page shown at /notifications/away/: its digest form still saves the digest, not an absence.
+    assert '<form method="post" action="/notifications/">' in refused.content.decode()
     beyond = client.post("/notifications/away/", {"until": "9999-12-31T23:59:59-12:00", "delegate": "dan"})
     assert beyond.status_code == 400 and "This moment is out of range" in beyond.content.decode()
     assert not Away.objects.exists()

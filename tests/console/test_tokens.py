@@ -31,6 +31,14 @@ def test_it_shows_a_new_token_once(reader):
     assert RAW_TOKEN.search(reloaded) is None
 
 
+def test_the_page_showing_a_new_token_is_never_kept_by_the_browser(reader):
+    """Else Back, after leaving the page, showed the secret again from the browser's cache."""
+    shown = reader.client.post("/tokens/", {"name": "CI", "once": form_key(reader)})
+
+    assert RAW_TOKEN.search(shown.content.decode())
+    assert "no-store" in shown["Cache-Control"]
+
+
 def test_it_creates_a_token_that_works_on_the_api(reader, agent):
     raw = create_token(reader)
     response = Client().get("/api/agents", HTTP_AUTHORIZATION=f"Bearer {raw}")
