@@ -52,9 +52,10 @@ def filtered(tenant: Any, picked: Picked) -> QuerySet[Receipt]:
         receipts = receipts.filter(result=picked.result)
     if picked.since is not None:
         receipts = receipts.filter(at__gte=_start(picked.since, after=False))
-    if picked.until is not None:
-        end = _start(picked.until, after=True)
-        receipts = receipts.filter(at__lte=end) if isinstance(picked.until, datetime) else receipts.filter(at__lt=end)
+    if isinstance(picked.until, datetime):
+        receipts = receipts.filter(at__lte=_start(picked.until, after=True))
+    elif picked.until is not None and picked.until < date.max:  # the calendar's last day has no day after it
+        receipts = receipts.filter(at__lt=_start(picked.until, after=True))
     return receipts
 
 

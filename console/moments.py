@@ -13,9 +13,10 @@ from pydantic import AfterValidator, AwareDatetime
 
 
 def storable(value: datetime) -> datetime:
-    """`value` (with its offset) unchanged, when it falls within the years 1 to 9999 in UTC; ValueError otherwise."""
+    """`value` unchanged, when it falls within the years 1 to 9999 in UTC (one without an offset: read as UTC);
+    ValueError otherwise."""
     try:
-        value.astimezone(UTC)
+        (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).astimezone(UTC)
     except OverflowError:
         raise ValueError("is out of range: give a moment within the years 1 to 9999 in UTC") from None
     return value

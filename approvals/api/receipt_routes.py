@@ -14,6 +14,7 @@ from approvals.external_wire import request_ids
 from approvals.models import PendingRequest
 from approvals.receipts import Receipt
 from console.api import ApiError
+from console.moments import storable
 from console.tenancy import ConsoleRequest
 
 router = Router(tags=["receipts"])
@@ -50,7 +51,11 @@ def _moment(field: str, value: str | None) -> datetime | date | None:
     if found is None:
         detail = f"`{field}` is an ISO date (2026-12-03) or datetime (2026-12-03T10:00:00Z), not {value!r}."
         raise ApiError(400, "invalid_filter", detail, errors=[{"field": field, "message": detail}])
-    return found
+    try:
+        return storable(found) if isinstance(found, datetime) else found
+    except ValueError as error:
+        detail = f"`{field}` {error}."
+        raise ApiError(400, "invalid_filter", detail, errors=[{"field": field, "message": detail}]) from None
 
 
 def _picked(filters: ReceiptFilters) -> receipt_lists.Picked:

@@ -44,6 +44,9 @@ def test_it_lists_newest_first_filters_and_pages_with_a_cursor(history, reader):
     assert reader.api("GET", "/api/receipts?agent=nobody").json()["items"] == []
     assert len(reader.api("GET", "/api/receipts?tool=send_email&from=2000-01-01&to=2999-12-31").json()["items"]) == 7
     assert reader.api("GET", "/api/receipts?to=2000-01-01").json()["items"] == []
+    # The calendar's last day: its day after was an overflow (500).
+    assert len(reader.api("GET", "/api/receipts?to=9999-12-31").json()["items"]) == 7
+    assert len(reader.client.get("/receipts/?date_to=9999-12-31").context["receipts"]) == 7
 
 
 def test_it_refuses_bad_cursors_and_dates_and_changes_nothing(history, reader):
@@ -54,6 +57,7 @@ def test_it_refuses_bad_cursors_and_dates_and_changes_nothing(history, reader):
         "cursor=cjEyYQ",
         "from=yesterday",
         "to=2026-13-40",
+        "to=9999-12-31T23:59:59-12:00",  # the year 10000 in UTC
         "limit=0",
         "limit=501",
     ):
