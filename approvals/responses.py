@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, StrictInt
 
 from agents.definitions import WireModel
 from agents.rule_matching import Remember, RememberedUntil
@@ -50,7 +50,7 @@ class Response(WireModel):
     text: str | None = Field(default=None, max_length=20_000)
     json_value: Any = Field(default=None, alias="json")
     # Where the continuation goes (SPEC section 9): the version it runs, its run id, the checkpoint answered at.
-    definition_version: int | None = Field(default=None, ge=1)
+    definition_version: StrictInt | None = Field(default=None, ge=1)  # as a run request's: `true` is not 1
     new_run_id: uuid.UUID | None = None
     checkpoint_id: uuid.UUID | None = None
 

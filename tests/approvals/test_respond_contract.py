@@ -55,6 +55,8 @@ def test_a_version_that_does_not_exist_is_refused(admin, operator):
     before = snapshot()
 
     assert_problem(answer(operator, asked, definitionVersion=7), 400, "unknown_version")
+    for not_a_number in (True, "1", 1.5):
+        assert_problem(answer(operator, asked, definitionVersion=not_a_number), 400, "invalid_request")
     assert snapshot() == before
 
 
