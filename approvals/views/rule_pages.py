@@ -318,6 +318,8 @@ def _page(request: ConsoleRequest, form: RuleForm | None, editing: RuleEditForm 
         "filters": filters,
         "page": page,
         "rows": rows,
+        # None shown without filters while rules exist: every one was revoked or has expired.
+        "all_ended": not rows and not request.GET and Rule.objects.filter(tenant=request.tenant).exists(),
         "form": form,
         "operators": OPERATORS,
         "tool_suggestions": _gated_tools(request) if can_admin else [],

@@ -129,6 +129,16 @@ def test_it_hides_revoked_rules_unless_asked(admin, mailer):
     assert "Revoke</button>" not in row(html, revoked)
 
 
+def test_it_says_every_rule_ended_rather_than_none_made_yet(admin, mailer):
+    assert "No rules yet" in page(admin)
+    rule(mailer, revoked_at=timezone.now())
+
+    shown = page(admin)
+
+    assert "No rules yet" not in shown
+    assert "Every rule was revoked or has expired: “Show revoked and expired” lists them." in shown
+
+
 def test_it_filters_by_agent_and_tool(admin, mailer):
     other = make_agent(admin, name="other")
     by_agent, by_tool, plain = rule(other), rule(mailer, tool="meet_book"), rule(mailer)
