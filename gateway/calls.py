@@ -12,29 +12,24 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import anyio
 import mcp_types as types
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
-from django.dispatch import receiver
 from django.utils import timezone
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from agents import live
 from agents.definitions import McpServer
 from agents.models import AgentVersion
 from agents.policies.declarations import denied_tools
 from approvals import waiting
 from approvals.actions.external import AskedTool, RequestRefused, open_request
 from approvals.actions.interceptions import PoliciesUnavailable, post_tool_call_check
-from approvals.actions.passed_calls import PassedCall, record_passed_calls
+from approvals.actions.passed_calls import PassedCall
 from approvals.actions.settling import cancel_request, record_call
 from approvals.external_wire import ARGUMENTS_LIMIT, OpenRequest, TooLarge, check_size, stored_request_id
 from approvals.kinds.base import schema_problems
@@ -42,9 +37,9 @@ from approvals.models import PendingRequest, RequestStatus
 from console.connections import ConnectionSpec
 from console.json_bodies import unstorable
 from console.models import Membership
-from console.periodic import stopping
 from console.tenancy import AUTH_METHOD
 from gateway.upstream import UpstreamFailed, upstream
+from gateway.writes import RECORDER, on_thread
 
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 logger = logging.getLogger(__name__)
@@ -77,19 +72,6 @@ class Gate:
     @property
     def tenant_id(self) -> Any:
         return self.membership.tenant_id
-
-
-async def on_thread[T](work: Callable[..., T], *args: Any) -> T:
-    """`work(*args)` on a thread of the loop's pool, its database connection given back after (a waiting call
-    holds none)."""
-
-    def run() -> T:
-        try:
-            return work(*args)
-        finally:
-            close_old_connections()
-
-    return await sync_to_async(run, thread_sensitive=False)()
 
 
 def unknown_tool(name: str) -> MCPError:
@@ -192,86 +174,6 @@ async def _pass_through(
     outcome = (not result.is_error, recorded, _text(result) if result.is_error else None)
     _record_later(gate, (asked.name, call_id, arguments), outcome)
     return types.CallToolResult.model_validate(value)
-
-
-class Recorder:
-    """Writes the passed calls of this process's gateways (`record_passed_calls`), many in one transaction, in the
-    gateway's quiet moments: a write holds the interpreter for milliseconds (about 0.5 ms of CPU a call), which a
-    call passing meanwhile would wait for. So the calls gathered are written once none has passed for RECORD_QUIET
-    and the first has waited RECORD_GATHER, or, while calls keep coming, once it has waited RECORD_LATEST."""
-
-    def __init__(self) -> None:
-        self.waiting: list[PassedCall] = []
-        self.writing: asyncio.Task[None] | None = None
-        self.running = 0  # calls passing upstream now
-        self.last_passed = 0.0  # when the last one came back (the loop's clock)
-        self.hurry = False  # write what is gathered now (`drained`)
-
-    @contextlib.contextmanager
-    def passing(self) -> Iterator[None]:
-        """Around a call passing upstream: the gateway is not quiet meanwhile."""
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
-            self.last_passed = asyncio.get_running_loop().time()
-
-    def add(self, passed: PassedCall) -> None:
-        self.waiting.append(passed)
-        loop = asyncio.get_running_loop()
-        if self.writing is None or self.writing.done() or self.writing.get_loop() is not loop:
-            self.writing = loop.create_task(self._write_all())
-
-    async def _write_all(self) -> None:
-        clock = asyncio.get_running_loop().time
-        gathering = clock()
-        while not self.hurry:
-            await asyncio.sleep(RECORD_QUIET)
-            waited = clock() - gathering
-            quiet = not self.running and clock() - self.last_passed >= RECORD_QUIET
-            if waited >= RECORD_LATEST or (quiet and waited >= RECORD_GATHER):
-                break
-        while self.waiting:
-            batch, self.waiting = self.waiting[:RECORD_BATCH], self.waiting[RECORD_BATCH:]
-            try:
-                written = await on_thread(record_passed_calls, batch)
-            except Exception:
-                logger.exception("The gateway could not record %d calls", len(batch))
-                continue
-            for session_pk in written:
-                with contextlib.suppress(Exception):  # the streams' own recheck finds the runs all the same
-                    await live.wake_session(session_pk)
-
-    async def drained(self) -> None:
-        """Once every call recorded so far is written, without waiting for a quiet moment (tests, and a process
-        about to stop)."""
-        self.hurry = True
-        try:
-            while self.writing is not None and not self.writing.done():
-                await asyncio.shield(self.writing)
-        finally:
-            self.hurry = False
-
-
-RECORDER = Recorder()
-# The most passed calls written in one transaction. How long the gateway must have passed no call before a write
-# (a client calling tools one after another leaves a millisecond or two between calls), how long the first call
-# waits for others to join it at least (a slow client's calls share a write too) and at most (calls never pausing).
-# bench/gateway_proxy.py (blocks of 40 calls alternating with mcp-proxy's): written a second after the first call
-# whatever came, the calls that met a write made the gateway's p95 1.8-2.3x mcp-proxy's; written in quiet moments,
-# 1.05-1.19x. A client calling without a pause for longer than RECORD_LATEST still meets the write (p95 2x for 400
-# calls back to back).
-RECORD_BATCH = 200
-RECORD_QUIET = 0.05
-RECORD_GATHER = 0.5
-RECORD_LATEST = 2.0
-
-
-@receiver(stopping)
-def _write_before_stopping(sender: Any, **kwargs: Any) -> Any:
-    """`manage.py serve` stopping waits for the passed calls still gathering to be written."""
-    return RECORDER.drained()
 
 
 def _record_later(gate: Gate, call: tuple[str, str, dict[str, Any]], outcome: tuple[bool, Any, str | None]) -> None:

@@ -1,6 +1,6 @@
 """A gateway's calls nobody was asked about (SPEC section 15): a tool in approval mode `never` under no policies runs
 at once, as in a hosted turn, with no request and no receipt; its run is recorded after the client has its result,
-many calls in one write (`gateway.calls.Recorder`)."""
+many calls in one write (`gateway.writes.Recorder`)."""
 
 import uuid
 from dataclasses import dataclass

@@ -1,5 +1,5 @@
 """A gateway's passed calls are recorded together, in its quiet moments after their clients have the results
-(`gateway.calls.Recorder`: half a second to two seconds later); a console stopped meanwhile (SIGTERM, as a deploy
+(`gateway.writes.Recorder`: half a second to two seconds later); a console stopped meanwhile (SIGTERM, as a deploy
 stops it) writes them before it exits (`console.periodic.stopping`), so no auto-approved call goes missing from its
 session."""
 
