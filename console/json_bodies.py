@@ -71,6 +71,12 @@ def unstorable(value: Any, path: tuple[str, ...] = ()) -> list[dict[str, str]]:
     return errors
 
 
+def unstorable_said(value: Any, path: tuple[str, ...] = ()) -> str | None:
+    """`unstorable`'s errors as one sentence's words ("arguments.city contains a NUL character; …"); None without."""
+    found = unstorable(value, path)
+    return "; ".join(f"{error['field']} {error['message']}" for error in found) if found else None
+
+
 def _finite_number(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):

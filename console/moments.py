@@ -18,17 +18,17 @@ def storable(value: datetime) -> datetime:
     try:
         (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).astimezone(UTC)
     except OverflowError:
-        raise ValueError("is out of range: give a moment within the years 1 to 9999 in UTC") from None
+        raise ValueError("This moment is out of range: give one within the years 1 to 9999 in UTC.") from None
     return value
 
 
 def storable_field(value: datetime | None) -> None:
-    """`storable` as a form field's validator."""
+    """`storable` as a form field's validator, for a form whose moment reaches no `Moment` (the away form's)."""
     if value is not None:
         try:
             storable(value)
         except ValueError as error:
-            raise ValidationError(f"This moment {error}.", code="out_of_range") from None
+            raise ValidationError(str(error), code="out_of_range") from None
 
 
 # A JSON datetime with its offset that the database stores and reads back.

@@ -35,7 +35,7 @@ from approvals.external_wire import ARGUMENTS_LIMIT, OpenRequest, TooLarge, chec
 from approvals.kinds.base import schema_problems
 from approvals.models import PendingRequest, RequestStatus
 from console.connections import ConnectionSpec
-from console.json_bodies import unstorable
+from console.json_bodies import unstorable_said
 from console.models import Membership
 from console.tenancy import AUTH_METHOD
 from gateway.upstream import UpstreamFailed, upstream
@@ -116,8 +116,7 @@ async def call(gate: Gate, ctx: ServerRequestContext[Any, Any], exposed: str, ar
         check_size(arguments, "arguments", ARGUMENTS_LIMIT)
     except TooLarge as over:
         return error_result(f"Refused: the call's arguments are too large: {over.message}. Nothing was asked or run.")
-    if found := unstorable(arguments, ("arguments",)):
-        wrong = "; ".join(f"{problem['field']} {problem['message']}" for problem in found)
+    if wrong := unstorable_said(arguments, ("arguments",)):
         return error_result(f"Refused: {wrong}. Nothing was asked or run.")
     asked = _asked(gate, server, tool, exposed)
     if asked.approval == "never" and gate.version.definition.hooks is None:

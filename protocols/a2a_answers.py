@@ -17,7 +17,7 @@ from approvals.actions.answers import acting, refuse_by_requirement, response_re
 from approvals.decisions import Actor
 from approvals.models import PendingRequest, RequestStatus
 from approvals.responses import TAKEN, Outcome, Response, ResponseRefused
-from console.json_bodies import unstorable
+from console.json_bodies import unstorable_said
 from console.models import Membership
 from protocols.a2a_tasks import plain
 
@@ -51,8 +51,8 @@ def answers_in(message: Message) -> list[Any]:
         if isinstance(value, dict) and set(value) == {"responses"}:
             value = value["responses"]
         found += value if isinstance(value, list) else [value]
-    if unstored := unstorable(found, ("answers",)):
-        raise TaskAnswerRefused("invalid_request", "; ".join(f"{u['field']} {u['message']}" for u in unstored) + ".")
+    if wrong := unstorable_said(found, ("answers",)):
+        raise TaskAnswerRefused("invalid_request", f"{wrong}.")
     return found
 
 

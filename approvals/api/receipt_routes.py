@@ -46,16 +46,17 @@ def _moment(field: str, value: str | None) -> datetime | date | None:
         return None
     try:
         found: datetime | date | None = parse_datetime(value) or parse_date(value)
+        if isinstance(found, datetime):
+            storable(found)
     except ValueError:
         found = None
     if found is None:
-        detail = f"`{field}` is an ISO date (2026-12-03) or datetime (2026-12-03T10:00:00Z), not {value!r}."
+        detail = (
+            f"`{field}` is an ISO date (2026-12-03) or datetime (2026-12-03T10:00:00Z) within the years 1 to 9999,"
+            f" not {value!r}."
+        )
         raise ApiError(400, "invalid_filter", detail, errors=[{"field": field, "message": detail}])
-    try:
-        return storable(found) if isinstance(found, datetime) else found
-    except ValueError as error:
-        detail = f"`{field}` {error}."
-        raise ApiError(400, "invalid_filter", detail, errors=[{"field": field, "message": detail}]) from None
+    return found
 
 
 def _picked(filters: ReceiptFilters) -> receipt_lists.Picked:

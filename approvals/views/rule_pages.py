@@ -37,7 +37,6 @@ from approvals.remembered_rules import (
     tenant_rules,
 )
 from console.models import Tenant
-from console.moments import storable_field
 from console.rows import Row, RowKind
 from console.tenancy import ConsoleRequest, role_required
 
@@ -143,10 +142,7 @@ class RuleEditForm(forms.Form):
     arguments = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3}))
     conditions = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3}))
     expires = forms.DateTimeField(
-        required=False,
-        label="Expires",
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-        validators=[storable_field],
+        required=False, label="Expires", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
     scope = forms.ChoiceField(choices=[("session", "This session only"), ("always", "Every session")], required=False)
 
