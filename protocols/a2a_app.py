@@ -7,14 +7,17 @@ Each request is authenticated here first, as the MCP gateway's are: an Airlock A
 of the agent's tenant; the card takes any member's, the JSON-RPC endpoint an operator's or more. No token is 401,
 an agent of another tenant (or one that runs elsewhere: external, gateway) 404: on the JSON-RPC endpoint as a
 JSON-RPC error with that HTTP status, in the error shape of the caller's protocol version (0.3's for 0.3's method
-names, as the SDK's own errors), on the card as the API's problem+json (A2A gives a card no error shape).
+names, as the SDK's own errors), on the card as the API's problem+json (A2A gives a card no error shape). A 0.3
+request whose values the current protocol's types cannot hold is refused here as invalid params (`_unconvertible`).
 Every request runs its database work on one thread of its own (`ThreadSensitiveContext`), its connections closed
 when it ends."""
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
+from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as types_v03
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import build_error_response
@@ -26,6 +29,7 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.db import connections
 from django.http.request import split_domain_port, validate_host
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -47,6 +51,22 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 # The 0.3 method names the SDK's dispatcher hands to its 0.3 adapter (imported from the dispatcher's module: imported
 # on its own first, the adapter's module is a circular import in the SDK).
 V0_3_METHODS = frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
+# How the SDK's 0.3 adapter turns each 0.3 request into the current protocol's before the handler sees it (its
+# RequestHandler03): a value the current protocol's types cannot hold fails there, and the adapter answers it as an
+# internal error (`_unconvertible` answers it first).
+_V0_3_CONVERSIONS: dict[str, Callable[[Any], Any]] = {
+    "message/send": conversions.to_core_send_message_request,
+    "message/stream": conversions.to_core_send_message_request,
+    "tasks/get": conversions.to_core_get_task_request,
+    "tasks/cancel": conversions.to_core_cancel_task_request,
+    "tasks/resubscribe": conversions.to_core_subscribe_to_task_request,
+    "tasks/pushNotificationConfig/set": conversions.to_core_create_task_push_notification_config_request,
+    "tasks/pushNotificationConfig/get": conversions.to_core_get_task_push_notification_config_request,
+    "tasks/pushNotificationConfig/list": conversions.to_core_list_task_push_notification_config_request,
+    "tasks/pushNotificationConfig/delete": conversions.to_core_delete_task_push_notification_config_request,
+    "agent/getAuthenticatedExtendedCard": conversions.to_core_get_extended_agent_card_request,
+}
+assert set(_V0_3_CONVERSIONS) == V0_3_METHODS, "a 0.3 method of the SDK's adapter without its conversion here"
 
 
 def authenticate(header: str | None, name: str, url: str, *, card: bool) -> Caller:
@@ -122,25 +142,74 @@ class A2AApp:
                 # Whoever answers a request here is signed in by this token (the receipts' `authMethod`).
                 AUTH_METHOD.set(f"token:{caller.token_id}")
                 scope = {**scope, CALLER: caller}
-                await self.app(scope, _bounded(receive), send)
+                if not card:
+                    body, whole = await _body(receive)
+                    refused = _unconvertible(body) if whole else None
+                    if refused is not None:
+                        await JSONResponse(refused)(scope, receive, send)
+                        return
+                    receive = _replayed(body, whole, receive)
+                await self.app(scope, receive, send)
             finally:
                 await sync_to_async(connections.close_all)()
 
 
-def _bounded(receive: Any) -> Any:
-    """`receive`, refusing a body over MAX_MESSAGE_BYTES (the SDK's dispatcher answers the 413 as a JSON-RPC
-    error)."""
-    read = 0
+async def _body(receive: Any) -> tuple[bytes, bool]:
+    """The request's body as far as it was read, and whether that is all of it: reading stops past
+    MAX_MESSAGE_BYTES."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if len(body) > MAX_MESSAGE_BYTES:
+            return body, False
+        if message.get("type") != "http.request" or not message.get("more_body"):
+            return body, True
 
-    async def bounded() -> dict[str, Any]:
-        nonlocal read
-        message: dict[str, Any] = await receive()
-        read += len(message.get("body", b""))
-        if read > MAX_MESSAGE_BYTES:
+
+def _replayed(body: bytes, whole: bool, receive: Any) -> Any:
+    """A `receive` that gives the SDK the `body` read (refusing one over MAX_MESSAGE_BYTES: the SDK's dispatcher
+    answers the 413 as a JSON-RPC error), then whatever comes next (a disconnect)."""
+    given = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal given
+        if not whole:
             raise HTTPException(413, f"A request holds at most {MAX_MESSAGE_BYTES} bytes.")
-        return message
+        if given:
+            return dict(await receive())
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
 
-    return bounded
+    return replay
+
+
+def _unconvertible(body: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC answer (0.3's -32602 invalid params) to a request in 0.3's names that the SDK's 0.3 adapter reads
+    but cannot convert to the current protocol (an unpaired surrogate in any text, a file's bytes not base64, a
+    history length past 32 bits), which it would answer as an internal error; None for any other request, which
+    the SDK answers."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    method = request.get("method") if isinstance(request, dict) else None
+    if not isinstance(method, str) or method not in _V0_3_CONVERSIONS:
+        return None
+    try:
+        typed = JSONRPC03Adapter.METHOD_TO_MODEL[method].model_validate(request)  # type: ignore[attr-defined]
+    except ValidationError:
+        return None  # the adapter refuses it in its words
+    try:
+        _V0_3_CONVERSIONS[method](typed)
+    except UnicodeError:
+        detail = "A text in the request holds an unpaired surrogate, which UTF-8 cannot encode."
+    except (ValueError, TypeError, OverflowError) as error:
+        detail = f"The request's params cannot be read: {error}."
+    else:
+        return None
+    refusal = types_v03.InvalidParamsError(message=detail, data={"code": "invalid_request"})
+    return {"jsonrpc": "2.0", "id": _echoed_id(request), "error": refusal.model_dump(by_alias=True)}
 
 
 async def _refuse(
@@ -163,14 +232,9 @@ async def _refuse(
 
 async def _read_request(receive: Any) -> dict[str, Any] | None:
     """The JSON-RPC request a refused client sent, when it is a JSON object of at most MAX_MESSAGE_BYTES."""
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if len(body) > MAX_MESSAGE_BYTES:
-            return None
-        if message.get("type") != "http.request" or not message.get("more_body"):
-            break
+    body, whole = await _body(receive)
+    if not whole:
+        return None
     try:
         request = json.loads(body)
     except ValueError:
@@ -185,9 +249,7 @@ def _jsonrpc_refusal(refusal: ApiError, request: dict[str, Any] | None, headers:
     with an `A2A-Version: 1.x` header and 0.3's without one (the SDK reads no header as 0.3). The request's id is
     echoed when it is one JSON-RPC allows."""
     method = request.get("method") if request is not None else None
-    request_id = request.get("id") if request is not None else None
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        request_id = None
+    request_id = _echoed_id(request)
     data = {"code": refusal.code}
     if isinstance(method, str) and method:
         speaks_0_3 = method in V0_3_METHODS
@@ -198,6 +260,12 @@ def _jsonrpc_refusal(refusal: ApiError, request: dict[str, Any] | None, headers:
         error = types_v03.InvalidRequestError(message=refusal.detail, data=data).model_dump(by_alias=True)
         return bytes(JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}).body)
     return bytes(JSONResponse(build_error_response(request_id, InvalidRequestError(refusal.detail, data=data))).body)
+
+
+def _echoed_id(request: dict[str, Any] | None) -> str | int | None:
+    """The request's id, when it is one JSON-RPC allows (a string or an integer)."""
+    request_id = request.get("id") if request is not None else None
+    return None if isinstance(request_id, bool) or not isinstance(request_id, str | int) else request_id
 
 
 __all__ = ["PREFIX", "A2AApp"]

@@ -347,6 +347,51 @@ async def test_an_answer_holding_a_number_json_has_not_is_refused_and_changes_no
     assert after == before
 
 
+FILE_PART = {"kind": "file", "file": {"bytes": "!!!notbase64", "mimeType": "text/plain"}}
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "said"),
+    [
+        ("message/send", v03_message("h\ud800i"), "unpaired surrogate"),
+        ("message/stream", v03_message("h\ud800i"), "unpaired surrogate"),
+        ("message/send", v03_message("hi", contextId="\ud800"), "unpaired surrogate"),
+        ("message/send", {"message": {**v03_message("hi")["message"], "metadata": {"k": "\ud800"}}}, "surrogate"),
+        ("message/send", {"message": {**v03_message("hi")["message"], "parts": [FILE_PART]}}, "base64"),
+        ("message/send", {**v03_message("hi"), "configuration": {"historyLength": 2**40}}, "out of range"),
+        ("tasks/get", {"id": "\ud800"}, "unpaired surrogate"),
+        ("tasks/get", {"id": "t", "historyLength": 10**30}, "out of range"),
+        ("tasks/cancel", {"id": "\ud800"}, "unpaired surrogate"),
+    ],
+)
+async def test_a_0_3_request_the_current_protocol_cannot_hold_is_invalid_params(
+    assistant, operator, method, params, said
+):
+    """The SDK's 0.3 adapter reads these but cannot convert them to the current protocol's types: they are the
+    caller's mistake (-32602), not an internal error (-32603), and nothing is started."""
+    body = json.dumps(rpc(method, params, call=9)).encode("utf-8", "surrogatepass")
+    async with http(operator) as session:
+        before = await sync_to_async(snapshot)()
+        refused = await session.post("/a2a/assistant", content=body, headers={"Content-Type": "application/json"})
+        after = await sync_to_async(snapshot)()
+
+    answer = refused.json()
+    assert (refused.status_code, answer["id"]) == (200, 9)
+    assert (answer["error"]["code"], answer["error"]["data"]) == (-32602, {"code": "invalid_request"}), answer
+    assert said in answer["error"]["message"]
+    assert after == before
+
+
+async def test_a_request_over_a_megabyte_is_refused_and_one_under_it_runs(assistant, operator):
+    async with http(operator) as session:
+        big = rpc("message/send", v03_message("x" * (1024 * 1024)))
+        refused = (await session.post("/a2a/assistant", json=big)).json()
+        done = (await session.post("/a2a/assistant", json=rpc("message/send", v03_message("y" * 1000)))).json()
+
+    assert refused["error"]["code"] == -32600 and "too large" in refused["error"]["message"], refused
+    assert done["result"]["status"]["state"] == "completed", done
+
+
 async def test_the_0_3_names_send_get_and_cancel(assistant, operator, worker):
     async with http(operator) as session:
         done = (await session.post("/a2a/assistant", json=rpc("message/send", v03_message("hi")))).json()["result"]
