@@ -11,6 +11,7 @@ agents/forms/definition.py.
 
 import json
 import math
+import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -269,8 +270,18 @@ _PATTERNS = {
 }
 
 
+# Pydantic's messages of a bound, in the form's words.
+_BOUNDS = [
+    (re.compile(r"Input should be greater than or equal to (\S+)"), "Give a number of at least {}."),
+    (re.compile(r"Input should be less than or equal to (\S+)"), "Give a number of at most {}."),
+    (re.compile(r"Input should be greater than (\S+)"), "Give a number above {}."),
+    (re.compile(r"Input should be less than (\S+)"), "Give a number below {}."),
+    (re.compile(r"String should have at most (\S+) characters?"), "Use at most {} characters."),
+]
+
+
 def in_words(message: str) -> str:
-    """Pydantic's message, with regular expressions replaced by words."""
+    """Pydantic's message, with regular expressions and bounds replaced by words."""
     for pattern, words in _PATTERNS.items():
         if message == f"String should match pattern '{pattern}'":
             return words
@@ -278,6 +289,9 @@ def in_words(message: str) -> str:
         return "This does not have the expected form."
     if message == "Input should be a valid dictionary":
         return "Give a JSON object."
+    for bound, said in _BOUNDS:
+        if matched := bound.fullmatch(message):
+            return said.format(matched.group(1))
     return message[:1].upper() + message[1:]
 
 

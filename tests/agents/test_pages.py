@@ -326,6 +326,16 @@ def test_it_shows_every_invalid_field_at_once(admin):
     assert "Not a valid JSON Schema" in texts["client_tools-00000000-parameters-error"]
 
 
+@pytest.mark.parametrize(
+    ("deadline", "said"), [("0", "Give a number of at least 1."), ("2592001", "Give a number of at most 2592000.")]
+)
+def test_it_says_a_numbers_bounds_in_words(admin, deadline, said):
+    response = admin.client.post("/agents/new/", {**BASICS, "request_deadline_seconds": deadline})
+
+    assert said in read(response).texts["id_request_deadline_seconds-field"]
+    assert not Agent.objects.exists()
+
+
 def test_it_says_how_long_a_name_may_be(admin):
     response = admin.client.post("/agents/new/", {**BASICS, "name": "b" * 64})
 
