@@ -86,3 +86,25 @@ def test_long_unbroken_words_do_not_widen_the_pages(logged_in: Page) -> None:
     finally:
         page.request.post(f"/api/runs/{asked['runId']}/cancel", headers=headers)
         page.request.delete(f"/api/rules/{rule['ruleId']}", headers=headers)
+
+
+def test_the_agent_forms_row_tables_scroll_sideways_on_a_phone(sign_in: Callable[[str], Page]) -> None:
+    """A section's rows wider than a phone (a parameter's default, description and Remove; a tool's approvers)
+    scroll inside their table: they were cut off, out of reach."""
+    page = sign_in("ada")
+    page.set_viewport_size(PHONE)
+    page.goto("/agents/new/")
+    for section in ("Add culture", "Add server tool", "Add client tool", "Add parameter"):
+        page.get_by_role("button", name=section).click()
+    expect(page.locator("#parameters-rows tr")).to_have_count(1)
+    tables = page.evaluate(
+        """() => [...document.querySelectorAll("table.rows")].filter((t) => t.offsetParent !== null)
+          .map((t) => [t.querySelector("tbody").id, t.scrollWidth > t.clientWidth, getComputedStyle(t).overflowX])"""
+    )
+    wide = {body: style for body, wider, style in tables if wider}
+    assert "parameters-rows" in wide, tables
+    assert set(wide.values()) <= {"auto", "scroll"}, wide
+    remove = page.locator("#parameters-rows").get_by_role("button", name="Remove")
+    remove.scroll_into_view_if_needed()
+    box = remove.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PHONE["width"], box
