@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
+from django_htmx.http import trigger_client_event
 
 from console.tenancy import membership_of, signed_out
 
@@ -22,13 +23,15 @@ TITLES = {403: "Not allowed", 404: "Page not found"}
 FALLBACK_REASONS = {403: "You may not open this page.", 404: "There is no such page."}
 
 
-def error_page(request: HttpRequest, status: int, reason: str) -> HttpResponse:
-    """The console page for `status`, saying `reason` and, when signed in, the caller's role."""
+def error_page(request: HttpRequest, status: int, reason: str, *, about_roles: bool = True) -> HttpResponse:
+    """The console page for `status`, saying `reason` and, when signed in, the caller's role (and, for a 403 that
+    is `about_roles`, who can change it)."""
     context = {
         "status": status,
         "title": TITLES[status],
         "reason": reason or FALLBACK_REASONS[status],
         "error_membership": membership_of(request),
+        "about_roles": about_roles,
     }
     return render(request, "console/error.html", context, status=status)
 
@@ -47,14 +50,23 @@ def permission_denied(request: HttpRequest, exception: BaseException | None = No
     return error_page(request, 403, reason_of(exception))
 
 
+# The event an htmx request of a page whose security token is out of date gets (console.js says so, and holds
+# the page's answers until it is reloaded).
+STALE_EVENT = "airlock:stale"
+STALE_PAGE = "This page was opened before you last signed in, so what it sent was refused and nothing changed."
+
+
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """A form posted without its security token (an old tab, cookies off): what to do about it. An htmx post
-    of someone whose cookies are gone altogether is a signed-out session, and says so (`signed_out`)."""
-    if getattr(request, "htmx", False) and not request.user.is_authenticated:
-        return signed_out(request)
-    return error_page(
-        request, 403, "The form was sent without a valid security token: reload the page and send it again."
-    )
+    of someone whose cookies are gone altogether is a signed-out session, and says so (`signed_out`); one of a
+    signed-in page opened before the last sign-in (which renews the token) is stale, and says so (htmx shows no
+    error page: the click did nothing, silently)."""
+    if getattr(request, "htmx", False):
+        if not request.user.is_authenticated:
+            return signed_out(request)
+        return trigger_client_event(HttpResponse(STALE_PAGE, status=403), STALE_EVENT, {})
+    advice = "Go back to copy what you typed, then reload the page and send it again."
+    return error_page(request, 403, f"{STALE_PAGE} {advice}", about_roles=False)
 
 
 class ErrorPagesMiddleware:

@@ -44,7 +44,7 @@ window.airlockPendingLabel = (count) => {
 // while the socket is down the page says "Reconnecting…" and the forms that answer or claim a request are
 // disabled (an answer would not reach the server, or would not be seen to), until the server speaks again;
 // an htmx request whose session has ended (console/tenancy.py, `signed_out`) says so and offers to sign in.
-// `data-connection` on the body ("lost", "signed-out") is the state console.css and the tests read.
+// `data-connection` on the body ("lost", "signed-out", "stale") is the state console.css and the tests read.
 (function () {
   "use strict";
   const badge = document.getElementById("pending-count");
@@ -71,6 +71,12 @@ window.airlockPendingLabel = (count) => {
       link.textContent = "Sign in";
       notice.append("You were signed out · ", link);
     }
+    if (state === "stale") {
+      const link = document.createElement("a");
+      link.href = location.href;
+      link.textContent = "Reload";
+      notice.append("This page was opened before you last signed in: nothing it sent was done · ", link);
+    }
     // Disabled here, not only greyed out, so that neither a click, Enter nor a key of the inbox answers;
     // marked, so that coming back enables only what this disabled.
     document.querySelectorAll(`:is(${NEEDS_SERVER}) :is(${SUBMITS})`).forEach((button) => {
@@ -92,6 +98,8 @@ window.airlockPendingLabel = (count) => {
     }
   }, true);
   document.addEventListener("airlock:signed-out", (event) => setState("signed-out", event.detail.login));
+  // Its security token is out of date (console/errors.py, `csrf_failure`): only a reload renews it.
+  document.addEventListener("airlock:stale", () => setState("stale"));
 
   let delay = 1000;
   function connect() {
@@ -99,7 +107,8 @@ window.airlockPendingLabel = (count) => {
     const socket = new WebSocket(scheme + location.host + "/ws/console/");
     socket.addEventListener("message", (event) => {
       delay = 1000; // a socket that speaks is a good one (one over the user's cap is closed before it does)
-      if (document.body.dataset.connection) setState(null); // back, or signed in again in another tab
+      // Back, or signed in again in another tab (after which the page is stale: its next request says so).
+      if (document.body.dataset.connection && document.body.dataset.connection !== "stale") setState(null);
       const data = JSON.parse(event.data);
       if (typeof data.pending === "number") {
         const label = window.airlockPendingLabel(data.pending);

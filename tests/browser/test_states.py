@@ -124,6 +124,45 @@ def test_a_signed_out_click_says_so_and_offers_to_sign_in(logged_in: Page, serve
     expect(page.locator(f"#request-{rid}")).to_be_visible()
 
 
+def test_a_click_on_a_page_opened_before_the_last_sign_in_says_so(logged_in: Page, server: Server, ada: Api) -> None:
+    """Signing out and in again in another tab renews the security token: the old tab's Deny and Claim were a 403
+    that htmx does not show, so they did nothing without a word (found in Chromium)."""
+    page = logged_in
+    rid = waiting_request(ada)
+    open_inbox(page)
+    card = opened(page.locator(f"#request-{rid}"))
+    card.locator("input[name=reason]").fill("not this one")
+    other = page.context.new_page()
+    other.goto(f"{server.url}/")
+    other.locator("form[action='/logout/'] button").click()
+    other.get_by_label("Username").fill(server.username)
+    other.get_by_label("Password").fill(server.password)
+    other.get_by_role("button", name="Log in").click()
+    other.wait_for_url(f"{server.url}/")
+    other.close()
+
+    card.get_by_role("button", name="Deny").click()
+
+    notice = page.locator(".connection-notice")
+    expect(notice).to_have_text("This page was opened before you last signed in: nothing it sent was done · Reload")
+    expect(page.locator("body")).to_have_attribute("data-connection", "stale")
+    expect(card.get_by_role("button", name="Claim")).to_be_disabled()
+    expect(card.locator("input[name=reason]")).to_have_value("not this one")
+    # The socket speaking (a new request's count) does not clear it, as it clears "signed out": only a reload
+    # renews the token.
+    count = page.locator("#pending-count").inner_text()
+    waiting_request(ada)
+    expect(page.locator("#pending-count")).not_to_have_text(count)
+    expect(page.locator("body")).to_have_attribute("data-connection", "stale")
+    status, body = ada("GET", f"/api/requests/{rid}")
+    assert (status, body["status"]) == (200, "pending"), body  # the click changed nothing
+
+    notice.get_by_role("link", name="Reload").click()
+    expect(page.locator("body")).not_to_have_attribute("data-connection", "stale")
+    opened(page.locator(f"#request-{rid}")).get_by_role("button", name="Claim").click()
+    wait_for(lambda: ada("GET", f"/api/requests/{rid}")[1]["claimedBy"], "the claim after the reload")
+
+
 def test_the_dashboard_s_waiting_list_is_live_and_agrees_with_its_count(logged_in: Page, ada: Api) -> None:
     page = logged_in
     page.goto("/")

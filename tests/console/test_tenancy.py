@@ -137,3 +137,19 @@ def test_an_htmx_post_without_any_cookie_is_signed_out_too(db):
     assert json.loads(response["HX-Trigger"]) == {"airlock:signed-out": {"login": "/login/?next=%2F"}}
     # A plain form post (no htmx) without its token still gets the CSRF page.
     assert Client(enforce_csrf_checks=True).post("/tenant/switch/", {"tenant": "1"}).status_code == 403
+
+
+def test_a_signed_in_pages_post_with_an_old_token_says_the_page_is_stale(admin):
+    """A sign-in renews the security token: a page opened before it is refused, and says so, without a role hint."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin.user)
+    client.get("/")
+    plain = client.post("/tenant/switch/", {"tenant": "1", "csrfmiddlewaretoken": "stale" * 8})
+    htmx = client.post("/tenant/switch/", {"tenant": "1"}, headers={"HX-Request": "true"})
+
+    assert plain.status_code == 403
+    page = plain.content.decode()
+    assert "opened before you last signed in" in page and "Go back to copy what you typed" in page
+    assert "can change your role" not in page
+    assert htmx.status_code == 403
+    assert json.loads(htmx["HX-Trigger"]) == {"airlock:stale": {}}
