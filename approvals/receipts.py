@@ -26,6 +26,7 @@ from typing import Any
 import rfc8785
 from django.db import connection, models, transaction
 
+from console.json_bodies import LARGEST_NUMBER
 from console.models import Tenant
 from console.sql import Bound
 
@@ -48,10 +49,14 @@ _SAFE_INTEGER = 2**53 - 1
 
 def _as_ijson(value: Any) -> Any:
     """`value` as RFC 8785 reads it: an integer past 2^53 is the double every JSON reader of ECMAScript makes of
-    it (RFC 8785 section 3.2.2.3), which the library refuses to guess."""
+    it (RFC 8785 section 3.2.2.3), which the library refuses to guess. One past the largest double, which no such
+    reader holds (the API refuses them: `console.json_bodies.unstorable`; a row stored before it did keeps one),
+    is its decimal text."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
+        if abs(value) > LARGEST_NUMBER:
+            return str(value)
         return float(value) if abs(value) > _SAFE_INTEGER else value
     if isinstance(value, dict):
         return {str(key): _as_ijson(item) for key, item in value.items()}

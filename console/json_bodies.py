@@ -3,6 +3,8 @@ route reads it, and no text a database column cannot store."""
 
 import json
 import math
+import re
+import sys
 from typing import Any
 
 from django.http import HttpRequest
@@ -19,6 +21,11 @@ MAX_JSON_DEPTH = 64
 # checks of each route, storing) walks them again, and a 10 MB body of 400,000 keys held a request thread for
 # seconds. The largest a route takes (a definition, an external request at its limits) has a few tens of thousands.
 MAX_JSON_VALUES = 200_000
+# The largest number JSON's readers hold (a double): Python reads a longer integer exactly, and PostgreSQL stores it,
+# but a receipt's digest (RFC 8785) and every reader in ECMAScript cannot.
+LARGEST_NUMBER = sys.float_info.max
+# An integer of this many digits may be past LARGEST_NUMBER: a body without such a run is not walked for one.
+_LONG_INTEGER = re.compile(rb"\d{309}")
 
 
 def _shape_problem(value: Any) -> str | None:
@@ -47,9 +54,11 @@ def unstorable(value: Any, path: tuple[str, ...] = ()) -> list[dict[str, str]]:
     """Where `value` (parsed JSON, its shape checked) holds what no database column takes, as `{field, message}`
     errors: text with NUL characters (PostgreSQL refuses them in text and JSON) or unpaired surrogates (not
     encodable as UTF-8), and numbers JSON has not (NaN, infinities: a parser other than `JsonBody`'s, such as the
-    MCP SDK's or protobuf's, lets them through)."""
+    MCP SDK's or protobuf's, lets them through; an integer past LARGEST_NUMBER, which every parser reads)."""
     if isinstance(value, float) and not math.isfinite(value):
         return [{"field": ".".join(path) or "body", "message": "is not a finite number"}]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_NUMBER:
+        return [{"field": ".".join(path) or "body", "message": "is a number too large for JSON (past 1.8e308)"}]
     if isinstance(value, str):
         try:
             value.encode()
@@ -91,13 +100,14 @@ def _not_a_number(name: str) -> None:
 
 def _refuse_unstorable(value: Any, raw: bytes | None = None) -> None:
     """Refuse JSON too deep or too large (400 `invalid_json`), or with text no column stores (400
-    `invalid_request`). JSON text carries a NUL only as a `\\u` escape (a raw one does not parse) and a lone
-    surrogate as one or as UTF-8-like bytes starting 0xED (which `json.loads` lets through): a `raw` body with
-    neither is not walked for them."""
+    `invalid_request`). JSON text carries a NUL only as a `\\u` escape (a raw one does not parse), a lone
+    surrogate as one or as UTF-8-like bytes starting 0xED (which `json.loads` lets through), and an integer too
+    large as a run of 309 digits: a `raw` body with none of them is not walked for them."""
     shape = _shape_problem(value)
     if shape is not None:
         raise ApiError(400, "invalid_json", shape)
-    errors = unstorable(value) if raw is None or b"\\u" in raw or b"\xed" in raw else []
+    walked = raw is None or b"\\u" in raw or b"\xed" in raw or _LONG_INTEGER.search(raw) is not None
+    errors = unstorable(value) if walked else []
     if errors:
         raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
 

@@ -1,6 +1,7 @@
 """Closing overdue requests `expired` (SPEC section 4): the deadline sweep's action (`approvals.deadlines`,
 `manage.py sweep_deadlines`), and an answer's when it arrives past the deadline before the sweep did."""
 
+import logging
 from datetime import datetime
 
 from django.utils import timezone
@@ -10,6 +11,8 @@ from agents.outcomes import record_closings
 from approvals.actions.settling import is_external, settle_closed
 from approvals.decisions import Actor, Decision, announced_together, decide
 from approvals.models import PendingRequest, RequestStatus
+
+log = logging.getLogger(__name__)
 
 
 def expire_due(now: datetime | None = None) -> list[PendingRequest]:
@@ -21,9 +24,19 @@ def expire_due(now: datetime | None = None) -> list[PendingRequest]:
     # until the last one would deadlock with a turn closing or answering some of them in another order.
     deadline = Decision(Actor.closing(RequestStatus.EXPIRED), closing=RequestStatus.EXPIRED)
     with announced_together():  # one push per tenant, its waiters woken once external runs are settled
-        expired = [pending for pending in due[:500] if decide(pending, deadline, now)]
+        expired = [pending for pending in due[:500] if _closed(pending, deadline, now)]
         record_closings(expired)
         settle_closed(expired)
     for session in {p.session_id: p.session for p in expired if not is_external(p)}.values():
         continue_session(None, session)
     return expired
+
+
+def _closed(pending: PendingRequest, deadline: Decision, now: datetime) -> bool:
+    """Whether `pending` closed expired now. A request whose closing fails is logged and left to the next sweep:
+    the sweep closes every tenant's requests, and one must not keep the others open."""
+    try:
+        return decide(pending, deadline, now)
+    except Exception:
+        log.exception("the overdue request %s could not be closed", pending.pk)
+        return False

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from agents.models import Agent, Run, RunStatus
-from approvals.actions import answers, expire_due
+from approvals.actions import answers, expire_due, expiry
 from approvals.models import PendingRequest, RequestStatus
 from tests.conftest import Persona
 from tests.helpers import drain_queued, make_agent, run_ok, run_queued, snapshot, stored_events
@@ -343,3 +343,38 @@ def test_it_refuses_an_answer_after_the_deadline_even_before_the_sweep(operator)
     assert response.json()["status"] == "expired"
     assert PendingRequest.objects.get(id=request_id).status == "expired"
     assert PendingRequest.objects.get(id=request_id).answer is None
+
+
+def test_a_request_holding_an_integer_past_the_largest_json_number_closes(operator, assistant):
+    """Such an integer is refused at every door now; a row stored before that is still closed (its digest takes the
+    number's text), where its receipt failed and every later sweep with it."""
+    asked = ask(operator)
+    PendingRequest.objects.filter(id=request_id(asked)).update(arguments={**EMAIL, "n": 10**400})
+
+    expired = expire_due(after(61))
+
+    assert [str(p.id) for p in expired] == [request_id(asked)]
+    assert PendingRequest.objects.get(id=request_id(asked)).status == RequestStatus.EXPIRED
+
+
+def test_a_closing_that_fails_does_not_keep_the_other_requests_open(operator, assistant, monkeypatch, caplog):
+    """The sweep closes every tenant's overdue requests: one that cannot be closed is logged and left to the next
+    sweep, the others close."""
+    first, second = ask(operator, session="s1"), ask(operator, session="s2")
+    failing = request_id(first)
+    decide = expiry.decide
+
+    def failing_once(pending: PendingRequest, *args: Any) -> bool:
+        if str(pending.id) == failing:
+            raise RuntimeError("a closing that fails")
+        return decide(pending, *args)
+
+    monkeypatch.setattr(expiry, "decide", failing_once)
+
+    expired = expire_due(after(61))
+
+    assert [str(p.id) for p in expired] == [request_id(second)]
+    assert PendingRequest.objects.get(id=failing).status == RequestStatus.PENDING
+    assert f"the overdue request {failing} could not be closed" in caplog.text
+    monkeypatch.undo()
+    assert [str(p.id) for p in expire_due(after(62))] == [failing]

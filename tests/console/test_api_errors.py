@@ -191,6 +191,25 @@ def test_it_refuses_numbers_json_does_not_have(admin, assistant, number):
     assert snapshot() == before
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/agents/assistant/runs", '{"message": "hi", "parameters": {"budget": 1%s}}', "parameters.budget"),
+        ("/api/rules", '{"agent": "assistant", "toolName": "send_email", "arguments": {"n": -1%s}}', "arguments.n"),
+    ],
+)
+def test_it_refuses_an_integer_past_the_largest_json_number(admin, assistant, path, body, field):
+    """Python and PostgreSQL keep a 401-digit integer; a receipt's digest cannot (its closing was a 500, and the
+    deadline sweep of every tenant stopped at it)."""
+    before = snapshot()
+
+    response = send(admin, "POST", path, (body % ("0" * 400)).encode(), "application/json")
+
+    problem = assert_problem(response, 400, "invalid_request")
+    assert problem["errors"] == [{"field": field, "message": "is a number too large for JSON (past 1.8e308)"}]
+    assert snapshot() == before
+
+
 @pytest.mark.parametrize("depth", [65, 500, 5000])
 def test_it_refuses_json_nested_too_deep(admin, assistant, depth):
     before = snapshot()

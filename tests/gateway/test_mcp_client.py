@@ -367,6 +367,9 @@ async def test_it_refuses_arguments_no_database_stores_naming_the_field_and_open
         initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         assert (await http.post(url, json=initialized, headers={**ada, **session})).status_code == 202
         endless = await http.post(url, content=call + '{"city": "Oslo", "nights": 1e999}}}', headers={**ada, **session})
+        # An integer past the largest JSON number, which Python reads exactly and no receipt digests.
+        huge = call.replace('"id": 2', '"id": 3') + '{"city": "Oslo", "nights": 1' + "0" * 400 + "}}}"
+        too_large = await http.post(url, content=huge, headers={**ada, **session})
 
     assert (
         nul.is_error is True
@@ -374,6 +377,8 @@ async def test_it_refuses_arguments_no_database_stores_naming_the_field_and_open
     )
     assert endless.status_code == 200 and "arguments.nights is not a finite number" in endless.text, endless.text
     assert '"isError":true' in endless.text.replace(" ", "")
+    assert "arguments.nights is a number too large for JSON" in too_large.text, too_large.text
+    assert '"isError":true' in too_large.text.replace(" ", "")
     assert await installation.requests("unstorable") == []
 
 
