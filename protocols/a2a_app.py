@@ -8,7 +8,8 @@ of the agent's tenant; the card takes any member's, the JSON-RPC endpoint an ope
 an agent of another tenant (or one that runs elsewhere: external, gateway) 404: on the JSON-RPC endpoint as a
 JSON-RPC error with that HTTP status, in the error shape of the caller's protocol version (0.3's for 0.3's method
 names, as the SDK's own errors), on the card as the API's problem+json (A2A gives a card no error shape). A 0.3
-request whose values the current protocol's types cannot hold is refused here as invalid params (`_unconvertible`).
+request whose values the current protocol's types cannot hold is refused here as invalid params, a body that is not
+UTF-8 or nests too deep to read as a parse error (`_unreadable`).
 Every request runs its database work on one thread of its own (`ThreadSensitiveContext`), its connections closed
 when it ends."""
 
@@ -20,6 +21,7 @@ from typing import Any
 from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as types_v03
 from a2a.server.context import ServerCallContext
+from a2a.server.jsonrpc_models import JSONParseError
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
 from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter
@@ -29,6 +31,7 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.db import connections
 from django.http.request import split_domain_port, validate_host
+from google.protobuf.json_format import ParseError
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -53,7 +56,7 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 V0_3_METHODS = frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
 # How the SDK's 0.3 adapter turns each 0.3 request into the current protocol's before the handler sees it (its
 # RequestHandler03): a value the current protocol's types cannot hold fails there, and the adapter answers it as an
-# internal error (`_unconvertible` answers it first).
+# internal error (`_unreadable` answers it first).
 _V0_3_CONVERSIONS: dict[str, Callable[[Any], Any]] = {
     "message/send": conversions.to_core_send_message_request,
     "message/stream": conversions.to_core_send_message_request,
@@ -144,7 +147,7 @@ class A2AApp:
                 scope = {**scope, CALLER: caller}
                 if not card:
                     body, whole = await _body(receive)
-                    refused = _unconvertible(body) if whole else None
+                    refused = _unreadable(body) if whole else None
                     if refused is not None:
                         await JSONResponse(refused)(scope, receive, send)
                         return
@@ -184,15 +187,20 @@ def _replayed(body: bytes, whole: bool, receive: Any) -> Any:
     return replay
 
 
-def _unconvertible(body: bytes) -> dict[str, Any] | None:
-    """The JSON-RPC answer (0.3's -32602 invalid params) to a request in 0.3's names that the SDK's 0.3 adapter reads
-    but cannot convert to the current protocol (an unpaired surrogate in any text, a file's bytes not base64, a
-    history length past 32 bits), which it would answer as an internal error; None for any other request, which
-    the SDK answers."""
+def _unreadable(body: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC answer to what the SDK would answer as an internal error (-32603, with Python's words): a body
+    that is not UTF-8 or nests too deep to read (-32700, a parse error, as the SDK answers other bodies that are not
+    JSON), and a request in 0.3's names that its 0.3 adapter reads but cannot convert to the current protocol (an
+    unpaired surrogate in any text, a file's bytes not base64, a history length past 32 bits, data nested past
+    protobuf's 100 levels: 0.3's -32602 invalid params). None for any other request, which the SDK answers."""
     try:
         request = json.loads(body)
+    except UnicodeDecodeError:
+        return build_error_response(None, JSONParseError(message="The body is not UTF-8 text."))
+    except RecursionError:
+        return build_error_response(None, JSONParseError(message="The body nests too deep to read."))
     except ValueError:
-        return None
+        return None  # the SDK says where it does not parse
     method = request.get("method") if isinstance(request, dict) else None
     if not isinstance(method, str) or method not in _V0_3_CONVERSIONS:
         return None
@@ -204,7 +212,7 @@ def _unconvertible(body: bytes) -> dict[str, Any] | None:
         _V0_3_CONVERSIONS[method](typed)
     except UnicodeError:
         detail = "A text in the request holds an unpaired surrogate, which UTF-8 cannot encode."
-    except (ValueError, TypeError, OverflowError) as error:
+    except (ValueError, TypeError, OverflowError, ParseError) as error:
         detail = f"The request's params cannot be read: {error}."
     else:
         return None
@@ -237,7 +245,7 @@ async def _read_request(receive: Any) -> dict[str, Any] | None:
         return None
     try:
         request = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return request if isinstance(request, dict) else None
 

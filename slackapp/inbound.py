@@ -162,7 +162,7 @@ def _interaction(received: Received) -> HttpResponse:
             return _clicked(received.connection, BlockActions.model_validate(data))
         if kind == "view_submission":
             return _submitted(received.connection, ViewSubmission.model_validate(data))
-    except (ValueError, ValidationError):
+    except (ValueError, ValidationError, RecursionError):  # RecursionError: JSON nested past what Python reads
         return problem(400, "invalid_request", "The payload is not an interaction Slack sends.")
     return HttpResponse(status=200)  # anything else Slack may send: acknowledged, nothing to do
 

@@ -38,6 +38,10 @@ def signed_by(body: bytes, headers: Mapping[str, str]) -> Connection | None:
     signature = headers.get("X-Slack-Signature", "")
     if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12 or not signature.startswith("v0="):
         return None
+    try:
+        body.decode()  # Slack sends UTF-8; the verifier decodes the body, and a server error was its refusal
+    except UnicodeDecodeError:
+        return None
     for connection in Connection.objects.filter(kind=ConnectionKind.SLACK).order_by("pk"):
         secret = os.environ.get(connection.secret_env, "") if connection.secret_env else ""
         if secret.strip() and SignatureVerifier(secret).is_valid(body, timestamp, signature):

@@ -362,6 +362,7 @@ FILE_PART = {"kind": "file", "file": {"bytes": "!!!notbase64", "mimeType": "text
         ("tasks/get", {"id": "\ud800"}, "unpaired surrogate"),
         ("tasks/get", {"id": "t", "historyLength": 10**30}, "out of range"),
         ("tasks/cancel", {"id": "\ud800"}, "unpaired surrogate"),
+        ("message/send", v03_message(data=json.loads('{"a": ' * 60 + "1" + "}" * 60)), "too deep"),
     ],
 )
 async def test_a_0_3_request_the_current_protocol_cannot_hold_is_invalid_params(
@@ -380,6 +381,21 @@ async def test_a_0_3_request_the_current_protocol_cannot_hold_is_invalid_params(
     assert (answer["error"]["code"], answer["error"]["data"]) == (-32602, {"code": "invalid_request"}), answer
     assert said in answer["error"]["message"]
     assert after == before
+
+
+@pytest.mark.parametrize(("body", "said"), [(b"\xff", "not UTF-8"), (b"[" * 100_000, "nests too deep")])
+@pytest.mark.parametrize("signed_in", [True, False])
+async def test_a_body_that_cannot_be_read_is_a_parse_error(assistant, operator, body, said, signed_in):
+    """Not UTF-8, or nested past what Python's parser reads: the SDK answered -32603 with Python's words, and the
+    refusal of a request without a token was a 500."""
+    async with http(operator if signed_in else None) as session:
+        answered = await session.post("/a2a/assistant", content=body, headers={"Content-Type": "application/json"})
+
+    if signed_in:
+        assert answered.status_code == 200
+        assert answered.json()["error"]["code"] == -32700 and said in answered.json()["error"]["message"]
+    else:
+        assert (answered.status_code, answered.json()["error"]["code"]) == (401, -32600), answered.text
 
 
 async def test_a_request_over_a_megabyte_is_refused_and_one_under_it_runs(assistant, operator):

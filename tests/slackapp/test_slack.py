@@ -97,6 +97,20 @@ def test_a_bad_signature_or_a_stale_timestamp_is_401_and_changes_nothing(mailer,
     assert not SlackNotice.objects.exists()
 
 
+@pytest.mark.parametrize("path", ["/slack/interactions", "/slack/commands"])
+def test_a_body_that_is_not_utf8_is_401_and_changes_nothing(mailer, slack, operator, path):
+    """Slack sends UTF-8: slack_sdk's verifier decoded the body before checking anything, and failed (500)."""
+    headers = {"HTTP_X_SLACK_REQUEST_TIMESTAMP": str(int(time.time())), "HTTP_X_SLACK_SIGNATURE": "v0=deadbeef"}
+    response = Client().post(path, data=b"\xff", content_type="application/x-www-form-urlencoded", **headers)
+    assert_problem(response, 401, "invalid_signature")
+    assert not SlackNotice.objects.exists()
+
+
+def test_a_signed_payload_nested_past_what_python_reads_is_400(mailer, slack, operator):
+    body = urlencode({"payload": "[" * 100_000})
+    assert_problem(post("/slack/interactions", body, **signed(body)), 400, "invalid_request")
+
+
 def test_slacks_retry_changes_nothing_twice(mailer, slack, operator):
     rid = open_request(operator)
     deliver()
