@@ -39,7 +39,9 @@ LONG_POLL_RETRY_AFTER_SECONDS = 5
 LONG_POLL = re.compile(r"^/api/requests/([0-9a-fA-F-]{32,36})$")
 # MCP gateways (SPEC section 15): the `mcp` SDK's server serves them, not Django (gateway/server.py).
 GATEWAY_PREFIX = "/mcp/"
-WAIT = re.compile(rb"(?:^|&)wait=([0-9]{1,2})(?:&|$)")
+# A `wait` of the query, however written: how long to hold is the view's reading of it (its `WAIT_HEADER`), so that
+# a `wait` given twice or with a space is held as the view read it.
+WAIT = re.compile(rb"(?:^|&)wait=[^&]*")
 
 
 class Executors:
@@ -141,9 +143,8 @@ class ConsoleASGIHandler(ASGIHandler):
             await self.a2a(scope, receive, send)
             return
         poll = LONG_POLL.match(scope["path"]) if scope["method"] == "GET" else None
-        wait = WAIT.search(scope.get("query_string", b"")) if poll else None
-        if poll and wait and 0 < int(wait.group(1)) <= waiting.MAX_WAIT:
-            await self._long_poll(scope, receive, send, poll.group(1), int(wait.group(1)))
+        if poll and WAIT.search(scope.get("query_string", b"")):
+            await self._long_poll(scope, receive, send, poll.group(1))
         else:
             await self._serve(scope, receive, send, self.requests)
 
@@ -162,7 +163,7 @@ class ConsoleASGIHandler(ASGIHandler):
         finally:
             self.poll_reads.give_back(executor)
 
-    async def _long_poll(self, scope: dict[str, Any], receive: Any, send: Any, request_id: str, seconds: int) -> None:
+    async def _long_poll(self, scope: dict[str, Any], receive: Any, send: Any, request_id: str) -> None:
         """Hold the poll, unless this process holds LONG_POLLS_PER_PROCESS already: then 429 `too_many_long_polls`
         (a poll costs a socket and a channel of the layer for as long as it lasts, the process's memory)."""
         if self.polls >= settings.LONG_POLLS_PER_PROCESS:
@@ -178,14 +179,14 @@ class ConsoleASGIHandler(ASGIHandler):
         self.polls += 1
         try:
             with metrics.long_poll():
-                await self._hold(scope, receive, send, request_id, time.monotonic() + seconds)
+                await self._hold(scope, receive, send, request_id, time.monotonic())
         finally:
             self.polls -= 1
 
-    async def _hold(self, scope: dict[str, Any], receive: Any, send: Any, request_id: str, deadline: float) -> None:
-        """A request's JSON once it is decided or the `deadline` (time.monotonic()) passed: Django answers once, on
-        a thread of the long polls' (the deadline counts from the poll's arrival, a turn waited for one
-        included); while that answer says to wait, nothing but a channel of the layer is held until the
+    async def _hold(self, scope: dict[str, Any], receive: Any, send: Any, request_id: str, arrived: float) -> None:
+        """A request's JSON once it is decided or the seconds its view read from `wait` passed since it `arrived`
+        (time.monotonic()): Django answers once, on a thread of the long polls' (a turn waited for one included);
+        while that answer says to wait (`WAIT_HEADER`), nothing but a channel of the layer is held until the
         decision's wake, the deadline, or the client's disconnect; then the request's JSON the wake carried goes
         out, or at the deadline the JSON read with the other polls' that ended then (`waiting.Rereads`). Only
         a request whose JSON is larger than a wake carries is answered by Django again."""
@@ -199,8 +200,9 @@ class ConsoleASGIHandler(ASGIHandler):
             start = first[0] if first else {}
             headers = start.get("headers", [])
             told = waiting.WAIT_HEADER.encode()
-            left = deadline - time.monotonic()
-            if not any(name.lower() == told for name, _ in headers) or left <= 0:
+            seconds = next((int(value) for name, value in headers if name.lower() == told), 0)
+            left = arrived + seconds - time.monotonic()
+            if not seconds or left <= 0:
                 # Decided already, refused, or its time went waiting for a thread: this answer is the poll's.
                 kept = [(name, value) for name, value in headers if name.lower() != told]
                 for message in first:
@@ -228,7 +230,7 @@ class ConsoleASGIHandler(ASGIHandler):
                 return {"type": "http.request", "body": b"", "more_body": False}
             return await receive()
 
-        query = WAIT.sub(b"&", scope.get("query_string", b"")).strip(b"&")
+        query = WAIT.sub(b"", scope.get("query_string", b"")).strip(b"&")
         await self._serve({**scope, "query_string": query}, again, send, self.poll_reads)
 
 

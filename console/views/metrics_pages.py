@@ -28,7 +28,7 @@ from console import metrics
 from console.metric_files import VARIABLE, forget_dead_processes
 from console.models import MetricsToken, Tenant
 
-BEARER = "Bearer "
+BEARER = "bearer "  # the scheme's name in any case (RFC 9110 section 11.1), as the API reads it
 MAX_TOKEN = 200  # a metrics token is 56 characters; anything much longer is not one, and is not hashed
 
 
@@ -53,7 +53,7 @@ def _allowed(request: HttpRequest) -> bool:
         if any(address in network for network in settings.METRICS_ALLOW):
             return True
     given = request.headers.get("Authorization", "")
-    token = given.removeprefix(BEARER) if given.startswith(BEARER) else ""
+    token = given[len(BEARER) :].strip() if given[: len(BEARER)].lower() == BEARER else ""
     return 0 < len(token) <= MAX_TOKEN and MetricsToken.accepts(token)
 
 

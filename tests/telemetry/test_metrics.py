@@ -73,6 +73,7 @@ def test_it_answers_a_metrics_token_until_it_is_replaced():
     first = metrics_token("--name", "prometheus")
     assert first.startswith("alm_")
     assert "airlock_runs" in scrape(HTTP_AUTHORIZATION=f"Bearer {first}")
+    assert "airlock_runs" in scrape(HTTP_AUTHORIZATION=f"bearer {first}")  # the scheme in any case, as the API's
     second = metrics_token("--replace")
     assert Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {first}").status_code == 403
     assert "airlock_runs" in scrape(HTTP_AUTHORIZATION=f"Bearer {second}")
