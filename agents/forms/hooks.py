@@ -57,6 +57,8 @@ CODE_WORDS = {
     "policy_worker_failed": "The policy's evaluation stopped",
     "tool_unknown": "the manifest does not name the tool",
 }
+# A binding's id as the loader checks it (`^[a-z][a-z0-9_-]{0,63}$`), in words.
+BINDING_ID_WORDS = "Use lowercase letters, digits, - and _, starting with a letter (at most 64)."
 _LOADER = re.compile(r"^(?:declaration_error:(?P<code>\w+) )?at (?P<pointer>/\S*): (?P<detail>.*)$", re.S)
 _REJECTED = re.compile(r'^binding "[^"]*" \(kind "[^"]*"\) rejected: ')
 _REGO_AT = re.compile(r"--> (?P<file>[^\s:]+):(?P<line>\d+):\d+")
@@ -274,6 +276,8 @@ class PolicyEditor:
             self._put(row, "at", _words(code, detail), None)
         elif parts[2:3] == ["kind"] or code == "kind_unknown":
             self._put(row, "kind", _words(code, detail), None)
+        elif parts[2:] == ["id"] and detail.startswith("must match"):
+            self._put(row, "id", BINDING_ID_WORDS, None)
         else:
             self._put(row, "id", _words(code, detail), None)
 

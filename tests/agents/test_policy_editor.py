@@ -168,6 +168,7 @@ def test_a_manifest_key_that_reads_the_host_is_shown_at_its_line():
         (lambda b: b.update(at=["bogus"]), "at", "A value is not allowed here. “bogus” is not one of"),
         (lambda b: b.update(kind="vendor.thing"), "kind", "This kind of binding is not one Airlock runs"),
         (lambda b: b["config"].update(data={"mail": "x"}), "data", "Config.data must map policy ids"),
+        (lambda b: b.update(id="Bad Id"), "id", "Use lowercase letters, digits, - and _, starting with a letter"),
     ],
 )
 def test_loader_codes_read_as_sentences(change, field, words):
