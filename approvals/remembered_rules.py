@@ -286,6 +286,12 @@ def rule_refusal(definition: DefinitionContent, wanted: RuleIn) -> RuleRefused |
             return RuleRefused(400, "remember_refused", "toolName", detail)
         case "never":
             detail = f"{name} runs without asking for approval; a rule would change nothing."
+            if not definition.gateway and all(tool.name != name for tool in definition.tools):
+                # Only an MCP server's tool could be named so (its list is the server's): say which it would be.
+                detail = (
+                    f"{agent!r} has no server tool {name!r}, and the MCP servers that could offer a tool of that "
+                    "name run their tools without asking for approval; a rule would change nothing."
+                )
             return RuleRefused(400, "tool_never_asks", "toolName", detail)
         case "client":
             detail = f"{name} is a client tool: the caller runs it, no approval is asked."

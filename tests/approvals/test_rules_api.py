@@ -186,7 +186,15 @@ def test_it_refuses_a_tool_of_an_mcp_server_that_asks_every_time(admin):
 
 
 def test_it_refuses_a_tool_that_never_asks(admin, mailer):
-    refused(admin, 400, "tool_never_asks", toolName="get_time")
+    problem = refused(admin, 400, "tool_never_asks", toolName="get_time")
+    assert problem["detail"] == "get_time runs without asking for approval; a rule would change nothing."
+
+
+def test_a_name_only_a_never_asking_mcp_server_could_offer_is_said_so(admin):
+    """A prefixless MCP server may offer any name: such a tool "runs without asking" was said of a typo."""
+    make_agent(admin, mcpServers=[{"connection": "meetings", "approval": "never"}])
+    problem = refused(admin, 400, "tool_never_asks", toolName="no_such_tool")
+    assert problem["detail"].startswith("'mailer' has no server tool 'no_such_tool', and the MCP servers")
 
 
 def test_it_refuses_a_client_tool(admin, mailer):
