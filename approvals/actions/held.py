@@ -249,6 +249,8 @@ class Notice:
     state: str
     outcome: str
     due_at: datetime
+    # What an applied approval counted toward, its request still waiting for more (SPEC section 14).
+    counted: str = ""
 
     @property
     def wait_ms(self) -> int:
@@ -279,4 +281,8 @@ def _notice(rows: list[HeldAnswer]) -> Notice:
     else:  # a bulk answer settles each request on its own: applied if any was, and why the others were dropped
         state = next(s for s in (HeldState.APPLIED, HeldState.UNDONE, HeldState.DROPPED) if s in states)
     dropped = dict.fromkeys(f"{row.request.tool_name}: {row.outcome}" for row in rows if row.state == "dropped")
-    return Notice(first.batch, summary, state, "; ".join(dropped), max(row.due_at for row in rows))
+    counted = [
+        row.outcome for row in rows if row.state == HeldState.APPLIED and row.request.status == RequestStatus.PENDING
+    ]
+    due = max(row.due_at for row in rows)
+    return Notice(first.batch, summary, state, "; ".join(dropped), due, " ".join(dict.fromkeys(counted)))

@@ -214,6 +214,11 @@ def test_the_inbox_holds_each_approval_and_refuses_the_requester_at_once(people,
     assert PendingRequest.objects.get(id=rid).status == RequestStatus.PENDING
     card = people["sue"].client.get("/inbox/").content.decode()
     assert "1 of 2" in card and "waiting for security" in card
+    # The notice says the approval was counted, not that the request was approved.
+    notice = people["sam"].client.get(reverse("held_answer", args=[HeldAnswer.objects.get().batch]), **HTMX)
+    assert "Approved deploy. Approval recorded: 1 of 2, waiting for security." in " ".join(
+        notice.content.decode().split()
+    )
 
 
 def test_a_rule_remembered_before_the_requirement_does_not_skip_the_quorum(people):
