@@ -223,3 +223,17 @@ def test_a_turn_says_what_a_policy_in_shadow_mode_would_have_done(admin):
     _, html = turn_page(admin.client, ran.json()["runId"])
     said = " ".join(re.sub(r"<[^>]+>", " ", html).split())
     assert "Policy mail-guard would have given escalate (shadow mode: not enforced) on send_email" in said, said
+
+
+def test_a_request_needing_two_approvals_says_for_whom_and_where_its_count_stands(admin, operator):
+    """As the inbox card does (SPEC section 14): the trial page's request showed neither."""
+    ApproverGroup.objects.create(tenant=admin.tenant, name="sre").members.add(admin.user, operator.user)
+    send = {"name": "send_email", "approval": "always", "approvers": ["sre"], "require": {"approvals": 2}}
+    make_agent(admin, tools=[send, {"name": "get_time", "approval": "never"}])
+    asked = ask_to_send(operator, "trial-q")
+
+    status, html = turn_page(admin.client, asked["runId"])
+
+    assert status == 200
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "For sre ." in text and "0 of 2 · waiting for 2 more approvals" in text
