@@ -403,4 +403,40 @@ def schema_problems(schema: Any, content: Any, root: str = "(content)") -> str:
         return f"{root}: this value cannot be checked against its schema"
     finally:
         _BUDGET.reset(token)
-    return "; ".join(f"{'/'.join(map(str, e.path)) or root}: {e.message}" for e in errors)
+    said = dict.fromkeys(f"{'/'.join(map(str, where)) or root}: {words}" for e in errors for where, words in _said(e))
+    return "; ".join(said)
+
+
+# A JSON type in words.
+_TYPE_WORDS = {
+    "string": "text",
+    "integer": "a whole number",
+    "number": "a number",
+    "boolean": "true or false",
+    "object": "an object",
+    "array": "a list",
+    "null": "null",
+}
+
+
+def _said(error: Any) -> list[tuple[list[Any], str]]:
+    """A validation error in words, at its path: a missing or unexpected property at its own name; a wrong type,
+    an enum, an anyOf/oneOf no branch of which fits, said plainly; any other in jsonschema's words."""
+    path = list(error.path)
+    instance = error.instance if isinstance(error.instance, dict) else {}
+    match error.validator:
+        case "required":  # an error for each name missing, each saying them all (`schema_problems` says each once)
+            missing = [name for name in error.validator_value if name not in instance]
+            return [([*path, name], "is required") for name in missing] or [(path, error.message)]
+        case "additionalProperties" if error.validator_value is False:
+            known = set(error.schema.get("properties") or {})
+            extra = [name for name in instance if name not in known and not error.schema.get("patternProperties")]
+            return [([*path, name], "is not allowed here") for name in extra] or [(path, error.message)]
+        case "type":
+            wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+            return [(path, "must be " + " or ".join(_TYPE_WORDS.get(str(kind), str(kind)) for kind in wanted))]
+        case "enum":
+            return [(path, "must be one of " + ", ".join(json.dumps(choice) for choice in error.validator_value))]
+        case "anyOf" | "oneOf":
+            return [(path, "fits none of the forms it may take")]
+    return [(path, error.message)]

@@ -298,8 +298,8 @@ def test_it_refuses_edited_arguments_that_do_not_fit_the_tool(operator, mailer):
 
     html = response.content.decode()
     assert "The arguments do not fit the parameters of send_email" in html
-    assert "to: 5 is not valid under any of the given schemas" in html
-    assert "&#x27;subject&#x27; is a required property" in html
+    assert "to: fits none of the forms it may take" in html
+    assert "subject: is required" in html
     assert snapshot() == before
     assert PendingRequest.objects.get(id=request_id(asked)).answer is None
 
@@ -313,7 +313,11 @@ def test_it_sends_no_override_when_the_arguments_are_left_as_they_were(operator,
 
 
 @pytest.mark.parametrize(
-    ("edited", "problem"), [("{not json", "Expecting property name"), ("[1, 2]", "Give a JSON object")]
+    ("edited", "problem"),
+    [
+        ("{not json", "Not valid JSON: Expecting property name enclosed in double quotes (line 1, column 2)."),
+        ("[1, 2]", "Give a JSON object"),
+    ],
 )
 def test_it_shows_the_field_error_of_edited_arguments_and_stores_nothing(operator, mailer, edited, problem):
     asked = ask(operator)

@@ -78,7 +78,8 @@ class ApprovalForm(AnswerForm):
         try:
             edited = json.loads(text)
         except json.JSONDecodeError as error:
-            self.refuse("arguments", str(error), "The edited arguments are not valid JSON.")
+            said = f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."  # as every form says
+            self.refuse("arguments", said, "The edited arguments are not valid JSON.")
             return None
         if not isinstance(edited, dict):
             self.refuse("arguments", "Give a JSON object: {…}.", "The edited arguments are not valid.")
