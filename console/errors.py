@@ -9,12 +9,14 @@ URLconf and `CSRF_FAILURE_VIEW` point here too, for what reaches Django's own ha
 
 from collections.abc import Callable
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import DisallowedHost, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
+from django.views import defaults
 from django_htmx.http import trigger_client_event
 
+from console.problems import problem
 from console.tenancy import membership_of, signed_out
 
 API_PREFIX = "/api/"
@@ -44,6 +46,16 @@ def reason_of(exception: BaseException | None) -> str:
 
 def page_not_found(request: HttpRequest, exception: BaseException | None = None) -> HttpResponse:
     return error_page(request, 404, reason_of(exception) or f"There is no page at {request.path}.")
+
+
+def bad_request(request: HttpRequest, exception: BaseException | None = None) -> HttpResponse:
+    """A request Django refuses before any view (a Host not in ALLOWED_HOSTS): the API's problem+json for the API,
+    Django's own page otherwise."""
+    if not request.path_info.startswith(API_PREFIX):
+        return defaults.bad_request(request, exception if isinstance(exception, Exception) else Exception())
+    if isinstance(exception, DisallowedHost):
+        return problem(400, "invalid_host", "The request's Host is not this console's.")
+    return problem(400, "bad_request", "The request was refused before it was read.")
 
 
 def permission_denied(request: HttpRequest, exception: BaseException | None = None) -> HttpResponse:

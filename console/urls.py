@@ -6,6 +6,7 @@ from console.views import dashboard_pages, health_pages, metrics_pages, tenant_p
 from console.views.login_pages import LoginView, LogoutView
 
 # What reaches Django's own handlers gets the console's pages too (most never do: console.errors).
+handler400 = "console.errors.bad_request"
 handler403 = "console.errors.permission_denied"
 handler404 = "console.errors.page_not_found"
 

@@ -358,3 +358,12 @@ def test_it_turns_an_unexpected_exception_into_a_problem_500_without_its_details
     assert b"hunter2" not in response.content
     assert b"Traceback" not in response.content
     assert any(record.exc_info and "hunter2" in str(record.exc_info[1]) for record in caplog.records)
+
+
+def test_a_host_not_this_consoles_is_problem_json_on_the_api_and_a_page_elsewhere(admin):
+    api = Client(headers={"Authorization": f"Bearer {admin.token}"}, HTTP_HOST="evil.example").get("/api/agents")
+    page = Client(HTTP_HOST="evil.example").get("/login/")
+
+    problem = assert_problem(api, 400, "invalid_host")
+    assert "evil.example" not in problem["detail"]
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
