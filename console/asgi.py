@@ -40,8 +40,9 @@ LONG_POLL = re.compile(r"^/api/requests/([0-9a-fA-F-]{32,36})$")
 # MCP gateways (SPEC section 15): the `mcp` SDK's server serves them, not Django (gateway/server.py).
 GATEWAY_PREFIX = "/mcp/"
 # A `wait` of the query, however written: how long to hold is the view's reading of it (its `WAIT_HEADER`), so that
-# a `wait` given twice or with a space is held as the view read it.
+# a `wait` given twice or with a space is held as the view read it. A query whose every `wait` is 0 is no poll.
 WAIT = re.compile(rb"(?:^|&)wait=[^&]*")
+HOLDS = re.compile(rb"(?:^|&)wait=(?!0*(?:&|$))")
 
 
 class Executors:
@@ -143,7 +144,7 @@ class ConsoleASGIHandler(ASGIHandler):
             await self.a2a(scope, receive, send)
             return
         poll = LONG_POLL.match(scope["path"]) if scope["method"] == "GET" else None
-        if poll and WAIT.search(scope.get("query_string", b"")):
+        if poll and HOLDS.search(scope.get("query_string", b"")):
             await self._long_poll(scope, receive, send, poll.group(1))
         else:
             await self._serve(scope, receive, send, self.requests)
