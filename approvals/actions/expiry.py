@@ -4,6 +4,7 @@
 import logging
 from datetime import datetime
 
+from django.db import transaction
 from django.utils import timezone
 
 from agents.actions import continue_session
@@ -33,10 +34,11 @@ def expire_due(now: datetime | None = None) -> list[PendingRequest]:
 
 
 def _closed(pending: PendingRequest, deadline: Decision, now: datetime) -> bool:
-    """Whether `pending` closed expired now. A request whose closing fails is logged and left to the next sweep:
-    the sweep closes every tenant's requests, and one must not keep the others open."""
+    """Whether `pending` closed expired now. A request whose closing fails is logged and left to the next sweep,
+    nothing of it written: the sweep closes every tenant's requests, and one must not keep the others open."""
     try:
-        return decide(pending, deadline, now)
+        with transaction.atomic():
+            return decide(pending, deadline, now)
     except Exception:
         log.exception("the overdue request %s could not be closed", pending.pk)
         return False
