@@ -430,7 +430,7 @@ def _said(error: Any) -> list[tuple[list[Any], str]]:
             return [([*path, name], "is required") for name in missing] or [(path, error.message)]
         case "additionalProperties" if error.validator_value is False:
             known = set(error.schema.get("properties") or {})
-            extra = [name for name in instance if name not in known and not error.schema.get("patternProperties")]
+            extra = [] if error.schema.get("patternProperties") else [name for name in instance if name not in known]
             return [([*path, name], "is not allowed here") for name in extra] or [(path, error.message)]
         case "type":
             wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]

@@ -3,7 +3,6 @@ route reads it, and no text a database column cannot store."""
 
 import json
 import math
-import re
 import sys
 from typing import Any
 
@@ -24,8 +23,11 @@ MAX_JSON_VALUES = 200_000
 # The largest number JSON's readers hold (a double): Python reads a longer integer exactly, and PostgreSQL stores it,
 # but a receipt's digest (RFC 8785) and every reader in ECMAScript cannot.
 LARGEST_NUMBER = sys.float_info.max
-# An integer of this many digits may be past LARGEST_NUMBER: a body without such a run is not walked for one.
-_LONG_INTEGER = re.compile(rb"\d{309}")
+# An integer of 309 digits may be past LARGEST_NUMBER: a body without such a run is not walked for one. Its digits
+# read as zeros, the run is a plain substring search, linear in C (a regular expression took 3 s of CPU for 10 MB of
+# 308-digit runs, one try from every digit).
+_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_LONG_INTEGER = b"0" * 309
 
 
 def _shape_problem(value: Any) -> str | None:
@@ -106,7 +108,7 @@ def _refuse_unstorable(value: Any, raw: bytes | None = None) -> None:
     shape = _shape_problem(value)
     if shape is not None:
         raise ApiError(400, "invalid_json", shape)
-    walked = raw is None or b"\\u" in raw or b"\xed" in raw or _LONG_INTEGER.search(raw) is not None
+    walked = raw is None or b"\\u" in raw or b"\xed" in raw or _LONG_INTEGER in raw.translate(_DIGITS_AS_ZEROS)
     errors = unstorable(value) if walked else []
     if errors:
         raise ApiError(400, "invalid_request", "The request has invalid fields.", errors=errors)
