@@ -74,6 +74,12 @@ class Membership(models.Model):
 LAST_USED_GRANULARITY = timedelta(minutes=1)
 
 
+def bearer_token(header: str | None) -> str:
+    """The token an `Authorization: Bearer <token>` header carries (the scheme in any case, RFC 9110 section 11.1);
+    "" for none."""
+    return header.split(" ", 1)[1].strip() if header and header[:7].lower() == "bearer " else ""
+
+
 def hash_token(raw: str) -> str:
     # Tokens carry 256 bits of randomness, so a plain SHA-256 is enough (no salt or stretching needed).
     return hashlib.sha256(raw.encode()).hexdigest()
@@ -107,7 +113,7 @@ class ApiToken(models.Model):
     def bearer(cls, header: str | None) -> "ApiToken":
         """The live token an `Authorization: Bearer <token>` header carries, for the apps served beside the API (the
         MCP gateway, A2A); ApiError 401 when it carries none."""
-        raw = header.split(" ", 1)[1].strip() if header and header.lower().startswith("bearer ") else ""
+        raw = bearer_token(header)
         token = cls.authenticate(raw) if raw else None
         if token is None:
             raise ApiError(401, "unauthenticated", "An Airlock API token is needed: Authorization: Bearer <token>.")

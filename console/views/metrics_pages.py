@@ -26,9 +26,8 @@ from agents.models import Run, RunStatus
 from approvals.models import PendingRequest
 from console import metrics
 from console.metric_files import VARIABLE, forget_dead_processes
-from console.models import MetricsToken, Tenant
+from console.models import MetricsToken, Tenant, bearer_token
 
-BEARER = "bearer "  # the scheme's name in any case (RFC 9110 section 11.1), as the API reads it
 MAX_TOKEN = 200  # a metrics token is 56 characters; anything much longer is not one, and is not hashed
 
 
@@ -52,8 +51,7 @@ def _allowed(request: HttpRequest) -> bool:
         address = getattr(address, "ipv4_mapped", None) or address  # ::ffff:10.0.0.1 is 10.0.0.1
         if any(address in network for network in settings.METRICS_ALLOW):
             return True
-    given = request.headers.get("Authorization", "")
-    token = given[len(BEARER) :].strip() if given[: len(BEARER)].lower() == BEARER else ""
+    token = bearer_token(request.headers.get("Authorization"))
     return 0 < len(token) <= MAX_TOKEN and MetricsToken.accepts(token)
 
 
